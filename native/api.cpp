@@ -1,0 +1,171 @@
+// The C boundary: every entry point catches what the core throws and turns it into a status and
+// a message for pr_last_error().
+#include "context.h"
+#include "gguf_meta.h"
+
+#include <cstring>
+#include <new>
+#include <string>
+
+struct pr_model { pr::model * m; };
+struct pr_context { pr::context * c; };
+
+static thread_local std::string g_last_error;
+
+template <typename F>
+static pr_status guarded(F && f) {
+    try {
+        f();
+        g_last_error.clear();
+        return PR_OK;
+    } catch (const pr::error & e) {
+        g_last_error = e.what();
+        return e.status;
+    } catch (const std::bad_alloc &) {
+        g_last_error = "out of memory";
+        return PR_ERR_BACKEND;
+    } catch (const std::exception & e) {
+        g_last_error = e.what();
+        return PR_ERR_INTERNAL;
+    }
+}
+
+static void copy_text(const std::string & s, char * buf, size_t n) {
+    if (!buf || n == 0) pr::fail(PR_ERR_INVALID_ARG, "output buffer is empty");
+    if (s.size() + 1 > n) pr::fail(PR_ERR_INVALID_ARG, "output buffer of %zu bytes is too small for %zu", n, s.size() + 1);
+    memcpy(buf, s.c_str(), s.size() + 1);
+}
+
+extern "C" {
+
+const char * pr_last_error(void) { return g_last_error.c_str(); }
+const char * pr_version(void) { return "0.1.0"; }
+
+pr_model_params pr_model_default_params(void) {
+    pr_model_params p;
+    p.n_gpu_layers = 0;
+    p.use_mmap = 1;
+    return p;
+}
+
+pr_status pr_model_load(const char * path, const pr_model_params * params, pr_model ** out) {
+    return guarded([&] {
+        if (!out) pr::fail(PR_ERR_INVALID_ARG, "out is NULL");
+        *out = nullptr;
+        const pr_model_params p = params ? *params : pr_model_default_params();
+        pr::model * m = pr::load_model(path, p);
+        *out = new pr_model{m};
+    });
+}
+
+void pr_model_free(pr_model * model) {
+    if (!model) return;
+    delete model->m;
+    delete model;
+}
+
+pr_status pr_model_get_info(const pr_model * model, pr_model_info * out) {
+    return guarded([&] {
+        if (!model || !out) pr::fail(PR_ERR_INVALID_ARG, "model or out is NULL");
+        const pr::hparams & hp = model->m->hp;
+        memset(out, 0, sizeof(*out));
+        snprintf(out->arch, sizeof(out->arch), "%s", hp.arch.c_str());
+        snprintf(out->name, sizeof(out->name), "%s", hp.name.c_str());
+        out->n_layer = hp.n_layer;
+        out->n_embd = hp.n_embd;
+        out->n_head = hp.n_head;
+        out->n_head_kv = hp.n_head_kv;
+        out->n_embd_head = hp.n_embd_head;
+        out->n_ff = hp.n_ff;
+        out->n_vocab = hp.n_vocab;
+        out->n_ctx_train = hp.n_ctx_train;
+        out->n_params = model->m->n_params;
+        out->n_bytes = model->m->n_bytes;
+        out->ftype_hint = (int32_t) model->m->main_type;
+    });
+}
+
+pr_status pr_model_meta(const pr_model * model, const char * key, char * buf, size_t buf_size) {
+    return guarded([&] {
+        if (!model || !key) pr::fail(PR_ERR_INVALID_ARG, "model or key is NULL");
+        std::string v;
+        if (!pr::meta_text(model->m->gguf, key, v)) pr::fail(PR_ERR_INVALID_ARG, "no metadata value '%s'", key);
+        copy_text(v, buf, buf_size);
+    });
+}
+
+pr_status pr_devices(char * buf, size_t buf_size) {
+    return guarded([&] {
+        std::string s;
+        for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+            ggml_backend_dev_t d = ggml_backend_dev_get(i);
+            const auto t = ggml_backend_dev_type(d);
+            const char * tn = t == GGML_BACKEND_DEVICE_TYPE_CPU ? "cpu" : t == GGML_BACKEND_DEVICE_TYPE_GPU ? "gpu"
+                            : t == GGML_BACKEND_DEVICE_TYPE_IGPU ? "igpu" : "accel";
+            s += std::string(ggml_backend_dev_name(d)) + "\t" + ggml_backend_dev_description(d) + "\t" + tn + "\n";
+        }
+        copy_text(s, buf, buf_size);
+    });
+}
+
+pr_context_params pr_context_default_params(void) {
+    pr_context_params p;
+    p.n_ctx = 2048;
+    p.n_batch = 512;
+    p.n_threads = 2;
+    p.n_threads_batch = 2;
+    p.flash_attn = 0;
+    return p;
+}
+
+pr_status pr_context_new(pr_model * model, const pr_context_params * params, pr_context ** out) {
+    return guarded([&] {
+        if (!model || !out) pr::fail(PR_ERR_INVALID_ARG, "model or out is NULL");
+        *out = nullptr;
+        const pr_context_params p = params ? *params : pr_context_default_params();
+        pr::context * c = new pr::context(model->m, p);
+        *out = new pr_context{c};
+    });
+}
+
+void pr_context_free(pr_context * ctx) {
+    if (!ctx) return;
+    delete ctx->c;
+    delete ctx;
+}
+
+pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_all) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        ctx->c->decode(tokens, n, logits_all != 0);
+    });
+}
+
+const float * pr_logits(pr_context * ctx, int32_t i) {
+    if (!ctx || i < 0 || i >= ctx->c->n_outputs) return nullptr;
+    return ctx->c->logits.data() + (size_t) i * ctx->c->m->hp.n_vocab;
+}
+
+int32_t pr_n_outputs(const pr_context * ctx) { return ctx ? ctx->c->n_outputs : 0; }
+int32_t pr_kv_pos(const pr_context * ctx) { return ctx ? ctx->c->kv->n_used : 0; }
+int32_t pr_n_ctx(const pr_context * ctx) { return ctx ? ctx->c->kv->n_ctx : 0; }
+
+pr_status pr_kv_truncate(pr_context * ctx, int32_t n_keep) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        ctx->c->truncate(n_keep);
+    });
+}
+
+void pr_kv_clear(pr_context * ctx) {
+    if (ctx) ctx->c->truncate(0);
+}
+
+pr_status pr_kv_fill(pr_context * ctx, float value) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        ctx->c->kv->fill(value);
+    });
+}
+
+} // extern "C"

@@ -1,0 +1,136 @@
+#include "graph.h"
+
+#include <cmath>
+#include <memory>
+
+namespace pr {
+
+built_graph::~built_graph() {
+    if (ctx) ggml_free(ctx);
+}
+
+size_t graph_capacity(const model & m) {
+    return (size_t) 48 * m.hp.n_layer + 256;
+}
+
+static ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {
+    return ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), w);
+}
+
+static ggml_tensor * rope(ggml_context * ctx, const model & m, ggml_tensor * x, ggml_tensor * pos) {
+    const hparams & hp = m.hp;
+    return ggml_rope_ext(ctx, x, pos, m.rope_freqs, hp.n_rot, GGML_ROPE_TYPE_NORMAL, hp.rope_n_ctx_orig,
+                         hp.rope_freq_base, hp.rope_freq_scale, hp.yarn_ext_factor, hp.yarn_attn_factor,
+                         hp.yarn_beta_fast, hp.yarn_beta_slow);
+}
+
+// Attention of one block: writes this step's K/V rows into layer il's cache, then attends over
+// the first n_kv rows under the mask.
+static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_inputs & in,
+                               const block_weights & w, int il, int n_kv, ggml_tensor * xn) {
+    const hparams & hp = m.hp;
+    const int T = (int) xn->ne[1];
+    const int hd = hp.n_embd_head;
+
+    ggml_tensor * q = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w.wq, xn), hd, hp.n_head, T);
+    ggml_tensor * k = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w.wk, xn), hd, hp.n_head_kv, T);
+    ggml_tensor * v = ggml_mul_mat(ctx, w.wv, xn);
+    q = rope(ctx, m, q, in.pos);
+    k = rope(ctx, m, k, in.pos);
+
+    // The attention reads views of the set_rows results, so it is ordered after the writes.
+    const int E = hp.n_embd_k_gqa();
+    const size_t es = ggml_type_size(kv.type);
+    ggml_tensor * k_all = ggml_set_rows(ctx, kv.k[il], ggml_reshape_2d(ctx, k, E, T), in.kv_idx);
+    ggml_tensor * kk = ggml_view_3d(ctx, k_all, hd, n_kv, hp.n_head_kv, es * E, es * hd, 0);
+    ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [hd, T, n_head]
+    const float scale = 1.0f / std::sqrt((float) hd);
+    ggml_tensor * o;
+    if (!kv.v_trans) {
+        ggml_tensor * v_all = ggml_set_rows(ctx, kv.v[il], v, in.kv_idx);
+        ggml_tensor * vv = ggml_view_3d(ctx, v_all, hd, n_kv, hp.n_head_kv, es * E, es * hd, 0);
+        o = ggml_flash_attn_ext(ctx, qp, kk, vv, in.mask, scale, 0.0f, 0.0f);
+        ggml_prec_set_acc(o, GGML_PREC_F32);
+        o = ggml_reshape_2d(ctx, o, hd * hp.n_head, T);
+    } else {
+        // V is transposed in the cache: one element per row, scattered by v_idx.
+        const int64_t n_ctx = kv.v[il]->ne[0];
+        ggml_tensor * v_flat = ggml_reshape_2d(ctx, kv.v[il], 1, n_ctx * E);
+        ggml_tensor * v_all = ggml_set_rows(ctx, v_flat, ggml_reshape_2d(ctx, v, 1, (int64_t) E * T), in.v_idx);
+        ggml_tensor * vv = ggml_view_3d(ctx, v_all, n_kv, hd, hp.n_head_kv, es * n_ctx, es * n_ctx * hd, 0);
+        ggml_tensor * kq = ggml_mul_mat(ctx, kk, qp);                          // [n_kv, T, n_head]
+        kq = ggml_soft_max_ext(ctx, kq, in.mask, scale, 0.0f);
+        ggml_tensor * kqv = ggml_mul_mat(ctx, vv, kq);                         // [hd, T, n_head]
+        o = ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, T);
+    }
+    return ggml_mul_mat(ctx, w.wo, o);
+}
+
+// One decoder block: pre-norm attention and pre-norm SwiGLU FFN, each with a residual.
+// With out_ids, only those token rows continue after attention (the last block before the head).
+static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_inputs & in,
+                                 const block_weights & w, int il, int n_kv, ggml_tensor * x, ggml_tensor * out_ids) {
+    const float eps = m.hp.rms_eps;
+    ggml_tensor * a = attention(ctx, m, kv, in, w, il, n_kv, rms_norm(ctx, x, w.attn_norm, eps));
+    if (out_ids) {
+        a = ggml_get_rows(ctx, a, out_ids);
+        x = ggml_get_rows(ctx, x, out_ids);
+    }
+    ggml_tensor * h = ggml_add(ctx, x, a);
+    ggml_tensor * hn = rms_norm(ctx, h, w.ffn_norm, eps);
+    ggml_tensor * f = ggml_swiglu_split(ctx, ggml_mul_mat(ctx, w.ffn_gate, hn), ggml_mul_mat(ctx, w.ffn_up, hn));
+    return ggml_add(ctx, h, ggml_mul_mat(ctx, w.ffn_down, f));
+}
+
+built_graph * build_graph(const model & m, const kv_cache & kv, const graph_shape & s, const block_path & path) {
+    const size_t cap = graph_capacity(m);
+    ggml_init_params ip = {ggml_tensor_overhead() * cap + ggml_graph_overhead_custom(cap, false), nullptr, true};
+    std::unique_ptr<built_graph> g(new built_graph());
+    g->shape = s;
+    g->path = path;
+    g->ctx = ggml_init(ip);
+    if (!g->ctx) fail(PR_ERR_BACKEND, "cannot create a graph context");
+    ggml_context * ctx = g->ctx;
+    g->gf = ggml_new_graph_custom(ctx, cap, false);
+
+    graph_inputs & in = g->in;
+    const int T = s.n_tokens;
+    in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
+    in.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
+    in.kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
+    in.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.n_kv, T);
+    for (ggml_tensor * t : {in.tokens, in.pos, in.kv_idx, in.mask}) ggml_set_input(t);
+    if (kv.v_trans) {
+        in.v_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, (int64_t) m.hp.n_embd_k_gqa() * T);
+        ggml_set_input(in.v_idx);
+        ggml_set_name(in.v_idx, "inp_v_idx");
+    }
+    ggml_set_name(in.tokens, "inp_tokens");
+    ggml_set_name(in.pos, "inp_pos");
+    ggml_set_name(in.kv_idx, "inp_kv_idx");
+    ggml_set_name(in.mask, "inp_mask");
+    if (s.n_outputs > 0 && s.n_outputs < T) {
+        in.out_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, s.n_outputs);
+        ggml_set_input(in.out_ids);
+        ggml_set_name(in.out_ids, "inp_out_ids");
+    }
+
+    ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, in.tokens);
+    const int L = m.hp.n_layer;
+    for (int il = 0; il < L; il++) {
+        ggml_tensor * sel = (il == L - 1) ? in.out_ids : nullptr;
+        x = build_block(ctx, m, kv, in, *path[il], il, s.n_kv, x, sel);
+    }
+    if (s.n_outputs > 0) {
+        x = rms_norm(ctx, x, m.output_norm, m.hp.rms_eps);
+        g->logits = ggml_mul_mat(ctx, m.output, x);
+        ggml_set_name(g->logits, "logits");
+        ggml_set_output(g->logits);
+        ggml_build_forward_expand(g->gf, g->logits);
+    } else {
+        ggml_build_forward_expand(g->gf, x);
+    }
+    return g.release();
+}
+
+} // namespace pr

@@ -1,0 +1,64 @@
+#include "kv_cache.h"
+
+#include <map>
+
+namespace pr {
+
+kv_cache::kv_cache(const model & m, int n_ctx_, bool v_trans_) : n_ctx(n_ctx_), v_trans(v_trans_) {
+    const hparams & hp = m.hp;
+    const int L = hp.n_layer;
+    ggml_init_params ip = {ggml_tensor_overhead() * (size_t) (2 * L + 1), nullptr, true};
+    ctx = ggml_init(ip);
+    if (!ctx) fail(PR_ERR_BACKEND, "cannot create the KV cache context");
+    std::map<ggml_backend_dev_t, std::vector<ggml_tensor *>> per_dev;
+    for (int il = 0; il < L; il++) {
+        ggml_tensor * kt = ggml_new_tensor_2d(ctx, type, hp.n_embd_k_gqa(), n_ctx);
+        ggml_tensor * vt = v_trans ? ggml_new_tensor_2d(ctx, type, n_ctx, hp.n_embd_k_gqa())
+                                   : ggml_new_tensor_2d(ctx, type, hp.n_embd_k_gqa(), n_ctx);
+        ggml_format_name(kt, "cache_k_l%d", il);
+        ggml_format_name(vt, "cache_v_l%d", il);
+        k.push_back(kt);
+        v.push_back(vt);
+        per_dev[m.layer_dev[il]].push_back(kt);
+        per_dev[m.layer_dev[il]].push_back(vt);
+    }
+    for (auto & kv : per_dev) {
+        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(kv.first);
+        const size_t align = ggml_backend_buft_get_alignment(buft);
+        size_t total = 0;
+        for (ggml_tensor * t : kv.second) total += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+        ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, total);
+        if (!buf) {
+            for (auto b : buffers) ggml_backend_buffer_free(b);
+            ggml_free(ctx);
+            fail(PR_ERR_BACKEND, "cannot allocate %zu bytes of KV cache on %s", total, ggml_backend_dev_name(kv.first));
+        }
+        buffers.push_back(buf);
+        char * cursor = (char *) ggml_backend_buffer_get_base(buf);
+        for (ggml_tensor * t : kv.second) {
+            ggml_backend_tensor_alloc(buf, t, cursor);
+            cursor += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+        }
+    }
+    clear();
+}
+
+kv_cache::~kv_cache() {
+    for (auto b : buffers) ggml_backend_buffer_free(b);
+    ggml_free(ctx);
+}
+
+void kv_cache::clear() {
+    for (auto b : buffers) ggml_backend_buffer_clear(b, 0);
+    n_used = 0;
+}
+
+void kv_cache::fill(float value) {
+    std::vector<ggml_fp16_t> row((size_t) k[0]->ne[0] * n_ctx, ggml_fp32_to_fp16(value));
+    for (size_t i = 0; i < k.size(); i++) {
+        ggml_backend_tensor_set(k[i], row.data(), 0, ggml_nbytes(k[i]));
+        ggml_backend_tensor_set(v[i], row.data(), 0, ggml_nbytes(v[i]));
+    }
+}
+
+} // namespace pr

@@ -1,0 +1,314 @@
+// Loading a GGUF model: read metadata, validate every hyper-parameter and tensor, then place the
+// weights (CPU: mapped from the file; other devices: uploaded). Validation is complete before any
+// ggml call that could assert, so a bad file is an exception, never an abort.
+#include "model.h"
+#include "gguf_meta.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <cstring>
+#include <fcntl.h>
+#include <map>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace pr {
+
+model::~model() {
+    for (auto b : buffers) ggml_backend_buffer_free(b);
+    if (dev_ctx) ggml_free(dev_ctx);
+    if (meta) ggml_free(meta);
+    if (gguf) gguf_free(gguf);
+    if (mapping) munmap(mapping, mapping_size);
+}
+
+static void read_hparams(const gguf_context * g, hparams & hp) {
+    hp.arch = meta_str(g, "general.architecture", "");
+    if (hp.arch.empty()) fail(PR_ERR_MODEL, "not a model file: general.architecture is missing");
+    if (hp.arch != "llama") fail(PR_ERR_MODEL, "unsupported architecture '%s' (supported: llama)", hp.arch.c_str());
+    hp.name = meta_str(g, "general.name", "");
+    const std::string a = hp.arch + ".";
+
+    hp.n_layer = (int) meta_int(g, (a + "block_count").c_str(), -1, 1, 4096);
+    hp.n_embd = (int) meta_int(g, (a + "embedding_length").c_str(), -1, 1, 1 << 17);
+    hp.n_ff = (int) meta_int(g, (a + "feed_forward_length").c_str(), -1, 1, 1 << 20);
+    hp.n_head = (int) meta_int(g, (a + "attention.head_count").c_str(), -1, 1, 4096);
+    hp.n_head_kv = (int) meta_int(g, (a + "attention.head_count_kv").c_str(), hp.n_head, 1, 4096);
+    hp.n_ctx_train = (int) meta_int(g, (a + "context_length").c_str(), 2048, 1, 1 << 24);
+    hp.rms_eps = (float) meta_float(g, (a + "attention.layer_norm_rms_epsilon").c_str(), 1e-5);
+    if (!(hp.rms_eps > 0.0f && hp.rms_eps < 1.0f)) fail(PR_ERR_MODEL, "bad RMS norm epsilon %g", hp.rms_eps);
+
+    if (hp.n_embd % hp.n_head != 0) fail(PR_ERR_MODEL, "embedding_length %d is not a multiple of head_count %d", hp.n_embd, hp.n_head);
+    if (hp.n_head % hp.n_head_kv != 0) fail(PR_ERR_MODEL, "head_count %d is not a multiple of head_count_kv %d", hp.n_head, hp.n_head_kv);
+    hp.n_embd_head = (int) meta_int(g, (a + "attention.key_length").c_str(), hp.n_embd / hp.n_head, 1, 1 << 14);
+    const int v_len = (int) meta_int(g, (a + "attention.value_length").c_str(), hp.n_embd_head, 1, 1 << 14);
+    if (v_len != hp.n_embd_head) fail(PR_ERR_MODEL, "key_length %d != value_length %d is not supported", hp.n_embd_head, v_len);
+
+    hp.n_rot = (int) meta_int(g, (a + "rope.dimension_count").c_str(), hp.n_embd_head, 2, hp.n_embd_head);
+    if (hp.n_rot % 2 != 0) fail(PR_ERR_MODEL, "rope.dimension_count %d is odd", hp.n_rot);
+    hp.rope_freq_base = (float) meta_float(g, (a + "rope.freq_base").c_str(), 10000.0);
+    if (!(hp.rope_freq_base > 0.0f) || !std::isfinite(hp.rope_freq_base)) fail(PR_ERR_MODEL, "bad rope.freq_base %g", hp.rope_freq_base);
+
+    // RoPE scaling as llama.cpp reads it: a type, a factor (freq_scale = 1/factor), the original context.
+    const std::string stype = meta_str(g, (a + "rope.scaling.type").c_str(), "");
+    double factor = meta_float(g, (a + "rope.scaling.factor").c_str(), 0.0);
+    if (factor == 0.0) factor = 1.0;
+    if (!(factor > 0.0) || !std::isfinite(factor)) fail(PR_ERR_MODEL, "bad rope.scaling.factor %g", factor);
+    hp.rope_n_ctx_orig = (int) meta_int(g, (a + "rope.scaling.original_context_length").c_str(), hp.n_ctx_train, 1, 1 << 24);
+    if (stype.empty() || stype == "none") {
+        hp.scaling = rope_scaling::none;
+    } else if (stype == "linear") {
+        hp.scaling = rope_scaling::linear;
+        hp.rope_freq_scale = (float) (1.0 / factor);
+    } else if (stype == "yarn") {
+        hp.scaling = rope_scaling::yarn;
+        hp.rope_freq_scale = (float) (1.0 / factor);
+        hp.yarn_ext_factor = 1.0f;
+        hp.yarn_attn_factor = (float) meta_float(g, (a + "rope.scaling.attn_factor").c_str(), 1.0);
+        hp.yarn_beta_fast = (float) meta_float(g, (a + "rope.scaling.yarn_beta_fast").c_str(), 32.0);
+        hp.yarn_beta_slow = (float) meta_float(g, (a + "rope.scaling.yarn_beta_slow").c_str(), 1.0);
+    } else {
+        fail(PR_ERR_MODEL, "unsupported rope.scaling.type '%s'", stype.c_str());
+    }
+}
+
+struct expect {
+    ggml_tensor ** dst;
+    std::string name;
+    int64_t ne0, ne1;   // ne1 = 0: a vector
+    bool required;
+    bool matrix;        // used by mul_mat: any quantized type; otherwise F32 only
+};
+
+static bool usable_type(ggml_type t) {
+    if ((int) t < 0 || (int) t >= GGML_TYPE_COUNT) return false;
+    const ggml_type_traits * tr = ggml_get_type_traits(t);
+    return tr && tr->blck_size > 0 && tr->type_size > 0 && tr->type_name && (t == GGML_TYPE_F32 || tr->to_float);
+}
+
+static void check_tensor(const model & m, const expect & e, ggml_tensor * t) {
+    const int64_t i = gguf_find_tensor(m.gguf, e.name.c_str());
+    const int64_t * ne = gguf_get_tensor_ne(m.gguf, i);
+    const ggml_type type = gguf_get_tensor_type(m.gguf, i);
+    const int64_t want1 = e.ne1 ? e.ne1 : 1;
+    if (ne[0] != e.ne0 || ne[1] != want1 || ne[2] != 1 || ne[3] != 1) {
+        fail(PR_ERR_MODEL, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", e.name.c_str(),
+             (long long) ne[0], (long long) ne[1], (long long) ne[2], (long long) ne[3], (long long) e.ne0, (long long) want1);
+    }
+    if (!usable_type(type)) fail(PR_ERR_MODEL, "tensor '%s' has unsupported type %d", e.name.c_str(), (int) type);
+    if (!e.matrix && type != GGML_TYPE_F32) fail(PR_ERR_MODEL, "tensor '%s' must be F32, is %s", e.name.c_str(), ggml_type_name(type));
+    if (ne[0] % ggml_blck_size(type) != 0) fail(PR_ERR_MODEL, "tensor '%s': row size %lld is not a multiple of its type's block", e.name.c_str(), (long long) ne[0]);
+    (void) t;
+}
+
+static void validate_and_bind(model & m) {
+    const hparams & hp = m.hp;
+    // tok_embd gives the vocabulary size; everything else follows from the hyper-parameters.
+    const int64_t ie = gguf_find_tensor(m.gguf, "token_embd.weight");
+    if (ie < 0) fail(PR_ERR_MODEL, "tensor 'token_embd.weight' is missing");
+    const int64_t n_vocab = gguf_get_tensor_ne(m.gguf, ie)[1];
+    if (n_vocab < 1 || n_vocab > (1 << 24)) fail(PR_ERR_MODEL, "bad vocabulary size %lld", (long long) n_vocab);
+    m.hp.n_vocab = (int) n_vocab;
+
+    const int64_t E = hp.n_embd, Q = (int64_t) hp.n_embd_head * hp.n_head, KV = hp.n_embd_k_gqa(), F = hp.n_ff;
+    std::vector<expect> ex;
+    ex.push_back({&m.tok_embd, "token_embd.weight", E, n_vocab, true, true});
+    ex.push_back({&m.output_norm, "output_norm.weight", E, 0, true, false});
+    ex.push_back({&m.output, "output.weight", E, n_vocab, false, true});
+    ex.push_back({&m.rope_freqs, "rope_freqs.weight", hp.n_rot / 2, 0, false, false});
+    m.blocks.resize(hp.n_layer);
+    for (int il = 0; il < hp.n_layer; il++) {
+        block_weights & b = m.blocks[il];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        ex.push_back({&b.attn_norm, p + "attn_norm.weight", E, 0, true, false});
+        ex.push_back({&b.wq, p + "attn_q.weight", E, Q, true, true});
+        ex.push_back({&b.wk, p + "attn_k.weight", E, KV, true, true});
+        ex.push_back({&b.wv, p + "attn_v.weight", E, KV, true, true});
+        ex.push_back({&b.wo, p + "attn_output.weight", Q, E, true, true});
+        ex.push_back({&b.ffn_norm, p + "ffn_norm.weight", E, 0, true, false});
+        ex.push_back({&b.ffn_gate, p + "ffn_gate.weight", E, F, true, true});
+        ex.push_back({&b.ffn_up, p + "ffn_up.weight", E, F, true, true});
+        ex.push_back({&b.ffn_down, p + "ffn_down.weight", F, E, true, true});
+    }
+
+    std::map<std::string, int> type_count;
+    for (const expect & e : ex) {
+        const int64_t i = gguf_find_tensor(m.gguf, e.name.c_str());
+        if (i < 0) {
+            if (e.required) fail(PR_ERR_MODEL, "tensor '%s' is missing", e.name.c_str());
+            continue;
+        }
+        ggml_tensor * t = ggml_get_tensor(m.meta, e.name.c_str());
+        if (!t) fail(PR_ERR_MODEL, "tensor '%s' has no descriptor", e.name.c_str());
+        check_tensor(m, e, t);
+        *e.dst = t;
+        if (e.matrix && e.name.rfind("blk.", 0) == 0) type_count[ggml_type_name(t->type)]++;
+    }
+    if (!m.output) m.output = m.tok_embd;   // tied embeddings
+    if (m.hp.scaling != rope_scaling::llama3 && m.rope_freqs) {
+        // llama.cpp applies rope_freqs whenever the tensor is present (Llama 3.1 style scaling).
+        m.hp.scaling = rope_scaling::llama3;
+    }
+
+    int best = -1;
+    for (auto & kv : type_count) {
+        if (kv.second > best) {
+            best = kv.second;
+            for (int t = 0; t < GGML_TYPE_COUNT; t++) {
+                const ggml_type_traits * tr = ggml_get_type_traits((ggml_type) t);
+                if (tr && tr->type_name && kv.first == tr->type_name) m.main_type = (ggml_type) t;
+            }
+        }
+    }
+}
+
+static void check_data_bounds(const model & m, size_t file_size) {
+    const size_t data = gguf_get_data_offset(m.gguf);
+    for (int64_t i = 0; i < gguf_get_n_tensors(m.gguf); i++) {
+        const size_t off = gguf_get_tensor_offset(m.gguf, i);
+        const size_t sz = gguf_get_tensor_size(m.gguf, i);
+        if (data > file_size || off > file_size - data || sz > file_size - data - off) {
+            fail(PR_ERR_IO, "file is truncated: tensor '%s' ends past the end of the file (%zu bytes)",
+                 gguf_get_tensor_name(m.gguf, i), file_size);
+        }
+    }
+}
+
+static ggml_backend_dev_t find_cpu() {
+    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+        ggml_backend_dev_t d = ggml_backend_dev_get(i);
+        if (ggml_backend_dev_type(d) == GGML_BACKEND_DEVICE_TYPE_CPU) return d;
+    }
+    fail(PR_ERR_BACKEND, "ggml has no CPU device");
+}
+
+static ggml_backend_dev_t find_gpu() {
+    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+        ggml_backend_dev_t d = ggml_backend_dev_get(i);
+        const auto t = ggml_backend_dev_type(d);
+        if (t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU) return d;
+    }
+    return nullptr;
+}
+
+// Blocks n_layer - n_gpu_layers .. n_layer-1 go to the GPU, and the output head with the last one,
+// as llama.cpp counts n_gpu_layers. Without a GPU device everything stays on the CPU.
+static void assign_devices(model & m, int n_gpu_layers) {
+    m.cpu_dev = find_cpu();
+    ggml_backend_dev_t gpu = n_gpu_layers != 0 ? find_gpu() : nullptr;
+    const int L = m.hp.n_layer;
+    const int n_off = !gpu ? 0 : (n_gpu_layers < 0 || n_gpu_layers > L ? L + 1 : n_gpu_layers);
+    m.layer_dev.assign(L, m.cpu_dev);
+    for (int il = 0; il < L; il++) {
+        if (il >= L - std::min(n_off, L)) m.layer_dev[il] = gpu;
+    }
+    m.output_dev = n_off > L ? gpu : m.cpu_dev;
+}
+
+static void map_file(model & m, int fd, size_t size) {
+    void * p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) fail(PR_ERR_IO, "cannot map '%s': %s", m.path.c_str(), strerror(errno));
+    m.mapping = p;
+    m.mapping_size = size;
+}
+
+// Device of a tensor: block tensors follow their block, the head follows output_dev, the embedding
+// table stays on the CPU (it is read by get_rows, one row per token).
+static ggml_backend_dev_t tensor_dev(const model & m, const ggml_tensor * t) {
+    if (t == m.tok_embd) return m.cpu_dev;   // when tied, the head reads this one CPU copy too
+    if (t == m.output || t == m.output_norm) return m.output_dev;
+    int il = -1;
+    if (sscanf(ggml_get_name(t), "blk.%d.", &il) == 1 && il >= 0 && il < m.hp.n_layer) return m.layer_dev[il];
+    return m.cpu_dev;
+}
+
+static void place_weights(model & m, bool use_mmap) {
+    const size_t data = gguf_get_data_offset(m.gguf);
+    const uint8_t * base = (const uint8_t *) m.mapping;
+
+    // CPU tensors: one buffer over the whole mapping, each tensor pointing into it.
+    std::vector<ggml_tensor *> host, device;
+    for (ggml_tensor * t = ggml_get_first_tensor(m.meta); t; t = ggml_get_next_tensor(m.meta, t)) {
+        (tensor_dev(m, t) == m.cpu_dev ? host : device).push_back(t);
+    }
+    if (!host.empty()) {
+        ggml_backend_buffer_t buf = nullptr;
+        if (use_mmap) {
+            buf = ggml_backend_cpu_buffer_from_ptr((void *) base, m.mapping_size);
+        } else {
+            size_t total = 0;
+            for (ggml_tensor * t : host) total += GGML_PAD(ggml_nbytes(t), 64);
+            buf = ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(m.cpu_dev), total + 64);
+        }
+        if (!buf) fail(PR_ERR_BACKEND, "cannot create the CPU weight buffer");
+        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        m.buffers.push_back(buf);
+        uint8_t * cursor = (uint8_t *) ggml_backend_buffer_get_base(buf);
+        for (ggml_tensor * t : host) {
+            const size_t off = data + gguf_get_tensor_offset(m.gguf, gguf_find_tensor(m.gguf, ggml_get_name(t)));
+            if (use_mmap) {
+                if (ggml_backend_tensor_alloc(buf, t, (void *) (base + off)) != GGML_STATUS_SUCCESS) fail(PR_ERR_BACKEND, "cannot bind '%s'", ggml_get_name(t));
+            } else {
+                if (ggml_backend_tensor_alloc(buf, t, cursor) != GGML_STATUS_SUCCESS) fail(PR_ERR_BACKEND, "cannot bind '%s'", ggml_get_name(t));
+                memcpy(t->data, base + off, ggml_nbytes(t));
+                cursor += GGML_PAD(ggml_nbytes(t), 64);
+            }
+        }
+    }
+    // Other devices: tensors in a buffer per device, uploaded from the mapping.
+    std::map<ggml_backend_dev_t, std::vector<ggml_tensor *>> per_dev;
+    for (ggml_tensor * t : device) per_dev[tensor_dev(m, t)].push_back(t);
+    for (auto & kv : per_dev) {
+        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(kv.first);
+        size_t total = 0;
+        for (ggml_tensor * t : kv.second) total += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), ggml_backend_buft_get_alignment(buft));
+        ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, total + ggml_backend_buft_get_alignment(buft));
+        if (!buf) fail(PR_ERR_BACKEND, "cannot allocate %zu bytes on device %s", total, ggml_backend_dev_name(kv.first));
+        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        m.buffers.push_back(buf);
+        uint8_t * cursor = (uint8_t *) ggml_backend_buffer_get_base(buf);
+        for (ggml_tensor * t : kv.second) {
+            const size_t off = data + gguf_get_tensor_offset(m.gguf, gguf_find_tensor(m.gguf, ggml_get_name(t)));
+            if (ggml_backend_tensor_alloc(buf, t, cursor) != GGML_STATUS_SUCCESS) fail(PR_ERR_BACKEND, "cannot bind '%s'", ggml_get_name(t));
+            ggml_backend_tensor_set(t, base + off, 0, ggml_nbytes(t));
+            cursor += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), ggml_backend_buft_get_alignment(buft));
+        }
+    }
+}
+
+model * load_model(const char * path, const pr_model_params & params) {
+    if (!path || !*path) fail(PR_ERR_INVALID_ARG, "empty model path");
+    const int fd = open(path, O_RDONLY);
+    if (fd < 0) fail(PR_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct fd_guard { int fd; ~fd_guard() { close(fd); } } guard{fd};
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fail(PR_ERR_IO, "'%s' is not a regular file", path);
+    const size_t size = (size_t) st.st_size;
+    char magic[4] = {0};
+    if (size < 8 || pread(fd, magic, 4, 0) != 4 || memcmp(magic, "GGUF", 4) != 0) {
+        fail(PR_ERR_IO, "'%s' is not a GGUF file", path);
+    }
+
+    std::unique_ptr<model> m(new model());
+    m->path = path;
+    gguf_init_params gp = {/*no_alloc =*/ true, /*ctx =*/ &m->meta};
+    m->gguf = gguf_init_from_file(path, gp);
+    if (!m->gguf) fail(PR_ERR_IO, "'%s' is not a readable GGUF file (corrupt or truncated header)", path);
+
+    read_hparams(m->gguf, m->hp);
+    validate_and_bind(*m);
+    check_data_bounds(*m, size);
+
+    for (ggml_tensor * t = ggml_get_first_tensor(m->meta); t; t = ggml_get_next_tensor(m->meta, t)) {
+        m->n_params += ggml_nelements(t);
+        m->n_bytes += ggml_nbytes(t);
+    }
+    assign_devices(*m, params.n_gpu_layers);
+    map_file(*m, fd, size);
+    place_weights(*m, params.use_mmap != 0);
+    return m.release();
+}
+
+} // namespace pr

@@ -1,0 +1,83 @@
+// A GGUF decoder model: hyper-parameters, the weights of each block, and where they live.
+#pragma once
+
+#include "error.h"
+
+#include "ggml.h"
+#include "ggml-backend.h"
+#include "gguf.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pr {
+
+enum class rope_scaling { none, linear, yarn, llama3 };
+
+struct hparams {
+    std::string arch;
+    std::string name;
+    int n_layer = 0;
+    int n_embd = 0;
+    int n_head = 0;
+    int n_head_kv = 0;
+    int n_embd_head = 0;   // per-head size of Q and K (= of V here)
+    int n_ff = 0;
+    int n_vocab = 0;
+    int n_ctx_train = 0;
+    int n_rot = 0;         // rotated dims per head
+    float rms_eps = 1e-5f;
+    float rope_freq_base = 10000.0f;
+    float rope_freq_scale = 1.0f;
+    rope_scaling scaling = rope_scaling::none;
+    int rope_n_ctx_orig = 0;
+    float yarn_ext_factor = 0.0f;
+    float yarn_attn_factor = 1.0f;
+    float yarn_beta_fast = 32.0f;
+    float yarn_beta_slow = 1.0f;
+
+    int n_embd_k_gqa() const { return n_embd_head * n_head_kv; }
+};
+
+// The weights of one decoder block. A river block (issue: the River) is another instance of this
+// struct whose matrices are requantized and whose norms point at the backbone's.
+struct block_weights {
+    ggml_tensor * attn_norm = nullptr;
+    ggml_tensor * wq = nullptr, * wk = nullptr, * wv = nullptr, * wo = nullptr;
+    ggml_tensor * ffn_norm = nullptr;
+    ggml_tensor * ffn_gate = nullptr, * ffn_up = nullptr, * ffn_down = nullptr;
+};
+
+struct model {
+    hparams hp;
+    std::string path;
+
+    gguf_context * gguf = nullptr;
+    ggml_context * meta = nullptr;       // tensor descriptors made by gguf (no data of their own)
+    ggml_context * dev_ctx = nullptr;    // copies of tensors placed on non-CPU devices
+
+    void * mapping = nullptr;            // the whole file, read-only
+    size_t mapping_size = 0;
+    std::vector<ggml_backend_buffer_t> buffers;
+
+    ggml_tensor * tok_embd = nullptr;
+    ggml_tensor * output_norm = nullptr;
+    ggml_tensor * output = nullptr;      // == tok_embd when tied
+    ggml_tensor * rope_freqs = nullptr;  // optional per-dimension frequency factors (llama3)
+    std::vector<block_weights> blocks;
+
+    ggml_backend_dev_t cpu_dev = nullptr;
+    std::vector<ggml_backend_dev_t> layer_dev;   // device of each block's weights and KV
+    ggml_backend_dev_t output_dev = nullptr;
+
+    int64_t n_params = 0;
+    int64_t n_bytes = 0;
+    ggml_type main_type = GGML_TYPE_F32;
+
+    ~model();
+};
+
+model * load_model(const char * path, const pr_model_params & params);
+
+} // namespace pr

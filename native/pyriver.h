@@ -1,0 +1,102 @@
+/* pyriver C API: the whole surface of the native library.
+ *
+ * Every function that can fail returns a pr_status (0 = PR_OK) and leaves a readable message in
+ * pr_last_error() (per thread). Objects are opaque. Positions are token positions in the context.
+ *
+ * The region between the CDEF markers is parsed by cffi: no preprocessor lines inside it.
+ */
+#ifndef PYRIVER_H
+#define PYRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef _WIN32
+#define PR_API __declspec(dllexport)
+#else
+#define PR_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CDEF BEGIN */
+typedef enum {
+    PR_OK = 0,
+    PR_ERR_INVALID_ARG = 1,   /* a bad argument from the caller */
+    PR_ERR_IO = 2,            /* file missing, unreadable, not a GGUF, truncated */
+    PR_ERR_MODEL = 3,         /* unsupported architecture, bad metadata, bad tensor */
+    PR_ERR_CONTEXT_FULL = 4,  /* the tokens do not fit in n_ctx */
+    PR_ERR_BACKEND = 5,       /* ggml could not allocate or compute */
+    PR_ERR_INTERNAL = 6
+} pr_status;
+
+typedef struct pr_model pr_model;
+typedef struct pr_context pr_context;
+
+typedef struct {
+    int32_t n_gpu_layers;     /* blocks placed on the first non-CPU device; -1 = all */
+    int32_t use_mmap;         /* CPU weights are mapped from the file, not copied */
+} pr_model_params;
+
+typedef struct {
+    char    arch[32];
+    char    name[128];
+    int32_t n_layer;
+    int32_t n_embd;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t n_embd_head;
+    int32_t n_ff;
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int64_t n_params;
+    int64_t n_bytes;          /* bytes of all weight tensors */
+    int32_t ftype_hint;       /* ggml type of most block weights */
+} pr_model_info;
+
+typedef struct {
+    int32_t n_ctx;            /* KV cache length in tokens */
+    int32_t n_batch;          /* largest number of tokens one graph computes */
+    int32_t n_threads;        /* threads for single-token decode */
+    int32_t n_threads_batch;  /* threads for prompt batches */
+    int32_t flash_attn;       /* 1: ggml_flash_attn_ext; 0: mul_mat + soft_max (llama.cpp's default) */
+} pr_context_params;
+
+PR_API const char * pr_last_error(void);
+PR_API const char * pr_version(void);
+
+PR_API pr_model_params pr_model_default_params(void);
+PR_API pr_status pr_model_load(const char * path, const pr_model_params * params, pr_model ** out);
+PR_API void      pr_model_free(pr_model * model);
+PR_API pr_status pr_model_get_info(const pr_model * model, pr_model_info * out);
+/* A metadata value of the GGUF as text (strings, numbers); PR_ERR_INVALID_ARG when absent. */
+PR_API pr_status pr_model_meta(const pr_model * model, const char * key, char * buf, size_t buf_size);
+/* ggml devices this process has, one line each: "name\tdescription\ttype". */
+PR_API pr_status pr_devices(char * buf, size_t buf_size);
+
+PR_API pr_context_params pr_context_default_params(void);
+PR_API pr_status pr_context_new(pr_model * model, const pr_context_params * params, pr_context ** out);
+PR_API void      pr_context_free(pr_context * ctx);
+
+/* Appends n tokens at the end of the cache and runs them. With logits_all, logits of every token
+ * are kept (pr_logits index 0..n-1); otherwise only the last token's (index 0). */
+PR_API pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_all);
+/* Logits of output row i of the last pr_decode: n_vocab floats, valid until the next decode. */
+PR_API const float * pr_logits(pr_context * ctx, int32_t i);
+PR_API int32_t   pr_n_outputs(const pr_context * ctx);
+
+PR_API int32_t   pr_kv_pos(const pr_context * ctx);        /* tokens in the cache */
+PR_API int32_t   pr_n_ctx(const pr_context * ctx);
+PR_API pr_status pr_kv_truncate(pr_context * ctx, int32_t n_keep); /* keep the first n_keep */
+PR_API void      pr_kv_clear(pr_context * ctx);
+/* Testing aid: fill every cache slot with a value (NaN proves that no unwritten slot is read). */
+PR_API pr_status pr_kv_fill(pr_context * ctx, float value);
+/* CDEF END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PYRIVER_H */

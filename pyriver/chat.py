@@ -1,0 +1,67 @@
+"""Chat: the template stored in the GGUF rendered with jinja2 (as llama-cpp-python renders it),
+and chat-completion results and chunks shaped like llama-cpp-python's."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Dict, Iterator, List, Optional
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from . import completion as C
+
+# Used when a GGUF carries no template: ChatML, which SmolLM2 and many small models use.
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+          "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def _raise(msg):
+    raise jinja2.exceptions.TemplateError(msg)
+
+
+class ChatTemplate:
+    def __init__(self, source: str, bos_token: str, eos_token: str):
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader())
+        self.template = env.from_string(source)
+        self.bos_token, self.eos_token = bos_token, eos_token
+
+    def render(self, messages: List[Dict], add_generation_prompt: bool = True, **extra) -> str:
+        for m in messages:
+            if not isinstance(m, dict) or "role" not in m:
+                raise ValueError(f"each message needs a 'role': {m!r}")
+        return self.template.render(messages=messages, bos_token=self.bos_token, eos_token=self.eos_token,
+                                    add_generation_prompt=add_generation_prompt, raise_exception=_raise,
+                                    strftime_now=lambda f: datetime.now().strftime(f), **extra)
+
+
+def template_for(llama) -> ChatTemplate:
+    src = llama.metadata("tokenizer.chat_template") or CHATML
+    bos = llama.vocab.token_text(llama.token_bos()) if llama.token_bos() >= 0 else ""
+    eos = llama.vocab.token_text(llama.token_eos()) if llama.token_eos() >= 0 else ""
+    return ChatTemplate(src, bos, eos)
+
+
+def chat_dict(cid: str, created: int, model: str, text: str, finish: Optional[str], usage: dict) -> dict:
+    return {
+        "id": cid, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                     "finish_reason": finish}],
+        "usage": usage,
+    }
+
+
+def chunk_dict(cid: str, created: int, model: str, delta: dict, finish: Optional[str]) -> dict:
+    return {
+        "id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+
+
+def chat_stream(cid: str, created: int, model: str, completion_chunks: Iterator[dict]) -> Iterator[dict]:
+    yield chunk_dict(cid, created, model, {"role": "assistant"}, None)
+    for ch in completion_chunks:
+        c = ch["choices"][0]
+        if c["text"]:
+            yield chunk_dict(cid, created, model, {"content": c["text"]}, None)
+        if c["finish_reason"]:
+            yield chunk_dict(cid, created, model, {}, c["finish_reason"])

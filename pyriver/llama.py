@@ -1,0 +1,295 @@
+"""`pyriver.Llama`: the high-level API, shaped like llama-cpp-python's `Llama`, over the native
+model and context (pyriver's own ggml graphs) and llama.cpp's tokenizer."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from typing import Dict, Iterator, List, Optional, Sequence, Union
+
+import numpy as np
+
+from . import completion as C
+from . import models
+from ._native import check, ffi, lib
+from .errors import ContextFullError
+from .sampling import Sampler, SamplingParams
+from .vocab import Vocab
+
+
+class Llama:
+    def __init__(self, model_path: Optional[str] = None, *, n_ctx: int = 512, n_batch: int = 512,
+                 n_threads: Optional[int] = None, n_threads_batch: Optional[int] = None,
+                 n_gpu_layers: int = 0, seed: Optional[int] = None, use_mmap: bool = True,
+                 flash_attn: bool = False,
+                 chat_format: Optional[str] = None, verbose: bool = True, **unsupported):
+        if unsupported:
+            names = ", ".join(sorted(unsupported))
+            raise TypeError(f"pyriver.Llama does not support: {names}")
+        if chat_format not in (None, "gguf"):
+            raise ValueError(f"chat_format {chat_format!r} is not supported; pyriver uses the template stored in the GGUF")
+        import llama_cpp._logger as _lg
+        _lg.set_verbose(verbose)  # llama.cpp's (and ggml's) log lines, as llama-cpp-python does
+        self.verbose = verbose
+        self._lock = threading.RLock()
+        self._model = self._ctx = ffi.NULL
+        self.model_path = str(models.resolve(model_path))
+        if not os.path.isfile(self.model_path):
+            raise FileNotFoundError(f"model file not found: {self.model_path}")
+
+        mp = ffi.new("pr_model_params *", lib.pr_model_default_params())
+        mp.n_gpu_layers = int(n_gpu_layers)
+        mp.use_mmap = 1 if use_mmap else 0
+        out = ffi.new("pr_model **")
+        check(lib.pr_model_load(self.model_path.encode(), mp, out))
+        self._model = out[0]
+        info = ffi.new("pr_model_info *")
+        check(lib.pr_model_get_info(self._model, info))
+        self.info = {k: (ffi.string(getattr(info, k)).decode() if k in ("arch", "name") else getattr(info, k))
+                     for k in dir(info)}
+
+        self.vocab = Vocab(self.model_path)
+        if self.vocab.n_vocab != self.info["n_vocab"]:
+            raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
+
+        cp = ffi.new("pr_context_params *", lib.pr_context_default_params())
+        cp.n_ctx = int(n_ctx) if n_ctx > 0 else int(self.info["n_ctx_train"])
+        cp.n_batch = int(n_batch)
+        self.n_threads = int(n_threads or max(multiprocessing.cpu_count() // 2, 1))
+        self.n_threads_batch = int(n_threads_batch or multiprocessing.cpu_count())
+        cp.n_threads, cp.n_threads_batch = self.n_threads, self.n_threads_batch
+        cp.flash_attn = 1 if flash_attn else 0
+        out_c = ffi.new("pr_context **")
+        check(lib.pr_context_new(self._model, cp, out_c))
+        self._ctx = out_c[0]
+        self._n_ctx = lib.pr_n_ctx(self._ctx)
+        self.n_batch = cp.n_batch
+        self._seed = seed
+        self.input_ids: List[int] = []   # the tokens whose K/V are in the cache, in order
+        self.last_stats: Dict = {}
+        self._template = None
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            if self._ctx:
+                lib.pr_context_free(self._ctx)
+                self._ctx = ffi.NULL
+            if self._model:
+                lib.pr_model_free(self._model)
+                self._model = ffi.NULL
+            if getattr(self, "vocab", None):
+                self.vocab.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _live(self):
+        if not self._ctx:
+            raise RuntimeError("this Llama is closed")
+
+    # -- model facts ------------------------------------------------------------------------
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    def n_vocab(self) -> int:
+        return self.info["n_vocab"]
+
+    def token_bos(self) -> int:
+        return self.vocab.bos
+
+    def token_eos(self) -> int:
+        return self.vocab.eos
+
+    def metadata(self, key: str) -> Optional[str]:
+        buf = ffi.new("char[]", 1 << 20)
+        if lib.pr_model_meta(self._model, key.encode(), buf, len(buf)) != 0:
+            return None
+        return ffi.string(buf).decode("utf-8", "replace")
+
+    # -- tokens -----------------------------------------------------------------------------
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> List[int]:
+        return self.vocab.tokenize(text, add_bos=add_bos, special=special)
+
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Optional[Sequence[int]] = None,
+                   special: bool = False) -> bytes:
+        return self.vocab.detokenize(list(tokens), prev_tokens, special)
+
+    # -- evaluation -------------------------------------------------------------------------
+    def reset(self) -> None:
+        with self._lock:
+            self._live()
+            lib.pr_kv_clear(self._ctx)
+            self.input_ids = []
+
+    def _truncate(self, n_keep: int) -> None:
+        check(lib.pr_kv_truncate(self._ctx, n_keep))
+        del self.input_ids[n_keep:]
+
+    def eval(self, tokens: Sequence[int], logits_all: bool = False) -> np.ndarray:
+        """Append tokens to the cache and run them. Returns logits [n_outputs, n_vocab]: every
+        token's with logits_all, else the last token's."""
+        with self._lock:
+            self._live()
+            toks = [int(t) for t in tokens]
+            if not toks:
+                raise ValueError("eval needs at least one token")
+            arr = ffi.new("int32_t[]", toks)
+            check(lib.pr_decode(self._ctx, arr, len(toks), 1 if logits_all else 0))
+            self.input_ids.extend(toks)
+            n_out = lib.pr_n_outputs(self._ctx)
+            n_vocab = self.info["n_vocab"]
+            ptr = lib.pr_logits(self._ctx, 0)
+            return np.frombuffer(ffi.buffer(ptr, 4 * n_vocab * n_out), dtype=np.float32).reshape(n_out, n_vocab).copy()
+
+    def _sync_prefix(self, tokens: List[int]):
+        """Bring the cache to hold exactly `tokens`, reusing the longest common prefix already in
+        the cache. Returns the last token's logits and how many tokens were evaluated."""
+        n = 0
+        limit = min(len(tokens), len(self.input_ids)) - 1   # keep >= 1 token to recompute logits
+        while n < limit and self.input_ids[n] == tokens[n]:
+            n += 1
+        self._truncate(n)
+        return self.eval(tokens[n:])[-1], len(tokens) - n
+
+    # -- generation -------------------------------------------------------------------------
+    def generate(self, tokens: Sequence[int], sampler: Sampler, max_new: int) -> Iterator[int]:
+        """Yield sampled tokens after the prompt `tokens`, until max_new or the context ends.
+        Each step holds the lock and re-syncs the cache, so interleaved users stay correct.
+        Timings of the call go to self.last_stats."""
+        seq = [int(t) for t in tokens]
+        if len(seq) > self._n_ctx:
+            raise ContextFullError(f"Requested tokens ({len(seq)}) exceed context window of {self._n_ctx}")
+        st = self.last_stats = {"prompt_tokens": len(seq), "prompt_eval_tokens": 0, "prompt_s": 0.0,
+                                "decode_tokens": 0, "decode_s": 0.0}
+        logits = None
+        for _ in range(max_new):
+            with self._lock:
+                self._live()
+                if logits is None or self.input_ids != seq:
+                    t0 = time.perf_counter()
+                    logits, n_eval = self._sync_prefix(seq)
+                    st["prompt_s"] += time.perf_counter() - t0
+                    st["prompt_eval_tokens"] += n_eval
+                tok = sampler.sample(logits, seq)
+                if self.vocab.is_eog(tok):
+                    return
+                yield tok
+                seq.append(tok)
+                if len(seq) >= self._n_ctx:
+                    return
+                t0 = time.perf_counter()
+                logits = self.eval([tok])[-1]
+                st["decode_s"] += time.perf_counter() - t0
+                st["decode_tokens"] += 1
+
+    def _prompt_tokens(self, prompt: Union[str, List[int]]) -> List[int]:
+        if isinstance(prompt, str):
+            toks = self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True) if prompt else [self.token_bos()]
+        else:
+            toks = [int(t) for t in prompt]
+            bad = [t for t in toks if not 0 <= t < self.n_vocab()]
+            if bad:
+                raise ValueError(f"token id {bad[0]} is out of range [0, {self.n_vocab()})")
+        if not toks:
+            raise ValueError("the prompt is empty")
+        if len(toks) > self._n_ctx:
+            raise ContextFullError(f"Requested tokens ({len(toks)}) exceed context window of {self._n_ctx}")
+        return toks
+
+    def create_completion(self, prompt: Union[str, List[int]], max_tokens: Optional[int] = 16,
+                          temperature: float = 0.8, top_p: float = 0.95, min_p: float = 0.05,
+                          typical_p: float = 1.0, stop: Optional[Union[str, List[str]]] = None,
+                          frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                          repeat_penalty: float = 1.0, top_k: int = 40, stream: bool = False,
+                          seed: Optional[int] = None, echo: bool = False, logprobs: Optional[int] = None,
+                          **unsupported):
+        if unsupported:
+            raise TypeError(f"create_completion does not support: {', '.join(sorted(unsupported))}")
+        if logprobs is not None:
+            raise NotImplementedError("logprobs is not supported yet")
+        prompt_tokens = self._prompt_tokens(prompt)
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
+                                repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
+                                presence_penalty=presence_penalty)
+        sampler = Sampler(params, seed if seed is not None else self._seed)
+        if max_tokens is None or max_tokens <= 0:
+            max_tokens = self._n_ctx - len(prompt_tokens)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        stops_b = [s.encode("utf-8") for s in stops if s]
+        events = self._events(prompt_tokens, sampler, max_tokens, stops_b)
+        cid, created = C.new_id("cmpl"), C.now()
+        prefix = self.detokenize(prompt_tokens).decode("utf-8", "ignore") if echo else ""
+        if stream:
+            return self._stream(events, cid, created, prefix, len(prompt_tokens))
+        parts = [prefix]
+        finish = "length"
+        for text, fin in events:
+            parts.append(text)
+            if fin:
+                finish = fin
+        return C.completion_dict(cid, created, self.model_path, "".join(parts), finish,
+                                 C.usage_dict(len(prompt_tokens), self._n_generated))
+
+    __call__ = create_completion
+
+    def _events(self, prompt_tokens, sampler, max_tokens, stops):
+        """(text, finish_reason or None) pairs; the last pair carries the finish reason."""
+        self._n_generated = 0
+        state = {"eog": False}
+
+        def pieces():
+            n = 0
+            for tok in self.generate(prompt_tokens, sampler, max_tokens):
+                n += 1
+                self._n_generated = n
+                yield self.vocab.piece(tok)
+            # generate() ends by itself on EOG (stop) or on max_tokens / context end (length)
+            state["eog"] = n < max_tokens and len(prompt_tokens) + n < self._n_ctx
+
+        for text, stopped in C.text_events(pieces(), stops):
+            if stopped:
+                yield text, "stop"
+                return
+            if text:
+                yield text, None
+        yield "", "stop" if state["eog"] else "length"
+
+    def _stream(self, events, cid, created, prefix, n_prompt):
+        if prefix:
+            yield C.completion_dict(cid, created, self.model_path, prefix, None, None)
+        for text, fin in events:
+            if text:
+                yield C.completion_dict(cid, created, self.model_path, text, None, None)
+            if fin:
+                yield C.completion_dict(cid, created, self.model_path, "", fin, None)
+
+    # -- chat -------------------------------------------------------------------------------
+    def create_chat_completion(self, messages: List[Dict], *, stream: bool = False,
+                               stop: Optional[Union[str, List[str]]] = None, max_tokens: Optional[int] = None,
+                               **kwargs):
+        from . import chat
+        if self._template is None:
+            self._template = chat.template_for(self)
+        prompt = self._template.render(messages, add_generation_prompt=True)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if self._template.eos_token and self._template.eos_token not in stops:
+            stops.append(self._template.eos_token)   # templates that spell EOS as text
+        # Special tokens in the rendered template are parsed; BOS comes from the template itself.
+        tokens = self.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+        cid, created = C.new_id("chatcmpl"), C.now()
+        res = self.create_completion(tokens, stop=stops, max_tokens=max_tokens, stream=stream, **kwargs)
+        if stream:
+            return chat.chat_stream(cid, created, self.model_path, res)
+        c = res["choices"][0]
+        return chat.chat_dict(cid, created, self.model_path, c["text"], c["finish_reason"], res["usage"])

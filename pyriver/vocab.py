@@ -1,0 +1,70 @@
+"""llama.cpp's tokenizer for a GGUF file, through llama-cpp-python (vocab only, no weights)."""
+from __future__ import annotations
+
+import ctypes
+from typing import List, Optional, Sequence
+
+import llama_cpp
+
+
+class Vocab:
+    """Tokenize and detokenize exactly as llama-cpp-python's Llama does for the same file."""
+
+    def __init__(self, path: str):
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self._model = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), params)
+        if not self._model:
+            raise ValueError(f"llama.cpp could not load the vocabulary of {path}")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.bos = llama_cpp.llama_vocab_bos(self._vocab)
+        self.eos = llama_cpp.llama_vocab_eos(self._vocab)
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self._buf = ctypes.create_string_buffer(256)
+
+    def close(self) -> None:
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> List[int]:
+        n_max = len(text) + 8
+        out = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self._vocab, text, len(text), out, n_max, add_bos, special)
+        if n < 0:
+            n_max = -n
+            out = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(self._vocab, text, len(text), out, n_max, add_bos, special)
+            if n < 0:
+                raise ValueError(f"tokenization failed ({n})")
+        return list(out[:n])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        n = llama_cpp.llama_token_to_piece(self._vocab, int(token), self._buf, len(self._buf), 0, special)
+        if n < 0:
+            raise ValueError(f"token {token} has no text")
+        return self._buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Optional[Sequence[int]] = None,
+                   special: bool = False) -> bytes:
+        for t in tokens:
+            if not 0 <= int(t) < self.n_vocab:
+                raise ValueError(f"token id {t} is out of range [0, {self.n_vocab})")
+        out = b"".join(self.piece(t, special) for t in tokens)
+        # As llama-cpp-python: a leading space after BOS is the tokenizer's, not the text's.
+        if tokens and tokens[0] == self.bos and out[:1] == b" ":
+            out = out[1:]
+        return out
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, int(token)))
+
+    def token_text(self, token: int) -> str:
+        return llama_cpp.llama_vocab_get_text(self._vocab, int(token)).decode("utf-8", "replace")

@@ -1,0 +1,81 @@
+"""Bad input: a clear Python exception each time, and the process keeps working afterwards."""
+from __future__ import annotations
+
+import pytest
+
+from pyriver import ContextFullError, Llama, ModelLoadError
+
+
+def _still_works(path):
+    with Llama(path, n_ctx=64, verbose=False) as llm:
+        out = llm("Hello", max_tokens=4, temperature=0)
+        assert out["usage"]["completion_tokens"] >= 1
+
+
+def test_missing_file(smol_path):
+    with pytest.raises(FileNotFoundError, match="no_such_model.gguf"):
+        Llama("/nonexistent/dir/no_such_model.gguf", verbose=False)
+    _still_works(smol_path)
+
+
+@pytest.mark.parametrize("kind,pattern", [
+    ("not_gguf", "not a GGUF"),
+    ("truncated", "truncated"),
+    ("truncated_header", "GGUF"),
+    ("bad_arch", "unsupported architecture 'nosucharch'"),
+    ("wrong_shape", "attn_q.weight' has shape"),
+    ("missing_tensor", "ffn_up.weight' is missing"),
+])
+def test_bad_model_files(bad_files, smol_path, kind, pattern):
+    with pytest.raises(ModelLoadError, match=pattern):
+        Llama(bad_files[kind], verbose=False)
+    _still_works(smol_path)
+
+
+def test_token_out_of_range(smol_path):
+    with Llama(smol_path, n_ctx=64, verbose=False) as llm:
+        with pytest.raises(ValueError, match="out of range"):
+            llm.eval([1, 2, llm.n_vocab()])
+        with pytest.raises(ValueError, match="out of range"):
+            llm.eval([-1])
+        with pytest.raises(ValueError, match="out of range"):
+            llm([5, 10**9], max_tokens=2)
+        assert llm.input_ids == []   # nothing was half-applied
+        assert llm("Hi", max_tokens=2, temperature=0)["usage"]["completion_tokens"] >= 1
+
+
+def test_prompt_longer_than_context(smol_path):
+    with Llama(smol_path, n_ctx=32, verbose=False) as llm:
+        with pytest.raises(ContextFullError, match="exceed context window of 32"):
+            llm("word " * 100, max_tokens=4)
+        assert llm("Hi", max_tokens=2, temperature=0)["usage"]["completion_tokens"] >= 1
+
+
+def test_decode_past_context_end(smol_path):
+    with Llama(smol_path, n_ctx=32, verbose=False) as llm:
+        llm.eval(list(range(100, 130)))
+        with pytest.raises(ContextFullError, match="do not fit"):
+            llm.eval([5, 6, 7])
+        assert len(llm.input_ids) == 30
+        llm.eval([5, 6])   # the last two slots still work
+        with pytest.raises(ContextFullError):
+            llm.eval([7])
+        llm.reset()
+        assert llm.eval([1, 2, 3]).shape == (1, llm.n_vocab())
+
+
+def test_generation_reaching_context_end_is_length(smol_path):
+    with Llama(smol_path, n_ctx=24, verbose=False) as llm:
+        out = llm("Count: one, two, three,", max_tokens=100, temperature=0)
+        assert out["choices"][0]["finish_reason"] == "length"
+        assert out["usage"]["total_tokens"] <= 24
+
+
+def test_unsupported_parameter(smol_path):
+    with pytest.raises(TypeError, match="does not support: rope_freq_base"):
+        Llama(smol_path, rope_freq_base=1.0, verbose=False)
+
+
+def test_bad_context_params(smol_path):
+    with pytest.raises(ValueError, match="thread"):
+        Llama(smol_path, n_threads=-3, verbose=False)
