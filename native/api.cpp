@@ -2,7 +2,9 @@
 // a message for pr_last_error().
 #include "context.h"
 #include "gguf_meta.h"
+#include "river.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <string>
@@ -167,5 +169,66 @@ pr_status pr_kv_fill(pr_context * ctx, float value) {
         ctx->c->kv->fill(value);
     });
 }
+
+pr_status pr_river_build(const pr_model * model, const char * river_type, int32_t force, const char * backbone_sha256,
+                         const char * out_path, int32_t n_threads, pr_progress_fn progress, void * user,
+                         char * report, size_t report_size) {
+    return guarded([&] {
+        if (!model) pr::fail(PR_ERR_INVALID_ARG, "model is NULL");
+        std::string rep;
+        pr::build_river(*model->m, river_type, force != 0, backbone_sha256, out_path, n_threads, progress, user, rep);
+        if (report && report_size) snprintf(report, report_size, "%s", rep.c_str());
+    });
+}
+
+pr_status pr_river_attach(pr_model * model, const char * path, const char * backbone_sha256, int32_t use_mmap) {
+    return guarded([&] {
+        if (!model) pr::fail(PR_ERR_INVALID_ARG, "model is NULL");
+        if (model->m->river) pr::fail(PR_ERR_INVALID_ARG, "the model already has a river");
+        pr::attach_river(*model->m, path, backbone_sha256, use_mmap != 0);
+    });
+}
+
+pr_status pr_river_info(const pr_model * model, char * type_name, size_t size, int64_t * n_bytes) {
+    return guarded([&] {
+        if (!model || !model->m->river) pr::fail(PR_ERR_INVALID_ARG, "the model has no river");
+        copy_text(model->m->river->type_name, type_name, size);
+        if (n_bytes) *n_bytes = model->m->river->n_bytes;
+    });
+}
+
+pr_exit_params pr_exit_default_params(void) {
+    const pr::exit_rule r;
+    pr_exit_params p;
+    p.exit_threshold = r.tau;
+    p.min_exit_layer = r.min_layer;
+    p.force_exit_layer = r.force_layer;
+    p.prefill_exit = r.prefill ? 1 : 0;
+    p.check_chunk = r.chunk;
+    return p;
+}
+
+pr_status pr_context_set_exit(pr_context * ctx, const pr_exit_params * params) {
+    return guarded([&] {
+        if (!ctx || !params) pr::fail(PR_ERR_INVALID_ARG, "ctx or params is NULL");
+        pr::exit_rule r;
+        r.tau = params->exit_threshold;
+        r.min_layer = params->min_exit_layer;
+        r.force_layer = params->force_exit_layer;
+        r.prefill = params->prefill_exit != 0;
+        r.chunk = params->check_chunk;
+        ctx->c->set_rule(r);
+    });
+}
+
+int32_t pr_exit_layers(const pr_context * ctx, int32_t * out, int32_t n_max) {
+    if (!ctx) return 0;
+    const auto & e = ctx->c->exits;
+    const int32_t n = (int32_t) std::min<size_t>(e.size(), n_max > 0 ? (size_t) n_max : 0);
+    if (out) std::copy(e.begin(), e.begin() + n, out);
+    return (int32_t) e.size();
+}
+
+int64_t pr_graph_runs(const pr_context * ctx) { return ctx ? ctx->c->n_graph_runs : 0; }
 
 } // extern "C"

@@ -1,10 +1,18 @@
 #include "context.h"
+#include "river.h"
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 
 namespace pr {
+
+static constexpr size_t max_small_graphs = 32;
+
+graph_slot::~graph_slot() {
+    graph.reset();
+    if (sched) ggml_backend_sched_free(sched);
+}
 
 context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     if (p.n_ctx < 1 || p.n_ctx > (1 << 22)) fail(PR_ERR_INVALID_ARG, "n_ctx must be in [1, 4194304], got %d", p.n_ctx);
@@ -28,48 +36,96 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(m->cpu_dev);
     set_n_threads = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
 
-    sched = ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), graph_capacity(*m), false, true);
-    if (!sched) fail(PR_ERR_BACKEND, "cannot create the ggml scheduler");
-
     for (auto & b : m->blocks) backbone.push_back(&b);
+    main.sched = new_sched();
 
     // Reserve the compute buffers for the largest step once, so that decoding never grows them.
-    graph_shape worst;
-    worst.flash_attn = p.flash_attn != 0;
-    worst.n_tokens = worst.n_outputs = params.n_batch;
-    worst.n_kv = kv->n_ctx;
-    std::unique_ptr<built_graph> g(build_graph(*m, *kv, worst, backbone));
-    if (!ggml_backend_sched_reserve(sched, g->gf)) fail(PR_ERR_BACKEND, "cannot reserve compute buffers (n_ctx %d, n_batch %d)", p.n_ctx, params.n_batch);
+    segment worst = make_segment(params.n_batch, params.n_batch, 0, m->hp.n_layer - 1, false, 0, -1);
+    worst.shape.n_kv = kv->n_ctx;
+    std::unique_ptr<built_graph> g(build_graph(*m, *kv, worst));
+    if (!ggml_backend_sched_reserve(main.sched, g->gf)) fail(PR_ERR_BACKEND, "cannot reserve compute buffers (n_ctx %d, n_batch %d)", p.n_ctx, params.n_batch);
 }
 
 context::~context() {
-    graph.reset();
-    if (sched) ggml_backend_sched_free(sched);
+    small.clear();
+    main.graph.reset();
+    if (main.sched) ggml_backend_sched_free(main.sched);
+    main.sched = nullptr;
     for (auto b : backends) ggml_backend_free(b);
 }
 
-built_graph & context::graph_for(const graph_shape & s, const block_path & path) {
-    if (graph && graph->shape == s && graph->path == path) return *graph;
-    graph.reset();
-    ggml_backend_sched_reset(sched);
-    graph.reset(build_graph(*m, *kv, s, path));
-    if (!ggml_backend_sched_alloc_graph(sched, graph->gf)) {
-        graph.reset();
-        ggml_backend_sched_reset(sched);
-        fail(PR_ERR_BACKEND, "cannot allocate the compute graph");
-    }
-    return *graph;
+ggml_backend_sched_t context::new_sched() {
+    ggml_backend_sched_t s = ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), graph_capacity(*m), false, true);
+    if (!s) fail(PR_ERR_BACKEND, "cannot create a ggml scheduler");
+    return s;
 }
 
-void context::set_inputs(const built_graph & g, const int32_t * tokens, int n, int pos0) {
-    const int n_kv = g.shape.n_kv;
+void context::set_rule(const exit_rule & r) {
+    const int L = m->hp.n_layer;
+    if (!(r.tau == r.tau)) fail(PR_ERR_INVALID_ARG, "exit_threshold is NaN");
+    if (r.min_layer < 0 || r.min_layer >= L) fail(PR_ERR_INVALID_ARG, "min_exit_layer must be in [0, %d), got %d", L, r.min_layer);
+    if (r.force_layer < -1 || r.force_layer >= L) fail(PR_ERR_INVALID_ARG, "force_exit_layer must be -1 or in [0, %d), got %d", L, r.force_layer);
+    if (r.chunk < 1) fail(PR_ERR_INVALID_ARG, "check chunk must be >= 1");
+    const bool exits = r.force_layer >= 0 || r.tau <= 1.0f;
+    if (exits && !m->river) fail(PR_ERR_INVALID_ARG, "exits need a river: attach one to the model first");
+    rule = r;
+    predicted_exit = -1;
+}
+
+segment context::make_segment(int n, int n_out, int first, int last, bool river_path, int check_first, int check_last) const {
+    segment s;
+    s.shape.flash_attn = params.flash_attn != 0;
+    s.shape.n_tokens = n;
+    s.shape.n_kv = std::min(kv->n_ctx, (int) GGML_PAD(kv->n_used + n, kv_pad));
+    s.shape.n_outputs = last == m->hp.n_layer - 1 ? n_out : 0;
+    s.first = first;
+    s.last = last;
+    s.head = s.shape.n_outputs > 0;
+    s.path = river_path ? river : backbone;
+    s.check_first = check_first;
+    s.check_last = check_last;
+    return s;
+}
+
+built_graph & context::graph_for(const segment & seg) {
+    if (seg.shape.n_tokens > 1) {
+        // Multi-token graphs share the reserved scheduler; rebuilt when the segment changes.
+        if (main.graph && main.graph->seg == seg) return *main.graph;
+        main.graph.reset();
+        ggml_backend_sched_reset(main.sched);
+        main.graph.reset(build_graph(*m, *kv, seg));
+        if (!ggml_backend_sched_alloc_graph(main.sched, main.graph->gf)) {
+            main.graph.reset();
+            ggml_backend_sched_reset(main.sched);
+            fail(PR_ERR_BACKEND, "cannot allocate the compute graph");
+        }
+        return *main.graph;
+    }
+    for (auto it = small.begin(); it != small.end(); ++it) {
+        if (it->first == seg) {
+            small.splice(small.begin(), small, it);
+            return *small.front().second->graph;
+        }
+    }
+    std::unique_ptr<graph_slot> slot(new graph_slot());
+    slot->sched = new_sched();
+    slot->graph.reset(build_graph(*m, *kv, seg));
+    if (!ggml_backend_sched_alloc_graph(slot->sched, slot->graph->gf)) fail(PR_ERR_BACKEND, "cannot allocate a decode graph");
+    small.emplace_front(seg, std::move(slot));
+    if (small.size() > max_small_graphs) small.pop_back();
+    return *small.front().second->graph;
+}
+
+void context::set_inputs(const built_graph & g, const int32_t * tokens, const std::vector<float> * hidden, int n, int pos0) {
+    const int n_kv = g.seg.shape.n_kv;
     std::vector<int32_t> pos(n);
     std::vector<int64_t> idx(n);
     for (int i = 0; i < n; i++) {
         pos[i] = pos0 + i;
         idx[i] = pos0 + i;
     }
-    ggml_backend_tensor_set(g.in.tokens, tokens, 0, sizeof(int32_t) * n);
+    if (g.in.tokens) ggml_backend_tensor_set(g.in.tokens, tokens, 0, sizeof(int32_t) * n);
+    if (g.hidden_in) ggml_backend_tensor_set(g.hidden_in, hidden->data(), 0, sizeof(float) * hidden->size());
     ggml_backend_tensor_set(g.in.pos, pos.data(), 0, sizeof(int32_t) * n);
     ggml_backend_tensor_set(g.in.kv_idx, idx.data(), 0, sizeof(int64_t) * n);
     if (g.in.v_idx) {
@@ -92,32 +148,109 @@ void context::set_inputs(const built_graph & g, const int32_t * tokens, int n, i
 
     if (g.in.out_ids) {
         // Output rows are always the last n_outputs tokens of the step.
-        std::vector<int32_t> ids(g.shape.n_outputs);
-        for (int i = 0; i < g.shape.n_outputs; i++) ids[i] = n - g.shape.n_outputs + i;
+        std::vector<int32_t> ids(g.seg.shape.n_outputs);
+        for (int i = 0; i < g.seg.shape.n_outputs; i++) ids[i] = n - g.seg.shape.n_outputs + i;
         ggml_backend_tensor_set(g.in.out_ids, ids.data(), 0, sizeof(int32_t) * ids.size());
     }
 }
 
-// One step of at most n_batch tokens at the end of the cache.
-void context::run(const int32_t * tokens, int n, int n_out) {
-    const int pos0 = kv->n_used;
-    graph_shape s;
-    s.flash_attn = params.flash_attn != 0;
-    s.n_tokens = n;
-    s.n_kv = std::min(kv->n_ctx, (int) GGML_PAD(pos0 + n, kv_pad));
-    s.n_outputs = n_out;
-    built_graph & g = graph_for(s, backbone);
-    set_inputs(g, tokens, n, pos0);
+built_graph & context::run_segment(const segment & seg, const int32_t * tokens, const std::vector<float> * hidden, int n, int pos0) {
+    built_graph & g = graph_for(seg);
+    set_inputs(g, tokens, hidden, n, pos0);
     if (set_n_threads) set_n_threads(cpu, n == 1 ? params.n_threads : params.n_threads_batch);
+    ggml_backend_sched_t sched = n > 1 ? main.sched : small.front().second->sched;
     const ggml_status st = ggml_backend_sched_graph_compute(sched, g.gf);
     if (st != GGML_STATUS_SUCCESS) fail(PR_ERR_BACKEND, "graph compute failed (status %d)", (int) st);
-    kv->n_used = pos0 + n;
-    if (n_out > 0) {
-        const size_t base = (size_t) n_outputs * m->hp.n_vocab;
-        logits.resize(base + (size_t) n_out * m->hp.n_vocab);
-        ggml_backend_tensor_get(g.logits, logits.data() + base, 0, (size_t) n_out * m->hp.n_vocab * sizeof(float));
-        n_outputs += n_out;
+    n_graph_runs++;
+    return g;
+}
+
+void context::take_logits(const built_graph & g) {
+    const int n_out = g.seg.shape.n_outputs;
+    const size_t base = (size_t) n_outputs * m->hp.n_vocab;
+    logits.resize(base + (size_t) n_out * m->hp.n_vocab);
+    ggml_backend_tensor_get(g.logits, logits.data() + base, 0, (size_t) n_out * m->hp.n_vocab * sizeof(float));
+    n_outputs += n_out;
+}
+
+static std::vector<float> read(ggml_tensor * t) {
+    std::vector<float> v((size_t) ggml_nelements(t));
+    ggml_backend_tensor_get(t, v.data(), 0, v.size() * sizeof(float));
+    return v;
+}
+
+// One step of at most n_batch tokens at the end of the cache, full depth.
+void context::run(const int32_t * tokens, int n, int n_out) {
+    const int L = m->hp.n_layer;
+    const bool exiting = rule.force_layer >= 0 || rule.tau <= 1.0f;
+    if (exiting && (n == 1 || rule.prefill)) {
+        run_river(tokens, n, n_out);
+        return;
     }
+    const int pos0 = kv->n_used;
+    built_graph & g = run_segment(make_segment(n, n_out, 0, L - 1, false, 0, -1), tokens, nullptr, n, pos0);
+    if (n_out > 0) take_logits(g);
+    kv->n_used = pos0 + n;
+    for (int i = 0; i < n; i++) exits.push_back(L - 1);
+}
+
+// One step under the exit rule. The backbone runs in segments; after each, the similarities of
+// its blocks come back to the host and the first block at or above tau ends the backbone. The
+// remaining blocks run on the river from that block's output, writing the same cache rows the
+// backbone would have (and overwriting any the speculative segment wrote past the exit).
+// A segment ends at the block predicted from the previous token, then every `chunk` blocks; a
+// prompt (n > 1) is checked block by block, on the minimum similarity over its tokens.
+void context::run_river(const int32_t * tokens, int n, int n_out) {
+    const int L = m->hp.n_layer;
+    const int pos0 = kv->n_used;
+    const int lo = rule.min_layer, hi = L - 2;   // blocks that may end the backbone
+    int exit_at = -1;
+    std::vector<float> h;
+
+    if (rule.force_layer >= 0) {
+        exit_at = std::min(rule.force_layer, L - 1);
+        if (exit_at < L - 1) {
+            built_graph & g = run_segment(make_segment(n, n_out, 0, exit_at, false, 0, -1), tokens, nullptr, n, pos0);
+            h = read(g.last_hidden);
+        } else {
+            take_logits(run_segment(make_segment(n, n_out, 0, L - 1, false, 0, -1), tokens, nullptr, n, pos0));
+        }
+    } else {
+        int start = 0;
+        int end = n == 1 ? (predicted_exit >= 0 ? std::max(predicted_exit, lo) : L - 1) : std::min(lo, L - 1);
+        for (;;) {
+            const int cf = std::max(start, lo), cl = std::min(end, hi);
+            const segment seg = make_segment(n, n_out, start, end, false, cf, cl);
+            built_graph & g = run_segment(seg, start == 0 ? tokens : nullptr, start == 0 ? nullptr : &h, n, pos0);
+            if (g.checks) {
+                const std::vector<float> c = read(g.checks);   // [n_checks, n]
+                const int nc = seg.n_checks();
+                for (int k = 0; k < nc && exit_at < 0; k++) {
+                    float mn = c[k];
+                    for (int i = 1; i < n; i++) mn = std::min(mn, c[(size_t) i * nc + k]);
+                    if (mn >= rule.tau) exit_at = cf + k;
+                }
+                if (exit_at >= 0) {
+                    h = read(g.hidden_out[exit_at - cf]);
+                    break;
+                }
+            }
+            if (end == L - 1) {
+                take_logits(g);
+                exit_at = L - 1;
+                break;
+            }
+            h = read(g.last_hidden);
+            start = end + 1;
+            end = std::min(L - 1, end + (n == 1 ? rule.chunk : 1));
+        }
+        if (n == 1) predicted_exit = exit_at;
+    }
+    if (exit_at < L - 1) {
+        take_logits(run_segment(make_segment(n, n_out, exit_at + 1, L - 1, true, 0, -1), nullptr, &h, n, pos0));
+    }
+    kv->n_used = pos0 + n;
+    for (int i = 0; i < n; i++) exits.push_back(exit_at);
 }
 
 void context::decode(const int32_t * tokens, int n, bool logits_all) {
@@ -133,6 +266,10 @@ void context::decode(const int32_t * tokens, int n, bool logits_all) {
     }
     n_outputs = 0;
     logits.clear();
+    exits.clear();
+    if (river.empty() && m->river) {
+        for (auto & b : m->river->blocks) river.push_back(&b);
+    }
     for (int done = 0; done < n;) {
         const int step = std::min(params.n_batch, n - done);
         const bool last = done + step == n;

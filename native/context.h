@@ -1,11 +1,29 @@
-// A context: one KV cache, a ggml scheduler over the model's devices, the current graph, logits.
+// A context: one KV cache, ggml schedulers over the model's devices, graphs, logits, and the
+// River exit rule applied token by token.
 #pragma once
 
 #include "graph.h"
 
+#include <list>
 #include <memory>
 
 namespace pr {
+
+struct exit_rule {
+    float tau = 2.0f;          // exit when cos(block in, block out) >= tau; > 1 never exits
+    int min_layer = 1;         // first block whose similarity is checked
+    int force_layer = -1;      // >= 0: every token leaves the backbone after this block
+    bool prefill = false;      // prompts exit too (sequence level: the minimum over the tokens)
+    int chunk = 4;             // blocks per graph after the predicted exit block
+};
+
+// A graph together with the scheduler that holds its allocation. Single-token graphs are kept in
+// a small cache (one scheduler each) so that switching between segments costs no re-allocation.
+struct graph_slot {
+    ggml_backend_sched_t sched = nullptr;
+    std::unique_ptr<built_graph> graph;
+    ~graph_slot();
+};
 
 struct context {
     model * m = nullptr;
@@ -14,9 +32,14 @@ struct context {
     std::vector<ggml_backend_t> backends;  // non-CPU first, CPU last (the scheduler's rule)
     ggml_backend_t cpu = nullptr;
     ggml_backend_set_n_threads_t set_n_threads = nullptr;
-    ggml_backend_sched_t sched = nullptr;
-    std::unique_ptr<built_graph> graph;    // the graph the scheduler currently holds allocated
-    block_path backbone;
+    graph_slot main;                       // multi-token graphs, buffers reserved for the largest
+    std::list<std::pair<segment, std::unique_ptr<graph_slot>>> small;   // most recent first
+    block_path backbone, river;
+
+    exit_rule rule;
+    int predicted_exit = -1;               // the last token's exit block: where decoding guesses first
+    std::vector<int32_t> exits;            // exit block of each token of the last decode (L-1: none)
+    int64_t n_graph_runs = 0;              // graphs computed since creation (the cost of checks)
 
     std::vector<float> logits;             // n_outputs x n_vocab
     int n_outputs = 0;
@@ -26,11 +49,17 @@ struct context {
 
     void decode(const int32_t * tokens, int n, bool logits_all);
     void truncate(int n_keep);
+    void set_rule(const exit_rule & r);
 
 private:
+    ggml_backend_sched_t new_sched();
+    built_graph & graph_for(const segment & seg);
+    built_graph & run_segment(const segment & seg, const int32_t * tokens, const std::vector<float> * hidden, int n, int pos0);
+    void set_inputs(const built_graph & g, const int32_t * tokens, const std::vector<float> * hidden, int n, int pos0);
+    void take_logits(const built_graph & g);
     void run(const int32_t * tokens, int n, int n_out);
-    built_graph & graph_for(const graph_shape & s, const block_path & path);
-    void set_inputs(const built_graph & g, const int32_t * tokens, int n, int pos0);
+    void run_river(const int32_t * tokens, int n, int n_out);
+    segment make_segment(int n, int n_out, int first, int last, bool river_path, int check_first, int check_last) const;
 };
 
 } // namespace pr

@@ -82,52 +82,89 @@ static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_c
     return ggml_add(ctx, h, ggml_mul_mat(ctx, w.ffn_down, f));
 }
 
-built_graph * build_graph(const model & m, const kv_cache & kv, const graph_shape & s, const block_path & path) {
+// cos(x, y) per token column: [1, T].
+static ggml_tensor * cosine(ggml_context * ctx, ggml_tensor * x, ggml_tensor * y, ggml_tensor * nx, ggml_tensor * ny) {
+    ggml_tensor * dot = ggml_sum_rows(ctx, ggml_mul(ctx, x, y));
+    return ggml_div(ctx, dot, ggml_sqrt(ctx, ggml_mul(ctx, nx, ny)));
+}
+
+built_graph * build_graph(const model & m, const kv_cache & kv, const segment & seg) {
     const size_t cap = graph_capacity(m);
     ggml_init_params ip = {ggml_tensor_overhead() * cap + ggml_graph_overhead_custom(cap, false), nullptr, true};
     std::unique_ptr<built_graph> g(new built_graph());
-    g->shape = s;
-    g->path = path;
+    g->seg = seg;
     g->ctx = ggml_init(ip);
     if (!g->ctx) fail(PR_ERR_BACKEND, "cannot create a graph context");
     ggml_context * ctx = g->ctx;
     g->gf = ggml_new_graph_custom(ctx, cap, false);
+    const graph_shape & s = seg.shape;
+    const int L = m.hp.n_layer;
+    if (seg.first < 0 || seg.last >= L || seg.first > seg.last || (seg.head && seg.last != L - 1) || (int) seg.path.size() != L) {
+        fail(PR_ERR_INTERNAL, "bad segment [%d, %d] head %d", seg.first, seg.last, (int) seg.head);
+    }
 
     graph_inputs & in = g->in;
     const int T = s.n_tokens;
-    in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
+    if (seg.first == 0) {
+        in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
+        ggml_set_input(in.tokens);
+        ggml_set_name(in.tokens, "inp_tokens");
+    } else {
+        g->hidden_in = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, m.hp.n_embd, T);
+        ggml_set_input(g->hidden_in);
+        ggml_set_name(g->hidden_in, "inp_hidden");
+    }
     in.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
     in.kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
     in.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.n_kv, T);
-    for (ggml_tensor * t : {in.tokens, in.pos, in.kv_idx, in.mask}) ggml_set_input(t);
+    for (ggml_tensor * t : {in.pos, in.kv_idx, in.mask}) ggml_set_input(t);
     if (kv.v_trans) {
         in.v_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, (int64_t) m.hp.n_embd_k_gqa() * T);
         ggml_set_input(in.v_idx);
         ggml_set_name(in.v_idx, "inp_v_idx");
     }
-    ggml_set_name(in.tokens, "inp_tokens");
     ggml_set_name(in.pos, "inp_pos");
     ggml_set_name(in.kv_idx, "inp_kv_idx");
     ggml_set_name(in.mask, "inp_mask");
-    if (s.n_outputs > 0 && s.n_outputs < T) {
+    if (seg.head && s.n_outputs > 0 && s.n_outputs < T) {
         in.out_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, s.n_outputs);
         ggml_set_input(in.out_ids);
         ggml_set_name(in.out_ids, "inp_out_ids");
     }
 
-    ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, in.tokens);
-    const int L = m.hp.n_layer;
-    for (int il = 0; il < L; il++) {
-        ggml_tensor * sel = (il == L - 1) ? in.out_ids : nullptr;
-        x = build_block(ctx, m, kv, in, *path[il], il, s.n_kv, x, sel);
+    ggml_tensor * x = seg.first == 0 ? ggml_get_rows(ctx, m.tok_embd, in.tokens) : g->hidden_in;
+    ggml_tensor * nx = nullptr;   // squared norm of x per token, carried from one check to the next
+    for (int il = seg.first; il <= seg.last; il++) {
+        const bool check = il >= seg.check_first && il <= seg.check_last;
+        if (check && !nx) nx = ggml_sum_rows(ctx, ggml_sqr(ctx, x));
+        ggml_tensor * sel = (seg.head && il == L - 1) ? in.out_ids : nullptr;
+        ggml_tensor * y = build_block(ctx, m, kv, in, *seg.path[il], il, s.n_kv, x, sel);
+        if (check) {
+            ggml_tensor * ny = ggml_sum_rows(ctx, ggml_sqr(ctx, y));
+            ggml_tensor * c = cosine(ctx, x, y, nx, ny);
+            g->checks = g->checks ? ggml_concat(ctx, g->checks, c, 0) : c;
+            ggml_set_output(y);
+            g->hidden_out.push_back(y);
+            nx = ny;
+        } else {
+            nx = nullptr;
+        }
+        x = y;
     }
-    if (s.n_outputs > 0) {
+    if (g->checks) {
+        ggml_set_name(g->checks, "checks");
+        ggml_set_output(g->checks);
+        ggml_build_forward_expand(g->gf, g->checks);
+    }
+    if (seg.head) {
         x = rms_norm(ctx, x, m.output_norm, m.hp.rms_eps);
         g->logits = ggml_mul_mat(ctx, m.output, x);
         ggml_set_name(g->logits, "logits");
         ggml_set_output(g->logits);
         ggml_build_forward_expand(g->gf, g->logits);
     } else {
+        g->last_hidden = x;
+        ggml_set_output(x);
         ggml_build_forward_expand(g->gf, x);
     }
     return g.release();

@@ -28,19 +28,38 @@ struct graph_inputs {
 
 using block_path = std::vector<const block_weights *>;  // one entry per layer
 
-struct built_graph {
+// What one graph computes: blocks first..last of a path, starting from the token embeddings
+// (first == 0) or from a hidden state given as input; the exit similarity of blocks
+// check_first..check_last; the final norm and LM head when head is set (needs last == L-1).
+struct segment {
     graph_shape shape;
-    block_path path;
+    int first = 0, last = -1;
+    block_path path;                 // the blocks first..last use
+    int check_first = 0, check_last = -1;
+    bool head = true;
+    bool operator==(const segment & o) const {
+        return shape == o.shape && first == o.first && last == o.last && check_first == o.check_first &&
+               check_last == o.check_last && head == o.head && path == o.path;
+    }
+    int n_checks() const { return check_last >= check_first ? check_last - check_first + 1 : 0; }
+};
+
+struct built_graph {
+    segment seg;
     ggml_context * ctx = nullptr;
     ggml_cgraph * gf = nullptr;
     graph_inputs in;
-    ggml_tensor * logits = nullptr;  // F32 [n_vocab, n_outputs]
+    ggml_tensor * hidden_in = nullptr;       // F32 [n_embd, n_tokens] when first > 0
+    ggml_tensor * checks = nullptr;          // F32 [n_checks, n_tokens]: cos(block input, output)
+    std::vector<ggml_tensor *> hidden_out;   // F32 [n_embd, n_tokens] after each checked block
+    ggml_tensor * last_hidden = nullptr;     // F32 [n_embd, n_tokens] after block last (no head)
+    ggml_tensor * logits = nullptr;          // F32 [n_vocab, n_outputs]
     ~built_graph();
 };
 
 constexpr int kv_pad = 256;
 
 size_t graph_capacity(const model & m);
-built_graph * build_graph(const model & m, const kv_cache & kv, const graph_shape & s, const block_path & path);
+built_graph * build_graph(const model & m, const kv_cache & kv, const segment & seg);
 
 } // namespace pr

@@ -3,26 +3,18 @@
 // ggml call that could assert, so a bad file is an exception, never an abort.
 #include "model.h"
 #include "gguf_meta.h"
+#include "river.h"
 
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <cstring>
-#include <fcntl.h>
 #include <map>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace pr {
 
-model::~model() {
-    for (auto b : buffers) ggml_backend_buffer_free(b);
-    if (dev_ctx) ggml_free(dev_ctx);
-    if (meta) ggml_free(meta);
-    if (gguf) gguf_free(gguf);
-    if (mapping) munmap(mapping, mapping_size);
-}
+model::model() = default;
+model::~model() = default;
 
 static void read_hparams(const gguf_context * g, hparams & hp) {
     hp.arch = meta_str(g, "general.architecture", "");
@@ -82,14 +74,8 @@ struct expect {
     bool matrix;        // used by mul_mat: any quantized type; otherwise F32 only
 };
 
-static bool usable_type(ggml_type t) {
-    if ((int) t < 0 || (int) t >= GGML_TYPE_COUNT) return false;
-    const ggml_type_traits * tr = ggml_get_type_traits(t);
-    return tr && tr->blck_size > 0 && tr->type_size > 0 && tr->type_name && (t == GGML_TYPE_F32 || tr->to_float);
-}
-
 static void check_tensor(const model & m, const expect & e, ggml_tensor * t) {
-    const int64_t i = gguf_find_tensor(m.gguf, e.name.c_str());
+    const int64_t i = m.file->index(e.name);
     const int64_t * ne = gguf_get_tensor_ne(m.gguf, i);
     const ggml_type type = gguf_get_tensor_type(m.gguf, i);
     const int64_t want1 = e.ne1 ? e.ne1 : 1;
@@ -164,18 +150,6 @@ static void validate_and_bind(model & m) {
     }
 }
 
-static void check_data_bounds(const model & m, size_t file_size) {
-    const size_t data = gguf_get_data_offset(m.gguf);
-    for (int64_t i = 0; i < gguf_get_n_tensors(m.gguf); i++) {
-        const size_t off = gguf_get_tensor_offset(m.gguf, i);
-        const size_t sz = gguf_get_tensor_size(m.gguf, i);
-        if (data > file_size || off > file_size - data || sz > file_size - data - off) {
-            fail(PR_ERR_IO, "file is truncated: tensor '%s' ends past the end of the file (%zu bytes)",
-                 gguf_get_tensor_name(m.gguf, i), file_size);
-        }
-    }
-}
-
 static ggml_backend_dev_t find_cpu() {
     for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
         ggml_backend_dev_t d = ggml_backend_dev_get(i);
@@ -207,13 +181,6 @@ static void assign_devices(model & m, int n_gpu_layers) {
     m.output_dev = n_off > L ? gpu : m.cpu_dev;
 }
 
-static void map_file(model & m, int fd, size_t size) {
-    void * p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) fail(PR_ERR_IO, "cannot map '%s': %s", m.path.c_str(), strerror(errno));
-    m.mapping = p;
-    m.mapping_size = size;
-}
-
 // Device of a tensor: block tensors follow their block, the head follows output_dev, the embedding
 // table stays on the CPU (it is read by get_rows, one row per token).
 static ggml_backend_dev_t tensor_dev(const model & m, const ggml_tensor * t) {
@@ -224,90 +191,23 @@ static ggml_backend_dev_t tensor_dev(const model & m, const ggml_tensor * t) {
     return m.cpu_dev;
 }
 
-static void place_weights(model & m, bool use_mmap) {
-    const size_t data = gguf_get_data_offset(m.gguf);
-    const uint8_t * base = (const uint8_t *) m.mapping;
-
-    // CPU tensors: one buffer over the whole mapping, each tensor pointing into it.
-    std::vector<ggml_tensor *> host, device;
-    for (ggml_tensor * t = ggml_get_first_tensor(m.meta); t; t = ggml_get_next_tensor(m.meta, t)) {
-        (tensor_dev(m, t) == m.cpu_dev ? host : device).push_back(t);
-    }
-    if (!host.empty()) {
-        ggml_backend_buffer_t buf = nullptr;
-        if (use_mmap) {
-            buf = ggml_backend_cpu_buffer_from_ptr((void *) base, m.mapping_size);
-        } else {
-            size_t total = 0;
-            for (ggml_tensor * t : host) total += GGML_PAD(ggml_nbytes(t), 64);
-            buf = ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(m.cpu_dev), total + 64);
-        }
-        if (!buf) fail(PR_ERR_BACKEND, "cannot create the CPU weight buffer");
-        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        m.buffers.push_back(buf);
-        uint8_t * cursor = (uint8_t *) ggml_backend_buffer_get_base(buf);
-        for (ggml_tensor * t : host) {
-            const size_t off = data + gguf_get_tensor_offset(m.gguf, gguf_find_tensor(m.gguf, ggml_get_name(t)));
-            if (use_mmap) {
-                if (ggml_backend_tensor_alloc(buf, t, (void *) (base + off)) != GGML_STATUS_SUCCESS) fail(PR_ERR_BACKEND, "cannot bind '%s'", ggml_get_name(t));
-            } else {
-                if (ggml_backend_tensor_alloc(buf, t, cursor) != GGML_STATUS_SUCCESS) fail(PR_ERR_BACKEND, "cannot bind '%s'", ggml_get_name(t));
-                memcpy(t->data, base + off, ggml_nbytes(t));
-                cursor += GGML_PAD(ggml_nbytes(t), 64);
-            }
-        }
-    }
-    // Other devices: tensors in a buffer per device, uploaded from the mapping.
-    std::map<ggml_backend_dev_t, std::vector<ggml_tensor *>> per_dev;
-    for (ggml_tensor * t : device) per_dev[tensor_dev(m, t)].push_back(t);
-    for (auto & kv : per_dev) {
-        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(kv.first);
-        size_t total = 0;
-        for (ggml_tensor * t : kv.second) total += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), ggml_backend_buft_get_alignment(buft));
-        ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, total + ggml_backend_buft_get_alignment(buft));
-        if (!buf) fail(PR_ERR_BACKEND, "cannot allocate %zu bytes on device %s", total, ggml_backend_dev_name(kv.first));
-        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-        m.buffers.push_back(buf);
-        uint8_t * cursor = (uint8_t *) ggml_backend_buffer_get_base(buf);
-        for (ggml_tensor * t : kv.second) {
-            const size_t off = data + gguf_get_tensor_offset(m.gguf, gguf_find_tensor(m.gguf, ggml_get_name(t)));
-            if (ggml_backend_tensor_alloc(buf, t, cursor) != GGML_STATUS_SUCCESS) fail(PR_ERR_BACKEND, "cannot bind '%s'", ggml_get_name(t));
-            ggml_backend_tensor_set(t, base + off, 0, ggml_nbytes(t));
-            cursor += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), ggml_backend_buft_get_alignment(buft));
-        }
-    }
-}
-
 model * load_model(const char * path, const pr_model_params & params) {
-    if (!path || !*path) fail(PR_ERR_INVALID_ARG, "empty model path");
-    const int fd = open(path, O_RDONLY);
-    if (fd < 0) fail(PR_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    struct fd_guard { int fd; ~fd_guard() { close(fd); } } guard{fd};
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fail(PR_ERR_IO, "'%s' is not a regular file", path);
-    const size_t size = (size_t) st.st_size;
-    char magic[4] = {0};
-    if (size < 8 || pread(fd, magic, 4, 0) != 4 || memcmp(magic, "GGUF", 4) != 0) {
-        fail(PR_ERR_IO, "'%s' is not a GGUF file", path);
-    }
-
     std::unique_ptr<model> m(new model());
+    m->file = open_weight_file(path);
     m->path = path;
-    gguf_init_params gp = {/*no_alloc =*/ true, /*ctx =*/ &m->meta};
-    m->gguf = gguf_init_from_file(path, gp);
-    if (!m->gguf) fail(PR_ERR_IO, "'%s' is not a readable GGUF file (corrupt or truncated header)", path);
+    m->gguf = m->file->gguf;
+    m->meta = m->file->meta;
 
     read_hparams(m->gguf, m->hp);
     validate_and_bind(*m);
-    check_data_bounds(*m, size);
 
     for (ggml_tensor * t = ggml_get_first_tensor(m->meta); t; t = ggml_get_next_tensor(m->meta, t)) {
         m->n_params += ggml_nelements(t);
         m->n_bytes += ggml_nbytes(t);
     }
     assign_devices(*m, params.n_gpu_layers);
-    map_file(*m, fd, size);
-    place_weights(*m, params.use_mmap != 0);
+    const model & mr = *m;
+    place_weights(*m->file, [&](const ggml_tensor * t) { return tensor_dev(mr, t); }, m->cpu_dev, params.use_mmap != 0);
     return m.release();
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "error.h"
+#include "weights.h"
 
 #include "ggml.h"
 #include "ggml-backend.h"
@@ -49,17 +50,15 @@ struct block_weights {
     ggml_tensor * ffn_gate = nullptr, * ffn_up = nullptr, * ffn_down = nullptr;
 };
 
+struct river_blocks;
+
 struct model {
     hparams hp;
     std::string path;
 
-    gguf_context * gguf = nullptr;
-    ggml_context * meta = nullptr;       // tensor descriptors made by gguf (no data of their own)
-    ggml_context * dev_ctx = nullptr;    // copies of tensors placed on non-CPU devices
-
-    void * mapping = nullptr;            // the whole file, read-only
-    size_t mapping_size = 0;
-    std::vector<ggml_backend_buffer_t> buffers;
+    std::unique_ptr<weight_file> file;
+    gguf_context * gguf = nullptr;       // == file->gguf
+    ggml_context * meta = nullptr;       // == file->meta
 
     ggml_tensor * tok_embd = nullptr;
     ggml_tensor * output_norm = nullptr;
@@ -71,10 +70,13 @@ struct model {
     std::vector<ggml_backend_dev_t> layer_dev;   // device of each block's weights and KV
     ggml_backend_dev_t output_dev = nullptr;
 
+    std::unique_ptr<river_blocks> river;  // optional: attached with attach_river
+
     int64_t n_params = 0;
     int64_t n_bytes = 0;
     ggml_type main_type = GGML_TYPE_F32;
 
+    model();
     ~model();
 };
 

@@ -93,6 +93,36 @@ PR_API pr_status pr_kv_truncate(pr_context * ctx, int32_t n_keep); /* keep the f
 PR_API void      pr_kv_clear(pr_context * ctx);
 /* Testing aid: fill every cache slot with a value (NaN proves that no unwritten slot is read). */
 PR_API pr_status pr_kv_fill(pr_context * ctx, float value);
+
+/* ---- River ---------------------------------------------------------------------------------
+ * A river is a requantized copy of every block's matrices, kept in a sidecar GGUF bound to its
+ * backbone by the backbone file's sha256 and size. */
+typedef int32_t (*pr_progress_fn)(int32_t done, int32_t total, void * user); /* nonzero cancels */
+
+/* Writes the sidecar for river_type (a ggml type name: "q4_0", "q8_0", ...). Tensors whose rows do
+ * not fit the type fall back to the nearest type that fits; report lists them. A river type that
+ * is not cheaper than the backbone's is refused unless force. */
+PR_API pr_status pr_river_build(const pr_model * model, const char * river_type, int32_t force,
+                                const char * backbone_sha256, const char * out_path, int32_t n_threads,
+                                pr_progress_fn progress, void * user, char * report, size_t report_size);
+/* Binds a sidecar as the model's river (once per model). */
+PR_API pr_status pr_river_attach(pr_model * model, const char * path, const char * backbone_sha256, int32_t use_mmap);
+/* The river's type name and bytes, or PR_ERR_INVALID_ARG without a river. */
+PR_API pr_status pr_river_info(const pr_model * model, char * type_name, size_t size, int64_t * n_bytes);
+
+typedef struct {
+    float   exit_threshold;   /* tau: exit when cos(block input, block output) >= tau; > 1 never */
+    int32_t min_exit_layer;   /* first block whose similarity is checked */
+    int32_t force_exit_layer; /* >= 0: every token exits after this block (tests, benchmarks) */
+    int32_t prefill_exit;     /* prompts exit too, at the first block where all tokens reach tau */
+    int32_t check_chunk;      /* blocks per graph after the predicted exit block */
+} pr_exit_params;
+
+PR_API pr_exit_params pr_exit_default_params(void);
+PR_API pr_status pr_context_set_exit(pr_context * ctx, const pr_exit_params * params);
+/* Exit block of each token of the last pr_decode (n_layer-1: full depth); returns the count. */
+PR_API int32_t   pr_exit_layers(const pr_context * ctx, int32_t * out, int32_t n_max);
+PR_API int64_t   pr_graph_runs(const pr_context * ctx);
 /* CDEF END */
 
 #ifdef __cplusplus

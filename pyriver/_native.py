@@ -23,7 +23,6 @@ def _lib_dirs():
     import sysconfig
     for sp in [sysconfig.get_paths()["platlib"], *site.getsitepackages(), site.getusersitepackages()]:
         yield Path(sp) / "pyriver"
-    yield _HERE.parent / "native"   # the header, in a source checkout
 
 
 def _find(name: str) -> Path:
@@ -45,9 +44,14 @@ def _cdef(header: Path) -> str:
 # llama_cpp first: its libggml is the one the process uses; ours resolves to the same file.
 import llama_cpp  # noqa: E402,F401
 
+_LIB = _find("libpyriver.so" if os.name != "nt" else "pyriver.dll")
+# The header that matches the library: installed beside it, or the checkout's for a dev build.
+_HEADER = _LIB.parent / "pyriver.h"
+if not _HEADER.exists():
+    _HEADER = _HERE.parent / "native" / "pyriver.h"
 ffi = cffi.FFI()
-ffi.cdef(_cdef(_find("pyriver.h")))
-lib = ffi.dlopen(str(_find("libpyriver.so" if os.name != "nt" else "pyriver.dll")))
+ffi.cdef(_cdef(_HEADER))
+lib = ffi.dlopen(str(_LIB))
 
 PR_OK = 0
 _ERRORS = {

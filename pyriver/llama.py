@@ -18,11 +18,19 @@ from .sampling import Sampler, SamplingParams
 from .vocab import Vocab
 
 
+# Defaults of the exit rule (see README: chosen by `pyriver eval` measurements on SmolLM2).
+DEFAULT_TAU = 0.975
+DEFAULT_MIN_EXIT_LAYER = 4
+
+
 class Llama:
     def __init__(self, model_path: Optional[str] = None, *, n_ctx: int = 512, n_batch: int = 512,
                  n_threads: Optional[int] = None, n_threads_batch: Optional[int] = None,
                  n_gpu_layers: int = 0, seed: Optional[int] = None, use_mmap: bool = True,
-                 flash_attn: bool = False,
+                 flash_attn: bool = False, river: Optional[str] = None,
+                 exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
+                 force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
+                 river_rebuild: bool = False,
                  chat_format: Optional[str] = None, verbose: bool = True, **unsupported):
         if unsupported:
             names = ", ".join(sorted(unsupported))
@@ -49,6 +57,13 @@ class Llama:
         self.info = {k: (ffi.string(getattr(info, k)).decode() if k in ("arch", "name") else getattr(info, k))
                      for k in dir(info)}
 
+        self.river_path = None
+        if river is not None:
+            from . import river as _river
+            self.river_path = str(_river.prepare(self._model, self.model_path, river, force=river_force,
+                                                 rebuild=river_rebuild, progress=True, use_mmap=use_mmap,
+                                                 verbose=verbose))
+
         self.vocab = Vocab(self.model_path)
         if self.vocab.n_vocab != self.info["n_vocab"]:
             raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
@@ -67,8 +82,30 @@ class Llama:
         self.n_batch = cp.n_batch
         self._seed = seed
         self.input_ids: List[int] = []   # the tokens whose K/V are in the cache, in order
+        self.last_exits: List[int] = []  # exit block of each token of the last eval
+        self.exit_threshold = DEFAULT_TAU if exit_threshold is None else float(exit_threshold)
+        self.min_exit_layer = DEFAULT_MIN_EXIT_LAYER if min_exit_layer is None else int(min_exit_layer)
+        if self.river_path is None and (exit_threshold is not None or min_exit_layer is not None or force_exit_layer >= 0):
+            raise ValueError("exit_threshold, min_exit_layer and force_exit_layer need a river (river='q4_0', ...)")
+        if self.river_path is not None:
+            self.set_exit(self.exit_threshold, self.min_exit_layer, force_exit_layer, prefill_exit)
         self.last_stats: Dict = {}
         self._template = None
+
+    def set_exit(self, exit_threshold: float, min_exit_layer: Optional[int] = None, force_exit_layer: int = -1,
+                 prefill_exit: bool = False, check_chunk: int = 4) -> None:
+        """Change the exit rule between calls (tau > 1 never exits; force_exit_layer >= 0 exits
+        every token after that block)."""
+        with self._lock:
+            self._live()
+            p = ffi.new("pr_exit_params *", lib.pr_exit_default_params())
+            p.exit_threshold = float(exit_threshold)
+            p.min_exit_layer = int(self.min_exit_layer if min_exit_layer is None else min_exit_layer)
+            p.force_exit_layer = int(force_exit_layer)
+            p.prefill_exit = 1 if prefill_exit else 0
+            p.check_chunk = int(check_chunk)
+            check(lib.pr_context_set_exit(self._ctx, p))
+            self.exit_threshold, self.min_exit_layer = p.exit_threshold, p.min_exit_layer
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -147,6 +184,9 @@ class Llama:
             arr = ffi.new("int32_t[]", toks)
             check(lib.pr_decode(self._ctx, arr, len(toks), 1 if logits_all else 0))
             self.input_ids.extend(toks)
+            buf = ffi.new("int32_t[]", len(toks))
+            n_ex = lib.pr_exit_layers(self._ctx, buf, len(toks))
+            self.last_exits = list(buf[0:min(n_ex, len(toks))])
             n_out = lib.pr_n_outputs(self._ctx)
             n_vocab = self.info["n_vocab"]
             ptr = lib.pr_logits(self._ctx, 0)
@@ -171,7 +211,7 @@ class Llama:
         if len(seq) > self._n_ctx:
             raise ContextFullError(f"Requested tokens ({len(seq)}) exceed context window of {self._n_ctx}")
         st = self.last_stats = {"prompt_tokens": len(seq), "prompt_eval_tokens": 0, "prompt_s": 0.0,
-                                "decode_tokens": 0, "decode_s": 0.0}
+                                "decode_tokens": 0, "decode_s": 0.0, "exits": []}
         logits = None
         for _ in range(max_new):
             with self._lock:
@@ -192,6 +232,7 @@ class Llama:
                 logits = self.eval([tok])[-1]
                 st["decode_s"] += time.perf_counter() - t0
                 st["decode_tokens"] += 1
+                st["exits"].extend(self.last_exits)
 
     def _prompt_tokens(self, prompt: Union[str, List[int]]) -> List[int]:
         if isinstance(prompt, str):
@@ -239,9 +280,18 @@ class Llama:
             if fin:
                 finish = fin
         return C.completion_dict(cid, created, self.model_path, "".join(parts), finish,
-                                 C.usage_dict(len(prompt_tokens), self._n_generated))
+                                 C.usage_dict(len(prompt_tokens), self._n_generated), river=self.river_stats())
 
     __call__ = create_completion
+
+    def river_stats(self) -> Optional[Dict]:
+        """Exit statistics of the decode steps of the last generation (None without a river)."""
+        if self.river_path is None:
+            return None
+        from .river import exit_stats
+        d = exit_stats(self.last_stats.get("exits", []), self.info["n_layer"])
+        d.update(river=self.river_path, exit_threshold=self.exit_threshold, min_exit_layer=self.min_exit_layer)
+        return d
 
     def _events(self, prompt_tokens, sampler, max_tokens, stops):
         """(text, finish_reason or None) pairs; the last pair carries the finish reason."""

@@ -1,0 +1,31 @@
+// The River: for every backbone block a block of the same structure whose matrices are the
+// backbone's requantized to a cheaper type, and whose norms are the backbone's own. Built once
+// into a sidecar GGUF, then mapped like the model.
+#pragma once
+
+#include "model.h"
+
+namespace pr {
+
+struct river_blocks {
+    std::unique_ptr<weight_file> file;
+    std::string type_name;               // the requested river type
+    std::vector<block_weights> blocks;
+    int64_t n_bytes = 0;                 // bytes of the river matrices
+};
+
+using progress_fn = int32_t (*)(int32_t done, int32_t total, void * user);
+
+// Requantizes every block matrix of m to river_type and writes the sidecar to out_path.
+// report receives one line per tensor whose type differs from the request (fallbacks).
+void build_river(const model & m, const char * river_type, bool force, const char * backbone_sha256,
+                 const char * out_path, int n_threads, progress_fn progress, void * user, std::string & report);
+
+// Opens a sidecar, checks that it belongs to m (sha256, size, shapes), and binds it as m.river.
+void attach_river(model & m, const char * path, const char * backbone_sha256, bool use_mmap);
+
+// The names of the seven matrices of a block, in GGUF naming ("attn_q", ...).
+const std::vector<std::string> & block_matrix_names();
+ggml_tensor * block_weights::* block_matrix_member(size_t i);
+
+} // namespace pr

@@ -1,0 +1,107 @@
+#include "weights.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <map>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace pr {
+
+weight_file::~weight_file() {
+    for (auto b : buffers) ggml_backend_buffer_free(b);
+    if (meta) ggml_free(meta);
+    if (gguf) gguf_free(gguf);
+    if (mapping) munmap(mapping, size);
+}
+
+int64_t weight_file::index(const std::string & name) const {
+    return gguf_find_tensor(gguf, name.c_str());
+}
+
+ggml_tensor * weight_file::tensor(const std::string & name) const {
+    return index(name) < 0 ? nullptr : ggml_get_tensor(meta, name.c_str());
+}
+
+bool usable_type(ggml_type t) {
+    if ((int) t < 0 || (int) t >= GGML_TYPE_COUNT) return false;
+    const ggml_type_traits * tr = ggml_get_type_traits(t);
+    return tr && tr->blck_size > 0 && tr->type_size > 0 && tr->type_name && (t == GGML_TYPE_F32 || tr->to_float);
+}
+
+std::unique_ptr<weight_file> open_weight_file(const char * path) {
+    if (!path || !*path) fail(PR_ERR_INVALID_ARG, "empty file path");
+    const int fd = open(path, O_RDONLY);
+    if (fd < 0) fail(PR_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct fd_guard { int fd; ~fd_guard() { close(fd); } } guard{fd};
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) fail(PR_ERR_IO, "'%s' is not a regular file", path);
+    char magic[4] = {0};
+    if (st.st_size < 8 || pread(fd, magic, 4, 0) != 4 || memcmp(magic, "GGUF", 4) != 0) {
+        fail(PR_ERR_IO, "'%s' is not a GGUF file", path);
+    }
+    std::unique_ptr<weight_file> f(new weight_file());
+    f->path = path;
+    f->size = (size_t) st.st_size;
+    gguf_init_params gp = {/*no_alloc =*/ true, /*ctx =*/ &f->meta};
+    f->gguf = gguf_init_from_file(path, gp);
+    if (!f->gguf) fail(PR_ERR_IO, "'%s' is not a readable GGUF file (corrupt or truncated header)", path);
+
+    const size_t data = gguf_get_data_offset(f->gguf);
+    for (int64_t i = 0; i < gguf_get_n_tensors(f->gguf); i++) {
+        const size_t off = gguf_get_tensor_offset(f->gguf, i);
+        const size_t sz = gguf_get_tensor_size(f->gguf, i);
+        if (data > f->size || off > f->size - data || sz > f->size - data - off) {
+            fail(PR_ERR_IO, "'%s' is truncated: tensor '%s' ends past the end of the file (%zu bytes)", path,
+                 gguf_get_tensor_name(f->gguf, i), f->size);
+        }
+    }
+    void * p = mmap(nullptr, f->size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) fail(PR_ERR_IO, "cannot map '%s': %s", path, strerror(errno));
+    f->mapping = p;
+    return f;
+}
+
+void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const ggml_tensor *)> & dev_of,
+                   ggml_backend_dev_t cpu, bool use_mmap) {
+    const size_t data = gguf_get_data_offset(f.gguf);
+    const uint8_t * base = (const uint8_t *) f.mapping;
+    auto file_off = [&](const ggml_tensor * t) { return data + gguf_get_tensor_offset(f.gguf, f.index(ggml_get_name(t))); };
+
+    std::map<ggml_backend_dev_t, std::vector<ggml_tensor *>> per_dev;
+    for (ggml_tensor * t = ggml_get_first_tensor(f.meta); t; t = ggml_get_next_tensor(f.meta, t)) per_dev[dev_of(t)].push_back(t);
+
+    for (auto & kv : per_dev) {
+        if (kv.first == cpu && use_mmap) {
+            // One buffer over the whole mapping; tensors point into it.
+            ggml_backend_buffer_t buf = ggml_backend_cpu_buffer_from_ptr((void *) base, f.size);
+            if (!buf) fail(PR_ERR_BACKEND, "cannot wrap the mapping of '%s'", f.path.c_str());
+            ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+            f.buffers.push_back(buf);
+            for (ggml_tensor * t : kv.second) {
+                if (ggml_backend_tensor_alloc(buf, t, (void *) (base + file_off(t))) != GGML_STATUS_SUCCESS) {
+                    fail(PR_ERR_BACKEND, "cannot bind '%s'", ggml_get_name(t));
+                }
+            }
+            continue;
+        }
+        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(kv.first);
+        const size_t align = ggml_backend_buft_get_alignment(buft);
+        size_t total = align;
+        for (ggml_tensor * t : kv.second) total += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+        ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, total);
+        if (!buf) fail(PR_ERR_BACKEND, "cannot allocate %zu bytes of weights on %s", total, ggml_backend_dev_name(kv.first));
+        ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        f.buffers.push_back(buf);
+        uint8_t * cursor = (uint8_t *) GGML_PAD((uintptr_t) ggml_backend_buffer_get_base(buf), align);
+        for (ggml_tensor * t : kv.second) {
+            if (ggml_backend_tensor_alloc(buf, t, cursor) != GGML_STATUS_SUCCESS) fail(PR_ERR_BACKEND, "cannot bind '%s'", ggml_get_name(t));
+            ggml_backend_tensor_set(t, base + file_off(t), 0, ggml_nbytes(t));
+            cursor += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+        }
+    }
+}
+
+} // namespace pr

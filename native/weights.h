@@ -1,0 +1,42 @@
+// A GGUF file of weights, opened and checked (header, tensor data inside the file), mapped
+// read-only, and its tensors placed on devices. The model and the river sidecar are both this.
+#pragma once
+
+#include "error.h"
+
+#include "ggml.h"
+#include "ggml-backend.h"
+#include "gguf.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pr {
+
+struct weight_file {
+    std::string path;
+    size_t size = 0;
+    gguf_context * gguf = nullptr;
+    ggml_context * meta = nullptr;       // tensor descriptors (no data of their own)
+    void * mapping = nullptr;            // the whole file, read-only
+    std::vector<ggml_backend_buffer_t> buffers;
+
+    ~weight_file();
+    ggml_tensor * tensor(const std::string & name) const;   // nullptr when absent
+    // Index in the GGUF, or -1.
+    int64_t index(const std::string & name) const;
+};
+
+// Opens, parses and checks that every tensor lies inside the file. Throws PR_ERR_IO.
+std::unique_ptr<weight_file> open_weight_file(const char * path);
+
+bool usable_type(ggml_type t);
+
+// Binds each tensor to memory on the device dev_of(t) returns: the CPU reads the mapping in
+// place (use_mmap) or a copy; other devices get an uploaded copy.
+void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const ggml_tensor *)> & dev_of,
+                   ggml_backend_dev_t cpu, bool use_mmap);
+
+} // namespace pr

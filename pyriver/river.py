@@ -1,0 +1,139 @@
+"""River sidecars: where they live, building them (natively, with a progress bar), binding them to
+a loaded model, and per-call exit statistics."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+
+from . import models
+from ._native import check, ffi, lib
+
+
+def file_sha256(path: str) -> str:
+    """sha256 of a file, remembered in the cache by (path, size, mtime) so that big models are
+    hashed once."""
+    p = Path(path).resolve()
+    st = p.stat()
+    key = hashlib.sha256(str(p).encode()).hexdigest()[:32]
+    stamp = models.cache_dir() / "sha256" / f"{key}.json"
+    try:
+        d = json.loads(stamp.read_text())
+        if d["size"] == st.st_size and d["mtime_ns"] == st.st_mtime_ns:
+            return d["sha256"]
+    except (OSError, ValueError, KeyError):
+        pass
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for b in iter(lambda: f.read(1 << 22), b""):
+            h.update(b)
+    digest = h.hexdigest()
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        tmp = stamp.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}))
+        os.replace(tmp, stamp)
+    except OSError:
+        pass
+    return digest
+
+
+def sidecar_path(model_path: str, river_type: str, sha256: str) -> Path:
+    """`<model>.river-<type>.gguf` next to the model, or in the cache when that folder is
+    read-only."""
+    mp = Path(model_path).resolve()
+    name = f"{mp.stem}.river-{river_type.lower()}.gguf"
+    if os.access(mp.parent, os.W_OK):
+        return mp.parent / name
+    return models.cache_dir() / "rivers" / f"{sha256[:16]}-{name}"
+
+
+def build(model_handle, model_path: str, river_type: str, out: Path, *, force: bool = False,
+          progress: bool = True, sha256: Optional[str] = None) -> str:
+    """Write the sidecar for river_type; returns the fallback report (one line per tensor whose
+    type differs from the request)."""
+    sha256 = sha256 or file_sha256(model_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(desc=f"river {river_type}", unit="tensor", leave=False, mininterval=0.5)
+    interrupted = []
+
+    @ffi.callback("int32_t(int32_t, int32_t, void *)")
+    def on_progress(done, total, _user):
+        try:
+            if bar is not None:
+                bar.total = total
+                bar.update(done - bar.n)
+            return 0
+        except KeyboardInterrupt:
+            interrupted.append(True)
+            return 1
+
+    report = ffi.new("char[]", 1 << 16)
+    try:
+        status = lib.pr_river_build(model_handle, river_type.encode(), 1 if force else 0, sha256.encode(),
+                                    str(out).encode(), os.cpu_count() or 1, on_progress, ffi.NULL, report, len(report))
+    finally:
+        if bar is not None:
+            bar.close()
+    if interrupted:
+        raise KeyboardInterrupt
+    check(status)
+    return ffi.string(report).decode()
+
+
+def attach(model_handle, sidecar: Path, sha256: str, use_mmap: bool = True) -> None:
+    check(lib.pr_river_attach(model_handle, str(sidecar).encode(), sha256.encode(), 1 if use_mmap else 0))
+
+
+def prepare(model_handle, model_path: str, river: str, *, force: bool = False, rebuild: bool = False,
+            progress: bool = True, use_mmap: bool = True, verbose: bool = False) -> Path:
+    """Bind `river` (a type name or a sidecar path) to the loaded model, building the sidecar when
+    it does not exist yet (or when rebuild is asked)."""
+    sha = file_sha256(model_path)
+    looks_like_path = river.endswith(".gguf") or os.sep in river
+    if looks_like_path:
+        path = Path(river)
+        if not path.exists():
+            raise FileNotFoundError(f"river sidecar not found: {river}")
+    else:
+        path = sidecar_path(model_path, river, sha)
+        if rebuild or not path.exists():
+            report = build(model_handle, model_path, river, path, force=force, progress=progress, sha256=sha)
+            if report and verbose:
+                print(report, end="")
+    try:
+        attach(model_handle, path, sha, use_mmap)
+    except Exception as e:
+        raise type(e)(f"{e} (rebuild it with river_rebuild=True or `pyriver river build`)") from None
+    return path
+
+
+def river_info(model_handle) -> Optional[Dict]:
+    name = ffi.new("char[]", 64)
+    n = ffi.new("int64_t *")
+    if lib.pr_river_info(model_handle, name, len(name), n) != 0:
+        return None
+    return {"type": ffi.string(name).decode(), "bytes": int(n[0])}
+
+
+def exit_stats(exits: Sequence[int], n_layer: int) -> Dict:
+    """Statistics of the exit blocks of generated tokens: mean, histogram, and the share of block
+    work done on the river (blocks after the exit block over all blocks)."""
+    e = np.asarray(list(exits), dtype=np.int64)
+    if e.size == 0:
+        return {"tokens": 0, "exit_layers": [], "mean_exit_layer": None, "histogram": {}, "river_work_share": 0.0}
+    hist = {int(k): int(v) for k, v in zip(*np.unique(e, return_counts=True))}
+    return {
+        "tokens": int(e.size),
+        "exit_layers": e.tolist(),
+        "mean_exit_layer": float(e.mean()),
+        "histogram": hist,
+        "river_work_share": float((n_layer - 1 - e).sum() / (e.size * n_layer)),
+    }
