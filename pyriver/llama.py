@@ -84,7 +84,9 @@ class Llama:
         self.input_ids: List[int] = []   # the tokens whose K/V are in the cache, in order
         self.last_exits: List[int] = []  # exit block of each token of the last eval
         self.exit_threshold = DEFAULT_TAU if exit_threshold is None else float(exit_threshold)
-        self.min_exit_layer = DEFAULT_MIN_EXIT_LAYER if min_exit_layer is None else int(min_exit_layer)
+        # The default first checked block, kept inside shallow (synthetic) models.
+        self.min_exit_layer = (min(DEFAULT_MIN_EXIT_LAYER, max(0, self.info["n_layer"] - 2)) if min_exit_layer is None
+                               else int(min_exit_layer))
         if self.river_path is None and (exit_threshold is not None or min_exit_layer is not None or force_exit_layer >= 0):
             raise ValueError("exit_threshold, min_exit_layer and force_exit_layer need a river (river='q4_0', ...)")
         if self.river_path is not None:

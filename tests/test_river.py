@@ -1,0 +1,204 @@
+"""River invariants: each must hold exactly, not approximately."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from pyriver import Llama, ModelLoadError
+
+PROMPT = b"The history of the river begins in the mountains, where"
+
+
+def _generate_logits(llm, n=24, schedule=None):
+    """Greedy decode from PROMPT; schedule(i) may change the exit rule before step i.
+    Returns the stacked logits of every step and the exit layers seen."""
+    llm.reset()
+    out = [llm.eval(llm.tokenize(PROMPT))[-1]]
+    exits = []
+    for i in range(n):
+        if schedule:
+            schedule(llm, i)
+        out.append(llm.eval([int(np.argmax(out[-1]))])[-1])
+        exits.extend(llm.last_exits)
+    return np.stack(out), exits
+
+
+@pytest.fixture(scope="module")
+def full(smol_path):
+    llm = Llama(smol_path, n_ctx=256, n_threads=2, verbose=False)
+    yield llm
+    llm.close()
+
+
+def test_never_exit_is_identical_to_no_river(smol_path, full):
+    ref, _ = _generate_logits(full)
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", exit_threshold=1.5) as llm:
+        got, exits = _generate_logits(llm)
+    assert np.array_equal(ref, got)
+    assert set(exits) == {full.info["n_layer"] - 1}
+
+
+@pytest.mark.parametrize("model", ["smol", "gqa_untied"])
+def test_same_type_river_with_any_exit_pattern_is_identical(smol_path, synth_paths, model):
+    path = smol_path if model == "smol" else synth_paths[model]
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False) as base:
+        ref, _ = _generate_logits(base)
+        backbone_type = base.metadata("general.file_type")
+    L = Llama(path, n_ctx=8, verbose=False).info["n_layer"]
+    river_type = {"3": "q4_1", "0": "f32", "1": "f16", "7": "q8_0"}[backbone_type]
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=river_type, river_force=True) as llm:
+        # Forced exits at several blocks, changing from token to token.
+        blocks = [0, L // 2, L - 2, 1, L - 1, L // 3]
+        got, exits = _generate_logits(llm, schedule=lambda m, i: m.set_exit(2.0, 1, blocks[i % len(blocks)]))
+        assert np.array_equal(ref, got)
+        assert set(exits) == set(blocks)
+        # The similarity rule with a low threshold: speculative segments, exits at many blocks.
+        llm.set_exit(0.0, 1)
+        got, exits = _generate_logits(llm)
+        assert np.array_equal(ref, got)
+        assert set(exits) == {1}
+        llm.set_exit(0.97, 2)
+        got, exits = _generate_logits(llm)
+        assert np.array_equal(ref, got)
+
+
+def test_exit_decision_follows_the_similarity_rule(smol_path):
+    """With tau between the similarities of different blocks, the exit block is the first
+    checked block whose cos(in, out) reaches tau, whatever block the graphs guessed."""
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.975,
+               min_exit_layer=4) as llm:
+        _, exits = _generate_logits(llm, n=32)
+        assert all(4 <= e <= llm.info["n_layer"] - 1 for e in exits)
+        assert len(set(exits)) > 1          # the rule, not a constant
+        runs_tau = exits
+        # The same tokens with one graph per block (chunk 1, no guess beyond): same exits.
+        llm.set_exit(0.975, 4, check_chunk=1)
+        _, exits1 = _generate_logits(llm, n=32)
+        assert exits1[:4] == runs_tau[:4]
+
+
+def test_nan_poisoned_cache_stays_finite(smol_path):
+    """Every cache row a token attends to must have been written: with the cache full of NaN,
+    forced exits at several blocks still give finite logits. Flash attention skips masked rows,
+    so only rows 0..pos are read."""
+    with Llama(smol_path, n_ctx=128, n_threads=2, verbose=False, flash_attn=True, river="q4_0",
+               exit_threshold=2.0) as llm:
+        from pyriver._native import lib
+        assert lib.pr_kv_fill(llm._ctx, float("nan")) == 0
+        blocks = [3, 10, 20, 28, 29, 5]
+        logits, exits = _generate_logits(llm, n=30, schedule=lambda m, i: m.set_exit(2.0, 1, blocks[i % len(blocks)]))
+        assert np.isfinite(logits).all()
+        assert set(exits) == set(blocks)
+        # Control: a hole (a row never written) does poison the result.
+        llm.reset()
+        assert lib.pr_kv_fill(llm._ctx, float("nan")) == 0
+        llm.eval(llm.tokenize(PROMPT))
+        llm.input_ids.append(0)
+        from pyriver._native import check
+        n = len(llm.input_ids)
+        check(lib.pr_kv_truncate(llm._ctx, n - 2))   # forget the last prompt token's rows
+        llm.eval([1])
+        check(lib.pr_kv_fill(llm._ctx, float("nan")))  # now every row, written or not, is NaN
+        assert not np.isfinite(llm.eval([2])).all()
+
+
+def test_prefill_exit_option(smol_path):
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.9,
+               min_exit_layer=3, prefill_exit=True) as llm:
+        llm.eval(llm.tokenize(PROMPT))
+        assert len(set(llm.last_exits)) == 1 and llm.last_exits[0] < llm.info["n_layer"] - 1
+
+
+def test_river_stats_on_completion(smol_path):
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.975,
+               min_exit_layer=4) as llm:
+        r = llm("Rivers are", max_tokens=16, temperature=0)
+        st = r["river"]
+        assert st["tokens"] == r["usage"]["completion_tokens"] - 1 or st["tokens"] == r["usage"]["completion_tokens"]
+        assert sum(st["histogram"].values()) == st["tokens"]
+        L = llm.info["n_layer"]
+        expect = sum(L - 1 - e for e in st["exit_layers"]) / (len(st["exit_layers"]) * L)
+        assert st["river_work_share"] == pytest.approx(expect)
+
+
+def test_river_not_cheaper_is_refused(smol_path, tmp_path):
+    p = tmp_path / "m.gguf"
+    shutil.copy(smol_path, p)
+    with pytest.raises(ValueError, match="not cheaper"):
+        Llama(str(p), n_ctx=64, verbose=False, river="q8_0")
+    assert not (tmp_path / "m.river-q8_0.gguf").exists()
+    with Llama(str(p), n_ctx=64, verbose=False, river="q8_0", river_force=True) as llm:
+        assert llm("Hi", max_tokens=2, temperature=0)["usage"]["completion_tokens"] >= 1
+
+
+def test_kquant_river_falls_back_on_576_wide_rows(smol_path, tmp_path):
+    from pyriver import river as R
+    p = tmp_path / "m.gguf"
+    shutil.copy(smol_path, p)
+    with Llama(str(p), n_ctx=64, verbose=False) as llm:
+        report = R.build(llm._model, str(p), "q4_K", tmp_path / "r.gguf", progress=False)
+    lines = report.strip().splitlines()
+    # Rows of 576 (every matrix but ffn_down) do not fit 256-element blocks; ffn_down's 1536 do.
+    assert len(lines) == 30 * 6
+    assert all("does not fit rows of 576, using q4_0" in ln for ln in lines)
+    assert not any("ffn_down" in ln for ln in lines)
+
+
+def _rewrite_sidecar(src, dst, mutate):
+    import gguf
+    r = gguf.GGUFReader(str(src))
+    w = gguf.GGUFWriter(str(dst), arch="pyriver-river")
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        val = f.contents()
+        vtype = f.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            w.add_array(f.name, val)
+        else:
+            w.add_key_value(f.name, val, vtype)
+    for t in r.tensors:
+        data, shape, ttype = mutate(t)
+        if data is None:
+            continue
+        w.add_tensor(t.name, data, raw_shape=shape, raw_dtype=ttype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_bad_sidecars_are_rejected(smol_path, synth_paths, tmp_path):
+    from pyriver import river as R
+    p = tmp_path / "m.gguf"
+    shutil.copy(smol_path, p)
+    good = tmp_path / "good.gguf"
+    with Llama(str(p), n_ctx=64, verbose=False) as llm:
+        R.build(llm._model, str(p), "q4_0", good, progress=False)
+    # A sidecar of another model.
+    other = tmp_path / "other.gguf"
+    with Llama(synth_paths["mha"], n_ctx=64, verbose=False) as syn:
+        R.build(syn._model, synth_paths["mha"], "q4_0", other, progress=False)
+    with pytest.raises(ModelLoadError, match="belongs to another model"):
+        Llama(str(p), n_ctx=64, verbose=False, river=str(other))
+    # Truncated.
+    trunc = tmp_path / "trunc.gguf"
+    trunc.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(ModelLoadError, match="truncated"):
+        Llama(str(p), n_ctx=64, verbose=False, river=str(trunc))
+    # A tensor of the wrong shape (same metadata, so it claims the right backbone).
+    bad = tmp_path / "bad.gguf"
+
+    def keep_or_break(t):
+        if t.name == "blk.3.ffn_up.weight":
+            import numpy as np
+            return np.zeros((768, 576 // 32 * 18), dtype=np.uint8), (768, 576 // 32 * 18), t.tensor_type
+        return t.data, tuple(t.data.shape), t.tensor_type
+    _rewrite_sidecar(good, bad, keep_or_break)
+    with pytest.raises(ModelLoadError, match="blk.3.ffn_up.weight' has shape"):
+        Llama(str(p), n_ctx=64, verbose=False, river=str(bad))
+    # The good one still works, and the process with it.
+    with Llama(str(p), n_ctx=64, verbose=False, river=str(good), exit_threshold=0.97) as llm:
+        assert llm("Hi", max_tokens=4, temperature=0)["usage"]["completion_tokens"] >= 1
