@@ -205,6 +205,7 @@ pr_exit_params pr_exit_default_params(void) {
     p.force_exit_layer = r.force_layer;
     p.prefill_exit = r.prefill ? 1 : 0;
     p.check_chunk = r.chunk;
+    p.host_checks = r.host_checks;
     return p;
 }
 
@@ -217,6 +218,7 @@ pr_status pr_context_set_exit(pr_context * ctx, const pr_exit_params * params) {
         r.force_layer = params->force_exit_layer;
         r.prefill = params->prefill_exit != 0;
         r.chunk = params->check_chunk;
+        r.host_checks = params->host_checks;
         ctx->c->set_rule(r);
     });
 }

@@ -84,6 +84,11 @@ segment context::make_segment(int n, int n_out, int first, int last, bool river_
     s.path = river_path ? river : backbone;
     s.check_first = check_first;
     s.check_last = check_last;
+    // A single token's similarities are cheaper on the host (a few KB read back) than as graph
+    // ops (each a thread barrier), when the blocks live in host memory anyway.
+    bool on_cpu = true;
+    for (int il = first; il <= last; il++) on_cpu = on_cpu && m->layer_dev[il] == m->cpu_dev;
+    s.host_checks = n == 1 && on_cpu && check_last >= check_first && rule.host_checks != 0;
     return s;
 }
 
@@ -179,6 +184,23 @@ static std::vector<float> read(ggml_tensor * t) {
     return v;
 }
 
+// cos(input, output) of each checked block of a single-token graph, from its hidden outputs.
+static std::vector<float> host_similarities(const built_graph & g, int nc) {
+    std::vector<float> prev = read(g.check_in), c(nc);
+    for (int k = 0; k < nc; k++) {
+        std::vector<float> cur = read(g.hidden_out[k]);
+        double dot = 0, na = 0, nb = 0;
+        for (size_t d = 0; d < cur.size(); d++) {
+            dot += (double) prev[d] * cur[d];
+            na += (double) prev[d] * prev[d];
+            nb += (double) cur[d] * cur[d];
+        }
+        c[k] = (float) (dot / std::sqrt(na * nb));
+        prev.swap(cur);
+    }
+    return c;
+}
+
 // One step of at most n_batch tokens at the end of the cache, full depth.
 void context::run(const int32_t * tokens, int n, int n_out) {
     const int L = m->hp.n_layer;
@@ -222,12 +244,12 @@ void context::run_river(const int32_t * tokens, int n, int n_out) {
             const int cf = std::max(start, lo), cl = std::min(end, hi);
             const segment seg = make_segment(n, n_out, start, end, false, cf, cl);
             built_graph & g = run_segment(seg, start == 0 ? tokens : nullptr, start == 0 ? nullptr : &h, n, pos0);
-            if (g.checks) {
-                const std::vector<float> c = read(g.checks);   // [n_checks, n]
+            if (seg.n_checks() > 0) {
                 const int nc = seg.n_checks();
+                const std::vector<float> c = seg.host_checks ? host_similarities(g, nc) : read(g.checks);  // [1, n, nc]
                 for (int k = 0; k < nc && exit_at < 0; k++) {
-                    float mn = c[k];
-                    for (int i = 1; i < n; i++) mn = std::min(mn, c[(size_t) i * nc + k]);
+                    float mn = c[(size_t) k * n];
+                    for (int i = 1; i < n; i++) mn = std::min(mn, c[(size_t) k * n + i]);
                     if (mn >= rule.tau) exit_at = cf + k;
                 }
                 if (exit_at >= 0) {

@@ -15,6 +15,7 @@ struct exit_rule {
     int force_layer = -1;      // >= 0: every token leaves the backbone after this block
     bool prefill = false;      // prompts exit too (sequence level: the minimum over the tokens)
     int chunk = 4;             // blocks per graph after the predicted exit block
+    int host_checks = -1;      // -1: single-token similarities on the host when blocks are on the CPU; 0: in the graph
 };
 
 // A graph together with the scheduler that holds its allocation. Single-token graphs are kept in

@@ -82,12 +82,6 @@ static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_c
     return ggml_add(ctx, h, ggml_mul_mat(ctx, w.ffn_down, f));
 }
 
-// cos(x, y) per token column: [1, T].
-static ggml_tensor * cosine(ggml_context * ctx, ggml_tensor * x, ggml_tensor * y, ggml_tensor * nx, ggml_tensor * ny) {
-    ggml_tensor * dot = ggml_sum_rows(ctx, ggml_mul(ctx, x, y));
-    return ggml_div(ctx, dot, ggml_sqrt(ctx, ggml_mul(ctx, nx, ny)));
-}
-
 built_graph * build_graph(const model & m, const kv_cache & kv, const segment & seg) {
     const size_t cap = graph_capacity(m);
     ggml_init_params ip = {ggml_tensor_overhead() * cap + ggml_graph_overhead_custom(cap, false), nullptr, true};
@@ -133,25 +127,37 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     }
 
     ggml_tensor * x = seg.first == 0 ? ggml_get_rows(ctx, m.tok_embd, in.tokens) : g->hidden_in;
-    ggml_tensor * nx = nullptr;   // squared norm of x per token, carried from one check to the next
+    // Hidden states around the checked blocks are outputs. For the in-graph similarities they are
+    // stacked as [n_embd, T, n_checks + 1], so that all checked blocks cost a handful of ops at
+    // the end rather than several each (every op is a thread barrier on the CPU).
+    ggml_tensor * stack = nullptr;
     for (int il = seg.first; il <= seg.last; il++) {
         const bool check = il >= seg.check_first && il <= seg.check_last;
-        if (check && !nx) nx = ggml_sum_rows(ctx, ggml_sqr(ctx, x));
+        if (check && !g->check_in) {
+            g->check_in = x;
+            ggml_set_output(x);   // also when x is the input: the allocator may reuse an input's memory
+            if (!seg.host_checks) stack = ggml_reshape_3d(ctx, x, x->ne[0], x->ne[1], 1);
+        }
         ggml_tensor * sel = (seg.head && il == L - 1) ? in.out_ids : nullptr;
         ggml_tensor * y = build_block(ctx, m, kv, in, *seg.path[il], il, s.n_kv, x, sel);
         if (check) {
-            ggml_tensor * ny = ggml_sum_rows(ctx, ggml_sqr(ctx, y));
-            ggml_tensor * c = cosine(ctx, x, y, nx, ny);
-            g->checks = g->checks ? ggml_concat(ctx, g->checks, c, 0) : c;
+            if (stack) stack = ggml_concat(ctx, stack, ggml_reshape_3d(ctx, y, y->ne[0], y->ne[1], 1), 2);
             ggml_set_output(y);
             g->hidden_out.push_back(y);
-            nx = ny;
-        } else {
-            nx = nullptr;
         }
         x = y;
     }
-    if (g->checks) {
+    for (ggml_tensor * h : g->hidden_out) ggml_build_forward_expand(g->gf, h);
+    if (stack) {
+        const int n = seg.n_checks();
+        const size_t nb2 = stack->nb[2];
+        ggml_tensor * a = ggml_view_3d(ctx, stack, stack->ne[0], stack->ne[1], n, stack->nb[1], nb2, 0);
+        ggml_tensor * b = ggml_view_3d(ctx, stack, stack->ne[0], stack->ne[1], n, stack->nb[1], nb2, nb2);
+        ggml_tensor * dot = ggml_sum_rows(ctx, ggml_mul(ctx, a, b));              // [1, T, n]
+        ggml_tensor * sq = ggml_sum_rows(ctx, ggml_sqr(ctx, stack));              // [1, T, n + 1]
+        ggml_tensor * na = ggml_view_3d(ctx, sq, 1, sq->ne[1], n, sq->nb[1], sq->nb[2], 0);
+        ggml_tensor * nb = ggml_view_3d(ctx, sq, 1, sq->ne[1], n, sq->nb[1], sq->nb[2], sq->nb[2]);
+        g->checks = ggml_div(ctx, dot, ggml_sqrt(ctx, ggml_mul(ctx, na, nb)));   // cos, [1, T, n]
         ggml_set_name(g->checks, "checks");
         ggml_set_output(g->checks);
         ggml_build_forward_expand(g->gf, g->checks);

@@ -37,9 +37,10 @@ struct segment {
     block_path path;                 // the blocks first..last use
     int check_first = 0, check_last = -1;
     bool head = true;
+    bool host_checks = false;        // similarities computed by the caller from hidden outputs
     bool operator==(const segment & o) const {
         return shape == o.shape && first == o.first && last == o.last && check_first == o.check_first &&
-               check_last == o.check_last && head == o.head && path == o.path;
+               check_last == o.check_last && head == o.head && host_checks == o.host_checks && path == o.path;
     }
     int n_checks() const { return check_last >= check_first ? check_last - check_first + 1 : 0; }
 };
@@ -50,8 +51,9 @@ struct built_graph {
     ggml_cgraph * gf = nullptr;
     graph_inputs in;
     ggml_tensor * hidden_in = nullptr;       // F32 [n_embd, n_tokens] when first > 0
-    ggml_tensor * checks = nullptr;          // F32 [n_checks, n_tokens]: cos(block input, output)
+    ggml_tensor * checks = nullptr;          // F32 [1, n_tokens, n_checks]: cos(block input, output)
     std::vector<ggml_tensor *> hidden_out;   // F32 [n_embd, n_tokens] after each checked block
+    ggml_tensor * check_in = nullptr;        // F32 [n_embd, n_tokens] into the first checked block
     ggml_tensor * last_hidden = nullptr;     // F32 [n_embd, n_tokens] after block last (no head)
     ggml_tensor * logits = nullptr;          // F32 [n_vocab, n_outputs]
     ~built_graph();

@@ -207,7 +207,8 @@ model * load_model(const char * path, const pr_model_params & params) {
     }
     assign_devices(*m, params.n_gpu_layers);
     const model & mr = *m;
-    place_weights(*m->file, [&](const ggml_tensor * t) { return tensor_dev(mr, t); }, m->cpu_dev, params.use_mmap != 0);
+    place_weights(*m->file, [&](const ggml_tensor * t) { return tensor_dev(mr, t); }, m->cpu_dev, params.use_mmap != 0,
+                  [&](const ggml_tensor * t) { return t != mr.tok_embd && ggml_n_dims(t) == 2; });
     return m.release();
 }
 

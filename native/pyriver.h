@@ -116,6 +116,7 @@ typedef struct {
     int32_t force_exit_layer; /* >= 0: every token exits after this block (tests, benchmarks) */
     int32_t prefill_exit;     /* prompts exit too, at the first block where all tokens reach tau */
     int32_t check_chunk;      /* blocks per graph after the predicted exit block */
+    int32_t host_checks;      /* -1: automatic (host for one token on the CPU); 0: always in the graph */
 } pr_exit_params;
 
 PR_API pr_exit_params pr_exit_default_params(void);

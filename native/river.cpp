@@ -198,7 +198,7 @@ void attach_river(model & m, const char * path, const char * backbone_sha256, bo
         int il = -1;
         if (sscanf(ggml_get_name(t), "blk.%d.", &il) == 1 && il >= 0 && il < mr.hp.n_layer) return mr.layer_dev[il];
         return mr.cpu_dev;
-    }, m.cpu_dev, use_mmap);
+    }, m.cpu_dev, use_mmap, [](const ggml_tensor *) { return true; });
     m.river = std::move(r);
 }
 

@@ -64,17 +64,55 @@ std::unique_ptr<weight_file> open_weight_file(const char * path) {
     return f;
 }
 
+// ggml's CPU_REPACK buffer type, if this CPU backend has one.
+static ggml_backend_buffer_type_t cpu_repack_buft(ggml_backend_dev_t cpu) {
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(cpu);
+    auto get = (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
+    if (!get) return nullptr;
+    for (ggml_backend_buffer_type_t * b = get(cpu); b && *b; ++b) {
+        if (strcmp(ggml_backend_buft_name(*b), "CPU_REPACK") == 0) return *b;
+    }
+    return nullptr;
+}
+
+// Whether the CPU backend computes mul_mat(w, x) with w in buft: asked the way llama.cpp asks,
+// with a dummy buffer of that type under w.
+static bool buft_takes_matmul(ggml_backend_dev_t cpu, ggml_backend_buffer_type_t buft, ggml_tensor * w) {
+    if (ggml_n_dims(w) != 2) return false;
+    ggml_init_params ip = {ggml_tensor_overhead() * 4, nullptr, true};
+    ggml_context * ctx = ggml_init(ip);
+    if (!ctx) return false;
+    ggml_backend_buffer_t dummy = ggml_backend_buft_alloc_buffer(buft, 0);
+    ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[0], 512);
+    ggml_tensor * op = ggml_mul_mat(ctx, w, x);
+    ggml_backend_buffer_t saved = w->buffer;
+    w->buffer = dummy;
+    const bool ok = dummy && ggml_backend_dev_supports_op(cpu, op);
+    w->buffer = saved;
+    if (dummy) ggml_backend_buffer_free(dummy);
+    ggml_free(ctx);
+    return ok;
+}
+
 void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const ggml_tensor *)> & dev_of,
-                   ggml_backend_dev_t cpu, bool use_mmap) {
+                   ggml_backend_dev_t cpu, bool use_mmap, const std::function<bool(const ggml_tensor *)> & repack) {
     const size_t data = gguf_get_data_offset(f.gguf);
     const uint8_t * base = (const uint8_t *) f.mapping;
     auto file_off = [&](const ggml_tensor * t) { return data + gguf_get_tensor_offset(f.gguf, f.index(ggml_get_name(t))); };
 
-    std::map<ggml_backend_dev_t, std::vector<ggml_tensor *>> per_dev;
-    for (ggml_tensor * t = ggml_get_first_tensor(f.meta); t; t = ggml_get_next_tensor(f.meta, t)) per_dev[dev_of(t)].push_back(t);
+    // Group tensors by buffer type; nullptr stands for "the mapping itself".
+    ggml_backend_buffer_type_t repack_buft = repack ? cpu_repack_buft(cpu) : nullptr;
+    std::map<ggml_backend_buffer_type_t, std::vector<ggml_tensor *>> per_buft;
+    for (ggml_tensor * t = ggml_get_first_tensor(f.meta); t; t = ggml_get_next_tensor(f.meta, t)) {
+        ggml_backend_dev_t d = dev_of(t);
+        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(d);
+        if (d == cpu && repack_buft && repack(t) && buft_takes_matmul(cpu, repack_buft, t)) buft = repack_buft;
+        else if (d == cpu && use_mmap) buft = nullptr;
+        per_buft[buft].push_back(t);
+    }
 
-    for (auto & kv : per_dev) {
-        if (kv.first == cpu && use_mmap) {
+    for (auto & kv : per_buft) {
+        if (kv.first == nullptr) {
             // One buffer over the whole mapping; tensors point into it.
             ggml_backend_buffer_t buf = ggml_backend_cpu_buffer_from_ptr((void *) base, f.size);
             if (!buf) fail(PR_ERR_BACKEND, "cannot wrap the mapping of '%s'", f.path.c_str());
@@ -87,12 +125,12 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
             }
             continue;
         }
-        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(kv.first);
+        ggml_backend_buffer_type_t buft = kv.first;
         const size_t align = ggml_backend_buft_get_alignment(buft);
         size_t total = align;
         for (ggml_tensor * t : kv.second) total += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
         ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, total);
-        if (!buf) fail(PR_ERR_BACKEND, "cannot allocate %zu bytes of weights on %s", total, ggml_backend_dev_name(kv.first));
+        if (!buf) fail(PR_ERR_BACKEND, "cannot allocate %zu bytes of weights in %s", total, ggml_backend_buft_name(buft));
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         f.buffers.push_back(buf);
         uint8_t * cursor = (uint8_t *) GGML_PAD((uintptr_t) ggml_backend_buffer_get_base(buf), align);
@@ -100,6 +138,12 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
             if (ggml_backend_tensor_alloc(buf, t, cursor) != GGML_STATUS_SUCCESS) fail(PR_ERR_BACKEND, "cannot bind '%s'", ggml_get_name(t));
             ggml_backend_tensor_set(t, base + file_off(t), 0, ggml_nbytes(t));
             cursor += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+            // The copy is what computes now: let the mapped pages go (they stay in the page
+            // cache, not in this process), as llama.cpp unmaps the fragments it copied.
+            const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
+            const uintptr_t a = GGML_PAD((uintptr_t) (base + file_off(t)), page);
+            const uintptr_t b = ((uintptr_t) (base + file_off(t)) + ggml_nbytes(t)) & ~(page - 1);
+            if (b > a) madvise((void *) a, b - a, MADV_DONTNEED);
         }
     }
 }

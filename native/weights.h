@@ -35,8 +35,11 @@ std::unique_ptr<weight_file> open_weight_file(const char * path);
 bool usable_type(ggml_type t);
 
 // Binds each tensor to memory on the device dev_of(t) returns: the CPU reads the mapping in
-// place (use_mmap) or a copy; other devices get an uploaded copy.
+// place (use_mmap) or a copy; other devices get an uploaded copy. CPU tensors for which
+// repack(t) holds and that ggml's CPU_REPACK buffer type takes (Q4_0, IQ4_NL, Q8_0, K-quants, by
+// shape and CPU features) are copied into it instead, as llama.cpp does: its matmuls are faster.
 void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const ggml_tensor *)> & dev_of,
-                   ggml_backend_dev_t cpu, bool use_mmap);
+                   ggml_backend_dev_t cpu, bool use_mmap,
+                   const std::function<bool(const ggml_tensor *)> & repack = nullptr);
 
 } // namespace pr

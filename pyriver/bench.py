@@ -1,8 +1,9 @@
-"""`pyriver bench`: pyriver against llama.cpp (llama-cpp-python) on the same GGUF and threads.
+"""`pyriver bench`: pyriver (River off and on) against llama.cpp (llama-cpp-python) on the same
+GGUF and threads, and against llama.cpp running the model requantized to the river type.
 
 Every repeat of every engine runs in a fresh process (so peak RSS is that engine's alone), and
-the engines alternate within each repeat (so machine noise falls on both). Reported: medians,
-min and max, and pyriver / llama.cpp ratios. Timings exclude model loading."""
+the engines rotate within each repeat (so machine noise falls on all). Reported: medians, min
+and max, and ratios to llama.cpp on the same file. Timings exclude model loading."""
 from __future__ import annotations
 
 import json
@@ -15,33 +16,45 @@ import sys
 import time
 from typing import Dict, List
 
-ENGINES = ("pyriver", "llama.cpp")
 TEXT = ("The river carries the water of the mountains down to the sea. Along its banks, towns grew where "
         "boats could land, and people traded grain, wool and stories. ")
+METRICS = ("prefill_tok_s", "decode_tok_s", "peak_rss_mib")
 
 
-def _prompt(vocab_tokenize, n: int) -> List[int]:
+def _prompt(tokenize, n: int) -> List[int]:
     toks: List[int] = []
     while len(toks) < n:
-        toks += vocab_tokenize(TEXT.encode())
+        toks += tokenize(TEXT.encode())
     return toks[:n]
 
 
-def worker(engine: str, model: str, threads: int, n_prompt: int, n_gen: int) -> Dict:
+def worker(cfg: Dict) -> Dict:
+    """One measurement in this process: load, prefill n_prompt tokens, decode n_gen greedily."""
     import numpy as np
-    n_ctx = n_prompt + n_gen + 8
-    if engine == "pyriver":
+    n_ctx = cfg["n_prompt"] + cfg["n_gen"] + 8
+    th = cfg["threads"]
+    exits: List[int] = []
+    if cfg["engine"] == "pyriver":
         from pyriver import Llama
-        llm = Llama(model, n_ctx=n_ctx, n_batch=512, n_threads=threads, n_threads_batch=threads, verbose=False)
+        kw = {}
+        if cfg.get("river"):
+            kw = dict(river=cfg["river"], exit_threshold=cfg["tau"], min_exit_layer=cfg.get("min_exit_layer"),
+                      force_exit_layer=cfg.get("force_exit_layer", -1), river_force=cfg.get("river_force", False))
+        llm = Llama(cfg["model"], n_ctx=n_ctx, n_batch=512, n_threads=th, n_threads_batch=th, verbose=False, **kw)
         tokenize = lambda b: llm.tokenize(b, add_bos=False)
         prefill = lambda t: llm.eval(t)[-1]
-        step = lambda t: llm.eval([t])[-1]
+
+        def step(t):
+            out = llm.eval([t])[-1]
+            if cfg.get("river"):
+                exits.extend(llm.last_exits)
+            return out
     else:
         import llama_cpp
         # n_batch = n_ctx keeps llama-cpp-python's score buffer as long as the run; n_ubatch = 512
         # makes llama.cpp compute the prompt in the same 512-token steps as pyriver.
-        llm = llama_cpp.Llama(model, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=512, n_threads=threads,
-                              n_threads_batch=threads, verbose=False)
+        llm = llama_cpp.Llama(cfg["model"], n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=512, n_threads=th,
+                              n_threads_batch=th, verbose=False)
         tokenize = lambda b: llm.tokenize(b, add_bos=False)
 
         def prefill(t):
@@ -51,22 +64,25 @@ def worker(engine: str, model: str, threads: int, n_prompt: int, n_gen: int) -> 
         def step(t):
             llm.eval([t])
             return llm.scores[llm.n_tokens - 1]
-    prompt = _prompt(tokenize, n_prompt)
+    prompt = _prompt(tokenize, cfg["n_prompt"])
     t0 = time.perf_counter()
     logits = prefill(prompt)
     t1 = time.perf_counter()
-    for _ in range(n_gen):
+    for _ in range(cfg["n_gen"]):
         logits = step(int(np.argmax(logits)))
     t2 = time.perf_counter()
-    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"prefill_tok_s": n_prompt / (t1 - t0), "decode_tok_s": n_gen / (t2 - t1), "peak_rss_mib": rss_kb / 1024.0}
+    res = {"prefill_tok_s": cfg["n_prompt"] / (t1 - t0), "decode_tok_s": cfg["n_gen"] / (t2 - t1),
+           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+    if exits:
+        res["mean_exit_layer"] = float(np.mean(exits))
+    return res
 
 
-def _run_worker(engine, model, threads, n_prompt, n_gen) -> Dict:
-    cmd = [sys.executable, "-m", "pyriver.bench", "--worker", engine, model, str(threads), str(n_prompt), str(n_gen)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+def _run_worker(cfg: Dict) -> Dict:
+    cmd = [sys.executable, "-m", "pyriver.bench", "--worker", json.dumps(cfg)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
-        raise RuntimeError(f"{engine} worker failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"{cfg['name']} worker failed ({out.returncode}): {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -75,55 +91,92 @@ def _summary(vals: List[float]) -> Dict:
 
 
 def _sha256(path: str) -> str:
-    import hashlib
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
+    from .river import file_sha256
+    return file_sha256(path)
+
+
+def requantized(path: str, ftype: str) -> str:
+    """The model requantized to ftype by llama.cpp (cached next to the river sidecars)."""
+    from . import models
+    from .synth import quantize
+    out = models.cache_dir() / "requantized" / f"{_sha256(path)[:16]}-{os.path.basename(path)[:-5]}.{ftype}.gguf"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        try:
+            quantize(path, tmp, ftype)
+            os.replace(tmp, out)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+    return str(out)
+
+
+def engines_for(a, path: str) -> List[Dict]:
+    base = {"model": path, "threads": a.threads, "n_prompt": a.prompt_tokens, "n_gen": a.gen_tokens}
+    es = [dict(base, name="llama.cpp", engine="llama.cpp"), dict(base, name="pyriver", engine="pyriver")]
+    if a.river:
+        for tau in a.tau:
+            es.append(dict(base, name=f"pyriver river={a.river} tau={tau}", engine="pyriver", river=a.river, tau=tau,
+                           min_exit_layer=a.min_exit_layer, force_exit_layer=a.force_exit_layer,
+                           river_force=a.river_force))
+        if a.competitor:
+            es.append(dict(base, name=f"llama.cpp {a.river}", engine="llama.cpp", model=requantized(path, a.river)))
+    return es
 
 
 def main(a) -> int:
     from . import models
     path = str(models.resolve(a.model, progress=True))
-    runs: Dict[str, List[Dict]] = {e: [] for e in ENGINES}
-    try:
-        from tqdm import tqdm
-        bar = tqdm(total=a.repeats * len(ENGINES), desc="bench", unit="run", file=sys.stderr)
-    except ImportError:  # pragma: no cover
-        bar = None
+    engines = engines_for(a, path)
+    if a.river:
+        # Build the sidecar once, outside the timed workers.
+        from . import Llama
+        Llama(path, n_ctx=16, verbose=False, river=a.river, river_force=a.river_force).close()
+    runs: Dict[str, List[Dict]] = {e["name"]: [] for e in engines}
+    from tqdm import tqdm
+    bar = tqdm(total=a.repeats * len(engines), desc="bench", unit="run", file=sys.stderr)
     try:
         for r in range(a.repeats):
-            order = ENGINES if r % 2 == 0 else ENGINES[::-1]
-            for e in order:
-                runs[e].append(_run_worker(e, path, a.threads, a.prompt_tokens, a.gen_tokens))
-                if bar:
-                    bar.update(1)
+            k = r % len(engines)
+            for e in engines[k:] + engines[:k]:
+                runs[e["name"]].append(_run_worker(e))
+                bar.update(1)
     except KeyboardInterrupt:
         print("\ninterrupted: reporting the repeats that finished", file=sys.stderr)
     finally:
-        if bar:
-            bar.close()
+        bar.close()
     n = min(len(v) for v in runs.values())
     if n == 0:
         print("no complete repeat", file=sys.stderr)
         return 1
-    metrics = ("prefill_tok_s", "decode_tok_s", "peak_rss_mib")
     res = {
         "conditions": {
             "model": path, "model_sha256": _sha256(path), "threads": a.threads, "prompt_tokens": a.prompt_tokens,
             "gen_tokens": a.gen_tokens, "repeats": n, "machine": platform.machine(), "cpus": os.cpu_count(),
-            "python": platform.python_version(),
+            "python": platform.python_version(), "river": a.river, "tau": a.tau, "min_exit_layer": a.min_exit_layer,
+            "force_exit_layer": a.force_exit_layer,
         },
-        "engines": {e: {m: _summary([x[m] for x in runs[e][:n]]) for m in metrics} for e in ENGINES},
+        "engines": {},
     }
-    res["ratios"] = {m: res["engines"]["pyriver"][m]["median"] / res["engines"]["llama.cpp"][m]["median"] for m in metrics}
+    for e in engines:
+        rr = runs[e["name"]][:n]
+        d = {m: _summary([x[m] for x in rr]) for m in METRICS}
+        if "mean_exit_layer" in rr[0]:
+            d["mean_exit_layer"] = statistics.median(x["mean_exit_layer"] for x in rr)
+        res["engines"][e["name"]] = d
+    ref = res["engines"]["llama.cpp"]
+    for name, d in res["engines"].items():
+        d["ratio_to_llama_cpp"] = {m: d[m]["median"] / ref[m]["median"] for m in METRICS}
     print(f"\nmodel {os.path.basename(path)}  threads {a.threads}  prompt {a.prompt_tokens}  gen {a.gen_tokens}  repeats {n}")
-    print(f"{'metric':<16}{'pyriver median [min..max]':>32}{'llama.cpp median [min..max]':>34}{'ratio':>8}")
-    for m in metrics:
-        p, l = res["engines"]["pyriver"][m], res["engines"]["llama.cpp"][m]
-        print(f"{m:<16}{p['median']:>12.1f} [{p['min']:.1f}..{p['max']:.1f}]".ljust(48)
-              + f"{l['median']:>12.1f} [{l['min']:.1f}..{l['max']:.1f}]".ljust(34) + f"{res['ratios'][m]:>8.3f}")
+    print(f"{'engine':<34}{'prefill tok/s':>22}{'decode tok/s':>22}{'peak RSS MiB':>20}{'exit':>6}")
+    for name, d in res["engines"].items():
+        cells = []
+        for m in METRICS:
+            cells.append(f"{d[m]['median']:.1f} ({d['ratio_to_llama_cpp'][m]:.2f}x)")
+        ex = f"{d['mean_exit_layer']:.1f}" if "mean_exit_layer" in d else ""
+        print(f"{name:<34}{cells[0]:>22}{cells[1]:>22}{cells[2]:>20}{ex:>6}")
+    print("medians over repeats; (ratio to llama.cpp on the same file). min..max in --json.")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)
@@ -131,9 +184,8 @@ def main(a) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 7 and sys.argv[1] == "--worker":
-        e, mdl, th, npr, ng = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-        print(json.dumps(worker(e, mdl, th, npr, ng)))
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        print(json.dumps(worker(json.loads(sys.argv[2]))))
     else:
         print("usage: pyriver bench MODEL (the worker mode is internal)", file=sys.stderr)
         sys.exit(2)

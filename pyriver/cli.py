@@ -13,10 +13,25 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-gpu-layers", type=int, default=0)
 
 
+def _add_river_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--river", default=None, help="river type (q4_0, iq4_nl, ...) or sidecar path; off by default")
+    p.add_argument("--tau", type=float, default=None, help="exit threshold (cosine similarity)")
+    p.add_argument("--min-exit-layer", type=int, default=None)
+    p.add_argument("--force-exit-layer", type=int, default=-1, help="debug: every token exits after this block")
+    p.add_argument("--river-force", action="store_true", help="build a river even if not cheaper than the backbone")
+
+
+def _river_kwargs(a) -> dict:
+    if a.river is None:
+        return {}
+    return dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer,
+                force_exit_layer=a.force_exit_layer, river_force=a.river_force)
+
+
 def cmd_run(a) -> int:
     from . import Llama
     llm = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, n_gpu_layers=a.n_gpu_layers,
-                seed=a.seed, verbose=a.verbose)
+                seed=a.seed, verbose=a.verbose, **_river_kwargs(a))
     kw = dict(max_tokens=a.n, temperature=a.temp, seed=a.seed, stream=True)
     out = sys.stdout
     if a.chat:
@@ -31,6 +46,15 @@ def cmd_run(a) -> int:
     pf = s["prompt_eval_tokens"] / s["prompt_s"] if s["prompt_s"] else 0.0
     dc = s["decode_tokens"] / s["decode_s"] if s["decode_s"] else 0.0
     out.write(f"\n\n[prompt {s['prompt_eval_tokens']} tok, {pf:.1f} tok/s | decode {s['decode_tokens']} tok, {dc:.1f} tok/s]\n")
+    if a.stats:
+        rs = llm.river_stats()
+        if rs is None:
+            out.write("[river off: every token runs all blocks]\n")
+        else:
+            hist = " ".join(f"{k}:{v}" for k, v in sorted(rs["histogram"].items()))
+            mean = rs["mean_exit_layer"] if rs["mean_exit_layer"] is not None else float("nan")
+            out.write(f"[river {rs['river']} tau {rs['exit_threshold']:.4g} min layer {rs['min_exit_layer']} | "
+                      f"mean exit block {mean:.2f} | river work {100 * rs['river_work_share']:.1f}% | exits {hist}]\n")
     llm.close()
     return 0
 
@@ -40,7 +64,41 @@ def cmd_models(a) -> int:
     return models.main_models(a.rest)
 
 
+def cmd_eval(a) -> int:
+    import json
+
+    from . import Llama
+    from .evaluate import load_prompts, references, teacher_forced
+    prompts = load_prompts(a.prompts)
+    full = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, verbose=False)
+    refs = references(full, prompts, a.n)
+    model_path = full.model_path
+    full.close()
+    if a.river is None:
+        raise ValueError("eval measures River against full depth: pass --river TYPE")
+    llm = Llama(model_path, n_ctx=a.ctx, n_threads=a.threads, verbose=False, river=a.river, river_force=a.river_force,
+                exit_threshold=2.0)
+    results = []
+    for mn in a.min_exit_layer:
+        for tau in a.tau:
+            llm.set_exit(tau, mn)
+            r = teacher_forced(llm, refs)
+            r.update(river=a.river, tau=tau, min_exit_layer=mn)
+            results.append(r)
+            print(f"river {a.river} tau {tau:.4g} min layer {mn}: top-1 agreement {r['top1_agreement']:.4f} "
+                  f"({r['positions']} positions), mean exit block {r['mean_exit_layer']:.2f}, "
+                  f"river work {100 * r['river_work_share']:.1f}%, identical prefix {r['mean_identical_prefix']:.1f} tokens")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"model": model_path, "prompts": len(prompts), "tokens": a.n, "threads": a.threads,
+                       "results": results}, f, indent=1)
+    return 0
+
+
 def cmd_bench(a) -> int:
+    if a.systems:
+        from . import systems
+        return systems.main(a)
     from . import bench
     return bench.main(a)
 
@@ -57,11 +115,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     r.add_argument("--temp", type=float, default=0.0, help="temperature (0 = greedy)")
     r.add_argument("--seed", type=int, default=None)
     r.add_argument("--verbose", action="store_true")
+    r.add_argument("--stats", action="store_true", help="print River exit statistics after the answer")
+    _add_river_args(r)
     r.set_defaults(fn=cmd_run)
 
     m = sub.add_parser("models", help="list or fetch registry models (models fetch NAME)")
     m.add_argument("rest", nargs=argparse.REMAINDER)
     m.set_defaults(fn=cmd_models)
+
+    e = sub.add_parser("eval", help="fidelity of River against full depth (teacher-forced top-1 agreement)")
+    e.add_argument("model", nargs="?", default=None)
+    e.add_argument("--river", default=None)
+    e.add_argument("--river-force", action="store_true")
+    e.add_argument("--tau", type=float, nargs="+", default=[0.975])
+    e.add_argument("--min-exit-layer", type=int, nargs="+", default=[4])
+    e.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...} a line (default: built-in set of 24)")
+    e.add_argument("-n", type=int, default=128, help="tokens per prompt")
+    e.add_argument("--threads", "-t", type=int, default=2)
+    e.add_argument("--ctx", type=int, default=1024)
+    e.add_argument("--json", default=None)
+    e.set_defaults(fn=cmd_eval)
 
     b = sub.add_parser("bench", help="pyriver vs llama.cpp on one GGUF: prefill, decode, RSS")
     b.add_argument("model", nargs="?", default=None)
@@ -70,6 +143,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--prompt-tokens", type=int, default=512)
     b.add_argument("--gen-tokens", type=int, default=128)
     b.add_argument("--json", default=None, help="write results to this file")
+    b.add_argument("--river", default=None, help="also run River with this river type (q4_0, ...)")
+    b.add_argument("--tau", type=float, nargs="+", default=[0.975], help="exit thresholds to run")
+    b.add_argument("--min-exit-layer", type=int, default=None)
+    b.add_argument("--force-exit-layer", type=int, default=-1)
+    b.add_argument("--river-force", action="store_true", help="allow a river not cheaper than the backbone")
+    b.add_argument("--competitor", action="store_true", help="also run llama.cpp on the model requantized to the river type")
+    b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")
+    b.add_argument("--systems-dtype", default="q8_0", choices=["f16", "q8_0"], help="backbone type of the synthetic model")
     b.set_defaults(fn=cmd_bench)
 
     a = ap.parse_args(argv)

@@ -95,7 +95,7 @@ class Llama:
         self._template = None
 
     def set_exit(self, exit_threshold: float, min_exit_layer: Optional[int] = None, force_exit_layer: int = -1,
-                 prefill_exit: bool = False, check_chunk: int = 4) -> None:
+                 prefill_exit: bool = False, check_chunk: int = 4, host_checks: bool = True) -> None:
         """Change the exit rule between calls (tau > 1 never exits; force_exit_layer >= 0 exits
         every token after that block)."""
         with self._lock:
@@ -106,6 +106,7 @@ class Llama:
             p.force_exit_layer = int(force_exit_layer)
             p.prefill_exit = 1 if prefill_exit else 0
             p.check_chunk = int(check_chunk)
+            p.host_checks = -1 if host_checks else 0
             check(lib.pr_context_set_exit(self._ctx, p))
             self.exit_threshold, self.min_exit_layer = p.exit_threshold, p.min_exit_layer
 

@@ -467,7 +467,8 @@ def _ftype_constant(ftype: str) -> int:
 
 
 def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: str, *,
-             nthread: int = 0, pure: bool = False) -> pathlib.Path:
+             nthread: int = 0, pure: bool = False, allow_requantize: bool = True,
+             verbose: bool = False) -> pathlib.Path:
     """Quantize ``src`` into ``dst`` with ``llama_cpp.llama_model_quantize``.
 
     ``ftype`` is a llama.cpp file-type name, case-insensitive: ``"q4_0"``,
@@ -475,12 +476,15 @@ def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: st
     ``"f32"``... (``LLAMA_FTYPE_MOSTLY_*``). K-quants need row sizes that are
     multiples of 256 (llama.cpp falls back to other types for tensors that are
     not). ``pure=True`` disables llama.cpp's per-tensor type mixing (e.g. Q6_K
-    for the output matrix). ``nthread<=0`` uses all cores. Returns ``dst``.
+    for the output matrix). ``allow_requantize`` lets an already quantized file
+    (SmolLM2's Q4_1) be requantized. ``nthread<=0`` uses all cores. Returns ``dst``.
     """
     import ctypes
 
     import llama_cpp
+    import llama_cpp._logger as _lg
 
+    _lg.set_verbose(verbose)
     src_b = os.fsencode(os.fspath(src))
     dst_p = pathlib.Path(dst)
     dst_p.parent.mkdir(parents=True, exist_ok=True)
@@ -488,6 +492,7 @@ def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: st
     params.ftype = _ftype_constant(ftype)
     params.nthread = int(nthread)
     params.pure = bool(pure)
+    params.allow_requantize = bool(allow_requantize)
     rc = llama_cpp.llama_model_quantize(src_b, os.fsencode(str(dst_p)), ctypes.byref(params))
     if rc != 0:
         raise RuntimeError(f"llama_model_quantize({src!s} -> {dst!s}, {ftype}) failed: {rc}")

@@ -79,6 +79,18 @@ def test_exit_decision_follows_the_similarity_rule(smol_path):
         assert exits1[:4] == runs_tau[:4]
 
 
+def test_host_and_graph_similarities_agree(smol_path):
+    """Single-token checks computed on the host from hidden outputs decide as the in-graph ones."""
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.975,
+               min_exit_layer=4) as llm:
+        host_logits, host_exits = _generate_logits(llm, n=40)
+        llm.set_exit(0.975, 4, host_checks=False)
+        graph_logits, graph_exits = _generate_logits(llm, n=40)
+    assert host_exits == graph_exits
+    assert len(set(host_exits)) > 3
+    np.testing.assert_allclose(host_logits, graph_logits, rtol=0, atol=1e-4)
+
+
 def test_nan_poisoned_cache_stays_finite(smol_path):
     """Every cache row a token attends to must have been written: with the cache full of NaN,
     forced exits at several blocks still give finite logits. Flash attention skips masked rows,
