@@ -189,3 +189,34 @@ if __name__ == "__main__":
     else:
         print("usage: pyriver bench MODEL (the worker mode is internal)", file=sys.stderr)
         sys.exit(2)
+
+
+def overhead(a) -> int:
+    """The cost of the exit checks alone: one process, one river, alternating between tau 2.0
+    (no checks) and tau 1.0 (every check computed, none passes), 128 decode tokens after 256 of
+    context per run."""
+    import numpy as np
+
+    from . import Llama, models
+    path = str(models.resolve(a.model, progress=True))
+    llm = Llama(path, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
+                river=a.river or "q4_0", river_force=a.river_force, exit_threshold=2.0)
+    toks = _prompt(lambda b: llm.tokenize(b, add_bos=False), 256 + 128)
+    res: Dict[str, List[float]] = {"no checks (tau 2.0)": [], "checks (tau 1.0)": []}
+    for _ in range(a.repeats):
+        for label, tau in (("no checks (tau 2.0)", 2.0), ("checks (tau 1.0)", 1.0)):
+            llm.set_exit(tau, a.min_exit_layer)
+            llm.reset()
+            llm.eval(toks[:256])
+            t = time.perf_counter()
+            for tok in toks[256:]:
+                llm.eval([tok])
+            res[label].append(128 / (time.perf_counter() - t))
+    med = {k: float(np.median(v)) for k, v in res.items()}
+    for k, v in res.items():
+        print(f"{k:<22} median {med[k]:.1f} tok/s  runs {[round(x, 1) for x in v]}")
+    print(f"check overhead: {100 * (1 - med['checks (tau 1.0)'] / med['no checks (tau 2.0)']):.1f}%")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"model": path, "threads": a.threads, "tok_s": res, "median": med}, f, indent=1)
+    return 0

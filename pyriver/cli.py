@@ -99,6 +99,9 @@ def cmd_bench(a) -> int:
     if a.systems:
         from . import systems
         return systems.main(a)
+    if a.overhead:
+        from . import bench
+        return bench.overhead(a)
     from . import bench
     return bench.main(a)
 
@@ -127,7 +130,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     e.add_argument("model", nargs="?", default=None)
     e.add_argument("--river", default=None)
     e.add_argument("--river-force", action="store_true")
-    e.add_argument("--tau", type=float, nargs="+", default=[0.975])
+    e.add_argument("--tau", type=float, nargs="+", default=[0.985])
     e.add_argument("--min-exit-layer", type=int, nargs="+", default=[4])
     e.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...} a line (default: built-in set of 24)")
     e.add_argument("-n", type=int, default=128, help="tokens per prompt")
@@ -144,11 +147,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--gen-tokens", type=int, default=128)
     b.add_argument("--json", default=None, help="write results to this file")
     b.add_argument("--river", default=None, help="also run River with this river type (q4_0, ...)")
-    b.add_argument("--tau", type=float, nargs="+", default=[0.975], help="exit thresholds to run")
+    b.add_argument("--tau", type=float, nargs="+", default=[0.985], help="exit thresholds to run")
     b.add_argument("--min-exit-layer", type=int, default=None)
     b.add_argument("--force-exit-layer", type=int, default=-1)
     b.add_argument("--river-force", action="store_true", help="allow a river not cheaper than the backbone")
     b.add_argument("--competitor", action="store_true", help="also run llama.cpp on the model requantized to the river type")
+    b.add_argument("--overhead", action="store_true", help="cost of the exit checks alone, in one process")
     b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")
     b.add_argument("--systems-dtype", default="q8_0", choices=["f16", "q8_0"], help="backbone type of the synthetic model")
     b.set_defaults(fn=cmd_bench)

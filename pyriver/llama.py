@@ -19,7 +19,7 @@ from .vocab import Vocab
 
 
 # Defaults of the exit rule (see README: chosen by `pyriver eval` measurements on SmolLM2).
-DEFAULT_TAU = 0.975
+DEFAULT_TAU = 0.985
 DEFAULT_MIN_EXIT_LAYER = 4
 
 
