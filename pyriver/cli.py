@@ -59,6 +59,11 @@ def cmd_run(a) -> int:
     return 0
 
 
+def cmd_chat(a) -> int:
+    from . import chat_app
+    return chat_app.run(a)
+
+
 def cmd_models(a) -> int:
     from . import models
     return models.main_models(a.rest)
@@ -121,6 +126,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     r.add_argument("--stats", action="store_true", help="print River exit statistics after the answer")
     _add_river_args(r)
     r.set_defaults(fn=cmd_run)
+
+    c = sub.add_parser("chat", help="interactive chat in the terminal (or one message a line from a pipe)")
+    c.add_argument("model", nargs="?", default=None)
+    c.add_argument("--threads", "-t", type=int, default=None)
+    c.add_argument("--ctx", type=int, default=4096)
+    c.add_argument("-n", type=int, default=512, help="longest answer in tokens")
+    c.add_argument("--temp", type=float, default=0.0)
+    c.add_argument("--system", default=None)
+    c.add_argument("--river", default=None, help="river type or sidecar; /river on builds q4_0 if none")
+    c.add_argument("--tau", type=float, default=None)
+    c.add_argument("--min-exit-layer", type=int, default=None)
+    c.add_argument("--river-force", action="store_true")
+    c.set_defaults(fn=cmd_chat)
 
     m = sub.add_parser("models", help="list or fetch registry models (models fetch NAME)")
     m.add_argument("rest", nargs=argparse.REMAINDER)

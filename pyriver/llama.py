@@ -94,6 +94,16 @@ class Llama:
         self.last_stats: Dict = {}
         self._template = None
 
+    def attach_river(self, river: str, *, force: bool = False, rebuild: bool = False) -> str:
+        """Bind a river to this model after loading (once); exits stay off until set_exit."""
+        with self._lock:
+            self._live()
+            if self.river_path is not None:
+                raise ValueError(f"a river is already attached: {self.river_path}")
+            from . import river as _river
+            self.river_path = str(_river.prepare(self._model, self.model_path, river, force=force, rebuild=rebuild))
+            return self.river_path
+
     def set_exit(self, exit_threshold: float, min_exit_layer: Optional[int] = None, force_exit_layer: int = -1,
                  prefill_exit: bool = False, check_chunk: int = 4, host_checks: bool = True) -> None:
         """Change the exit rule between calls (tau > 1 never exits; force_exit_layer >= 0 exits

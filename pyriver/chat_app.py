@@ -1,0 +1,161 @@
+"""`pyriver chat`: an interactive terminal chat over the GGUF's chat template.
+
+Answers stream as they are generated; the conversation is kept and re-rendered each turn, and
+the KV cache reuses the common prefix, so a turn only prefills what is new. After each answer a
+status line: tokens, tok/s, mean exit block and the share of block work on the river. Ctrl-C
+stops an answer, Ctrl-D quits. From a pipe: one message a line, answers on stdout."""
+from __future__ import annotations
+
+import sys
+from typing import Dict, List, Optional
+
+HELP = """commands:
+  /reset          forget the conversation
+  /system TEXT    set the system message (and reset)
+  /river on|off   River exits on (building the river if needed) or off
+  /tau X          exit threshold
+  /stats          River statistics of the last answer
+  /help           this text
+  /quit           leave (Ctrl-D too); Ctrl-C stops an answer"""
+
+
+class ChatSession:
+    def __init__(self, llm, system: Optional[str], max_tokens: int, temperature: float, river_type: str):
+        self.llm = llm
+        self.system = system
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.river_type = river_type
+        self.messages: List[Dict] = []
+        self.river_on = llm.river_path is not None and llm.exit_threshold <= 1.0
+        self.reset()
+
+    def reset(self) -> None:
+        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+
+    def command(self, line: str, out) -> bool:
+        """Run a /command; False means quit."""
+        cmd, _, arg = line[1:].partition(" ")
+        arg = arg.strip()
+        if cmd in ("quit", "exit", "q"):
+            return False
+        if cmd == "help":
+            print(HELP, file=out)
+        elif cmd == "reset":
+            self.reset()
+            print("[conversation cleared]", file=out)
+        elif cmd == "system":
+            self.system = arg or None
+            self.reset()
+            print("[system message set; conversation cleared]", file=out)
+        elif cmd == "river":
+            if arg == "on":
+                if self.llm.river_path is None:
+                    self.llm.attach_river(self.river_type)
+                tau = self.llm.exit_threshold if self.llm.exit_threshold <= 1.0 else _default_tau()
+                self.llm.set_exit(tau)
+                self.river_on = True
+                print(f"[river {self.llm.river_path} on, tau {tau:.4g}]", file=out)
+            elif arg == "off":
+                if self.llm.river_path is not None:
+                    self.llm.set_exit(2.0)   # tau above 1: exactly the full-depth path
+                self.river_on = False
+                print("[river off]", file=out)
+            else:
+                print("usage: /river on|off", file=out)
+        elif cmd == "tau":
+            try:
+                tau = float(arg)
+            except ValueError:
+                print("usage: /tau X (for example /tau 0.98)", file=out)
+                return True
+            if self.llm.river_path is None:
+                self.llm.attach_river(self.river_type)
+            self.llm.set_exit(tau)
+            self.river_on = tau <= 1.0
+            print(f"[tau {tau:.4g}]", file=out)
+        elif cmd == "stats":
+            st = self.llm.river_stats()
+            if st is None or not st["tokens"]:
+                print("[no River statistics yet: /river on, then ask something]", file=out)
+            else:
+                hist = " ".join(f"{k}:{v}" for k, v in sorted(st["histogram"].items()))
+                print(f"[tokens {st['tokens']} | mean exit block {st['mean_exit_layer']:.2f} | river work "
+                      f"{100 * st['river_work_share']:.1f}% | exit histogram {hist}]", file=out)
+        else:
+            print(f"unknown command /{cmd}; /help lists them", file=out)
+        return True
+
+    def answer(self, text: str, out) -> str:
+        self.messages.append({"role": "user", "content": text})
+        parts: List[str] = []
+        try:
+            for ch in self.llm.create_chat_completion(self.messages, stream=True, max_tokens=self.max_tokens,
+                                                      temperature=self.temperature):
+                piece = ch["choices"][0]["delta"].get("content", "")
+                if piece:
+                    parts.append(piece)
+                    out.write(piece)
+                    out.flush()
+        except KeyboardInterrupt:
+            out.write(" [stopped]")
+        reply = "".join(parts)
+        self.messages.append({"role": "assistant", "content": reply})
+        out.write("\n")
+        return reply
+
+    def status(self) -> str:
+        s = self.llm.last_stats
+        n = s.get("decode_tokens", 0)
+        rate = n / s["decode_s"] if s.get("decode_s") else 0.0
+        line = f"[{n} tokens, {rate:.1f} tok/s, prompt {s.get('prompt_eval_tokens', 0)} new tokens"
+        st = self.llm.river_stats() if self.river_on else None
+        if st and st["tokens"]:
+            line += f" | mean exit block {st['mean_exit_layer']:.1f}, river work {100 * st['river_work_share']:.0f}%"
+        else:
+            line += " | river off"
+        return line + "]"
+
+
+def _default_tau() -> float:
+    from .llama import DEFAULT_TAU
+    return DEFAULT_TAU
+
+
+def run(a) -> int:
+    from . import Llama
+    kw = {}
+    if a.river:
+        kw = dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer, river_force=a.river_force)
+    llm = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, **kw)
+    session = ChatSession(llm, a.system, a.n, a.temp, a.river or "q4_0")
+    interactive = sys.stdin.isatty()
+    out = sys.stdout
+    if interactive:
+        try:
+            import readline  # noqa: F401  (line editing and history for input())
+        except ImportError:
+            pass
+        print(f"pyriver chat: {llm.info['name'] or llm.model_path}; /help for commands, Ctrl-D to quit", file=out)
+    while True:
+        try:
+            line = input("> " if interactive else "")
+        except EOFError:
+            if interactive:
+                print(file=out)
+            break
+        except KeyboardInterrupt:
+            print(file=out)
+            continue
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("/"):
+            if not session.command(line, out):
+                break
+            continue
+        session.answer(line, out)
+        if interactive:
+            print(session.status(), file=out)
+    llm.close()
+    return 0
