@@ -220,3 +220,33 @@ def overhead(a) -> int:
         with open(a.json, "w") as f:
             json.dump({"model": path, "threads": a.threads, "tok_s": res, "median": med}, f, indent=1)
     return 0
+
+
+def chat_turns(a) -> int:
+    """Time to first token of a chat's second turn: with the first turn's prefix reused from the
+    KV cache, and after a reset (the whole conversation prefilled again)."""
+    from . import Llama, models
+    path = str(models.resolve(a.model, progress=True))
+    llm = Llama(path, n_ctx=2048, n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
+    first = [{"role": "system", "content": "You are a helpful assistant who answers in detail."},
+             {"role": "user", "content": TEXT * 4 + "Summarize this text."}]
+    res: Dict[str, List[float]] = {"reuse": [], "reset": []}
+    for _ in range(a.repeats):
+        for mode in ("reuse", "reset"):
+            llm.reset()
+            reply = llm.create_chat_completion(first, max_tokens=48, temperature=0)["choices"][0]["message"]
+            convo = first + [reply, {"role": "user", "content": "Now say it in one sentence."}]
+            if mode == "reset":
+                llm.reset()
+            for _ in llm.create_chat_completion(convo, max_tokens=1, temperature=0, stream=True):
+                pass
+            res[mode].append(llm.last_stats["prompt_s"])   # the prefill before the first token
+            res[mode + "_tokens"] = [llm.last_stats["prompt_eval_tokens"], llm.last_stats["prompt_tokens"]]
+    for mode in ("reuse", "reset"):
+        evald, total = res[mode + "_tokens"]
+        print(f"second turn, {mode:<5}: time to first token median {1000 * statistics.median(res[mode]):.1f} ms "
+              f"({evald} of {total} prompt tokens evaluated)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"model": path, "threads": a.threads, "seconds": res}, f, indent=1)
+    return 0

@@ -18,6 +18,15 @@ from .sampling import Sampler, SamplingParams
 from .vocab import Vocab
 
 
+def _logprob_entry(logits: np.ndarray, tok: int, k: int):
+    """log p(tok) under the raw logits, and the k most likely tokens with theirs."""
+    x = logits.astype(np.float64)
+    lse = x.max() + np.log(np.exp(x - x.max()).sum())
+    top = np.argpartition(-x, k - 1)[:k] if 0 < k < x.size else np.arange(0)
+    top = top[np.argsort(-x[top], kind="stable")]
+    return tok, float(x[tok] - lse), [(int(i), float(x[i] - lse)) for i in top]
+
+
 # Defaults of the exit rule (see README: chosen by `pyriver eval` measurements on SmolLM2).
 DEFAULT_TAU = 0.985
 DEFAULT_MIN_EXIT_LAYER = 4
@@ -32,6 +41,8 @@ class Llama:
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
                  river_rebuild: bool = False,
                  chat_format: Optional[str] = None, verbose: bool = True, **unsupported):
+        if unsupported.pop("chat_handler", None) is not None:
+            raise TypeError("pyriver.Llama does not support chat_handler; it renders the GGUF's chat template")
         if unsupported:
             names = ", ".join(sorted(unsupported))
             raise TypeError(f"pyriver.Llama does not support: {names}")
@@ -119,6 +130,11 @@ class Llama:
             p.host_checks = -1 if host_checks else 0
             check(lib.pr_context_set_exit(self._ctx, p))
             self.exit_threshold, self.min_exit_layer = p.exit_threshold, p.min_exit_layer
+
+    @classmethod
+    def from_pretrained(cls, repo_id: str, filename: str, **kwargs) -> "Llama":
+        """A GGUF from the Hugging Face hub (through huggingface_hub; a clear error offline)."""
+        return cls(model_path=str(models.hf_download(repo_id, filename)), **kwargs)
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -216,7 +232,7 @@ class Llama:
         return self.eval(tokens[n:])[-1], len(tokens) - n
 
     # -- generation -------------------------------------------------------------------------
-    def generate(self, tokens: Sequence[int], sampler: Sampler, max_new: int) -> Iterator[int]:
+    def generate(self, tokens: Sequence[int], sampler: Sampler, max_new: int, logprobs: Optional[int] = None) -> Iterator[int]:
         """Yield sampled tokens after the prompt `tokens`, until max_new or the context ends.
         Each step holds the lock and re-syncs the cache, so interleaved users stay correct.
         Timings of the call go to self.last_stats."""
@@ -224,7 +240,7 @@ class Llama:
         if len(seq) > self._n_ctx:
             raise ContextFullError(f"Requested tokens ({len(seq)}) exceed context window of {self._n_ctx}")
         st = self.last_stats = {"prompt_tokens": len(seq), "prompt_eval_tokens": 0, "prompt_s": 0.0,
-                                "decode_tokens": 0, "decode_s": 0.0, "exits": []}
+                                "decode_tokens": 0, "decode_s": 0.0, "exits": [], "logprobs": []}
         logits = None
         for _ in range(max_new):
             with self._lock:
@@ -237,6 +253,8 @@ class Llama:
                 tok = sampler.sample(logits, seq)
                 if self.vocab.is_eog(tok):
                     return
+                if logprobs is not None:
+                    st["logprobs"].append(_logprob_entry(logits, tok, logprobs))
                 yield tok
                 seq.append(tok)
                 if len(seq) >= self._n_ctx:
@@ -270,8 +288,10 @@ class Llama:
                           **unsupported):
         if unsupported:
             raise TypeError(f"create_completion does not support: {', '.join(sorted(unsupported))}")
-        if logprobs is not None:
-            raise NotImplementedError("logprobs is not supported yet")
+        if logprobs is not None and (stream or echo):
+            raise NotImplementedError("logprobs is supported without stream and echo")
+        if logprobs is not None and logprobs < 0:
+            raise ValueError("logprobs must be >= 0")
         prompt_tokens = self._prompt_tokens(prompt)
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                                 repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
@@ -281,7 +301,7 @@ class Llama:
             max_tokens = self._n_ctx - len(prompt_tokens)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         stops_b = [s.encode("utf-8") for s in stops if s]
-        events = self._events(prompt_tokens, sampler, max_tokens, stops_b)
+        events = self._events(prompt_tokens, sampler, max_tokens, stops_b, logprobs)
         cid, created = C.new_id("cmpl"), C.now()
         prefix = self.detokenize(prompt_tokens).decode("utf-8", "ignore") if echo else ""
         if stream:
@@ -292,8 +312,28 @@ class Llama:
             parts.append(text)
             if fin:
                 finish = fin
-        return C.completion_dict(cid, created, self.model_path, "".join(parts), finish,
-                                 C.usage_dict(len(prompt_tokens), self._n_generated), river=self.river_stats())
+        text = "".join(parts)
+        lp = self._logprobs_dict(text, len(prompt) if isinstance(prompt, str) else 0) if logprobs is not None else None
+        return C.completion_dict(cid, created, self.model_path, text, finish,
+                                 C.usage_dict(len(prompt_tokens), self._n_generated), logprobs=lp,
+                                 river=self.river_stats())
+
+    def _logprobs_dict(self, text: str, base: int) -> Dict:
+        """llama-cpp-python's logprobs shape, for the generated tokens whose text was returned."""
+        out = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+        offset = 0
+        for tok, lp, top in self.last_stats["logprobs"]:
+            if offset >= len(text) and out["tokens"]:
+                break
+            piece = self.vocab.piece(tok).decode("utf-8", "ignore")
+            tops = {self.vocab.piece(i).decode("utf-8", "ignore"): v for i, v in top}
+            tops[piece] = lp
+            out["tokens"].append(piece)
+            out["text_offset"].append(base + offset)
+            out["token_logprobs"].append(lp)
+            out["top_logprobs"].append(tops)
+            offset += len(piece)
+        return out
 
     __call__ = create_completion
 
@@ -306,14 +346,14 @@ class Llama:
         d.update(river=self.river_path, exit_threshold=self.exit_threshold, min_exit_layer=self.min_exit_layer)
         return d
 
-    def _events(self, prompt_tokens, sampler, max_tokens, stops):
+    def _events(self, prompt_tokens, sampler, max_tokens, stops, logprobs=None):
         """(text, finish_reason or None) pairs; the last pair carries the finish reason."""
         self._n_generated = 0
         state = {"eog": False}
 
         def pieces():
             n = 0
-            for tok in self.generate(prompt_tokens, sampler, max_tokens):
+            for tok in self.generate(prompt_tokens, sampler, max_tokens, logprobs):
                 n += 1
                 self._n_generated = n
                 yield self.vocab.piece(tok)

@@ -1,0 +1,141 @@
+"""A script written for llama_cpp.Llama runs unchanged on pyriver.Llama, with the same texts
+at temperature 0, and the object survives what callers do to it."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+SCRIPT = '''
+def script(Llama, path):
+    llm = Llama(model_path=path, n_ctx=512, n_threads=2, seed=7, verbose=False)
+    out = {}
+    out["completion"] = llm("Q: Name the planets in order.\\nA:", max_tokens=32, temperature=0, stop=["Q:"])
+    out["stream"] = "".join(c["choices"][0]["text"] for c in llm("The river", max_tokens=24, temperature=0, stream=True))
+    msgs = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say hello to a river."}]
+    out["chat"] = llm.create_chat_completion(messages=msgs, max_tokens=24, temperature=0)
+    out["chat_stream"] = "".join(c["choices"][0]["delta"].get("content", "")
+                                 for c in llm.create_chat_completion(messages=msgs, max_tokens=24, temperature=0, stream=True))
+    toks = llm.tokenize(b"Hello world")
+    out["tokens"] = toks
+    out["detok"] = llm.detokenize(toks)
+    out["facts"] = (llm.n_ctx(), llm.n_vocab(), llm.token_bos(), llm.token_eos())
+    return out
+'''
+
+
+def _shape(d):
+    if isinstance(d, dict):
+        return {k: _shape(v) for k, v in d.items() if k not in ("river",)}
+    if isinstance(d, list):
+        return [_shape(x) for x in d[:1]]
+    return type(d).__name__
+
+
+def test_script_runs_unchanged_with_same_texts(smol_path):
+    import llama_cpp
+    from pyriver import Llama
+    ns = {}
+    exec(SCRIPT, ns)
+    ref = ns["script"](llama_cpp.Llama, smol_path)
+    got = ns["script"](Llama, smol_path)
+    assert got["completion"]["choices"][0]["text"] == ref["completion"]["choices"][0]["text"]
+    assert got["completion"]["choices"][0]["finish_reason"] == ref["completion"]["choices"][0]["finish_reason"]
+    assert got["completion"]["usage"] == ref["completion"]["usage"]
+    assert got["stream"] == ref["stream"]
+    assert got["chat"]["choices"][0]["message"] == ref["chat"]["choices"][0]["message"]
+    assert got["chat_stream"] == ref["chat_stream"] == ref["chat"]["choices"][0]["message"]["content"]
+    assert got["tokens"] == ref["tokens"] and got["detok"] == ref["detok"] and got["facts"] == ref["facts"]
+    for key in ("completion", "chat"):
+        assert _shape(got[key]) == _shape(ref[key]), key
+
+
+def test_logprobs_shape_and_values(smol_path):
+    from pyriver import Llama
+    with Llama(smol_path, n_ctx=256, verbose=False) as llm:
+        r = llm("The sky is", max_tokens=6, temperature=0, logprobs=3)
+        lp = r["choices"][0]["logprobs"]
+        assert set(lp) == {"tokens", "text_offset", "token_logprobs", "top_logprobs"}
+        assert "".join(lp["tokens"]) == r["choices"][0]["text"]
+        assert all(v <= 0 for v in lp["token_logprobs"])
+        # Greedy: the chosen token is the most likely one.
+        for chosen, tops in zip(lp["token_logprobs"], lp["top_logprobs"]):
+            assert chosen == pytest.approx(max(tops.values()))
+        with pytest.raises(NotImplementedError):
+            llm("x", max_tokens=2, logprobs=2, stream=True)
+
+
+def test_abandoned_stream_leaves_object_correct(smol_path):
+    from pyriver import Llama
+    with Llama(smol_path, n_ctx=512, verbose=False) as llm:
+        want = llm("A story about a boat:", max_tokens=30, temperature=0)["choices"][0]["text"]
+        it = llm("Something else entirely, about mountains", max_tokens=50, temperature=0, stream=True)
+        for _ in range(5):
+            next(it)
+        del it
+        assert llm("A story about a boat:", max_tokens=30, temperature=0)["choices"][0]["text"] == want
+
+
+def test_keyboard_interrupt_during_generation(smol_path):
+    from pyriver import Llama
+    with Llama(smol_path, n_ctx=512, verbose=False) as llm:
+        want = llm("Tell me about rain.", max_tokens=20, temperature=0)["choices"][0]["text"]
+        n = 0
+        with pytest.raises(KeyboardInterrupt):
+            for _ in llm("Tell me about snow, at length.", max_tokens=100, temperature=0, stream=True):
+                n += 1
+                if n == 7:
+                    raise KeyboardInterrupt
+        assert llm("Tell me about rain.", max_tokens=20, temperature=0)["choices"][0]["text"] == want
+
+
+def test_two_threads_share_one_llama(smol_path):
+    from pyriver import Llama
+    with Llama(smol_path, n_ctx=1024, verbose=False) as llm:
+        prompts = ["The first river", "A second, different prompt about cities"]
+        want = [llm(p, max_tokens=24, temperature=0)["choices"][0]["text"] for p in prompts]
+        got = [None, None]
+
+        def work(i):
+            for _ in range(2):
+                got[i] = "".join(c["choices"][0]["text"] for c in llm(prompts[i], max_tokens=24, temperature=0, stream=True))
+
+        th = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join(timeout=300)
+        assert got == want
+
+
+def test_two_llamas_in_one_process(smol_path, synth_paths):
+    from pyriver import Llama
+    a = Llama(smol_path, n_ctx=128, verbose=False)
+    b = Llama(synth_paths["mha"], n_ctx=128, verbose=False)
+    ta = a("Hello", max_tokens=8, temperature=0)["choices"][0]["text"]
+    b("Hello", max_tokens=8, temperature=0)
+    assert a("Hello", max_tokens=8, temperature=0)["choices"][0]["text"] == ta
+    a.close()
+    b.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        a.eval([1])
+
+
+def test_unsupported_arguments_are_errors(smol_path):
+    from pyriver import Llama
+    with pytest.raises(TypeError, match="chat_handler"):
+        Llama(smol_path, chat_handler=object(), verbose=False)
+    with pytest.raises(ValueError, match="chat_format"):
+        Llama(smol_path, chat_format="llama-2", verbose=False)
+    with Llama(smol_path, n_ctx=64, chat_handler=None, verbose=False) as llm:
+        with pytest.raises(TypeError, match="grammar"):
+            llm("hi", grammar="root ::= x")
+
+
+def test_from_pretrained_offline_is_a_clear_error(monkeypatch):
+    from pyriver import Llama
+    from pyriver.models import ModelFetchError
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises((ModelFetchError, ImportError)):
+        Llama.from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "smollm2-135m-instruct-q4_k_m.gguf")
