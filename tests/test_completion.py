@@ -71,3 +71,18 @@ def test_chat_matches_llama_cpp(smol_path, llm):
     want = ref.create_chat_completion(msgs, max_tokens=40, temperature=0)["choices"][0]["message"]["content"]
     got = llm.create_chat_completion(msgs, max_tokens=40, temperature=0)["choices"][0]["message"]["content"]
     assert got == want
+
+
+def test_echo_and_samplers(llm):
+    r = llm("Echo this:", max_tokens=6, temperature=0, echo=True)
+    assert r["choices"][0]["text"].startswith("Echo this:")
+    plain = llm("Echo this:", max_tokens=6, temperature=0)["choices"][0]["text"]
+    assert r["choices"][0]["text"] == "Echo this:" + plain
+    for kw in (dict(top_k=1), dict(top_p=0.0001), dict(min_p=0.999)):
+        # Each of these leaves only the most likely token: the greedy text.
+        assert llm("Echo this:", max_tokens=6, temperature=1.0, seed=1, **kw)["choices"][0]["text"] == plain
+    t = llm("Echo this:", max_tokens=12, temperature=0.8, typical_p=0.5, repeat_penalty=1.3,
+            frequency_penalty=0.5, presence_penalty=0.5, seed=3)
+    assert t["usage"]["completion_tokens"] >= 1
+    with pytest.raises(ValueError, match="top_p"):
+        llm("x", max_tokens=2, top_p=1.5)
