@@ -69,7 +69,6 @@ void context::set_rule(const exit_rule & r) {
     const bool exits = r.force_layer >= 0 || r.tau <= 1.0f;
     if (exits && !m->river) fail(PR_ERR_INVALID_ARG, "exits need a river: attach one to the model first");
     rule = r;
-    predicted_exit = -1;
 }
 
 segment context::make_segment(int n, int n_out, int first, int last, bool river_path, int check_first, int check_last) const {
@@ -219,9 +218,11 @@ void context::run(const int32_t * tokens, int n, int n_out) {
 // One step under the exit rule. The backbone runs in segments; after each, the similarities of
 // its blocks come back to the host and the first block at or above tau ends the backbone. The
 // remaining blocks run on the river from that block's output, writing the same cache rows the
-// backbone would have (and overwriting any the speculative segment wrote past the exit).
-// A segment ends at the block predicted from the previous token, then every `chunk` blocks; a
-// prompt (n > 1) is checked block by block, on the minimum similarity over its tokens.
+// backbone would have (and overwriting any a segment wrote past the exit block).
+// The first segment ends at min_layer, later ones every `chunk` blocks (a prompt, n > 1: every
+// block, on the minimum similarity over its tokens). Measured on SmolLM2: a graph launch costs far
+// less than a backbone block computed past the exit, so short segments win; starting from the
+// previous token's exit block (a prediction) wasted more blocks than it saved launches.
 void context::run_river(const int32_t * tokens, int n, int n_out) {
     const int L = m->hp.n_layer;
     const int pos0 = kv->n_used;
@@ -239,7 +240,7 @@ void context::run_river(const int32_t * tokens, int n, int n_out) {
         }
     } else {
         int start = 0;
-        int end = n == 1 ? (predicted_exit >= 0 ? std::max(predicted_exit, lo) : L - 1) : std::min(lo, L - 1);
+        int end = std::min(lo, L - 1);
         for (;;) {
             const int cf = std::max(start, lo), cl = std::min(end, hi);
             const segment seg = make_segment(n, n_out, start, end, false, cf, cl);
@@ -266,7 +267,6 @@ void context::run_river(const int32_t * tokens, int n, int n_out) {
             start = end + 1;
             end = std::min(L - 1, end + (n == 1 ? rule.chunk : 1));
         }
-        if (n == 1) predicted_exit = exit_at;
     }
     if (exit_at < L - 1) {
         take_logits(run_segment(make_segment(n, n_out, exit_at + 1, L - 1, true, 0, -1), nullptr, &h, n, pos0));

@@ -14,7 +14,7 @@ struct exit_rule {
     int min_layer = 1;         // first block whose similarity is checked
     int force_layer = -1;      // >= 0: every token leaves the backbone after this block
     bool prefill = false;      // prompts exit too (sequence level: the minimum over the tokens)
-    int chunk = 4;             // blocks per graph after the predicted exit block
+    int chunk = 2;             // blocks per graph after min_layer
     int host_checks = -1;      // -1: single-token similarities on the host when blocks are on the CPU; 0: in the graph
 };
 
@@ -38,7 +38,6 @@ struct context {
     block_path backbone, river;
 
     exit_rule rule;
-    int predicted_exit = -1;               // the last token's exit block: where decoding guesses first
     std::vector<int32_t> exits;            // exit block of each token of the last decode (L-1: none)
     int64_t n_graph_runs = 0;              // graphs computed since creation (the cost of checks)
 

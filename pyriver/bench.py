@@ -250,3 +250,51 @@ def chat_turns(a) -> int:
         with open(a.json, "w") as f:
             json.dump({"model": path, "threads": a.threads, "seconds": res}, f, indent=1)
     return 0
+
+
+def inprocess(a) -> int:
+    """River against full depth in one process, alternating: decode tokens are the model's own
+    full-depth greedy answer to a chat prompt (so exits are those of real text), short context.
+    Reports tok/s medians and graph computations per token for each tau and check chunk."""
+    import numpy as np
+
+    from . import Llama, models
+    from ._native import lib
+    from .evaluate import chat_tokens
+    path = str(models.resolve(a.model, progress=True))
+    llm = Llama(path, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
+                river=a.river or "q4_0", river_force=a.river_force, exit_threshold=2.0)
+    prompt = chat_tokens(llm, "Write a short essay about rivers and the cities built along them.")
+    llm.reset()
+    logits = llm.eval(prompt)[-1]
+    seq = []
+    for _ in range(a.gen_tokens):
+        seq.append(int(np.argmax(logits)))
+        logits = llm.eval([seq[-1]])[-1]
+    configs = [(2.0, 2)] + [(t, c) for t in a.tau for c in a.chunks]
+    res: Dict[str, List[float]] = {}
+    graphs: Dict[str, float] = {}
+    exits: Dict[str, float] = {}
+    for _ in range(a.repeats):
+        for tau, chunk in configs:
+            key = "full depth" if tau > 1 else f"tau {tau} chunk {chunk}"
+            llm.set_exit(tau, a.min_exit_layer, check_chunk=chunk)
+            llm.reset()
+            llm.eval(prompt)
+            g0, ex = lib.pr_graph_runs(llm._ctx), []
+            t = time.perf_counter()
+            for tok in seq:
+                llm.eval([tok])
+                ex.extend(llm.last_exits)
+            res.setdefault(key, []).append(len(seq) / (time.perf_counter() - t))
+            graphs[key] = (lib.pr_graph_runs(llm._ctx) - g0) / len(seq)
+            exits[key] = float(np.mean(ex))
+    full = statistics.median(res["full depth"])
+    for key, v in res.items():
+        m = statistics.median(v)
+        print(f"{key:<22} {m:7.1f} tok/s ({m / full:.2f}x)  graphs/token {graphs[key]:5.2f}  mean exit block {exits[key]:5.1f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"model": path, "threads": a.threads, "tok_s": res, "graphs_per_token": graphs,
+                       "mean_exit": exits}, f, indent=1)
+    return 0

@@ -110,6 +110,9 @@ def cmd_bench(a) -> int:
     if a.chat_turns:
         from . import bench
         return bench.chat_turns(a)
+    if a.inprocess:
+        from . import bench
+        return bench.inprocess(a)
     from . import bench
     return bench.main(a)
 
@@ -174,6 +177,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--river-force", action="store_true", help="allow a river not cheaper than the backbone")
     b.add_argument("--competitor", action="store_true", help="also run llama.cpp on the model requantized to the river type")
     b.add_argument("--overhead", action="store_true", help="cost of the exit checks alone, in one process")
+    b.add_argument("--inprocess", action="store_true", help="River vs full depth in one process on the model's own chat answer")
+    b.add_argument("--chunks", type=int, nargs="+", default=[2], help="check chunks to try with --inprocess")
     b.add_argument("--chat-turns", action="store_true", help="second chat turn's time to first token, with and without prefix reuse")
     b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")
     b.add_argument("--systems-dtype", default="q8_0", choices=["f16", "q8_0"], help="backbone type of the synthetic model")

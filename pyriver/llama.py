@@ -116,7 +116,7 @@ class Llama:
             return self.river_path
 
     def set_exit(self, exit_threshold: float, min_exit_layer: Optional[int] = None, force_exit_layer: int = -1,
-                 prefill_exit: bool = False, check_chunk: int = 4, host_checks: bool = True) -> None:
+                 prefill_exit: bool = False, check_chunk: int = 2, host_checks: bool = True) -> None:
         """Change the exit rule between calls (tau > 1 never exits; force_exit_layer >= 0 exits
         every token after that block)."""
         with self._lock:
