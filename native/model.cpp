@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string_view>
+#include <unordered_set>
 #include <cstring>
 #include <map>
 
@@ -89,6 +91,24 @@ static void check_tensor(const model & m, const expect & e, ggml_tensor * t) {
     (void) t;
 }
 
+// llama.cpp's vocabulary loader (which pyriver's tokenizer is) asserts, and so aborts, on some
+// malformed tokenizers: check what it assumes before Python hands it the file.
+static void validate_tokenizer(const gguf_context * g, int64_t n_vocab) {
+    const int64_t id = gguf_find_key(g, "tokenizer.ggml.tokens");
+    if (id < 0) fail(PR_ERR_MODEL, "the file has no tokenizer (tokenizer.ggml.tokens)");
+    if (gguf_get_kv_type(g, id) != GGUF_TYPE_ARRAY || gguf_get_arr_type(g, id) != GGUF_TYPE_STRING) {
+        fail(PR_ERR_MODEL, "tokenizer.ggml.tokens is not an array of strings");
+    }
+    const size_t n = gguf_get_arr_n(g, id);
+    if ((int64_t) n != n_vocab) fail(PR_ERR_MODEL, "the tokenizer has %zu tokens, the embedding %lld rows", n, (long long) n_vocab);
+    std::unordered_set<std::string_view> seen;
+    seen.reserve(n);
+    for (size_t i = 0; i < n; i++) {
+        const char * t = gguf_get_arr_str(g, id, i);
+        if (!seen.insert(std::string_view(t)).second) fail(PR_ERR_MODEL, "tokenizer token %zu ('%.40s') appears twice", i, t);
+    }
+}
+
 static void validate_and_bind(model & m) {
     const hparams & hp = m.hp;
     // tok_embd gives the vocabulary size; everything else follows from the hyper-parameters.
@@ -97,6 +117,7 @@ static void validate_and_bind(model & m) {
     const int64_t n_vocab = gguf_get_tensor_ne(m.gguf, ie)[1];
     if (n_vocab < 1 || n_vocab > (1 << 24)) fail(PR_ERR_MODEL, "bad vocabulary size %lld", (long long) n_vocab);
     m.hp.n_vocab = (int) n_vocab;
+    validate_tokenizer(m.gguf, n_vocab);
 
     const int64_t E = hp.n_embd, Q = (int64_t) hp.n_embd_head * hp.n_head, KV = hp.n_embd_k_gqa(), F = hp.n_ff;
     std::vector<expect> ex;
