@@ -189,14 +189,6 @@ pr_status pr_river_attach(pr_model * model, const char * path, const char * back
     });
 }
 
-pr_status pr_river_info(const pr_model * model, char * type_name, size_t size, int64_t * n_bytes) {
-    return guarded([&] {
-        if (!model || !model->m->river) pr::fail(PR_ERR_INVALID_ARG, "the model has no river");
-        copy_text(model->m->river->type_name, type_name, size);
-        if (n_bytes) *n_bytes = model->m->river->n_bytes;
-    });
-}
-
 pr_exit_params pr_exit_default_params(void) {
     const pr::exit_rule r;
     pr_exit_params p;

@@ -22,23 +22,12 @@ kv_cache::kv_cache(const model & m, int n_ctx_, bool v_trans_) : n_ctx(n_ctx_), 
         per_dev[m.layer_dev[il]].push_back(kt);
         per_dev[m.layer_dev[il]].push_back(vt);
     }
-    for (auto & kv : per_dev) {
-        ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(kv.first);
-        const size_t align = ggml_backend_buft_get_alignment(buft);
-        size_t total = 0;
-        for (ggml_tensor * t : kv.second) total += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
-        ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, total);
-        if (!buf) {
-            for (auto b : buffers) ggml_backend_buffer_free(b);
-            ggml_free(ctx);
-            fail(PR_ERR_BACKEND, "cannot allocate %zu bytes of KV cache on %s", total, ggml_backend_dev_name(kv.first));
-        }
-        buffers.push_back(buf);
-        char * cursor = (char *) ggml_backend_buffer_get_base(buf);
-        for (ggml_tensor * t : kv.second) {
-            ggml_backend_tensor_alloc(buf, t, cursor);
-            cursor += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
-        }
+    try {
+        for (auto & kv : per_dev) buffers.push_back(alloc_tensors(ggml_backend_dev_buffer_type(kv.first), kv.second, "KV cache"));
+    } catch (...) {
+        for (auto b : buffers) ggml_backend_buffer_free(b);   // the destructor does not run
+        ggml_free(ctx);
+        throw;
     }
     clear();
 }

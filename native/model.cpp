@@ -140,7 +140,7 @@ static void validate_and_bind(model & m) {
         ex.push_back({&b.ffn_down, p + "ffn_down.weight", F, E, true, true});
     }
 
-    std::map<std::string, int> type_count;
+    std::map<ggml_type, int> type_count;
     for (const expect & e : ex) {
         const int64_t i = gguf_find_tensor(m.gguf, e.name.c_str());
         if (i < 0) {
@@ -151,7 +151,7 @@ static void validate_and_bind(model & m) {
         if (!t) fail(PR_ERR_MODEL, "tensor '%s' has no descriptor", e.name.c_str());
         check_tensor(m, e, t);
         *e.dst = t;
-        if (e.matrix && e.name.rfind("blk.", 0) == 0) type_count[ggml_type_name(t->type)]++;
+        if (e.matrix && e.name.rfind("blk.", 0) == 0) type_count[t->type]++;
     }
     if (!m.output) m.output = m.tok_embd;   // tied embeddings
     if (m.hp.scaling != rope_scaling::llama3 && m.rope_freqs) {
@@ -163,10 +163,7 @@ static void validate_and_bind(model & m) {
     for (auto & kv : type_count) {
         if (kv.second > best) {
             best = kv.second;
-            for (int t = 0; t < GGML_TYPE_COUNT; t++) {
-                const ggml_type_traits * tr = ggml_get_type_traits((ggml_type) t);
-                if (tr && tr->type_name && kv.first == tr->type_name) m.main_type = (ggml_type) t;
-            }
+            m.main_type = kv.first;
         }
     }
 }

@@ -107,8 +107,6 @@ PR_API pr_status pr_river_build(const pr_model * model, const char * river_type,
                                 pr_progress_fn progress, void * user, char * report, size_t report_size);
 /* Binds a sidecar as the model's river (once per model). */
 PR_API pr_status pr_river_attach(pr_model * model, const char * path, const char * backbone_sha256, int32_t use_mmap);
-/* The river's type name and bytes, or PR_ERR_INVALID_ARG without a river. */
-PR_API pr_status pr_river_info(const pr_model * model, char * type_name, size_t size, int64_t * n_bytes);
 
 typedef struct {
     float   exit_threshold;   /* tau: exit when cos(block input, block output) >= tau; > 1 never */

@@ -99,7 +99,6 @@ void build_river(const model & m, const char * river_type, bool force, const cha
     const size_t data_off = gguf_get_data_offset(m.gguf);
     const uint8_t * base = (const uint8_t *) m.file->mapping;
     const int nt = std::max(1, n_threads);
-    int64_t total_bytes = 0;
     for (size_t ji = 0; ji < jobs.size(); ji++) {
         job & j = jobs[ji];
         const ggml_tensor * src = j.src;
@@ -118,7 +117,6 @@ void build_river(const model & m, const char * river_type, bool force, const cha
             th.emplace_back([&, r0, r1] { ggml_quantize_chunk(j.type, f32.data(), j.data.data(), r0 * n_per_row, r1 - r0, n_per_row, nullptr); });
         }
         for (auto & t : th) t.join();
-        total_bytes += (int64_t) j.data.size();
         if (progress && progress((int32_t) ji + 1, (int32_t) jobs.size(), user) != 0) fail(PR_ERR_INVALID_ARG, "river build cancelled");
     }
 
@@ -153,7 +151,6 @@ void build_river(const model & m, const char * river_type, bool force, const cha
         remove(tmp.c_str());
         fail(PR_ERR_IO, "cannot move the river sidecar into place at '%s'", out_path);
     }
-    (void) total_bytes;
 }
 
 void attach_river(model & m, const char * path, const char * backbone_sha256, bool use_mmap) {
@@ -189,7 +186,6 @@ void attach_river(model & m, const char * path, const char * backbone_sha256, bo
             }
             if (t->ne[0] % ggml_blck_size(t->type) != 0) fail(PR_ERR_MODEL, "river tensor '%s': rows do not fit its type", name.c_str());
             rb.*block_matrix_member(k) = t;
-            r->n_bytes += (int64_t) ggml_nbytes(t);
         }
     }
     // River blocks live on the device of their backbone block: their K/V go to the same cache.

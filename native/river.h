@@ -11,7 +11,6 @@ struct river_blocks {
     std::unique_ptr<weight_file> file;
     std::string type_name;               // the requested river type
     std::vector<block_weights> blocks;
-    int64_t n_bytes = 0;                 // bytes of the river matrices
 };
 
 using progress_fn = int32_t (*)(int32_t done, int32_t total, void * user);

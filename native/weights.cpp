@@ -94,6 +94,24 @@ static bool buft_takes_matmul(ggml_backend_dev_t cpu, ggml_backend_buffer_type_t
     return ok;
 }
 
+ggml_backend_buffer_t alloc_tensors(ggml_backend_buffer_type_t buft, const std::vector<ggml_tensor *> & tensors,
+                                    const char * what) {
+    const size_t align = ggml_backend_buft_get_alignment(buft);
+    size_t total = align;
+    for (ggml_tensor * t : tensors) total += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+    ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, total);
+    if (!buf) fail(PR_ERR_BACKEND, "cannot allocate %zu bytes of %s in %s", total, what, ggml_backend_buft_name(buft));
+    uint8_t * cursor = (uint8_t *) GGML_PAD((uintptr_t) ggml_backend_buffer_get_base(buf), align);
+    for (ggml_tensor * t : tensors) {
+        if (ggml_backend_tensor_alloc(buf, t, cursor) != GGML_STATUS_SUCCESS) {
+            ggml_backend_buffer_free(buf);
+            fail(PR_ERR_BACKEND, "cannot bind '%s'", ggml_get_name(t));
+        }
+        cursor += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+    }
+    return buf;
+}
+
 void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const ggml_tensor *)> & dev_of,
                    ggml_backend_dev_t cpu, bool use_mmap, const std::function<bool(const ggml_tensor *)> & repack) {
     const size_t data = gguf_get_data_offset(f.gguf);
@@ -125,19 +143,11 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
             }
             continue;
         }
-        ggml_backend_buffer_type_t buft = kv.first;
-        const size_t align = ggml_backend_buft_get_alignment(buft);
-        size_t total = align;
-        for (ggml_tensor * t : kv.second) total += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
-        ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, total);
-        if (!buf) fail(PR_ERR_BACKEND, "cannot allocate %zu bytes of weights in %s", total, ggml_backend_buft_name(buft));
+        ggml_backend_buffer_t buf = alloc_tensors(kv.first, kv.second, "weights");
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         f.buffers.push_back(buf);
-        uint8_t * cursor = (uint8_t *) GGML_PAD((uintptr_t) ggml_backend_buffer_get_base(buf), align);
         for (ggml_tensor * t : kv.second) {
-            if (ggml_backend_tensor_alloc(buf, t, cursor) != GGML_STATUS_SUCCESS) fail(PR_ERR_BACKEND, "cannot bind '%s'", ggml_get_name(t));
             ggml_backend_tensor_set(t, base + file_off(t), 0, ggml_nbytes(t));
-            cursor += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
             // The copy is what computes now: let the mapped pages go (they stay in the page
             // cache, not in this process), as llama.cpp unmaps the fragments it copied.
             const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);

@@ -34,6 +34,10 @@ std::unique_ptr<weight_file> open_weight_file(const char * path);
 
 bool usable_type(ggml_type t);
 
+// One buffer of buft holding the given tensors, each bound at its aligned place (data not set).
+ggml_backend_buffer_t alloc_tensors(ggml_backend_buffer_type_t buft, const std::vector<ggml_tensor *> & tensors,
+                                    const char * what);
+
 // Binds each tensor to memory on the device dev_of(t) returns: the CPU reads the mapping in
 // place (use_mmap) or a copy; other devices get an uploaded copy. CPU tensors for which
 // repack(t) holds and that ggml's CPU_REPACK buffer type takes (Q4_0, IQ4_NL, Q8_0, K-quants, by

@@ -90,16 +90,12 @@ def _summary(vals: List[float]) -> Dict:
     return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "values": vals}
 
 
-def _sha256(path: str) -> str:
-    from .river import file_sha256
-    return file_sha256(path)
-
-
 def requantized(path: str, ftype: str) -> str:
     """The model requantized to ftype by llama.cpp (cached next to the river sidecars)."""
     from . import models
+    from .river import file_sha256
     from .synth import quantize
-    out = models.cache_dir() / "requantized" / f"{_sha256(path)[:16]}-{os.path.basename(path)[:-5]}.{ftype}.gguf"
+    out = models.cache_dir() / "requantized" / f"{file_sha256(path)[:16]}-{os.path.basename(path)[:-5]}.{ftype}.gguf"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
@@ -127,6 +123,7 @@ def engines_for(a, path: str) -> List[Dict]:
 
 def main(a) -> int:
     from . import models
+    from .river import file_sha256
     path = str(models.resolve(a.model, progress=True))
     engines = engines_for(a, path)
     if a.river:
@@ -152,7 +149,7 @@ def main(a) -> int:
         return 1
     res = {
         "conditions": {
-            "model": path, "model_sha256": _sha256(path), "threads": a.threads, "prompt_tokens": a.prompt_tokens,
+            "model": path, "model_sha256": file_sha256(path), "threads": a.threads, "prompt_tokens": a.prompt_tokens,
             "gen_tokens": a.gen_tokens, "repeats": n, "machine": platform.machine(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "river": a.river, "tau": a.tau, "min_exit_layer": a.min_exit_layer,
             "force_exit_layer": a.force_exit_layer,

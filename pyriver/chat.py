@@ -8,7 +8,6 @@ from typing import Dict, Iterator, List, Optional
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from . import completion as C
 
 # Used when a GGUF carries no template: ChatML, which SmolLM2 and many small models use.
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "

@@ -27,11 +27,7 @@ def file_sha256(path: str) -> str:
             return d["sha256"]
     except (OSError, ValueError, KeyError):
         pass
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for b in iter(lambda: f.read(1 << 22), b""):
-            h.update(b)
-    digest = h.hexdigest()
+    digest = models._sha256_file(p)
     try:
         stamp.parent.mkdir(parents=True, exist_ok=True)
         tmp = stamp.with_suffix(f".{os.getpid()}.tmp")
@@ -111,16 +107,8 @@ def prepare(model_handle, model_path: str, river: str, *, force: bool = False, r
     try:
         attach(model_handle, path, sha, use_mmap)
     except Exception as e:
-        raise type(e)(f"{e} (rebuild it with river_rebuild=True or `pyriver river build`)") from None
+        raise type(e)(f"{e} (rebuild it with river_rebuild=True)") from None
     return path
-
-
-def river_info(model_handle) -> Optional[Dict]:
-    name = ffi.new("char[]", 64)
-    n = ffi.new("int64_t *")
-    if lib.pr_river_info(model_handle, name, len(name), n) != 0:
-        return None
-    return {"type": ffi.string(name).decode(), "bytes": int(n[0])}
 
 
 def exit_stats(exits: Sequence[int], n_layer: int) -> Dict:

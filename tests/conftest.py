@@ -27,6 +27,15 @@ def smol_path() -> str:
     return str(models.resolve(None))
 
 
+@pytest.fixture(scope="module")
+def llm(smol_path):
+    """One SmolLM2 Llama per test module (n_ctx 512, 2 threads, River off)."""
+    from pyriver import Llama
+    m = Llama(smol_path, n_ctx=512, n_threads=2, verbose=False)
+    yield m
+    m.close()
+
+
 @pytest.fixture(scope="session")
 def synth_paths(smol_path) -> dict:
     from pyriver import synth

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pexpect
-import pytest
 
 
 def _spawn(smol_path, *extra):

@@ -3,14 +3,6 @@ from __future__ import annotations
 
 import pytest
 
-from pyriver import Llama
-
-
-@pytest.fixture(scope="module")
-def llm(smol_path):
-    m = Llama(smol_path, n_ctx=512, n_threads=2, verbose=False)
-    yield m
-    m.close()
 
 
 def test_result_shape(llm):

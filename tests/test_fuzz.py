@@ -4,7 +4,6 @@ case regenerate the exact input from the deterministic base file)."""
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 from pathlib import Path

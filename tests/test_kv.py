@@ -2,15 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
-
-@pytest.fixture(scope="module")
-def llm(smol_path):
-    from pyriver import Llama
-    m = Llama(smol_path, n_ctx=256, n_threads=2, verbose=False)
-    yield m
-    m.close()
 
 
 def test_truncate_then_continue_equals_fresh(llm):
