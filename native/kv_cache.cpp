@@ -1,6 +1,7 @@
 #include "kv_cache.h"
 
 #include <map>
+#include <string>
 
 namespace pr {
 
@@ -22,8 +23,9 @@ kv_cache::kv_cache(const model & m, int n_ctx_, bool v_trans_) : n_ctx(n_ctx_), 
         per_dev[m.layer_dev[il]].push_back(kt);
         per_dev[m.layer_dev[il]].push_back(vt);
     }
+    const std::string what = "the KV cache of n_ctx=" + std::to_string(n_ctx);
     try {
-        for (auto & kv : per_dev) buffers.push_back(alloc_tensors(ggml_backend_dev_buffer_type(kv.first), kv.second, "KV cache"));
+        for (auto & kv : per_dev) buffers.push_back(alloc_tensors(ggml_backend_dev_buffer_type(kv.first), kv.second, what.c_str()));
     } catch (...) {
         for (auto b : buffers) ggml_backend_buffer_free(b);   // the destructor does not run
         ggml_free(ctx);

@@ -1,6 +1,7 @@
 #include "weights.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <map>
@@ -94,11 +95,38 @@ static bool buft_takes_matmul(ggml_backend_dev_t cpu, ggml_backend_buffer_type_t
     return ok;
 }
 
+// Memory a device can still give: MemAvailable for host memory (what Linux can hand out without
+// swapping or the OOM killer), the device's own report otherwise; 0 when unknown.
+static size_t available_bytes(ggml_backend_buffer_type_t buft) {
+    ggml_backend_dev_t dev = ggml_backend_buft_get_device(buft);
+    if (!dev || ggml_backend_buft_is_host(buft)) {
+        FILE * f = fopen("/proc/meminfo", "r");
+        if (!f) return 0;
+        char line[256];
+        unsigned long long kib = 0;
+        while (fgets(line, sizeof line, f)) {
+            if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+        }
+        fclose(f);
+        return (size_t) kib * 1024;
+    }
+    size_t free_b = 0, total_b = 0;
+    ggml_backend_dev_memory(dev, &free_b, &total_b);
+    return free_b;
+}
+
 ggml_backend_buffer_t alloc_tensors(ggml_backend_buffer_type_t buft, const std::vector<ggml_tensor *> & tensors,
                                     const char * what) {
     const size_t align = ggml_backend_buft_get_alignment(buft);
     size_t total = align;
     for (ggml_tensor * t : tensors) total += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+    // Refuse before allocating: a huge n_ctx would otherwise take the machine's memory (Linux
+    // overcommits, so the allocation itself may succeed and the OOM killer comes later).
+    const size_t avail = available_bytes(buft);
+    if (avail > 0 && total > avail) {
+        fail(PR_ERR_BACKEND, "%s needs %.2f GiB in %s but only %.2f GiB is available", what,
+             total / 1073741824.0, ggml_backend_buft_name(buft), avail / 1073741824.0);
+    }
     ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, total);
     if (!buf) fail(PR_ERR_BACKEND, "cannot allocate %zu bytes of %s in %s", total, what, ggml_backend_buft_name(buft));
     uint8_t * cursor = (uint8_t *) GGML_PAD((uintptr_t) ggml_backend_buffer_get_base(buf), align);

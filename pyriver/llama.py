@@ -198,6 +198,15 @@ class Llama:
             lib.pr_kv_clear(self._ctx)
             self.input_ids = []
 
+    def _reconcile(self) -> None:
+        """Make input_ids agree with the native cache again: a KeyboardInterrupt can land between
+        a native step (decode, truncate) and the bookkeeping after it. The shorter side wins."""
+        n = lib.pr_kv_pos(self._ctx)
+        if len(self.input_ids) > n:
+            del self.input_ids[n:]
+        elif len(self.input_ids) < n:
+            check(lib.pr_kv_truncate(self._ctx, len(self.input_ids)))
+
     def _truncate(self, n_keep: int) -> None:
         check(lib.pr_kv_truncate(self._ctx, n_keep))
         del self.input_ids[n_keep:]
@@ -210,6 +219,7 @@ class Llama:
             toks = [int(t) for t in tokens]
             if not toks:
                 raise ValueError("eval needs at least one token")
+            self._reconcile()
             arr = ffi.new("int32_t[]", toks)
             check(lib.pr_decode(self._ctx, arr, len(toks), 1 if logits_all else 0))
             self.input_ids.extend(toks)
@@ -224,6 +234,7 @@ class Llama:
     def _sync_prefix(self, tokens: List[int]):
         """Bring the cache to hold exactly `tokens`, reusing the longest common prefix already in
         the cache. Returns the last token's logits and how many tokens were evaluated."""
+        self._reconcile()
         n = 0
         limit = min(len(tokens), len(self.input_ids)) - 1   # keep >= 1 token to recompute logits
         while n < limit and self.input_ids[n] == tokens[n]:

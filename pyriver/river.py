@@ -58,18 +58,20 @@ def build(model_handle, model_path: str, river_type: str, out: Path, *, force: b
     if progress:
         from tqdm import tqdm
         bar = tqdm(desc=f"river {river_type}", unit="tensor", leave=False, mininterval=0.5)
-    interrupted = []
+    raised = []
 
-    @ffi.callback("int32_t(int32_t, int32_t, void *)")
+    def on_error(exc_type, exc, tb):
+        # Anything raised in the callback (Ctrl-C lands here too, even on its first line) cancels
+        # the build; it is re-raised once the native side has cleaned up.
+        raised.append(exc if exc is not None else exc_type())
+        return 1
+
+    @ffi.callback("int32_t(int32_t, int32_t, void *)", onerror=on_error)
     def on_progress(done, total, _user):
-        try:
-            if bar is not None:
-                bar.total = total
-                bar.update(done - bar.n)
-            return 0
-        except KeyboardInterrupt:
-            interrupted.append(True)
-            return 1
+        if bar is not None:
+            bar.total = total
+            bar.update(done - bar.n)
+        return 0
 
     report = ffi.new("char[]", 1 << 16)
     try:
@@ -78,8 +80,8 @@ def build(model_handle, model_path: str, river_type: str, out: Path, *, force: b
     finally:
         if bar is not None:
             bar.close()
-    if interrupted:
-        raise KeyboardInterrupt
+    if raised:
+        raise raised[0]
     check(status)
     return ffi.string(report).decode()
 

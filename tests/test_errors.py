@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyriver import ContextFullError, Llama, ModelLoadError
+from pyriver import BackendError, ContextFullError, Llama, ModelLoadError
 
 
 def _still_works(path):
@@ -79,3 +79,18 @@ def test_unsupported_parameter(smol_path):
 def test_bad_context_params(smol_path):
     with pytest.raises(ValueError, match="thread"):
         Llama(smol_path, n_threads=-3, verbose=False)
+
+
+def test_context_bigger_than_memory_is_refused_before_allocating(smol_path):
+    """A KV cache the machine cannot hold is refused with the sizes named, before any allocation
+    (Linux would otherwise overcommit and leave it to the OOM killer)."""
+    import resource
+    n_ctx = 4_000_000   # 30 blocks x 2 x 192 x 2 bytes per token: 86 GiB
+    with open("/proc/meminfo") as f:
+        avail_gib = next(int(l.split()[1]) for l in f if l.startswith("MemAvailable:")) / 2**20
+    if avail_gib > 86:
+        pytest.skip("this machine could hold it")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(BackendError, match=r"KV cache of n_ctx=4000000 needs 85\.\d\d GiB .* available"):
+        Llama(smol_path, n_ctx=n_ctx, verbose=False)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * 1024   # KiB: nothing big touched
