@@ -200,11 +200,13 @@ static std::vector<float> host_similarities(const built_graph & g, int nc) {
     return c;
 }
 
-// One step of at most n_batch tokens at the end of the cache, full depth.
-void context::run(const int32_t * tokens, int n, int n_out) {
+// One step of at most n_batch tokens at the end of the cache. Token-level exits apply to a decode
+// call of one token; a prompt's tokens run at full depth (unless prefill exits are asked for), also
+// when n_batch leaves a last chunk of one token, so a prompt's cache never depends on its length.
+void context::run(const int32_t * tokens, int n, int n_out, bool decoding) {
     const int L = m->hp.n_layer;
     const bool exiting = rule.force_layer >= 0 || rule.tau <= 1.0f;
-    if (exiting && (n == 1 || rule.prefill)) {
+    if (exiting && (decoding || rule.prefill)) {
         run_river(tokens, n, n_out);
         return;
     }
@@ -295,7 +297,7 @@ void context::decode(const int32_t * tokens, int n, bool logits_all) {
     for (int done = 0; done < n;) {
         const int step = std::min(params.n_batch, n - done);
         const bool last = done + step == n;
-        run(tokens + done, step, logits_all ? step : (last ? 1 : 0));
+        run(tokens + done, step, logits_all ? step : (last ? 1 : 0), n == 1);
         done += step;
     }
 }

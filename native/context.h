@@ -57,7 +57,7 @@ private:
     built_graph & run_segment(const segment & seg, const int32_t * tokens, const std::vector<float> * hidden, int n, int pos0);
     void set_inputs(const built_graph & g, const int32_t * tokens, const std::vector<float> * hidden, int n, int pos0);
     void take_logits(const built_graph & g);
-    void run(const int32_t * tokens, int n, int n_out);
+    void run(const int32_t * tokens, int n, int n_out, bool decoding);
     void run_river(const int32_t * tokens, int n, int n_out);
     segment make_segment(int n, int n_out, int first, int last, bool river_path, int check_first, int check_last) const;
 };

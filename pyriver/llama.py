@@ -231,16 +231,25 @@ class Llama:
             ptr = lib.pr_logits(self._ctx, 0)
             return np.frombuffer(ffi.buffer(ptr, 4 * n_vocab * n_out), dtype=np.float32).reshape(n_out, n_vocab).copy()
 
-    def _sync_prefix(self, tokens: List[int]):
+    def _sync_prefix(self, tokens: List[int], n_prompt: Optional[int] = None):
         """Bring the cache to hold exactly `tokens`, reusing the longest common prefix already in
-        the cache. Returns the last token's logits and how many tokens were evaluated."""
+        the cache. Returns the last token's logits and how many tokens were evaluated. Tokens past
+        n_prompt were generated one at a time; with a river they are evaluated one at a time
+        again, so their exits (and the K/V their river blocks wrote) are what they were."""
         self._reconcile()
         n = 0
         limit = min(len(tokens), len(self.input_ids)) - 1   # keep >= 1 token to recompute logits
         while n < limit and self.input_ids[n] == tokens[n]:
             n += 1
+        if self.river_path is not None and n_prompt is not None and n_prompt - n == 1 and n > 0:
+            n -= 1   # a lone prompt token would run as a decode step, with exits; the prompt ran whole
         self._truncate(n)
-        return self.eval(tokens[n:])[-1], len(tokens) - n
+        rest = tokens[n:]
+        split = len(rest) if self.river_path is None or n_prompt is None else max(n_prompt - n, 0)
+        logits = self.eval(rest[:split])[-1] if split else None
+        for tok in rest[split:]:
+            logits = self.eval([tok])[-1]
+        return logits, len(rest)
 
     # -- generation -------------------------------------------------------------------------
     def generate(self, tokens: Sequence[int], sampler: Sampler, max_new: int, logprobs: Optional[int] = None) -> Iterator[int]:
@@ -258,7 +267,7 @@ class Llama:
                 self._live()
                 if logits is None or self.input_ids != seq:
                     t0 = time.perf_counter()
-                    logits, n_eval = self._sync_prefix(seq)
+                    logits, n_eval = self._sync_prefix(seq, st["prompt_tokens"])
                     st["prompt_s"] += time.perf_counter() - t0
                     st["prompt_eval_tokens"] += n_eval
                 tok = sampler.sample(logits, seq)
