@@ -171,6 +171,11 @@ bool rpc_endpoint_dead(const std::string & endpoint) {
     return g_dead.count(endpoint) > 0;
 }
 
+[[noreturn]] static void fail_dead(const std::string & e) {
+    fail(PR_ERR_BACKEND, "RPC server %s went away or stopped answering earlier in this process; ggml-rpc cannot reconnect to it "
+                         "(one connection per server and process): restart the process", e.c_str());
+}
+
 // Endpoints of the list that refuse a connection now (a few tries: a killed server's listening
 // socket may outlive its client connection by a moment).
 static std::vector<std::string> find_dead(const std::vector<std::string> & endpoints) {
@@ -193,7 +198,7 @@ void rpc_guarded(const std::vector<std::string> & endpoints, int timeout_ms, boo
     for (const auto & e : endpoints) {
         if (rpc_endpoint_dead(e)) {
             broken = true;
-            fail(PR_ERR_BACKEND, "RPC server %s went away earlier: this model cannot be used any more", e.c_str());
+            fail_dead(e);
         }
     }
     struct state { bool done = false; std::exception_ptr err; };
@@ -232,9 +237,14 @@ void rpc_guarded(const std::vector<std::string> & endpoints, int timeout_ms, boo
         }
         if (timeout_ms > 0) {
             if (g_cv.wait_until(lk, deadline) == std::cv_status::timeout && !st->done && g_failures == seen) {
+                // Which server hangs is unknown (a healthy one is busy with its connection too),
+                // and ggml-rpc queues every later request behind the unanswered one: all are lost.
                 broken = true;
                 std::string list;
-                for (const auto & e : endpoints) list += (list.empty() ? "" : ",") + e;
+                for (const auto & e : endpoints) {
+                    list += (list.empty() ? "" : ",") + e;
+                    g_dead.insert(e);
+                }
                 fail(PR_ERR_BACKEND, "no answer from RPC server(s) %s within %d ms; this model and its contexts cannot be used any more",
                      list.c_str(), timeout_ms);
             }
@@ -253,12 +263,10 @@ std::vector<ggml_backend_dev_t> rpc_add_servers(const std::vector<std::string> &
     if (endpoints.empty()) return devs;
     const auto add = rpc_fn<add_server_fn>("ggml_backend_rpc_add_server");
     install_abort_hook();
-    const int probe_ms = timeout_ms > 0 ? std::min(timeout_ms, 5000) : 5000;
+    // Shorter than the call's own timeout, so that the probe, not the guard, names the problem.
+    const int probe_ms = timeout_ms > 0 ? std::max(1, std::min(timeout_ms / 2, 5000)) : 5000;
     for (const auto & e : endpoints) {
-        if (rpc_endpoint_dead(e)) {
-            fail(PR_ERR_BACKEND, "RPC server %s went away earlier in this process; ggml-rpc cannot reconnect to it "
-                                 "(one connection per server and process): restart the process", e.c_str());
-        }
+        if (rpc_endpoint_dead(e)) fail_dead(e);
         bool first;
         {
             std::lock_guard<std::mutex> lk(g_mu);
