@@ -229,3 +229,20 @@ def test_server_lost_mid_generation_is_an_exception(smol_path, mode):
         assert "went away" in lines["ERROR"] and seconds < 5
         assert lines["OTHER"].startswith("OK") and int(lines["OTHER"].split()[1]) >= 1
     assert text.strip().endswith("DONE")
+
+
+def test_cli_run_on_a_server_and_rpc_server_errors(smol_path, two):
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "pyriver.cli", *args], capture_output=True, text=True,
+                              timeout=120, env=env, cwd=str(REPO))
+    r = cli("run", "The capital of France is", "-n", "8", "--model", smol_path, "--rpc-servers", two[1].endpoint,
+            "--n-gpu-layers", "-1")
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+    # A port that is taken, and a bad port: clear errors, exit code 1.
+    r = cli("rpc-server", "--port", str(two[0].port))
+    assert r.returncode == 1 and "cannot listen on 127.0.0.1:" in r.stderr
+    r = cli("rpc-server", "--port", "0")
+    assert r.returncode == 1 and "port must be in" in r.stderr
