@@ -31,7 +31,7 @@ def two():
 
 def _check_parity(smol_path, eps, **kw):
     ref = llama_cpp_greedy(smol_path, eps, PARITY_PROMPTS, N_GEN, **kw)
-    with Llama(smol_path, n_ctx=512, n_threads=1, verbose=False, rpc_servers=eps, **kw) as llm:
+    with Llama(smol_path, n_ctx=512, n_threads=1, verbose=False, rpc_servers=eps, rpc_timeout=60, **kw) as llm:
         devices = llm.devices()
         for prompt, want in zip(PARITY_PROMPTS, ref):
             got = _greedy_ours(llm, llm.tokenize(prompt.encode(), add_bos=True, special=True), N_GEN)
@@ -66,7 +66,7 @@ def test_main_gpu_selects_one_server(smol_path, two):
 
 def _rpc_llama(path, eps, **kw):
     return Llama(path, n_ctx=256, n_threads=1, verbose=False, rpc_servers=eps, n_gpu_layers=-1,
-                 tensor_split=[1.0, 1.0], **kw)
+                 tensor_split=[1.0, 1.0], rpc_timeout=60, **kw)
 
 
 def test_never_exit_is_identical_on_two_servers(smol_path, two):
@@ -108,7 +108,8 @@ def test_similarity_exits_match_the_cpu(smol_path, two):
     kw = dict(river="q4_0", exit_threshold=0.975, min_exit_layer=4)
     with Llama(smol_path, n_ctx=256, n_threads=1, verbose=False, **kw) as cpu:
         cpu_logits, cpu_exits = _generate_logits(cpu, n=24)
-    with Llama(smol_path, n_ctx=256, n_threads=1, verbose=False, rpc_servers=eps, n_gpu_layers=-1, **kw) as llm:
+    with Llama(smol_path, n_ctx=256, n_threads=1, verbose=False, rpc_servers=eps, n_gpu_layers=-1, rpc_timeout=60,
+               **kw) as llm:
         logits, exits = _generate_logits(llm, n=24)
     assert exits == cpu_exits and len(set(exits)) > 2
     assert np.array_equal(logits.argmax(axis=1), cpu_logits.argmax(axis=1))
