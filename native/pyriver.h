@@ -128,7 +128,7 @@ typedef struct {
     int32_t min_exit_layer;   /* first block whose similarity is checked */
     int32_t force_exit_layer; /* >= 0: every token exits after this block (tests, benchmarks) */
     int32_t prefill_exit;     /* prompts exit too, at the first block where all tokens reach tau */
-    int32_t check_chunk;      /* blocks per graph after min_exit_layer */
+    int32_t check_chunk;      /* blocks per graph after min_exit_layer; 0: 2 on the CPU, 8 on other devices */
     int32_t host_checks;      /* -1: automatic (host for one token on the CPU); 0: always in the graph */
 } pr_exit_params;
 

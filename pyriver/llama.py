@@ -128,9 +128,10 @@ class Llama:
             return self.river_path
 
     def set_exit(self, exit_threshold: float, min_exit_layer: Optional[int] = None, force_exit_layer: int = -1,
-                 prefill_exit: bool = False, check_chunk: int = 2, host_checks: bool = True) -> None:
+                 prefill_exit: bool = False, check_chunk: int = 0, host_checks: bool = True) -> None:
         """Change the exit rule between calls (tau > 1 never exits; force_exit_layer >= 0 exits
-        every token after that block)."""
+        every token after that block; check_chunk: blocks per graph, 0 = 2 on the CPU, 8 on
+        other devices)."""
         with self._lock:
             self._live()
             p = ffi.new("pr_exit_params *", lib.pr_exit_default_params())
