@@ -1,6 +1,7 @@
 #include "placement.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace pr {
@@ -35,9 +36,9 @@ placement place_layers(int n_layer, int n_gpu_layers, const std::vector<ggml_bac
     p.cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     if (!p.cpu) fail(PR_ERR_BACKEND, "ggml has no CPU device");
     const int n = (int) devs.size();
+    // Shares past the device count are ignored, as llama.cpp does.
     for (int i = 0; tensor_split && i < 16; i++) {
-        if (!(tensor_split[i] >= 0.0f)) fail(PR_ERR_INVALID_ARG, "tensor_split[%d] must be >= 0", i);
-        if (i >= n && tensor_split[i] != 0.0f) fail(PR_ERR_INVALID_ARG, "tensor_split has a share for device %d, but there are %d devices", i, n);
+        if (!(tensor_split[i] >= 0.0f) || !std::isfinite(tensor_split[i])) fail(PR_ERR_INVALID_ARG, "tensor_split[%d] must be a finite number >= 0", i);
     }
     // Split points as llama.cpp computes them (floats, cumulative, normalized).
     bool all_zero = true;

@@ -247,3 +247,16 @@ def test_cli_run_on_a_server_and_rpc_server_errors(smol_path, two):
     assert r.returncode == 1 and "cannot listen on 127.0.0.1:" in r.stderr
     r = cli("rpc-server", "--port", "0")
     assert r.returncode == 1 and "port must be in" in r.stderr
+
+
+def test_placement_arguments(smol_path):
+    # No device here but the CPU: n_gpu_layers and a tensor_split for absent GPUs change nothing,
+    # as in llama.cpp; bad values are errors.
+    with Llama(smol_path, n_ctx=64, verbose=False, n_gpu_layers=-1, tensor_split=[3.0, 1.0]) as llm:
+        assert set(llm.devices()) == {"CPU"}
+    with pytest.raises(ValueError, match="split_mode 2"):
+        Llama(smol_path, n_ctx=64, verbose=False, split_mode=2)
+    with pytest.raises(ValueError, match="tensor_split"):
+        Llama(smol_path, n_ctx=64, verbose=False, tensor_split=[-1.0])
+    with pytest.raises(ValueError, match="at most 16"):
+        Llama(smol_path, n_ctx=64, verbose=False, tensor_split=[1.0] * 17)
