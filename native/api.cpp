@@ -3,9 +3,12 @@
 #include "context.h"
 #include "gguf_meta.h"
 #include "river.h"
+#include "rpc.h"
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -32,6 +35,13 @@ static pr_status guarded(F && f) {
     }
 }
 
+// Runs f where a dead RPC server of the model cannot crash or hang the caller (rpc.h); without
+// RPC servers, directly. A model that lost a server is refused.
+static void on_model(pr::model * m, const std::function<void()> & f) {
+    if (m->broken) pr::fail(PR_ERR_BACKEND, "this model lost its RPC server earlier and cannot be used any more");
+    pr::rpc_guarded(m->rpc_endpoints, m->rpc_timeout_ms, m->broken, f);
+}
+
 static void copy_text(const std::string & s, char * buf, size_t n) {
     if (!buf || n == 0) pr::fail(PR_ERR_INVALID_ARG, "output buffer is empty");
     if (s.size() + 1 > n) pr::fail(PR_ERR_INVALID_ARG, "output buffer of %zu bytes is too small for %zu", n, s.size() + 1);
@@ -45,8 +55,13 @@ const char * pr_version(void) { return "0.1.0"; }
 
 pr_model_params pr_model_default_params(void) {
     pr_model_params p;
+    memset(&p, 0, sizeof(p));
     p.n_gpu_layers = 0;
     p.use_mmap = 1;
+    p.split_mode = 1;
+    p.main_gpu = 0;
+    p.rpc_servers = nullptr;
+    p.rpc_timeout_ms = 300000;
     return p;
 }
 
@@ -55,15 +70,24 @@ pr_status pr_model_load(const char * path, const pr_model_params * params, pr_mo
         if (!out) pr::fail(PR_ERR_INVALID_ARG, "out is NULL");
         *out = nullptr;
         const pr_model_params p = params ? *params : pr_model_default_params();
-        pr::model * m = pr::load_model(path, p);
-        *out = new pr_model{m};
+        const std::vector<std::string> eps = pr::parse_endpoints(p.rpc_servers);
+        const std::string file = path ? path : "";
+        // Results go through shared cells: an abandoned call (rpc.h) may outlive this frame.
+        auto m = std::make_shared<pr::model *>(nullptr);
+        bool broken = false;
+        pr::rpc_guarded(eps, p.rpc_timeout_ms, broken, [m, file, p] { *m = pr::load_model(file.c_str(), p); });
+        *out = new pr_model{*m};
     });
 }
 
 void pr_model_free(pr_model * model) {
     if (!model) return;
-    delete model->m;
+    pr::model * m = model->m;
     delete model;
+    // A model whose server went away keeps its remote buffers: freeing them would wait forever.
+    if (m->broken) return;
+    const pr_status st = guarded([&] { on_model(m, [m] { delete m; }); });
+    (void) st;
 }
 
 pr_status pr_model_get_info(const pr_model * model, pr_model_info * out) {
@@ -96,6 +120,28 @@ pr_status pr_model_meta(const pr_model * model, const char * key, char * buf, si
     });
 }
 
+pr_status pr_model_devices(const pr_model * model, char * buf, size_t buf_size) {
+    return guarded([&] {
+        if (!model) pr::fail(PR_ERR_INVALID_ARG, "model is NULL");
+        std::string s;
+        for (auto d : model->m->layer_dev) s += std::string(ggml_backend_dev_name(d)) + "\n";
+        s += std::string(ggml_backend_dev_name(model->m->output_dev)) + "\n";
+        copy_text(s, buf, buf_size);
+    });
+}
+
+pr_status pr_rpc_register(const char * servers, int32_t timeout_ms) {
+    return guarded([&] {
+        const std::vector<std::string> eps = pr::parse_endpoints(servers);
+        if (eps.empty()) pr::fail(PR_ERR_INVALID_ARG, "no RPC server given");
+        pr::rpc_register_servers(eps, timeout_ms);
+    });
+}
+
+pr_status pr_rpc_start_server(const char * endpoint, int32_t n_threads, const char * cache_dir) {
+    return guarded([&] { pr::rpc_start_server(endpoint, n_threads, cache_dir); });
+}
+
 pr_status pr_devices(char * buf, size_t buf_size) {
     return guarded([&] {
         std::string s;
@@ -125,21 +171,30 @@ pr_status pr_context_new(pr_model * model, const pr_context_params * params, pr_
         if (!model || !out) pr::fail(PR_ERR_INVALID_ARG, "model or out is NULL");
         *out = nullptr;
         const pr_context_params p = params ? *params : pr_context_default_params();
-        pr::context * c = new pr::context(model->m, p);
-        *out = new pr_context{c};
+        auto c = std::make_shared<pr::context *>(nullptr);
+        pr::model * m = model->m;
+        on_model(m, [c, m, p] { *c = new pr::context(m, p); });
+        *out = new pr_context{*c};
     });
 }
 
 void pr_context_free(pr_context * ctx) {
     if (!ctx) return;
-    delete ctx->c;
+    pr::context * c = ctx->c;
     delete ctx;
+    if (c->m->broken) return;   // as pr_model_free: its remote buffers stay
+    const pr_status st = guarded([&] { on_model(c->m, [c] { delete c; }); });
+    (void) st;
 }
 
 pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_all) {
     return guarded([&] {
         if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
-        ctx->c->decode(tokens, n, logits_all != 0);
+        if (!tokens || n < 1) pr::fail(PR_ERR_INVALID_ARG, "decode needs at least one token");
+        // The tokens are copied: an abandoned call (rpc.h) may outlive the caller's array.
+        std::vector<int32_t> toks(tokens, tokens + n);
+        pr::context * c = ctx->c;
+        on_model(c->m, [c, toks, logits_all] { c->decode(toks.data(), (int) toks.size(), logits_all != 0); });
     });
 }
 
@@ -166,7 +221,8 @@ void pr_kv_clear(pr_context * ctx) {
 pr_status pr_kv_fill(pr_context * ctx, float value) {
     return guarded([&] {
         if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
-        ctx->c->kv->fill(value);
+        pr::context * c = ctx->c;
+        on_model(c->m, [c, value] { c->kv->fill(value); });
     });
 }
 
@@ -185,7 +241,9 @@ pr_status pr_river_attach(pr_model * model, const char * path, const char * back
     return guarded([&] {
         if (!model) pr::fail(PR_ERR_INVALID_ARG, "model is NULL");
         if (model->m->river) pr::fail(PR_ERR_INVALID_ARG, "the model already has a river");
-        pr::attach_river(*model->m, path, backbone_sha256, use_mmap != 0);
+        pr::model * m = model->m;
+        const std::string p = path ? path : "", sha = backbone_sha256 ? backbone_sha256 : "";
+        on_model(m, [m, p, sha, use_mmap] { pr::attach_river(*m, p.c_str(), sha.c_str(), use_mmap != 0); });
     });
 }
 

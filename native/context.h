@@ -14,7 +14,7 @@ struct exit_rule {
     int min_layer = 1;         // first block whose similarity is checked
     int force_layer = -1;      // >= 0: every token leaves the backbone after this block
     bool prefill = false;      // prompts exit too (sequence level: the minimum over the tokens)
-    int chunk = 2;             // blocks per graph after min_layer
+    int chunk = 0;             // blocks per graph after min_layer; 0: 2 on the CPU, 8 on other devices
     int host_checks = -1;      // -1: single-token similarities on the host when blocks are on the CPU; 0: in the graph
 };
 

@@ -3,7 +3,9 @@
 // ggml call that could assert, so a bad file is an exception, never an abort.
 #include "model.h"
 #include "gguf_meta.h"
+#include "placement.h"
 #include "river.h"
+#include "rpc.h"
 
 #include <algorithm>
 #include <cmath>
@@ -168,41 +170,24 @@ static void validate_and_bind(model & m) {
     }
 }
 
-static ggml_backend_dev_t find_cpu() {
-    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
-        ggml_backend_dev_t d = ggml_backend_dev_get(i);
-        if (ggml_backend_dev_type(d) == GGML_BACKEND_DEVICE_TYPE_CPU) return d;
-    }
-    fail(PR_ERR_BACKEND, "ggml has no CPU device");
-}
-
-static ggml_backend_dev_t find_gpu() {
-    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
-        ggml_backend_dev_t d = ggml_backend_dev_get(i);
-        const auto t = ggml_backend_dev_type(d);
-        if (t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU) return d;
-    }
-    return nullptr;
-}
-
-// Blocks n_layer - n_gpu_layers .. n_layer-1 go to the GPU, and the output head with the last one,
-// as llama.cpp counts n_gpu_layers. Without a GPU device everything stays on the CPU.
-static void assign_devices(model & m, int n_gpu_layers) {
-    m.cpu_dev = find_cpu();
-    ggml_backend_dev_t gpu = n_gpu_layers != 0 ? find_gpu() : nullptr;
-    const int L = m.hp.n_layer;
-    const int n_off = !gpu ? 0 : (n_gpu_layers < 0 || n_gpu_layers > L ? L + 1 : n_gpu_layers);
-    m.layer_dev.assign(L, m.cpu_dev);
-    for (int il = 0; il < L; il++) {
-        if (il >= L - std::min(n_off, L)) m.layer_dev[il] = gpu;
-    }
-    m.output_dev = n_off > L ? gpu : m.cpu_dev;
+// Blocks and head on devices as llama.cpp places them (placement.cpp); RPC servers first.
+static void assign_devices(model & m, const pr_model_params & params) {
+    m.rpc_endpoints = parse_endpoints(params.rpc_servers);
+    m.rpc_timeout_ms = params.rpc_timeout_ms;
+    const std::vector<ggml_backend_dev_t> rpc = rpc_add_servers(m.rpc_endpoints, params.rpc_timeout_ms);
+    const placement p = place_layers(m.hp.n_layer, params.n_gpu_layers, model_devices(rpc, params.split_mode, params.main_gpu),
+                                     params.tensor_split);
+    m.cpu_dev = p.cpu;
+    m.layer_dev = p.layer;
+    m.output_dev = p.output;
+    // A tied head off the CPU reads its own copy of the embedding table there, as in llama.cpp.
+    if (m.output == m.tok_embd && m.output_dev != m.cpu_dev) m.output = m.file->duplicate(m.tok_embd, "output.weight");
 }
 
 // Device of a tensor: block tensors follow their block, the head follows output_dev, the embedding
 // table stays on the CPU (it is read by get_rows, one row per token).
 static ggml_backend_dev_t tensor_dev(const model & m, const ggml_tensor * t) {
-    if (t == m.tok_embd) return m.cpu_dev;   // when tied, the head reads this one CPU copy too
+    if (t == m.tok_embd) return m.cpu_dev;   // when tied on the CPU, the head reads this one copy too
     if (t == m.output || t == m.output_norm) return m.output_dev;
     int il = -1;
     if (sscanf(ggml_get_name(t), "blk.%d.", &il) == 1 && il >= 0 && il < m.hp.n_layer) return m.layer_dev[il];
@@ -223,7 +208,7 @@ model * load_model(const char * path, const pr_model_params & params) {
         m->n_params += ggml_nelements(t);
         m->n_bytes += ggml_nbytes(t);
     }
-    assign_devices(*m, params.n_gpu_layers);
+    assign_devices(*m, params);
     const model & mr = *m;
     place_weights(*m->file, [&](const ggml_tensor * t) { return tensor_dev(mr, t); }, m->cpu_dev, params.use_mmap != 0,
                   [&](const ggml_tensor * t) { return t != mr.tok_embd && ggml_n_dims(t) == 2; });

@@ -67,8 +67,11 @@ struct model {
     std::vector<block_weights> blocks;
 
     ggml_backend_dev_t cpu_dev = nullptr;
-    std::vector<ggml_backend_dev_t> layer_dev;   // device of each block's weights and KV
+    std::vector<ggml_backend_dev_t> layer_dev;   // device of each block's weights, river block and KV
     ggml_backend_dev_t output_dev = nullptr;
+    std::vector<std::string> rpc_endpoints;      // RPC servers the model's devices live on
+    int rpc_timeout_ms = 0;
+    bool broken = false;                         // an RPC server went away: never used or freed again
 
     std::unique_ptr<river_blocks> river;  // optional: attached with attach_river
 

@@ -36,8 +36,14 @@ typedef struct pr_model pr_model;
 typedef struct pr_context pr_context;
 
 typedef struct {
-    int32_t n_gpu_layers;     /* blocks placed on the first non-CPU device; -1 = all */
+    int32_t n_gpu_layers;     /* the last blocks placed on devices (the head counts as one more, as in
+                                 llama.cpp); -1 = all and the head */
     int32_t use_mmap;         /* CPU weights are mapped from the file, not copied */
+    int32_t split_mode;       /* 0: one device, main_gpu; 1: blocks split over all devices (llama.cpp's layer split) */
+    int32_t main_gpu;         /* with split_mode 0: the index of the device in the device list */
+    float   tensor_split[16]; /* share of the offloaded blocks per device; all 0: by free memory, as llama.cpp */
+    const char * rpc_servers; /* "host:port,...": ggml RPC servers, first in the device list; NULL: none */
+    int32_t rpc_timeout_ms;   /* a call that waits longer on its RPC servers fails; 0: no limit */
 } pr_model_params;
 
 typedef struct {
@@ -75,6 +81,15 @@ PR_API pr_status pr_model_get_info(const pr_model * model, pr_model_info * out);
 PR_API pr_status pr_model_meta(const pr_model * model, const char * key, char * buf, size_t buf_size);
 /* ggml devices this process has, one line each: "name\tdescription\ttype". */
 PR_API pr_status pr_devices(char * buf, size_t buf_size);
+/* Device of each block and of the head (n_layer + 1 names, one a line). */
+PR_API pr_status pr_model_devices(const pr_model * model, char * buf, size_t buf_size);
+
+/* ---- RPC (ggml-rpc) --------------------------------------------------------------------------
+ * Connects to "host:port,..." and registers the servers' devices in ggml's device list, as
+ * llama.cpp's --rpc does, so that llama.cpp models of this process use them too. */
+PR_API pr_status pr_rpc_register(const char * servers, int32_t timeout_ms);
+/* Serves this process's devices (GPUs, else the CPU) at "host:port"; returns only on failure. */
+PR_API pr_status pr_rpc_start_server(const char * endpoint, int32_t n_threads, const char * cache_dir);
 
 PR_API pr_context_params pr_context_default_params(void);
 PR_API pr_status pr_context_new(pr_model * model, const pr_context_params * params, pr_context ** out);
@@ -113,7 +128,7 @@ typedef struct {
     int32_t min_exit_layer;   /* first block whose similarity is checked */
     int32_t force_exit_layer; /* >= 0: every token exits after this block (tests, benchmarks) */
     int32_t prefill_exit;     /* prompts exit too, at the first block where all tokens reach tau */
-    int32_t check_chunk;      /* blocks per graph after min_exit_layer */
+    int32_t check_chunk;      /* blocks per graph after min_exit_layer; 0: 2 on the CPU, 8 on other devices */
     int32_t host_checks;      /* -1: automatic (host for one token on the CPU); 0: always in the graph */
 } pr_exit_params;
 

@@ -13,13 +13,27 @@ namespace pr {
 
 weight_file::~weight_file() {
     for (auto b : buffers) ggml_backend_buffer_free(b);
+    if (copies) ggml_free(copies);
     if (meta) ggml_free(meta);
     if (gguf) gguf_free(gguf);
     if (mapping) munmap(mapping, size);
 }
 
 int64_t weight_file::index(const std::string & name) const {
-    return gguf_find_tensor(gguf, name.c_str());
+    auto it = copy_of.find(name);
+    return gguf_find_tensor(gguf, it == copy_of.end() ? name.c_str() : it->second.c_str());
+}
+
+ggml_tensor * weight_file::duplicate(const ggml_tensor * src, const std::string & name) {
+    if (!copies) {
+        ggml_init_params ip = {ggml_tensor_overhead() * 4, nullptr, true};
+        copies = ggml_init(ip);
+        if (!copies) fail(PR_ERR_BACKEND, "cannot create a tensor context");
+    }
+    ggml_tensor * t = ggml_dup_tensor(copies, src);
+    ggml_set_name(t, name.c_str());
+    copy_of[name] = ggml_get_name(src);
+    return t;
 }
 
 ggml_tensor * weight_file::tensor(const std::string & name) const {
@@ -149,7 +163,11 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
     // Group tensors by buffer type; nullptr stands for "the mapping itself".
     ggml_backend_buffer_type_t repack_buft = repack ? cpu_repack_buft(cpu) : nullptr;
     std::map<ggml_backend_buffer_type_t, std::vector<ggml_tensor *>> per_buft;
-    for (ggml_tensor * t = ggml_get_first_tensor(f.meta); t; t = ggml_get_next_tensor(f.meta, t)) {
+    std::vector<ggml_tensor *> all;
+    for (ggml_context * c : {f.meta, f.copies}) {
+        for (ggml_tensor * t = c ? ggml_get_first_tensor(c) : nullptr; t; t = ggml_get_next_tensor(c, t)) all.push_back(t);
+    }
+    for (ggml_tensor * t : all) {
         ggml_backend_dev_t d = dev_of(t);
         ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(d);
         if (d == cpu && repack_buft && repack(t) && buft_takes_matmul(cpu, repack_buft, t)) buft = repack_buft;

@@ -9,6 +9,7 @@
 #include "gguf.h"
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,11 +23,17 @@ struct weight_file {
     ggml_context * meta = nullptr;       // tensor descriptors (no data of their own)
     void * mapping = nullptr;            // the whole file, read-only
     std::vector<ggml_backend_buffer_t> buffers;
+    ggml_context * copies = nullptr;     // second descriptors of file tensors (see duplicate)
+    std::map<std::string, std::string> copy_of;
 
     ~weight_file();
     ggml_tensor * tensor(const std::string & name) const;   // nullptr when absent
-    // Index in the GGUF, or -1.
+    // Index in the GGUF, or -1 (a copy has its source's).
     int64_t index(const std::string & name) const;
+    // A second tensor with the data of tensor src, placed on its own device by place_weights
+    // (llama.cpp's duplicated tied head: the embedding stays on the CPU, the head's copy goes
+    // with the head).
+    ggml_tensor * duplicate(const ggml_tensor * src, const std::string & name);
 };
 
 // Opens, parses and checks that every tensor lies inside the file. Throws PR_ERR_IO.

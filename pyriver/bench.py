@@ -28,6 +28,14 @@ def _prompt(tokenize, n: int) -> List[int]:
     return toks[:n]
 
 
+def _device_kw(cfg: Dict) -> Dict:
+    """n_gpu_layers and tensor_split, the same for both engines."""
+    kw = {"n_gpu_layers": cfg.get("n_gpu_layers", 0)}
+    if cfg.get("tensor_split"):
+        kw["tensor_split"] = cfg["tensor_split"]
+    return kw
+
+
 def worker(cfg: Dict) -> Dict:
     """One measurement in this process: load, prefill n_prompt tokens, decode n_gen greedily."""
     import numpy as np
@@ -40,7 +48,8 @@ def worker(cfg: Dict) -> Dict:
         if cfg.get("river"):
             kw = dict(river=cfg["river"], exit_threshold=cfg["tau"], min_exit_layer=cfg.get("min_exit_layer"),
                       force_exit_layer=cfg.get("force_exit_layer", -1), river_force=cfg.get("river_force", False))
-        llm = Llama(cfg["model"], n_ctx=n_ctx, n_batch=512, n_threads=th, n_threads_batch=th, verbose=False, **kw)
+        llm = Llama(cfg["model"], n_ctx=n_ctx, n_batch=512, n_threads=th, n_threads_batch=th, verbose=False,
+                    **_device_kw(cfg), rpc_servers=cfg.get("rpc_servers"), **kw)
         tokenize = lambda b: llm.tokenize(b, add_bos=False)
         prefill = lambda t: llm.eval(t)[-1]
 
@@ -51,10 +60,14 @@ def worker(cfg: Dict) -> Dict:
             return out
     else:
         import llama_cpp
+        if cfg.get("rpc_servers"):
+            # llama.cpp's --rpc: the servers' devices join ggml's device list of this process.
+            from .rpc import register_for_llama_cpp
+            register_for_llama_cpp(cfg["rpc_servers"])
         # n_batch = n_ctx keeps llama-cpp-python's score buffer as long as the run; n_ubatch = 512
         # makes llama.cpp compute the prompt in the same 512-token steps as pyriver.
         llm = llama_cpp.Llama(cfg["model"], n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=512, n_threads=th,
-                              n_threads_batch=th, verbose=False)
+                              n_threads_batch=th, verbose=False, **_device_kw(cfg))
         tokenize = lambda b: llm.tokenize(b, add_bos=False)
 
         def prefill(t):
@@ -109,7 +122,9 @@ def requantized(path: str, ftype: str) -> str:
 
 
 def engines_for(a, path: str) -> List[Dict]:
-    base = {"model": path, "threads": a.threads, "n_prompt": a.prompt_tokens, "n_gen": a.gen_tokens}
+    base = {"model": path, "threads": a.threads, "n_prompt": a.prompt_tokens, "n_gen": a.gen_tokens,
+            "n_gpu_layers": a.n_gpu_layers, "rpc_servers": a.rpc_servers,
+            "tensor_split": [float(x) for x in a.tensor_split.split(",")] if a.tensor_split else None}
     es = [dict(base, name="llama.cpp", engine="llama.cpp"), dict(base, name="pyriver", engine="pyriver")]
     if a.river:
         for tau in a.tau:
@@ -152,7 +167,8 @@ def main(a) -> int:
             "model": path, "model_sha256": file_sha256(path), "threads": a.threads, "prompt_tokens": a.prompt_tokens,
             "gen_tokens": a.gen_tokens, "repeats": n, "machine": platform.machine(), "cpus": os.cpu_count(),
             "python": platform.python_version(), "river": a.river, "tau": a.tau, "min_exit_layer": a.min_exit_layer,
-            "force_exit_layer": a.force_exit_layer,
+            "force_exit_layer": a.force_exit_layer, "n_gpu_layers": a.n_gpu_layers, "rpc_servers": a.rpc_servers,
+            "tensor_split": a.tensor_split,
         },
         "engines": {},
     }
@@ -166,6 +182,8 @@ def main(a) -> int:
     for name, d in res["engines"].items():
         d["ratio_to_llama_cpp"] = {m: d[m]["median"] / ref[m]["median"] for m in METRICS}
     print(f"\nmodel {os.path.basename(path)}  threads {a.threads}  prompt {a.prompt_tokens}  gen {a.gen_tokens}  repeats {n}")
+    if a.rpc_servers:
+        print(f"rpc_servers {a.rpc_servers}  n_gpu_layers {a.n_gpu_layers}  tensor_split {a.tensor_split or 'by free memory'}")
     print(f"{'engine':<34}{'prefill tok/s':>22}{'decode tok/s':>22}{'peak RSS MiB':>20}{'exit':>6}")
     for name, d in res["engines"].items():
         cells = []
@@ -196,8 +214,10 @@ def overhead(a) -> int:
 
     from . import Llama, models
     path = str(models.resolve(a.model, progress=True))
+    dev = _device_kw({"n_gpu_layers": a.n_gpu_layers, "tensor_split": [float(x) for x in a.tensor_split.split(",")]
+                      if a.tensor_split else None})
     llm = Llama(path, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
-                river=a.river or "q4_0", river_force=a.river_force, exit_threshold=2.0)
+                river=a.river or "q4_0", river_force=a.river_force, exit_threshold=2.0, rpc_servers=a.rpc_servers, **dev)
     toks = _prompt(lambda b: llm.tokenize(b, add_bos=False), 256 + 128)
     res: Dict[str, List[float]] = {"no checks (tau 2.0)": [], "checks (tau 1.0)": []}
     for _ in range(a.repeats):
@@ -259,8 +279,10 @@ def inprocess(a) -> int:
     from ._native import lib
     from .evaluate import chat_tokens
     path = str(models.resolve(a.model, progress=True))
+    dev = _device_kw({"n_gpu_layers": a.n_gpu_layers, "tensor_split": [float(x) for x in a.tensor_split.split(",")]
+                      if a.tensor_split else None})
     llm = Llama(path, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
-                river=a.river or "q4_0", river_force=a.river_force, exit_threshold=2.0)
+                river=a.river or "q4_0", river_force=a.river_force, exit_threshold=2.0, rpc_servers=a.rpc_servers, **dev)
     prompt = chat_tokens(llm, "Write a short essay about rivers and the cities built along them.")
     llm.reset()
     logits = llm.eval(prompt)[-1]

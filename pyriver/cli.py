@@ -10,7 +10,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", default=None, help="GGUF path, registry name or hf:REPO/FILE (default: SmolLM2-135M-Instruct Q4_1)")
     p.add_argument("--threads", "-t", type=int, default=None, help="decode threads")
     p.add_argument("--ctx", type=int, default=2048, help="context length (n_ctx)")
-    p.add_argument("--n-gpu-layers", type=int, default=0)
+    p.add_argument("--n-gpu-layers", type=int, default=0, help="last blocks (and the head) on devices; -1 = all")
+    p.add_argument("--rpc-servers", default=None, help="host:port,... of ggml RPC servers (pyriver rpc-server)")
+    p.add_argument("--tensor-split", default=None, help="share of the blocks per device, e.g. 1,1")
 
 
 def _add_river_args(p: argparse.ArgumentParser) -> None:
@@ -28,10 +30,15 @@ def _river_kwargs(a) -> dict:
                 force_exit_layer=a.force_exit_layer, river_force=a.river_force)
 
 
+def _device_kwargs(a) -> dict:
+    split = [float(x) for x in a.tensor_split.split(",")] if getattr(a, "tensor_split", None) else None
+    return dict(n_gpu_layers=a.n_gpu_layers, rpc_servers=a.rpc_servers, tensor_split=split)
+
+
 def cmd_run(a) -> int:
     from . import Llama
-    llm = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, n_gpu_layers=a.n_gpu_layers,
-                seed=a.seed, verbose=a.verbose, **_river_kwargs(a))
+    llm = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, seed=a.seed, verbose=a.verbose,
+                **_device_kwargs(a), **_river_kwargs(a))
     kw = dict(max_tokens=a.n, temperature=a.temp, seed=a.seed, stream=True)
     out = sys.stdout
     if a.chat:
@@ -117,6 +124,12 @@ def cmd_bench(a) -> int:
     return bench.main(a)
 
 
+def cmd_rpc_server(a) -> int:
+    from . import rpc
+    rpc.start_server(a.host, a.port, a.threads, a.cache_dir or "")
+    return 1
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="pyriver", description="GGUF models on ggml with River early exit")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -175,6 +188,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--min-exit-layer", type=int, default=None)
     b.add_argument("--force-exit-layer", type=int, default=-1)
     b.add_argument("--river-force", action="store_true", help="allow a river not cheaper than the backbone")
+    b.add_argument("--n-gpu-layers", type=int, default=0, help="last blocks (and the head) on devices, both engines; -1 = all")
+    b.add_argument("--rpc-servers", default=None, help="host:port,... of ggml RPC servers, for both engines")
+    b.add_argument("--tensor-split", default=None, help="share of the offloaded blocks per device, e.g. 1,1")
     b.add_argument("--competitor", action="store_true", help="also run llama.cpp on the model requantized to the river type")
     b.add_argument("--overhead", action="store_true", help="cost of the exit checks alone, in one process")
     b.add_argument("--inprocess", action="store_true", help="River vs full depth in one process on the model's own chat answer")
@@ -183,6 +199,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")
     b.add_argument("--systems-dtype", default="q8_0", choices=["f16", "q8_0"], help="backbone type of the synthetic model")
     b.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("rpc-server", help="serve this machine's devices to pyriver and llama.cpp over TCP (ggml RPC)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only)")
+    s.add_argument("--port", "-p", type=int, default=50052)
+    s.add_argument("--threads", "-t", type=int, default=2, help="CPU threads of the served CPU device")
+    s.add_argument("--cache-dir", default=None, help="cache large tensors here (ggml-rpc's -c)")
+    s.set_defaults(fn=cmd_rpc_server)
 
     a = ap.parse_args(argv)
     try:

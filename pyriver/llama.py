@@ -35,7 +35,9 @@ DEFAULT_MIN_EXIT_LAYER = 4
 class Llama:
     def __init__(self, model_path: Optional[str] = None, *, n_ctx: int = 512, n_batch: int = 512,
                  n_threads: Optional[int] = None, n_threads_batch: Optional[int] = None,
-                 n_gpu_layers: int = 0, seed: Optional[int] = None, use_mmap: bool = True,
+                 n_gpu_layers: int = 0, split_mode: int = 1, main_gpu: int = 0,
+                 tensor_split: Optional[Sequence[float]] = None, rpc_servers: Optional[str] = None,
+                 rpc_timeout: float = 300.0, seed: Optional[int] = None, use_mmap: bool = True,
                  flash_attn: bool = False, river: Optional[str] = None,
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
@@ -60,6 +62,16 @@ class Llama:
         mp = ffi.new("pr_model_params *", lib.pr_model_default_params())
         mp.n_gpu_layers = int(n_gpu_layers)
         mp.use_mmap = 1 if use_mmap else 0
+        mp.split_mode, mp.main_gpu = int(split_mode), int(main_gpu)
+        if tensor_split is not None:
+            if len(tensor_split) > len(mp.tensor_split):
+                raise ValueError(f"tensor_split has {len(tensor_split)} entries; at most {len(mp.tensor_split)} devices")
+            for i, v in enumerate(tensor_split):
+                mp.tensor_split[i] = float(v)
+        self.rpc_servers = rpc_servers or None
+        servers = ffi.new("char[]", rpc_servers.encode()) if rpc_servers else ffi.NULL
+        mp.rpc_servers = servers
+        mp.rpc_timeout_ms = int(rpc_timeout * 1000)
         out = ffi.new("pr_model **")
         check(lib.pr_model_load(self.model_path.encode(), mp, out))
         self._model = out[0]
@@ -116,9 +128,10 @@ class Llama:
             return self.river_path
 
     def set_exit(self, exit_threshold: float, min_exit_layer: Optional[int] = None, force_exit_layer: int = -1,
-                 prefill_exit: bool = False, check_chunk: int = 2, host_checks: bool = True) -> None:
+                 prefill_exit: bool = False, check_chunk: int = 0, host_checks: bool = True) -> None:
         """Change the exit rule between calls (tau > 1 never exits; force_exit_layer >= 0 exits
-        every token after that block)."""
+        every token after that block; check_chunk: blocks per graph, 0 = 2 on the CPU, 8 on
+        other devices)."""
         with self._lock:
             self._live()
             p = ffi.new("pr_exit_params *", lib.pr_exit_default_params())
@@ -176,6 +189,12 @@ class Llama:
 
     def token_eos(self) -> int:
         return self.vocab.eos
+
+    def devices(self) -> List[str]:
+        """ggml device name of each block, then of the head ("CPU", "RPC0", ...)."""
+        buf = ffi.new("char[]", 64 * (self.info["n_layer"] + 1) + 64)
+        check(lib.pr_model_devices(self._model, buf, len(buf)))
+        return ffi.string(buf).decode().splitlines()
 
     def metadata(self, key: str) -> Optional[str]:
         buf = ffi.new("char[]", 1 << 20)
