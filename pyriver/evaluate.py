@@ -10,7 +10,7 @@ model uniformly requantized to the river type, is measured against the same refe
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
 import numpy as np
 

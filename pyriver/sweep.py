@@ -156,6 +156,11 @@ def plot(res: Dict, png: str) -> None:
 
 def main(a) -> int:
     from .results import write_json
+    if a.png:
+        try:   # before the measurement, not after it
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ValueError("--png needs matplotlib: pip install \"pyriver[eval]\"") from None
     res = measure(a)
     if not res["points"]:
         print("no point measured", file=sys.stderr)
