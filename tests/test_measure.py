@@ -90,11 +90,11 @@ def test_eval_end_to_end(tiny, tmp_path):
 def test_eval_humaneval_sets(tiny, tmp_path):
     out = tmp_path / "h.json"
     r = _pyriver("eval", tiny, "--river", "q4_0", "--min-exit-layer", "2", "--prompts", "humaneval", "--limit", "2",
-                 "-n", "4", "--text", "humaneval", "--text-tokens", "24", "--json", str(out))
+                 "-n", "4", "--text", "humaneval", "--text-limit", "3", "--text-tokens", "24", "--json", str(out))
     assert r.returncode == 0, r.stderr
     d = _valid(out, "eval")
     assert d["conditions"]["prompt_set"] == "humaneval[:2]" and d["conditions"]["prompts"] == 2
-    assert d["conditions"]["text_set"] == "humaneval" and d["conditions"]["texts"] == 164
+    assert d["conditions"]["text_set"] == "humaneval[:3]" and d["conditions"]["texts"] == 3
     assert d["results"][0]["positions"] == 8
 
 
