@@ -4,7 +4,6 @@ calibrated default of `Llama(MODEL)`, bad input, and Ctrl-C."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -203,31 +202,45 @@ def test_bad_prompt_and_text_files(tiny, tmp_path):
     assert r.returncode == 1 and "no text" in r.stderr
 
 
-def test_ctrl_c_keeps_partial_sweep(tiny, tmp_path):
-    js = tmp_path / "s.json"
-    p = subprocess.Popen([sys.executable, "-m", "pyriver.cli", "sweep", tiny, *GRID, "-r", "500", "--no-uniform",
-                          "--json", str(js)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+SIGINT_CASES = {
+    # command args, what stderr shows once something is measured, schema
+    "sweep": (["sweep", *GRID, "-r", "500", "--no-uniform"], r"sweep:.*\| [1-9]\d{2,}/", "sweep"),
+    "eval": (["eval", "--river", "q4_0", "--tau", "0.9", "0.95", "0.96", "0.97", "0.98", "0.99", "--min-exit-layer", "2",
+              "--limit", "4", "-n", "120", "--text-tokens", "0"], r"river 0\.95", "eval"),
+    "bench": (["bench", "--repeats", "50", "--prompt-tokens", "16", "--gen-tokens", "8"], r"bench:.*\| ([2-9]|\d\d+)/", "bench"),
+}
+
+
+@pytest.mark.parametrize("cmd", sorted(SIGINT_CASES))
+def test_ctrl_c_keeps_partial_results(cmd, tiny, tmp_path):
+    import re
+    args, ready, name = SIGINT_CASES[cmd]
+    js = tmp_path / "r.json"
+    p = subprocess.Popen([sys.executable, "-m", "pyriver.cli", args[0], tiny, *args[1:], "--json", str(js)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = threading.Event()
 
-    def watch():   # until the measuring bar shows up on stderr
+    def watch():   # until stderr (progress bars) shows that something was measured
         buf = ""
         while not seen.is_set():
             ch = p.stderr.read(64)
             if not ch:
                 return
             buf += ch
-            if "sweep:" in buf and "/" in buf.rsplit("sweep:", 1)[1]:
+            if re.search(ready, buf[-400:]):
                 seen.set()
 
-    t = threading.Thread(target=watch, daemon=True)
-    t.start()
-    assert seen.wait(120), "the sweep never started measuring"
-    time.sleep(2.0)
+    threading.Thread(target=watch, daemon=True).start()
+    assert seen.wait(120), f"{cmd} never started measuring"
+    time.sleep(0.3)
     p.send_signal(signal.SIGINT)
-    out, rest = p.communicate(timeout=60)
-    assert p.returncode == 130, rest
-    d = _valid(js, "sweep")
-    assert d["interrupted"] is True and d["points"]
-    assert all(pt["repeats"] < 500 for pt in d["points"])
-    assert "| point |" in out
-    assert os.path.getsize(js) > 0
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 130
+    d = _valid(js, name)
+    assert d["interrupted"] is True
+    if cmd == "sweep":
+        assert d["points"] and all(pt["repeats"] < 500 for pt in d["points"]) and "| point |" in out
+    elif cmd == "eval":
+        assert 1 <= len(d["results"]) < 6 and "top-1 agreement" in out
+    else:
+        assert 1 <= d["conditions"]["repeats"] < 50 and "decode tok/s" in out
