@@ -116,6 +116,8 @@ def engines_for(a, path: str) -> List[Dict]:
 def main(a) -> int:
     from . import models
     path = str(models.resolve(a.model, progress=True))
+    from .calibration import apply_to_args
+    apply_to_args(a, path, tau_list=False)
     engines = engines_for(a, path)
     if a.river:
         # Build the sidecar once, outside the timed workers.
@@ -146,7 +148,8 @@ def main(a) -> int:
         "schema": "pyriver.bench/1", "interrupted": interrupted,
         "conditions": conditions(path, a.threads, prompt_tokens=a.prompt_tokens, gen_tokens=a.gen_tokens, repeats=n,
                                  prompt_set="bench.TEXT (fixed prose, repeated to length)", river=a.river, tau=a.tau,
-                                 min_exit_layer=a.min_exit_layer, force_exit_layer=a.force_exit_layer),
+                                 min_exit_layer=a.min_exit_layer, force_exit_layer=a.force_exit_layer,
+                                 calibrated=a.calibrated),
         "engines": {},
     }
     for e in engines:

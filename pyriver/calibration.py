@@ -68,6 +68,26 @@ def find(model_path: str) -> Optional[Dict]:
     return best
 
 
+def apply_to_args(a, model_path: str, tau_list: bool) -> None:
+    """`bench` / `eval` without --river measure the calibrated setting when there is one; unset
+    --tau / --min-exit-layer fall back to the calibration, then to Llama's defaults."""
+    from .llama import DEFAULT_MIN_EXIT_LAYER, DEFAULT_TAU
+    cal = find(model_path) if a.river is None else None
+    a.calibrated = cal is not None
+    if cal is not None:
+        s = cal["setting"]
+        a.river = s["river"]
+        a.tau = a.tau if a.tau is not None else [s["tau"]]
+        if a.min_exit_layer is None:
+            a.min_exit_layer = [s["min_exit_layer"]] if tau_list else s["min_exit_layer"]
+        print(f"using the calibrated setting: river {s['river']} tau {s['tau']} min layer {s['min_exit_layer']} "
+              f"({cal['sidecar']})", file=sys.stderr)
+    if a.tau is None:
+        a.tau = [DEFAULT_TAU]
+    if tau_list and a.min_exit_layer is None:
+        a.min_exit_layer = [DEFAULT_MIN_EXIT_LAYER]
+
+
 def decide(points: List[Dict], target: float, min_speedup: float, against_uniform: bool) -> Dict:
     """The choice from measured sweep points (see the module doc); pure, so tests can recheck it."""
     full = next(p for p in points if p["kind"] == "full")

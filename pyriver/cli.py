@@ -105,6 +105,9 @@ def _add_grid_args(p: argparse.ArgumentParser, taus) -> None:
 
 
 def cmd_bench(a) -> int:
+    if a.tau is None and (a.inprocess or a.overhead):
+        from .llama import DEFAULT_TAU
+        a.tau = [DEFAULT_TAU]
     if a.systems:
         from . import systems
         return systems.main(a)
@@ -156,9 +159,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     e = sub.add_parser("eval", help="fidelity of River against full depth: top-1 agreement, perplexity, exits")
     _add_set_args(e, 128, None)
-    e.add_argument("--river", default=None, help="river type (required)")
-    e.add_argument("--tau", type=float, nargs="+", default=[0.985])
-    e.add_argument("--min-exit-layer", type=int, nargs="+", default=[4])
+    e.add_argument("--river", default=None, help="river type (default: the calibrated setting, if any)")
+    e.add_argument("--tau", type=float, nargs="+", default=None, help="exit thresholds (default 0.985)")
+    e.add_argument("--min-exit-layer", type=int, nargs="+", default=None, help="(default 4)")
     e.add_argument("--text", default=None, help="perplexity text: builtin, humaneval (prompts + canonical solutions), "
                    "or a UTF-8 file of passages separated by blank lines")
     e.add_argument("--text-tokens", type=int, default=256, help="longest passage in tokens (0: no perplexity)")
@@ -190,8 +193,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--prompt-tokens", type=int, default=512)
     b.add_argument("--gen-tokens", type=int, default=128)
     b.add_argument("--json", default=None, help="write results to this file")
-    b.add_argument("--river", default=None, help="also run River with this river type (q4_0, ...)")
-    b.add_argument("--tau", type=float, nargs="+", default=[0.985], help="exit thresholds to run")
+    b.add_argument("--river", default=None, help="also run River with this river type (q4_0, ...); default: the "
+                   "calibrated setting, if any")
+    b.add_argument("--tau", type=float, nargs="+", default=None, help="exit thresholds to run (default 0.985)")
     b.add_argument("--min-exit-layer", type=int, default=None)
     b.add_argument("--force-exit-layer", type=int, default=-1)
     b.add_argument("--river-force", action="store_true", help="allow a river not cheaper than the backbone")

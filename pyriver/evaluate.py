@@ -158,16 +158,18 @@ def run_eval(a) -> int:
     from .results import conditions, write_json
     prompts = datasets.subset(datasets.load_prompts(a.prompts), a.limit)
     texts = datasets.subset(datasets.load_texts(a.text), a.text_limit) if a.text_tokens > 0 else []
-    if a.river is None:
-        raise ValueError("eval measures River against full depth: pass --river TYPE")
     full = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None)
     path = full.model_path
+    from .calibration import apply_to_args
+    apply_to_args(a, path, tau_list=True)
+    if a.river is None:
+        raise ValueError("eval measures River against full depth: pass --river TYPE (or calibrate the model first)")
     L = full.info["n_layer"]
     res: Dict = {"schema": "pyriver.eval/1", "interrupted": False, "full_depth": {}, "results": []}
     res["conditions"] = conditions(
         path, a.threads, river=a.river, prompt_set=datasets.set_name(a.prompts, a.limit), prompts=len(prompts),
         tokens_per_prompt=a.n, text_set=datasets.set_name(a.text, a.text_limit) if texts else None, texts=len(texts),
-        text_tokens_max=a.text_tokens, ctx=a.ctx, taus=a.tau, min_exit_layers=a.min_exit_layer)
+        text_tokens_max=a.text_tokens, ctx=a.ctx, taus=a.tau, min_exit_layers=a.min_exit_layer, calibrated=a.calibrated)
     done = 0
 
     def report(r: Dict) -> None:

@@ -4,6 +4,7 @@ calibrated default of `Llama(MODEL)`, bad input, and Ctrl-C."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -39,9 +40,13 @@ def tiny(tmp_path_factory, smol_path):
     return str(p)
 
 
-def test_schemas_are_valid_schemas():
+def test_schemas_are_valid_schemas_and_readme_results_follow_them():
     for name in ("bench", "eval", "sweep", "calibrate"):
         jsonschema.Draft202012Validator.check_schema(schema(name))
+    docs = os.path.join(os.path.dirname(__file__), "..", "docs")
+    for f in os.listdir(docs):
+        if f.endswith(".json"):
+            _valid(os.path.join(docs, f), f.split("-")[0])
 
 
 def test_bench_end_to_end(tiny, tmp_path):
@@ -134,12 +139,20 @@ def test_calibrate_stores_setting_that_eval_confirms(tiny, tmp_path, capfd):
     assert dec["enabled"] and "calibrated: river q4_0" in r.stdout
     assert calibration.decide(d["points"], 0.9, 0.0, False)["setting"] == dec["setting"]
     s = dec["setting"]
-    # eval re-measures the chosen setting on the calibration set: it meets the target.
+    # eval (no --river: the calibrated setting) re-measures it on the calibration set: it meets the target.
     ev = tmp_path / "e.json"
-    r = _pyriver("eval", model, "--river", s["river"], "--tau", str(s["tau"]), "--min-exit-layer", str(s["min_exit_layer"]),
-                 "--limit", "4", "-n", "12", "--text-tokens", "0", "--json", str(ev))
+    r = _pyriver("eval", model, "--limit", "4", "-n", "12", "--text-tokens", "0", "--json", str(ev))
     assert r.returncode == 0, r.stderr
-    assert _valid(ev, "eval")["results"][0]["top1_agreement"] >= 0.9
+    e = _valid(ev, "eval")
+    assert e["conditions"]["calibrated"] is True
+    assert [(x["river"], x["tau"], x["min_exit_layer"]) for x in e["results"]] == [(s["river"], s["tau"], s["min_exit_layer"])]
+    assert e["results"][0]["top1_agreement"] >= 0.9
+    # bench without --river runs it too.
+    bj = tmp_path / "b.json"
+    r = _pyriver("bench", model, "--repeats", "1", "--prompt-tokens", "8", "--gen-tokens", "4", "--json", str(bj))
+    assert r.returncode == 0, r.stderr
+    b = _valid(bj, "bench")
+    assert b["conditions"]["calibrated"] is True and f"pyriver river={s['river']} tau={s['tau']}" in b["engines"]
     # Llama(MODEL) uses it, says so, and reports it; river=None stays full depth.
     capfd.readouterr()
     with Llama(model, n_ctx=128, n_threads=2) as llm:
