@@ -84,13 +84,20 @@ def cmd_calibrate(a) -> int:
     return calibration.main(a)
 
 
+def _positive(s: str) -> int:
+    v = int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
 def _add_set_args(p: argparse.ArgumentParser, n_default: int, limit_default) -> None:
     p.add_argument("model", nargs="?", default=None, help="GGUF path or registry name (default: SmolLM2-135M-Instruct Q4_1)")
     p.add_argument("--prompts", default=None, help="builtin (24 chat/code/math/prose prompts), humaneval, or a JSONL "
                    "file with one {\"prompt\": ...} a line")
-    p.add_argument("--limit", type=int, default=limit_default, help="use this many prompts, round-robin over categories")
-    p.add_argument("-n", type=int, default=n_default, help="reference tokens per prompt")
-    p.add_argument("--threads", "-t", type=int, default=2)
+    p.add_argument("--limit", type=_positive, default=limit_default, help="use this many prompts, round-robin over categories")
+    p.add_argument("-n", type=_positive, default=n_default, help="reference tokens per prompt")
+    p.add_argument("--threads", "-t", type=_positive, default=2)
     p.add_argument("--ctx", type=int, default=1024)
     p.add_argument("--river-force", action="store_true", help="allow a river not cheaper than the backbone")
     p.add_argument("--json", default=None, help="write the results (with their conditions) to this file")
@@ -100,7 +107,7 @@ def _add_grid_args(p: argparse.ArgumentParser, taus) -> None:
     p.add_argument("--river", nargs="+", default=["q4_0", "iq4_nl"], help="river types")
     p.add_argument("--tau", type=float, nargs="+", default=taus)
     p.add_argument("--min-exit-layer", type=int, nargs="+", default=[4, 8])
-    p.add_argument("--repeats", "-r", type=int, default=3, help="timed passes of the grid, in rotated order")
+    p.add_argument("--repeats", "-r", type=_positive, default=3, help="timed passes of the grid, in rotated order")
     p.add_argument("--no-uniform", action="store_true", help="leave out llama.cpp on the uniformly requantized models")
 
 
@@ -165,7 +172,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     e.add_argument("--text", default=None, help="perplexity text: builtin, humaneval (prompts + canonical solutions), "
                    "or a UTF-8 file of passages separated by blank lines")
     e.add_argument("--text-tokens", type=int, default=256, help="longest passage in tokens (0: no perplexity)")
-    e.add_argument("--text-limit", type=int, default=None, help="use this many passages, round-robin over categories")
+    e.add_argument("--text-limit", type=_positive, default=None, help="use this many passages, round-robin over categories")
     e.add_argument("--competitor", action="store_true", help="also llama.cpp on the model uniformly requantized to the river type")
     e.set_defaults(fn=cmd_eval)
 
