@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -18,7 +17,7 @@ from typing import Dict, List
 
 TEXT = ("The river carries the water of the mountains down to the sea. Along its banks, towns grew where "
         "boats could land, and people traded grain, wool and stories. ")
-METRICS = ("prefill_tok_s", "decode_tok_s", "peak_rss_mib")
+METRICS = ("prefill_tok_s", "decode_tok_s", "ttft_ms", "peak_rss_mib")
 
 
 def _prompt(tokenize, n: int) -> List[int]:
@@ -44,7 +43,7 @@ def worker(cfg: Dict) -> Dict:
     exits: List[int] = []
     if cfg["engine"] == "pyriver":
         from pyriver import Llama
-        kw = {}
+        kw = {"river": None}   # River off means off, whatever a calibration says
         if cfg.get("river"):
             kw = dict(river=cfg["river"], exit_threshold=cfg["tau"], min_exit_layer=cfg.get("min_exit_layer"),
                       force_exit_layer=cfg.get("force_exit_layer", -1), river_force=cfg.get("river_force", False))
@@ -59,33 +58,24 @@ def worker(cfg: Dict) -> Dict:
                 exits.extend(llm.last_exits)
             return out
     else:
-        import llama_cpp
+        from .evaluate import LlamaCppEngine
         if cfg.get("rpc_servers"):
             # llama.cpp's --rpc: the servers' devices join ggml's device list of this process.
             from .rpc import register_for_llama_cpp
             register_for_llama_cpp(cfg["rpc_servers"])
-        # n_batch = n_ctx keeps llama-cpp-python's score buffer as long as the run; n_ubatch = 512
-        # makes llama.cpp compute the prompt in the same 512-token steps as pyriver.
-        llm = llama_cpp.Llama(cfg["model"], n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=512, n_threads=th,
-                              n_threads_batch=th, verbose=False, **_device_kw(cfg))
+        llm = LlamaCppEngine(cfg["model"], n_ctx, th, **_device_kw(cfg))
         tokenize = lambda b: llm.tokenize(b, add_bos=False)
-
-        def prefill(t):
-            llm.eval(t)
-            return llm.scores[llm.n_tokens - 1]
-
-        def step(t):
-            llm.eval([t])
-            return llm.scores[llm.n_tokens - 1]
+        prefill = lambda t: llm.eval(t)[-1]
+        step = lambda t: llm.eval([t])[-1]
     prompt = _prompt(tokenize, cfg["n_prompt"])
     t0 = time.perf_counter()
-    logits = prefill(prompt)
-    t1 = time.perf_counter()
+    tok = int(np.argmax(prefill(prompt)))
+    t1 = time.perf_counter()   # the first token is known: time to first token
     for _ in range(cfg["n_gen"]):
-        logits = step(int(np.argmax(logits)))
+        tok = int(np.argmax(step(tok)))
     t2 = time.perf_counter()
     res = {"prefill_tok_s": cfg["n_prompt"] / (t1 - t0), "decode_tok_s": cfg["n_gen"] / (t2 - t1),
-           "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+           "ttft_ms": 1000 * (t1 - t0), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
     if exits:
         res["mean_exit_layer"] = float(np.mean(exits))
     return res
@@ -138,8 +128,9 @@ def engines_for(a, path: str) -> List[Dict]:
 
 def main(a) -> int:
     from . import models
-    from .river import file_sha256
     path = str(models.resolve(a.model, progress=True))
+    from .calibration import apply_to_args
+    apply_to_args(a, path, tau_list=False)
     engines = engines_for(a, path)
     if a.river:
         # Build the sidecar once, outside the timed workers.
@@ -147,6 +138,9 @@ def main(a) -> int:
         Llama(path, n_ctx=16, verbose=False, river=a.river, river_force=a.river_force).close()
     runs: Dict[str, List[Dict]] = {e["name"]: [] for e in engines}
     from tqdm import tqdm
+
+    from .results import conditions, write_json
+    interrupted = False
     bar = tqdm(total=a.repeats * len(engines), desc="bench", unit="run", file=sys.stderr)
     try:
         for r in range(a.repeats):
@@ -155,47 +149,46 @@ def main(a) -> int:
                 runs[e["name"]].append(_run_worker(e))
                 bar.update(1)
     except KeyboardInterrupt:
+        interrupted = True
         print("\ninterrupted: reporting the repeats that finished", file=sys.stderr)
     finally:
         bar.close()
     n = min(len(v) for v in runs.values())
     if n == 0:
         print("no complete repeat", file=sys.stderr)
-        return 1
+        return 130 if interrupted else 1
     res = {
-        "conditions": {
-            "model": path, "model_sha256": file_sha256(path), "threads": a.threads, "prompt_tokens": a.prompt_tokens,
-            "gen_tokens": a.gen_tokens, "repeats": n, "machine": platform.machine(), "cpus": os.cpu_count(),
-            "python": platform.python_version(), "river": a.river, "tau": a.tau, "min_exit_layer": a.min_exit_layer,
-            "force_exit_layer": a.force_exit_layer, "n_gpu_layers": a.n_gpu_layers, "rpc_servers": a.rpc_servers,
-            "tensor_split": a.tensor_split,
-        },
+        "schema": "pyriver.bench/1", "interrupted": interrupted,
+        "conditions": conditions(path, a.threads, prompt_tokens=a.prompt_tokens, gen_tokens=a.gen_tokens, repeats=n,
+                                 prompt_set="bench.TEXT (fixed prose, repeated to length)", river=a.river, tau=a.tau,
+                                 min_exit_layer=a.min_exit_layer, force_exit_layer=a.force_exit_layer,
+                                 calibrated=a.calibrated, n_gpu_layers=a.n_gpu_layers, rpc_servers=a.rpc_servers,
+                                 tensor_split=a.tensor_split),
         "engines": {},
     }
     for e in engines:
         rr = runs[e["name"]][:n]
         d = {m: _summary([x[m] for x in rr]) for m in METRICS}
-        if "mean_exit_layer" in rr[0]:
-            d["mean_exit_layer"] = statistics.median(x["mean_exit_layer"] for x in rr)
+        d["mean_exit_layer"] = statistics.median(x["mean_exit_layer"] for x in rr) if "mean_exit_layer" in rr[0] else None
+        d["model"] = e["model"]
         res["engines"][e["name"]] = d
     ref = res["engines"]["llama.cpp"]
+    base = res["engines"]["pyriver"]
     for name, d in res["engines"].items():
         d["ratio_to_llama_cpp"] = {m: d[m]["median"] / ref[m]["median"] for m in METRICS}
+        d["ratio_to_pyriver_full_depth"] = {m: d[m]["median"] / base[m]["median"] for m in METRICS}
     print(f"\nmodel {os.path.basename(path)}  threads {a.threads}  prompt {a.prompt_tokens}  gen {a.gen_tokens}  repeats {n}")
     if a.rpc_servers:
         print(f"rpc_servers {a.rpc_servers}  n_gpu_layers {a.n_gpu_layers}  tensor_split {a.tensor_split or 'by free memory'}")
-    print(f"{'engine':<34}{'prefill tok/s':>22}{'decode tok/s':>22}{'peak RSS MiB':>20}{'exit':>6}")
+    print(f"{'engine':<34}{'prefill tok/s':>20}{'decode tok/s':>20}{'TTFT ms':>18}{'peak RSS MiB':>18}{'exit':>6}")
     for name, d in res["engines"].items():
-        cells = []
-        for m in METRICS:
-            cells.append(f"{d[m]['median']:.1f} ({d['ratio_to_llama_cpp'][m]:.2f}x)")
-        ex = f"{d['mean_exit_layer']:.1f}" if "mean_exit_layer" in d else ""
-        print(f"{name:<34}{cells[0]:>22}{cells[1]:>22}{cells[2]:>20}{ex:>6}")
-    print("medians over repeats; (ratio to llama.cpp on the same file). min..max in --json.")
+        cells = [f"{d[m]['median']:.1f} ({d['ratio_to_llama_cpp'][m]:.2f}x)" for m in METRICS]
+        ex = f"{d['mean_exit_layer']:.1f}" if d["mean_exit_layer"] is not None else ""
+        print(f"{name:<34}{cells[0]:>20}{cells[1]:>20}{cells[2]:>18}{cells[3]:>18}{ex:>6}")
+    print("medians over repeats; (ratio to llama.cpp on the same file). min..max and all values in --json.")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=2)
-    return 0
+        write_json(a.json, res)
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":
@@ -244,7 +237,7 @@ def chat_turns(a) -> int:
     KV cache, and after a reset (the whole conversation prefilled again)."""
     from . import Llama, models
     path = str(models.resolve(a.model, progress=True))
-    llm = Llama(path, n_ctx=2048, n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
+    llm = Llama(path, n_ctx=2048, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None)
     first = [{"role": "system", "content": "You are a helpful assistant who answers in detail."},
              {"role": "user", "content": TEXT * 4 + "Summarize this text."}]
     res: Dict[str, List[float]] = {"reuse": [], "reset": []}
@@ -277,13 +270,13 @@ def inprocess(a) -> int:
 
     from . import Llama, models
     from ._native import lib
-    from .evaluate import chat_tokens
+    from .evaluate import prompt_tokens
     path = str(models.resolve(a.model, progress=True))
     dev = _device_kw({"n_gpu_layers": a.n_gpu_layers, "tensor_split": [float(x) for x in a.tensor_split.split(",")]
                       if a.tensor_split else None})
     llm = Llama(path, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
                 river=a.river or "q4_0", river_force=a.river_force, exit_threshold=2.0, rpc_servers=a.rpc_servers, **dev)
-    prompt = chat_tokens(llm, "Write a short essay about rivers and the cities built along them.")
+    prompt = prompt_tokens(llm, {"prompt": "Write a short essay about rivers and the cities built along them."})
     llm.reset()
     logits = llm.eval(prompt)[-1]
     seq = []

@@ -77,37 +77,51 @@ def cmd_models(a) -> int:
 
 
 def cmd_eval(a) -> int:
-    import json
+    from .evaluate import run_eval
+    return run_eval(a)
 
-    from . import Llama
-    from .evaluate import load_prompts, references, teacher_forced
-    prompts = load_prompts(a.prompts)
-    full = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, verbose=False)
-    refs = references(full, prompts, a.n)
-    model_path = full.model_path
-    full.close()
-    if a.river is None:
-        raise ValueError("eval measures River against full depth: pass --river TYPE")
-    llm = Llama(model_path, n_ctx=a.ctx, n_threads=a.threads, verbose=False, river=a.river, river_force=a.river_force,
-                exit_threshold=2.0)
-    results = []
-    for mn in a.min_exit_layer:
-        for tau in a.tau:
-            llm.set_exit(tau, mn)
-            r = teacher_forced(llm, refs)
-            r.update(river=a.river, tau=tau, min_exit_layer=mn)
-            results.append(r)
-            print(f"river {a.river} tau {tau:.4g} min layer {mn}: top-1 agreement {r['top1_agreement']:.4f} "
-                  f"({r['positions']} positions), mean exit block {r['mean_exit_layer']:.2f}, "
-                  f"river work {100 * r['river_work_share']:.1f}%, identical prefix {r['mean_identical_prefix']:.1f} tokens")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"model": model_path, "prompts": len(prompts), "tokens": a.n, "threads": a.threads,
-                       "results": results}, f, indent=1)
-    return 0
+
+def cmd_sweep(a) -> int:
+    from . import sweep
+    return sweep.main(a)
+
+
+def cmd_calibrate(a) -> int:
+    from . import calibration
+    return calibration.main(a)
+
+
+def _positive(s: str) -> int:
+    v = int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def _add_set_args(p: argparse.ArgumentParser, n_default: int, limit_default) -> None:
+    p.add_argument("model", nargs="?", default=None, help="GGUF path or registry name (default: SmolLM2-135M-Instruct Q4_1)")
+    p.add_argument("--prompts", default=None, help="builtin (24 chat/code/math/prose prompts), humaneval, or a JSONL "
+                   "file with one {\"prompt\": ...} a line")
+    p.add_argument("--limit", type=_positive, default=limit_default, help="use this many prompts, round-robin over categories")
+    p.add_argument("-n", type=_positive, default=n_default, help="reference tokens per prompt")
+    p.add_argument("--threads", "-t", type=_positive, default=2)
+    p.add_argument("--ctx", type=int, default=1024)
+    p.add_argument("--river-force", action="store_true", help="allow a river not cheaper than the backbone")
+    p.add_argument("--json", default=None, help="write the results (with their conditions) to this file")
+
+
+def _add_grid_args(p: argparse.ArgumentParser, taus) -> None:
+    p.add_argument("--river", nargs="+", default=["q4_0", "iq4_nl"], help="river types")
+    p.add_argument("--tau", type=float, nargs="+", default=taus)
+    p.add_argument("--min-exit-layer", type=int, nargs="+", default=[4, 8])
+    p.add_argument("--repeats", "-r", type=_positive, default=3, help="timed passes of the grid, in rotated order")
+    p.add_argument("--no-uniform", action="store_true", help="leave out llama.cpp on the uniformly requantized models")
 
 
 def cmd_bench(a) -> int:
+    if a.tau is None and (a.inprocess or a.overhead):
+        from .llama import DEFAULT_TAU
+        a.tau = [DEFAULT_TAU]
     if a.systems:
         from . import systems
         return systems.main(a)
@@ -163,18 +177,34 @@ def main(argv: Optional[List[str]] = None) -> int:
     m.add_argument("rest", nargs=argparse.REMAINDER)
     m.set_defaults(fn=cmd_models)
 
-    e = sub.add_parser("eval", help="fidelity of River against full depth (teacher-forced top-1 agreement)")
-    e.add_argument("model", nargs="?", default=None)
-    e.add_argument("--river", default=None)
-    e.add_argument("--river-force", action="store_true")
-    e.add_argument("--tau", type=float, nargs="+", default=[0.985])
-    e.add_argument("--min-exit-layer", type=int, nargs="+", default=[4])
-    e.add_argument("--prompts", default=None, help="JSONL file, one {\"prompt\": ...} a line (default: built-in set of 24)")
-    e.add_argument("-n", type=int, default=128, help="tokens per prompt")
-    e.add_argument("--threads", "-t", type=int, default=2)
-    e.add_argument("--ctx", type=int, default=1024)
-    e.add_argument("--json", default=None)
+    e = sub.add_parser("eval", help="fidelity of River against full depth: top-1 agreement, perplexity, exits")
+    _add_set_args(e, 128, None)
+    e.add_argument("--river", default=None, help="river type (default: the calibrated setting, if any)")
+    e.add_argument("--tau", type=float, nargs="+", default=None, help="exit thresholds (default 0.985)")
+    e.add_argument("--min-exit-layer", type=int, nargs="+", default=None, help="(default 4)")
+    e.add_argument("--text", default=None, help="perplexity text: builtin, humaneval (prompts + canonical solutions), "
+                   "or a UTF-8 file of passages separated by blank lines")
+    e.add_argument("--text-tokens", type=int, default=256, help="longest passage in tokens (0: no perplexity)")
+    e.add_argument("--text-limit", type=_positive, default=None, help="use this many passages, round-robin over categories")
+    e.add_argument("--competitor", action="store_true", help="also llama.cpp on the model uniformly requantized to the river type")
     e.set_defaults(fn=cmd_eval)
+
+    w = sub.add_parser("sweep", help="speed-fidelity plane over river types, tau and min exit layer, with the "
+                       "uniformly requantized models; Pareto frontier, PNG, markdown")
+    _add_set_args(w, 48, 8)
+    _add_grid_args(w, [0.97, 0.975, 0.98, 0.985, 0.99])
+    w.add_argument("--png", default=None, help="write the plot here")
+    w.add_argument("--markdown", default=None, help="write the table here")
+    w.set_defaults(fn=cmd_sweep)
+
+    k = sub.add_parser("calibrate", help="store the fastest River setting meeting a fidelity target in the sidecar")
+    _add_set_args(k, 48, 8)
+    _add_grid_args(k, [0.97, 0.975, 0.98, 0.985, 0.99, 0.995])
+    k.add_argument("--target-fidelity", type=float, default=0.99, help="top-1 agreement to reach on the calibration set")
+    k.add_argument("--min-speedup", type=float, default=1.05,
+                   help="River must be faster than full depth by more than this factor (measured medians; the "
+                   "default margin is above the run-to-run spread measured on a shared 2-core machine)")
+    k.set_defaults(fn=cmd_calibrate)
 
     b = sub.add_parser("bench", help="pyriver vs llama.cpp on one GGUF: prefill, decode, RSS")
     b.add_argument("model", nargs="?", default=None)
@@ -183,8 +213,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--prompt-tokens", type=int, default=512)
     b.add_argument("--gen-tokens", type=int, default=128)
     b.add_argument("--json", default=None, help="write results to this file")
-    b.add_argument("--river", default=None, help="also run River with this river type (q4_0, ...)")
-    b.add_argument("--tau", type=float, nargs="+", default=[0.985], help="exit thresholds to run")
+    b.add_argument("--river", default=None, help="also run River with this river type (q4_0, ...); default: the "
+                   "calibrated setting, if any")
+    b.add_argument("--tau", type=float, nargs="+", default=None, help="exit thresholds to run (default 0.985)")
     b.add_argument("--min-exit-layer", type=int, default=None)
     b.add_argument("--force-exit-layer", type=int, default=-1)
     b.add_argument("--river-force", action="store_true", help="allow a river not cheaper than the backbone")

@@ -38,7 +38,7 @@ class Llama:
                  n_gpu_layers: int = 0, split_mode: int = 1, main_gpu: int = 0,
                  tensor_split: Optional[Sequence[float]] = None, rpc_servers: Optional[str] = None,
                  rpc_timeout: float = 300.0, seed: Optional[int] = None, use_mmap: bool = True,
-                 flash_attn: bool = False, river: Optional[str] = None,
+                 flash_attn: bool = False, river: Optional[str] = "auto",
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
                  river_rebuild: bool = False,
@@ -81,11 +81,36 @@ class Llama:
                      for k in dir(info)}
 
         self.river_path = None
+        # river="auto" (the default): the setting `pyriver calibrate` stored in a sidecar of this
+        # model, if any; River off otherwise. river=None is always full depth.
+        self.calibration = None
+        if river == "auto":
+            river = None
+            from . import calibration
+            cal = calibration.find(self.model_path)
+            if cal is not None:
+                self.calibration = cal
+                river = cal["sidecar"]
+                exit_threshold = cal["setting"]["tau"] if exit_threshold is None else exit_threshold
+                min_exit_layer = cal["setting"]["min_exit_layer"] if min_exit_layer is None else min_exit_layer
+                if verbose:
+                    import sys
+                    print(f"pyriver: River on from calibration: {cal['setting']['river']} tau {exit_threshold} "
+                          f"min layer {min_exit_layer} (top-1 {cal['candidate']['top1_agreement']:.4f} >= "
+                          f"{cal['target_fidelity']}; {cal['sidecar']}); river=None turns it off", file=sys.stderr)
         if river is not None:
             from . import river as _river
-            self.river_path = str(_river.prepare(self._model, self.model_path, river, force=river_force,
-                                                 rebuild=river_rebuild, progress=True, use_mmap=use_mmap,
-                                                 verbose=verbose))
+            try:
+                self.river_path = str(_river.prepare(self._model, self.model_path, river, force=river_force,
+                                                     rebuild=river_rebuild, progress=True, use_mmap=use_mmap,
+                                                     verbose=verbose))
+            except Exception as e:
+                if self.calibration is None:
+                    raise
+                import warnings   # a stale calibrated sidecar must not stop the model from loading
+                warnings.warn(f"calibrated river not usable, River off: {e}")
+                self.calibration = None
+                exit_threshold = min_exit_layer = None
 
         self.vocab = Vocab(self.model_path)
         if self.vocab.n_vocab != self.info["n_vocab"]:
@@ -382,7 +407,8 @@ class Llama:
             return None
         from .river import exit_stats
         d = exit_stats(self.last_stats.get("exits", []), self.info["n_layer"])
-        d.update(river=self.river_path, exit_threshold=self.exit_threshold, min_exit_layer=self.min_exit_layer)
+        d.update(river=self.river_path, exit_threshold=self.exit_threshold, min_exit_layer=self.min_exit_layer,
+                 calibrated=self.calibration is not None)
         return d
 
     def _events(self, prompt_tokens, sampler, max_tokens, stops, logprobs=None):

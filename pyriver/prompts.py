@@ -31,3 +31,25 @@ PROMPTS = [
     ("prose", "Describe the smell of rain."),
     ("prose", "Write a postcard from a seaside town."),
 ]
+
+# Built-in text set for perplexity (token-by-token decoding, so exits apply), written for this
+# project: one passage per category.
+TEXTS = [
+    ("chat", "User: Can you help me plan a picnic for Saturday?\nAssistant: Of course. Pick a park close "
+             "to home, pack sandwiches, fruit and plenty of water, and bring a blanket and a bag for the "
+             "rubbish. Check the weather on Friday evening, and have an indoor plan in case it rains.\n"
+             "User: What games could the children play?\nAssistant: Frisbee, tag and a simple treasure hunt "
+             "work well. Hide a few small toys before they arrive and give them picture clues."),
+    ("code", "def mean(values):\n    \"\"\"Return the arithmetic mean of a non-empty list of numbers.\"\"\"\n"
+             "    if not values:\n        raise ValueError(\"mean of an empty list\")\n    total = 0\n"
+             "    for v in values:\n        total += v\n    return total / len(values)\n\n\n"
+             "def median(values):\n    ordered = sorted(values)\n    n = len(ordered)\n    mid = n // 2\n"
+             "    if n % 2 == 1:\n        return ordered[mid]\n    return (ordered[mid - 1] + ordered[mid]) / 2\n"),
+    ("math", "A farmer has 48 apples and packs them into bags of 6. That makes 48 / 6 = 8 bags. He sells "
+             "each bag for 3 dollars, so he earns 8 * 3 = 24 dollars. If he had 60 apples instead, he would "
+             "fill 60 / 6 = 10 bags and earn 10 * 3 = 30 dollars, which is 6 dollars more."),
+    ("prose", "The river rose slowly through the night. By morning the old stone bridge stood in brown "
+              "water up to its arches, and the boats that usually rested on the bank had been pulled up "
+              "into the square. People gathered at the edge of the flood, talking quietly, watching "
+              "branches and lost baskets drift past on their way to the sea."),
+]

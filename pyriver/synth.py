@@ -50,7 +50,7 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType, GGUFValueType
 
-__all__ = ["write_llama", "quantize", "write_corrupt_variants", "LOGIT_STD"]
+__all__ = ["write_llama", "quantize", "write_corrupt_variants", "rewrite_kv", "LOGIT_STD"]
 
 #: Target standard deviation of the output logits of a synthetic model.
 LOGIT_STD = 3.0
@@ -517,6 +517,25 @@ def _plan_from_file(reader: gguf.GGUFReader) -> _Plan:
         plan.tensors.append(_Tensor(rt.name, tuple(int(d) for d in rt.shape),
                                     GGMLQuantizationType(int(rt.tensor_type)), chunks, n))
     return plan
+
+
+def rewrite_kv(path: str | os.PathLike[str], values: Mapping[str, tuple[Any, GGUFValueType]],
+               drop_prefix: str | None = None) -> pathlib.Path:
+    """Rewrite a GGUF with metadata keys set (and every key under ``drop_prefix`` removed first),
+    tensors and alignment unchanged; atomically (tmp + rename), so readers that have the old file
+    mapped keep a valid file."""
+    p = pathlib.Path(path)
+    reader = gguf.GGUFReader(p, "r")
+    plan = _plan_from_file(reader)
+    if drop_prefix:
+        plan.kv = {k: v for k, v in plan.kv.items() if not k.startswith(drop_prefix)}
+    for k, (v, vtype) in values.items():
+        if vtype == GGUFValueType.STRING and isinstance(v, str):
+            v = v.encode("utf-8")
+        plan.kv[k] = _KV(v, vtype)
+    _write_plan(p, plan)
+    del reader
+    return p
 
 
 def _copy_prefix(src: pathlib.Path, dst: pathlib.Path, n: int) -> pathlib.Path:

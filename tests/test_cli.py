@@ -38,7 +38,7 @@ def test_eval_writes_json(smol_path, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt": "Say hello."}) + "\n" + json.dumps({"prompt": "Count to three."}) + "\n")
     r = _pyriver("eval", smol_path, "--river", "q4_0", "--tau", "0.97", "2.0", "--prompts", str(prompts), "-n", "8",
-                 "--json", str(out))
+                 "--text-tokens", "32", "--json", str(out))
     assert r.returncode == 0, r.stderr
     d = json.loads(out.read_text())
     assert [x["tau"] for x in d["results"]] == [0.97, 2.0]
