@@ -98,9 +98,11 @@ def _child(src: str, kind: str, seed: int, start: int, count: int, backbone: Opt
             out = ffi.new("pr_model **")
             check(lib.pr_model_load(backbone.encode(), ffi.NULL, out))
             st = lib.pr_river_attach(out[0], str(f).encode(), b"", 1)
-            lib.pr_model_free(out[0])
+            msg = ffi.string(lib.pr_last_error()).decode("utf-8", "replace") if st else "loaded"
+            lib.pr_model_free(out[0])   # (clears the thread's last error)
         signal.alarm(0)
-        msg = ffi.string(lib.pr_last_error()).decode("utf-8", "replace") if st else "loaded"
+        if kind == "model":
+            msg = ffi.string(lib.pr_last_error()).decode("utf-8", "replace") if st else "loaded"
         if st and not msg:
             print(f"BAD {i} status {st} without a message", flush=True)
         print(f"OK {i} {st} {msg[:100]}", flush=True)
