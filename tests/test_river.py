@@ -9,6 +9,27 @@ import pytest
 from pyriver import Llama, ModelLoadError
 
 PROMPT = b"The history of the river begins in the mountains, where"
+# The River invariants hold for every architecture: SmolLM2 (llama), the synthetic qwen2, qwen3,
+# gemma3 (sliding window 16, shorter than PROMPT + 24 tokens) and Mistral-style llama files, and
+# the real Gemma 3 270M.
+ARCH_MODELS = ["smol", "qwen2", "qwen3", "gemma3", "mistral_swa", "gemma3_270m"]
+
+
+def _model_path(request, name):
+    if name == "smol":
+        return request.getfixturevalue("smol_path")
+    if name == "gemma3_270m":
+        return request.getfixturevalue("gemma_path")
+    return request.getfixturevalue("arch_paths")[name]
+
+
+def _exit_blocks(L):
+    """Forced exit blocks spread over the depth (L - 1: no exit), changing from token to token."""
+    out = []
+    for b in [min(3, L - 1), L // 3, (2 * L) // 3, L - 2, L - 1, 1]:
+        if b not in out:
+            out.append(b)
+    return out
 
 
 def _generate_logits(llm, n=24, schedule=None):
@@ -25,24 +46,24 @@ def _generate_logits(llm, n=24, schedule=None):
     return np.stack(out), exits
 
 
-@pytest.fixture(scope="module")
-def full(smol_path):
-    llm = Llama(smol_path, n_ctx=256, n_threads=2, verbose=False)
-    yield llm
-    llm.close()
-
-
-def test_never_exit_is_identical_to_no_river(smol_path, full):
-    ref, _ = _generate_logits(full)
-    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", exit_threshold=1.5) as llm:
+@pytest.mark.parametrize("model", ARCH_MODELS)
+def test_never_exit_is_identical_to_no_river(request, model):
+    path = _model_path(request, model)
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False) as full:
+        ref, _ = _generate_logits(full)
+        L = full.info["n_layer"]
+    # Gemma 3 270M: q3_K (rows of 640 fall back to a 32-block type) is cheaper than every backbone
+    # tensor; q4_0 is not cheaper than its Q4_K attn_output.
+    river = "q3_K" if model == "gemma3_270m" else "q4_0"
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=river, exit_threshold=1.5) as llm:
         got, exits = _generate_logits(llm)
     assert np.array_equal(ref, got)
-    assert set(exits) == {full.info["n_layer"] - 1}
+    assert set(exits) == {L - 1}
 
 
-@pytest.mark.parametrize("model", ["smol", "gqa_untied"])
-def test_same_type_river_with_any_exit_pattern_is_identical(smol_path, synth_paths, model):
-    path = smol_path if model == "smol" else synth_paths[model]
+@pytest.mark.parametrize("model", ["smol", "gqa_untied", "qwen2", "qwen3", "gemma3", "mistral_swa"])
+def test_same_type_river_with_any_exit_pattern_is_identical(request, synth_paths, model):
+    path = synth_paths[model] if model == "gqa_untied" else _model_path(request, model)
     with Llama(path, n_ctx=256, n_threads=2, verbose=False) as base:
         ref, _ = _generate_logits(base)
         backbone_type = base.metadata("general.file_type")
@@ -50,7 +71,7 @@ def test_same_type_river_with_any_exit_pattern_is_identical(smol_path, synth_pat
     river_type = {"3": "q4_1", "0": "f32", "1": "f16", "7": "q8_0"}[backbone_type]
     with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=river_type, river_force=True) as llm:
         # Forced exits at several blocks, changing from token to token.
-        blocks = [0, L // 2, L - 2, 1, L - 1, L // 3]
+        blocks = list(dict.fromkeys([0, L // 2, L - 2, 1, L - 1, L // 3]))
         got, exits = _generate_logits(llm, schedule=lambda m, i: m.set_exit(2.0, 1, blocks[i % len(blocks)]))
         assert np.array_equal(ref, got)
         assert set(exits) == set(blocks)
@@ -91,15 +112,18 @@ def test_host_and_graph_similarities_agree(smol_path):
     np.testing.assert_allclose(host_logits, graph_logits, rtol=0, atol=1e-4)
 
 
-def test_nan_poisoned_cache_stays_finite(smol_path):
+@pytest.mark.parametrize("model", ARCH_MODELS)
+def test_nan_poisoned_cache_stays_finite(request, model):
     """Every cache row a token attends to must have been written: with the cache full of NaN,
     forced exits at several blocks still give finite logits. Flash attention skips masked rows,
-    so only rows 0..pos are read."""
-    with Llama(smol_path, n_ctx=128, n_threads=2, verbose=False, flash_attn=True, river="q4_0",
+    so only rows 0..pos are read (on sliding-window layers, only the window)."""
+    path = _model_path(request, model)
+    river = "q3_K" if model == "gemma3_270m" else "q4_0"
+    with Llama(path, n_ctx=128, n_threads=2, verbose=False, flash_attn=True, river=river,
                exit_threshold=2.0) as llm:
         from pyriver._native import lib
         assert lib.pr_kv_fill(llm._ctx, float("nan")) == 0
-        blocks = [3, 10, 20, 28, 29, 5]
+        blocks = _exit_blocks(llm.info["n_layer"])
         logits, exits = _generate_logits(llm, n=30, schedule=lambda m, i: m.set_exit(2.0, 1, blocks[i % len(blocks)]))
         assert np.isfinite(logits).all()
         assert set(exits) == set(blocks)
