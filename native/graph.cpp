@@ -128,9 +128,16 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     }
     in.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
     in.kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
-    in.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.n_kv, T);
-    for (ggml_tensor * t : {in.pos, in.kv_idx, in.mask}) ggml_set_input(t);
-    if (m.hp.n_swa > 0) {
+    for (ggml_tensor * t : {in.pos, in.kv_idx}) ggml_set_input(t);
+    // Each mask only when a block of the segment reads it: an unused input gets no memory.
+    bool any_swa = false, any_global = false;
+    for (int il = seg.first; il <= seg.last; il++) (m.hp.is_swa(il) ? any_swa : any_global) = true;
+    if (any_global) {
+        in.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.n_kv, T);
+        ggml_set_input(in.mask);
+        ggml_set_name(in.mask, "inp_mask");
+    }
+    if (any_swa) {
         in.mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.n_kv, T);
         ggml_set_input(in.mask_swa);
         ggml_set_name(in.mask_swa, "inp_mask_swa");
@@ -142,7 +149,6 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     }
     ggml_set_name(in.pos, "inp_pos");
     ggml_set_name(in.kv_idx, "inp_kv_idx");
-    ggml_set_name(in.mask, "inp_mask");
     if (seg.head && s.n_outputs > 0 && s.n_outputs < T) {
         in.out_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, s.n_outputs);
         ggml_set_input(in.out_ids);
