@@ -189,6 +189,24 @@ def test_kquant_river_falls_back_on_576_wide_rows(smol_path, tmp_path):
     assert not any("ffn_down" in ln for ln in lines)
 
 
+def test_kquant_river_falls_back_on_gemma_640_wide_rows(gemma_path, tmp_path):
+    """Gemma 3 270M: rows of 640 (Q, K, V, gate, up) do not fit 256-element K-quant blocks and fall
+    back to the 32-block type of nearest bits per weight (MXFP4 for q3_K); attn_output (1024) and
+    ffn_down (2048) take q3_K. q4_0 is refused: not cheaper than the backbone's Q4_K attn_output."""
+    import gguf
+    from pyriver import river as R
+    with Llama(gemma_path, n_ctx=64, verbose=False) as llm:
+        report = R.build(llm._model, gemma_path, "q3_K", tmp_path / "r.gguf", progress=False)
+        with pytest.raises(ValueError, match="not cheaper than the backbone's q4_K for blk.0.attn_output"):
+            R.build(llm._model, gemma_path, "q4_0", tmp_path / "r4.gguf", progress=False)
+    lines = report.strip().splitlines()
+    assert len(lines) == 18 * 5
+    assert all("does not fit rows of 640, using mxfp4" in ln for ln in lines)
+    types = {t.name.split(".")[2]: t.tensor_type.name for t in gguf.GGUFReader(str(tmp_path / "r.gguf")).tensors}
+    assert types == {"attn_q": "MXFP4", "attn_k": "MXFP4", "attn_v": "MXFP4", "ffn_gate": "MXFP4",
+                     "ffn_up": "MXFP4", "attn_output": "Q3_K", "ffn_down": "Q3_K"}
+
+
 def _rewrite_sidecar(src, dst, mutate):
     import gguf
     r = gguf.GGUFReader(str(src))
