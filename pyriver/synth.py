@@ -395,8 +395,9 @@ def _model_plan(*, arch: str, n_layer: int, n_embd: int, n_head: int, n_head_kv:
         kv[A + "final_logit_softcapping"] = _KV(float(final_logit_softcapping), F32)
     if rope_scaling:
         rs = dict(rope_scaling)
-        rtype = str(rs.pop("type", rs.pop("rope_type", "linear")))
-        kv[A + "rope.scaling.type"] = _KV(rtype, STR)
+        rtype = rs.pop("type", rs.pop("rope_type", "linear"))
+        if rtype is not None:  # None: no type key (llama.cpp then reads the factor as linear)
+            kv[A + "rope.scaling.type"] = _KV(str(rtype), STR)
         if "factor" in rs:
             kv[A + "rope.scaling.factor"] = _KV(float(rs.pop("factor")), F32)
         if "original_context_length" in rs:

@@ -18,6 +18,11 @@ SYNTH_SPECS = {
                        rope_freq_base=500000.0),
     "deep_rope_linear": dict(n_layer=8, n_embd=96, n_head=3, n_head_kv=1, n_ff=256, tied_output=True, seed=3,
                              rope_scaling={"type": "linear", "factor": 2.0}),
+    # RoPE scaling as files in the wild carry it: YaRN, and a factor without a type (linear).
+    "rope_yarn": dict(n_layer=3, n_embd=128, n_head=4, n_head_kv=2, n_ff=352, tied_output=True, seed=4,
+                      rope_scaling={"type": "yarn", "factor": 4.0, "original_context_length": 64}),
+    "rope_factor_only": dict(n_layer=3, n_embd=128, n_head=4, n_head_kv=2, n_ff=352, tied_output=True, seed=5,
+                             rope_scaling={"type": None, "factor": 3.0}),
 }
 
 # One synthetic model per further architecture (issue 6): short sliding windows so that the parity

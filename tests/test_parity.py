@@ -84,7 +84,7 @@ def test_parity_smollm2(smol_path):
     assert not mismatched, f"greedy continuations differ for {mismatched}"
 
 
-@pytest.mark.parametrize("name", ["mha", "gqa_untied", "deep_rope_linear"])
+@pytest.mark.parametrize("name", ["mha", "gqa_untied", "deep_rope_linear", "rope_yarn", "rope_factor_only"])
 def test_parity_synthetic(synth_paths, name):
     agree, total, mismatched = _check_parity(synth_paths[name])
     assert total >= 500
