@@ -148,7 +148,18 @@ void context::set_inputs(const built_graph & g, const int32_t * tokens, const st
     for (int i = 0; i < n; i++) {
         std::fill(mask.begin() + (size_t) i * n_kv, mask.begin() + (size_t) i * n_kv + std::min(pos0 + i + 1, n_kv), zero);
     }
-    ggml_backend_tensor_set(g.in.mask, mask.data(), 0, mask.size() * sizeof(ggml_fp16_t));
+    if (g.in.mask) ggml_backend_tensor_set(g.in.mask, mask.data(), 0, mask.size() * sizeof(ggml_fp16_t));
+    if (g.in.mask_swa) {
+        // Sliding window: row j is also hidden when pos - j >= n_swa (llama.cpp's standard SWA).
+        // Rows are positions here, so the full-length cache holds what the window needs.
+        const int n_swa = m->hp.n_swa;
+        for (int i = 0; i < n; i++) {
+            const int p = pos0 + i;
+            const int lo = std::min(std::max(0, p - n_swa + 1), n_kv);
+            std::fill(mask.begin() + (size_t) i * n_kv, mask.begin() + (size_t) i * n_kv + lo, ninf);
+        }
+        ggml_backend_tensor_set(g.in.mask_swa, mask.data(), 0, mask.size() * sizeof(ggml_fp16_t));
+    }
 
     if (g.in.out_ids) {
         // Output rows are always the last n_outputs tokens of the step.

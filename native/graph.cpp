@@ -10,33 +10,46 @@ built_graph::~built_graph() {
 }
 
 size_t graph_capacity(const model & m) {
-    return (size_t) 48 * m.hp.n_layer + 256;
+    return (size_t) 64 * m.hp.n_layer + 256;
 }
 
 static ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {
     return ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), w);
 }
 
-static ggml_tensor * rope(ggml_context * ctx, const model & m, ggml_tensor * x, ggml_tensor * pos) {
+static ggml_tensor * add_bias(ggml_context * ctx, ggml_tensor * x, ggml_tensor * b) {
+    return b ? ggml_add(ctx, x, b) : x;
+}
+
+static ggml_tensor * rope(ggml_context * ctx, const model & m, ggml_tensor * x, ggml_tensor * pos, int il) {
     const hparams & hp = m.hp;
-    return ggml_rope_ext(ctx, x, pos, m.rope_freqs, hp.n_rot, GGML_ROPE_TYPE_NORMAL, hp.rope_n_ctx_orig,
-                         hp.rope_freq_base, hp.rope_freq_scale, hp.yarn_ext_factor, hp.yarn_attn_factor,
+    return ggml_rope_ext(ctx, x, pos, m.rope_freqs, hp.n_rot, m.arch->rope_type, hp.rope_n_ctx_orig,
+                         hp.rope_base(il), hp.rope_scale(il), hp.yarn_ext_factor, hp.yarn_attn_factor,
                          hp.yarn_beta_fast, hp.yarn_beta_slow);
 }
 
 // Attention of one block: writes this step's K/V rows into layer il's cache, then attends over
-// the first n_kv rows under the mask.
+// the first n_kv rows under the mask (the sliding-window mask on the arch's local layers).
 static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_inputs & in,
                                const block_weights & w, int il, int n_kv, ggml_tensor * xn) {
     const hparams & hp = m.hp;
     const int T = (int) xn->ne[1];
     const int hd = hp.n_embd_head;
+    const float eps = hp.rms_eps;
 
-    ggml_tensor * q = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w.wq, xn), hd, hp.n_head, T);
-    ggml_tensor * k = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, w.wk, xn), hd, hp.n_head_kv, T);
-    ggml_tensor * v = ggml_mul_mat(ctx, w.wv, xn);
-    q = rope(ctx, m, q, in.pos);
-    k = rope(ctx, m, k, in.pos);
+    ggml_tensor * q = ggml_reshape_3d(ctx, add_bias(ctx, ggml_mul_mat(ctx, w.wq, xn), w.bq), hd, hp.n_head, T);
+    ggml_tensor * k = ggml_reshape_3d(ctx, add_bias(ctx, ggml_mul_mat(ctx, w.wk, xn), w.bk), hd, hp.n_head_kv, T);
+    ggml_tensor * v = add_bias(ctx, ggml_mul_mat(ctx, w.wv, xn), w.bv);
+    if (w.q_norm) q = rms_norm(ctx, q, w.q_norm, eps);   // per head: rows of hd
+    if (w.k_norm) k = rms_norm(ctx, k, w.k_norm, eps);
+    q = rope(ctx, m, q, in.pos, il);
+    k = rope(ctx, m, k, in.pos, il);
+    float scale = hp.kq_scale;
+    if (m.arch->q_prescale) {
+        q = ggml_scale(ctx, q, scale);   // as llama.cpp's Gemma graph: scale Q, then softmax at 1
+        scale = 1.0f;
+    }
+    ggml_tensor * mask = hp.is_swa(il) ? in.mask_swa : in.mask;
 
     // The attention reads views of the set_rows results, so it is ordered after the writes.
     const int E = hp.n_embd_k_gqa();
@@ -44,12 +57,11 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
     ggml_tensor * k_all = ggml_set_rows(ctx, kv.k[il], ggml_reshape_2d(ctx, k, E, T), in.kv_idx);
     ggml_tensor * kk = ggml_view_3d(ctx, k_all, hd, n_kv, hp.n_head_kv, es * E, es * hd, 0);
     ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [hd, T, n_head]
-    const float scale = 1.0f / std::sqrt((float) hd);
     ggml_tensor * o;
     if (!kv.v_trans) {
         ggml_tensor * v_all = ggml_set_rows(ctx, kv.v[il], v, in.kv_idx);
         ggml_tensor * vv = ggml_view_3d(ctx, v_all, hd, n_kv, hp.n_head_kv, es * E, es * hd, 0);
-        o = ggml_flash_attn_ext(ctx, qp, kk, vv, in.mask, scale, 0.0f, 0.0f);
+        o = ggml_flash_attn_ext(ctx, qp, kk, vv, mask, scale, 0.0f, 0.0f);
         ggml_prec_set_acc(o, GGML_PREC_F32);
         o = ggml_reshape_2d(ctx, o, hd * hp.n_head, T);
     } else {
@@ -59,14 +71,15 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
         ggml_tensor * v_all = ggml_set_rows(ctx, v_flat, ggml_reshape_2d(ctx, v, 1, (int64_t) E * T), in.v_idx);
         ggml_tensor * vv = ggml_view_3d(ctx, v_all, n_kv, hd, hp.n_head_kv, es * n_ctx, es * n_ctx * hd, 0);
         ggml_tensor * kq = ggml_mul_mat(ctx, kk, qp);                          // [n_kv, T, n_head]
-        kq = ggml_soft_max_ext(ctx, kq, in.mask, scale, 0.0f);
+        kq = ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f);
         ggml_tensor * kqv = ggml_mul_mat(ctx, vv, kq);                         // [hd, T, n_head]
         o = ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, T);
     }
-    return ggml_mul_mat(ctx, w.wo, o);
+    return add_bias(ctx, ggml_mul_mat(ctx, w.wo, o), w.bo);
 }
 
-// One decoder block: pre-norm attention and pre-norm SwiGLU FFN, each with a residual.
+// One decoder block, the same unit for every architecture: pre-norm attention and pre-norm gated
+// FFN (SwiGLU or GeGLU), each with a residual, and the post-norms where the arch has them.
 // With out_ids, only those token rows continue after attention (the last block before the head).
 static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_inputs & in,
                                  const block_weights & w, int il, int n_kv, ggml_tensor * x, ggml_tensor * out_ids) {
@@ -76,10 +89,15 @@ static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_c
         a = ggml_get_rows(ctx, a, out_ids);
         x = ggml_get_rows(ctx, x, out_ids);
     }
+    if (w.attn_post_norm) a = rms_norm(ctx, a, w.attn_post_norm, eps);
     ggml_tensor * h = ggml_add(ctx, x, a);
     ggml_tensor * hn = rms_norm(ctx, h, w.ffn_norm, eps);
-    ggml_tensor * f = ggml_swiglu_split(ctx, ggml_mul_mat(ctx, w.ffn_gate, hn), ggml_mul_mat(ctx, w.ffn_up, hn));
-    return ggml_add(ctx, h, ggml_mul_mat(ctx, w.ffn_down, f));
+    ggml_tensor * gate = add_bias(ctx, ggml_mul_mat(ctx, w.ffn_gate, hn), w.ffn_gate_b);
+    ggml_tensor * up = add_bias(ctx, ggml_mul_mat(ctx, w.ffn_up, hn), w.ffn_up_b);
+    ggml_tensor * f = m.arch->act == ffn_act::gelu ? ggml_geglu_split(ctx, gate, up) : ggml_swiglu_split(ctx, gate, up);
+    f = add_bias(ctx, ggml_mul_mat(ctx, w.ffn_down, f), w.ffn_down_b);
+    if (w.ffn_post_norm) f = rms_norm(ctx, f, w.ffn_post_norm, eps);
+    return ggml_add(ctx, h, f);
 }
 
 built_graph * build_graph(const model & m, const kv_cache & kv, const segment & seg) {
@@ -110,8 +128,20 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     }
     in.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
     in.kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
-    in.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.n_kv, T);
-    for (ggml_tensor * t : {in.pos, in.kv_idx, in.mask}) ggml_set_input(t);
+    for (ggml_tensor * t : {in.pos, in.kv_idx}) ggml_set_input(t);
+    // Each mask only when a block of the segment reads it: an unused input gets no memory.
+    bool any_swa = false, any_global = false;
+    for (int il = seg.first; il <= seg.last; il++) (m.hp.is_swa(il) ? any_swa : any_global) = true;
+    if (any_global) {
+        in.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.n_kv, T);
+        ggml_set_input(in.mask);
+        ggml_set_name(in.mask, "inp_mask");
+    }
+    if (any_swa) {
+        in.mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.n_kv, T);
+        ggml_set_input(in.mask_swa);
+        ggml_set_name(in.mask_swa, "inp_mask_swa");
+    }
     if (kv.v_trans) {
         in.v_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, (int64_t) m.hp.n_embd_k_gqa() * T);
         ggml_set_input(in.v_idx);
@@ -119,14 +149,17 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     }
     ggml_set_name(in.pos, "inp_pos");
     ggml_set_name(in.kv_idx, "inp_kv_idx");
-    ggml_set_name(in.mask, "inp_mask");
     if (seg.head && s.n_outputs > 0 && s.n_outputs < T) {
         in.out_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, s.n_outputs);
         ggml_set_input(in.out_ids);
         ggml_set_name(in.out_ids, "inp_out_ids");
     }
 
-    ggml_tensor * x = seg.first == 0 ? ggml_get_rows(ctx, m.tok_embd, in.tokens) : g->hidden_in;
+    ggml_tensor * x = g->hidden_in;
+    if (seg.first == 0) {
+        x = ggml_get_rows(ctx, m.tok_embd, in.tokens);
+        if (m.hp.embd_scale != 1.0f) x = ggml_scale(ctx, x, m.hp.embd_scale);
+    }
     // Hidden states around the checked blocks are outputs. For the in-graph similarities they are
     // stacked as [n_embd, T, n_checks + 1], so that all checked blocks cost a handful of ops at
     // the end rather than several each (every op is a thread barrier on the CPU).
@@ -164,7 +197,11 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     }
     if (seg.head) {
         x = rms_norm(ctx, x, m.output_norm, m.hp.rms_eps);
-        g->logits = ggml_mul_mat(ctx, m.output, x);
+        g->logits = add_bias(ctx, ggml_mul_mat(ctx, m.output, x), m.output_b);
+        if (m.hp.final_softcap > 0.0f) {
+            const float c = m.hp.final_softcap;
+            g->logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, g->logits, 1.0f / c)), c);
+        }
         ggml_set_name(g->logits, "logits");
         ggml_set_output(g->logits);
         ggml_build_forward_expand(g->gf, g->logits);

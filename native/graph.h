@@ -23,6 +23,7 @@ struct graph_inputs {
     ggml_tensor * kv_idx = nullptr;  // I64 [n_tokens]: cache row each token writes
     ggml_tensor * v_idx = nullptr;   // I64 [n_embd_v * n_tokens]: element index in a transposed V
     ggml_tensor * mask = nullptr;    // F16 [n_kv, n_tokens]: 0 or -inf
+    ggml_tensor * mask_swa = nullptr; // the same within the sliding window (models with one)
     ggml_tensor * out_ids = nullptr; // I32 [n_outputs]: token rows that get logits
 };
 

@@ -20,10 +20,24 @@ namespace pr {
 model::model() = default;
 model::~model() = default;
 
-static void read_hparams(const gguf_context * g, hparams & hp) {
-    hp.arch = meta_str(g, "general.architecture", "");
-    if (hp.arch.empty()) fail(PR_ERR_MODEL, "not a model file: general.architecture is missing");
-    if (hp.arch != "llama") fail(PR_ERR_MODEL, "unsupported architecture '%s' (supported: llama)", hp.arch.c_str());
+// The per-layer sliding-window flags as llama.cpp's load_swa_pattern sets them: an array of
+// booleans, or a period n (layer il is local unless il % n == n - 1; n = 0: all local).
+static void read_swa_pattern(const gguf_context * g, const std::string & key, int def, hparams & hp) {
+    hp.swa_layer.assign(hp.n_layer, 0);
+    const int64_t id = gguf_find_key(g, key.c_str());
+    if (id >= 0 && gguf_get_kv_type(g, id) == GGUF_TYPE_ARRAY) {
+        const gguf_type at = gguf_get_arr_type(g, id);
+        if (at != GGUF_TYPE_BOOL && at != GGUF_TYPE_UINT8 && at != GGUF_TYPE_INT8) fail(PR_ERR_MODEL, "'%s' is not an array of booleans", key.c_str());
+        if ((int64_t) gguf_get_arr_n(g, id) != hp.n_layer) fail(PR_ERR_MODEL, "'%s' has %zu entries for %d layers", key.c_str(), gguf_get_arr_n(g, id), hp.n_layer);
+        const uint8_t * v = (const uint8_t *) gguf_get_arr_data(g, id);
+        for (int il = 0; il < hp.n_layer; il++) hp.swa_layer[il] = v[il] != 0;
+        return;
+    }
+    const int n = (int) meta_int(g, key.c_str(), def, 0, 1 << 16);
+    for (int il = 0; il < hp.n_layer; il++) hp.swa_layer[il] = n == 0 || il % n < n - 1;
+}
+
+static void read_hparams(const gguf_context * g, hparams & hp, const arch_info & ar) {
     hp.name = meta_str(g, "general.name", "");
     const std::string a = hp.arch + ".";
 
@@ -36,38 +50,71 @@ static void read_hparams(const gguf_context * g, hparams & hp) {
     hp.rms_eps = (float) meta_float(g, (a + "attention.layer_norm_rms_epsilon").c_str(), 1e-5);
     if (!(hp.rms_eps > 0.0f && hp.rms_eps < 1.0f)) fail(PR_ERR_MODEL, "bad RMS norm epsilon %g", hp.rms_eps);
 
-    if (hp.n_embd % hp.n_head != 0) fail(PR_ERR_MODEL, "embedding_length %d is not a multiple of head_count %d", hp.n_embd, hp.n_head);
     if (hp.n_head % hp.n_head_kv != 0) fail(PR_ERR_MODEL, "head_count %d is not a multiple of head_count_kv %d", hp.n_head, hp.n_head_kv);
+    // The head size is its own key in many files (Gemma 3 270M: 256 with n_embd 640, 4 heads).
+    if (gguf_find_key(g, (a + "attention.key_length").c_str()) < 0 && hp.n_embd % hp.n_head != 0) {
+        fail(PR_ERR_MODEL, "embedding_length %d is not a multiple of head_count %d and key_length is not set", hp.n_embd, hp.n_head);
+    }
     hp.n_embd_head = (int) meta_int(g, (a + "attention.key_length").c_str(), hp.n_embd / hp.n_head, 1, 1 << 14);
     const int v_len = (int) meta_int(g, (a + "attention.value_length").c_str(), hp.n_embd_head, 1, 1 << 14);
     if (v_len != hp.n_embd_head) fail(PR_ERR_MODEL, "key_length %d != value_length %d is not supported", hp.n_embd_head, v_len);
+    if (hp.n_embd_head % 2 != 0) fail(PR_ERR_MODEL, "head size %d is odd", hp.n_embd_head);
+    if (ar.q_is_embd && hp.n_embd_head * hp.n_head != hp.n_embd) {
+        fail(PR_ERR_MODEL, "%s needs head_count * key_length == embedding_length (%d * %d != %d)", ar.name, hp.n_head, hp.n_embd_head, hp.n_embd);
+    }
 
     hp.n_rot = (int) meta_int(g, (a + "rope.dimension_count").c_str(), hp.n_embd_head, 2, hp.n_embd_head);
     if (hp.n_rot % 2 != 0) fail(PR_ERR_MODEL, "rope.dimension_count %d is odd", hp.n_rot);
+    if (ar.rot_is_head && hp.n_rot != hp.n_embd_head) fail(PR_ERR_MODEL, "rope.dimension_count %d must equal the head size %d for %s", hp.n_rot, hp.n_embd_head, ar.name);
     hp.rope_freq_base = (float) meta_float(g, (a + "rope.freq_base").c_str(), 10000.0);
     if (!(hp.rope_freq_base > 0.0f) || !std::isfinite(hp.rope_freq_base)) fail(PR_ERR_MODEL, "bad rope.freq_base %g", hp.rope_freq_base);
 
-    // RoPE scaling as llama.cpp reads it: a type, a factor (freq_scale = 1/factor), the original context.
-    const std::string stype = meta_str(g, (a + "rope.scaling.type").c_str(), "");
+    // RoPE scaling as llama.cpp reads it (llama_model_base::load_hparams, llama_context's
+    // constructor): a type ("linear" when absent; "none" never scales), a factor (freq_scale =
+    // 1/factor; old key rope.scale_linear), the original context, and an attention factor that
+    // multiplies every rotation. YaRN extrapolates (ext_factor 1) and cancels ggml's magnitude
+    // correction for factors below 1.
+    std::string stype = meta_str(g, (a + "rope.scaling.type").c_str(), "linear");
     double factor = meta_float(g, (a + "rope.scaling.factor").c_str(), 0.0);
+    if (factor == 0.0) factor = meta_float(g, (a + "rope.scale_linear").c_str(), 0.0);
     if (factor == 0.0) factor = 1.0;
     if (!(factor > 0.0) || !std::isfinite(factor)) fail(PR_ERR_MODEL, "bad rope.scaling.factor %g", factor);
+    const double attn_factor = meta_float(g, (a + "rope.scaling.attn_factor").c_str(), 1.0);
+    if (!(attn_factor > 0.0) || !std::isfinite(attn_factor)) fail(PR_ERR_MODEL, "bad rope.scaling.attn_factor %g", attn_factor);
     hp.rope_n_ctx_orig = (int) meta_int(g, (a + "rope.scaling.original_context_length").c_str(), hp.n_ctx_train, 1, 1 << 24);
-    if (stype.empty() || stype == "none") {
+    hp.yarn_attn_factor = (float) attn_factor;
+    if (stype == "none") {
         hp.scaling = rope_scaling::none;
     } else if (stype == "linear") {
-        hp.scaling = rope_scaling::linear;
+        hp.scaling = factor == 1.0 ? rope_scaling::none : rope_scaling::linear;
         hp.rope_freq_scale = (float) (1.0 / factor);
     } else if (stype == "yarn") {
         hp.scaling = rope_scaling::yarn;
         hp.rope_freq_scale = (float) (1.0 / factor);
         hp.yarn_ext_factor = 1.0f;
-        hp.yarn_attn_factor = (float) meta_float(g, (a + "rope.scaling.attn_factor").c_str(), 1.0);
-        hp.yarn_beta_fast = (float) meta_float(g, (a + "rope.scaling.yarn_beta_fast").c_str(), 32.0);
-        hp.yarn_beta_slow = (float) meta_float(g, (a + "rope.scaling.yarn_beta_slow").c_str(), 1.0);
+        const float f = (float) factor;
+        const float mscale = f <= 1.0f ? 1.0f : 0.1f * logf(f) + 1.0f;
+        hp.yarn_attn_factor = mscale / (1.0f + 0.1f * logf(f)) * (float) attn_factor;
     } else {
         fail(PR_ERR_MODEL, "unsupported rope.scaling.type '%s'", stype.c_str());
     }
+
+    if (ar.swa) {
+        hp.n_swa = (int) meta_int(g, (a + "attention.sliding_window").c_str(), 0, 0, 1 << 24);
+        if (hp.n_swa > 0) {
+            read_swa_pattern(g, a + "attention.sliding_window_pattern", ar.swa_pattern, hp);
+            hp.rope_freq_base_swa = (float) meta_float(g, (a + "rope.freq_base_swa").c_str(), 10000.0);
+            if (!(hp.rope_freq_base_swa > 0.0f) || !std::isfinite(hp.rope_freq_base_swa)) fail(PR_ERR_MODEL, "bad rope.freq_base_swa %g", hp.rope_freq_base_swa);
+        }
+    }
+    if (ar.softcap) {
+        hp.final_softcap = (float) meta_float(g, (a + "final_logit_softcapping").c_str(), 0.0);
+        if (!(hp.final_softcap >= 0.0f) || !std::isfinite(hp.final_softcap)) fail(PR_ERR_MODEL, "bad final_logit_softcapping %g", hp.final_softcap);
+    }
+    // Gemma 3 scales Q by 1/sqrt(head size), except the 27B (62 layers): 1/sqrt(n_embd/n_head).
+    const int scale_dim = ar.q_prescale && hp.n_layer == 62 ? hp.n_embd / hp.n_head : hp.n_embd_head;
+    hp.kq_scale = 1.0f / std::sqrt((float) scale_dim);
+    hp.embd_scale = ar.embd_scale ? std::sqrt((float) hp.n_embd) : 1.0f;
 }
 
 struct expect {
@@ -122,24 +169,29 @@ static void validate_and_bind(model & m) {
     validate_tokenizer(m.gguf, n_vocab);
 
     const int64_t E = hp.n_embd, Q = (int64_t) hp.n_embd_head * hp.n_head, KV = hp.n_embd_k_gqa(), F = hp.n_ff;
+    auto extent = [&](dim d) -> int64_t {
+        switch (d) {
+            case dim::one: return 0;
+            case dim::embd: return E;
+            case dim::q: return Q;
+            case dim::kv: return KV;
+            case dim::ff: return F;
+            case dim::head: return hp.n_embd_head;
+        }
+        return 0;
+    };
+    const arch_info & ar = *m.arch;
     std::vector<expect> ex;
     ex.push_back({&m.tok_embd, "token_embd.weight", E, n_vocab, true, true});
     ex.push_back({&m.output_norm, "output_norm.weight", E, 0, true, false});
     ex.push_back({&m.output, "output.weight", E, n_vocab, false, true});
-    ex.push_back({&m.rope_freqs, "rope_freqs.weight", hp.n_rot / 2, 0, false, false});
+    if (ar.rope_freqs) ex.push_back({&m.rope_freqs, "rope_freqs.weight", hp.n_rot / 2, 0, false, false});
+    if (ar.output_bias) ex.push_back({&m.output_b, "output.bias", n_vocab, 0, false, false});
     m.blocks.resize(hp.n_layer);
     for (int il = 0; il < hp.n_layer; il++) {
         block_weights & b = m.blocks[il];
         const std::string p = "blk." + std::to_string(il) + ".";
-        ex.push_back({&b.attn_norm, p + "attn_norm.weight", E, 0, true, false});
-        ex.push_back({&b.wq, p + "attn_q.weight", E, Q, true, true});
-        ex.push_back({&b.wk, p + "attn_k.weight", E, KV, true, true});
-        ex.push_back({&b.wv, p + "attn_v.weight", E, KV, true, true});
-        ex.push_back({&b.wo, p + "attn_output.weight", Q, E, true, true});
-        ex.push_back({&b.ffn_norm, p + "ffn_norm.weight", E, 0, true, false});
-        ex.push_back({&b.ffn_gate, p + "ffn_gate.weight", E, F, true, true});
-        ex.push_back({&b.ffn_up, p + "ffn_up.weight", E, F, true, true});
-        ex.push_back({&b.ffn_down, p + "ffn_down.weight", F, E, true, true});
+        for (const tensor_spec & t : ar.block) ex.push_back({&(b.*t.member), p + t.name, extent(t.ne0), extent(t.ne1), t.required, t.matrix});
     }
 
     std::map<ggml_type, int> type_count;
@@ -201,7 +253,10 @@ model * load_model(const char * path, const pr_model_params & params) {
     m->gguf = m->file->gguf;
     m->meta = m->file->meta;
 
-    read_hparams(m->gguf, m->hp);
+    m->hp.arch = meta_str(m->gguf, "general.architecture", "");
+    if (m->hp.arch.empty()) fail(PR_ERR_MODEL, "not a model file: general.architecture is missing");
+    m->arch = &find_arch(m->hp.arch);
+    read_hparams(m->gguf, m->hp, *m->arch);
     validate_and_bind(*m);
 
     for (ggml_tensor * t = ggml_get_first_tensor(m->meta); t; t = ggml_get_next_tensor(m->meta, t)) {

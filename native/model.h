@@ -1,6 +1,7 @@
 // A GGUF decoder model: hyper-parameters, the weights of each block, and where they live.
 #pragma once
 
+#include "arch.h"
 #include "error.h"
 #include "weights.h"
 
@@ -38,22 +39,42 @@ struct hparams {
     float yarn_beta_fast = 32.0f;
     float yarn_beta_slow = 1.0f;
 
+    // Sliding-window attention (Gemma 3): layers with swa_layer[il] see the last n_swa positions
+    // and rotate with their own base and scale; the others are global.
+    int n_swa = 0;
+    std::vector<uint8_t> swa_layer;
+    float rope_freq_base_swa = 10000.0f;
+    float rope_freq_scale_swa = 1.0f;
+
+    float kq_scale = 0.0f;         // softmax scale, or the Q scale when the arch pre-scales Q
+    float embd_scale = 1.0f;       // token embeddings are multiplied by this
+    float final_softcap = 0.0f;    // > 0: logits = c * tanh(logits / c)
+
     int n_embd_k_gqa() const { return n_embd_head * n_head_kv; }
+    bool is_swa(int il) const { return n_swa > 0 && swa_layer[il]; }
+    float rope_base(int il) const { return is_swa(il) ? rope_freq_base_swa : rope_freq_base; }
+    float rope_scale(int il) const { return is_swa(il) ? rope_freq_scale_swa : rope_freq_scale; }
 };
 
 // The weights of one decoder block. A river block (issue: the River) is another instance of this
 // struct whose matrices are requantized and whose norms point at the backbone's.
+// Which of the optional members an architecture has is in its arch_info table (arch.cpp).
 struct block_weights {
     ggml_tensor * attn_norm = nullptr;
     ggml_tensor * wq = nullptr, * wk = nullptr, * wv = nullptr, * wo = nullptr;
     ggml_tensor * ffn_norm = nullptr;
     ggml_tensor * ffn_gate = nullptr, * ffn_up = nullptr, * ffn_down = nullptr;
+    ggml_tensor * bq = nullptr, * bk = nullptr, * bv = nullptr, * bo = nullptr;   // biases
+    ggml_tensor * ffn_gate_b = nullptr, * ffn_up_b = nullptr, * ffn_down_b = nullptr;
+    ggml_tensor * q_norm = nullptr, * k_norm = nullptr;                            // per head
+    ggml_tensor * attn_post_norm = nullptr, * ffn_post_norm = nullptr;
 };
 
 struct river_blocks;
 
 struct model {
     hparams hp;
+    const arch_info * arch = nullptr;
     std::string path;
 
     std::unique_ptr<weight_file> file;
@@ -63,6 +84,7 @@ struct model {
     ggml_tensor * tok_embd = nullptr;
     ggml_tensor * output_norm = nullptr;
     ggml_tensor * output = nullptr;      // == tok_embd when tied
+    ggml_tensor * output_b = nullptr;    // optional (Qwen2)
     ggml_tensor * rope_freqs = nullptr;  // optional per-dimension frequency factors (llama3)
     std::vector<block_weights> blocks;
 

@@ -172,8 +172,7 @@ void attach_river(model & m, const char * path, const char * backbone_sha256, bo
     for (int il = 0; il < L; il++) {
         block_weights & rb = r->blocks[il];
         const block_weights & bb = m.blocks[il];
-        rb.attn_norm = bb.attn_norm;   // norms are shared, not copied
-        rb.ffn_norm = bb.ffn_norm;
+        rb = bb;   // norms, biases, Q/K norms and post-norms are shared, not copied; matrices follow
         for (size_t k = 0; k < names.size(); k++) {
             const std::string name = "blk." + std::to_string(il) + "." + names[k] + ".weight";
             ggml_tensor * t = r->file->tensor(name);

@@ -1,6 +1,6 @@
 """Synthetic GGUF models for tests and benchmarks.
 
-Writes ``llama``-architecture GGUF files with random (seeded, deterministic)
+Writes ``llama``, ``qwen2``, ``qwen3`` and ``gemma3`` GGUF files with random (seeded, deterministic)
 weights, small or large dimensions, and a *real* tokenizer copied from an
 existing GGUF file, so that llama.cpp (and llama-cpp-python) can load and run
 them.  Used for parity tests of pyriver against llama.cpp and for benchmarks.
@@ -9,6 +9,8 @@ Public API
 ----------
 ``write_llama(path, ...)``
     Write a synthetic llama model (f32 / f16 / q8_0 weights).
+``write_model(path, arch=..., ...)``
+    The same for any of ``ARCHS``, with their extra tensors and keys.
 ``quantize(src, dst, ftype)``
     Re-quantize a GGUF with ``llama_cpp.llama_model_quantize``
     (``"q4_0"``, ``"q4_1"``, ``"q8_0"``, ``"q4_k_m"``, ``"f16"``, ...).
@@ -18,7 +20,7 @@ Public API
 
 Command line::
 
-    python -m pyriver.synth OUT.gguf --layers 4 --embd 128 --heads 4 --heads-kv 2 \\
+    python -m pyriver.synth OUT.gguf [--arch gemma3 --head-dim 48 --sliding-window 16] --layers 4 --embd 128 --heads 4 --heads-kv 2 \\
         --ff 352 --dtype f16 --seed 0 [--tokenizer-from SOME.gguf] [--untied]
 
 Weight recipe (see ``write_llama``): every matrix is N(0, 1/fan_in) times a
@@ -50,7 +52,7 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType, GGUFValueType
 
-__all__ = ["write_llama", "quantize", "write_corrupt_variants", "rewrite_kv", "LOGIT_STD"]
+__all__ = ["write_llama", "write_model", "ARCHS", "quantize", "write_corrupt_variants", "rewrite_kv", "LOGIT_STD"]
 
 #: Target standard deviation of the output logits of a synthetic model.
 LOGIT_STD = 3.0
@@ -306,11 +308,20 @@ def _gains(weight_scale: float | Mapping[str, float] | None) -> dict[str, float]
     return {k: (v if k == "norm" else v * s) for k, v in g.items()}
 
 
-def _llama_plan(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int,
+#: Architectures :func:`write_model` writes, with the per-block tensors each adds to llama's.
+ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+
+
+def _model_plan(*, arch: str, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int,
                 n_ctx_train: int, rope_freq_base: float, rms_eps: float, tied_output: bool,
                 dtype: str, seed: int, tokenizer_from: str | os.PathLike[str] | None,
                 weight_scale: float | Mapping[str, float] | None,
-                rope_scaling: Mapping[str, Any] | None, name: str | None = None) -> _Plan:
+                rope_scaling: Mapping[str, Any] | None, name: str | None = None,
+                n_embd_head: int | None = None, sliding_window: int = 0,
+                swa_pattern: int | list[bool] | None = None, rope_freq_base_swa: float | None = None,
+                final_logit_softcapping: float | None = None) -> _Plan:
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
     dtype = dtype.lower()
     if dtype not in _GGML_TYPES:
         raise ValueError(f"dtype must be one of {sorted(_GGML_TYPES)}, got {dtype!r}")
@@ -318,17 +329,22 @@ def _llama_plan(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff:
                      n_ff=n_ff, n_ctx_train=n_ctx_train).items():
         if int(v) <= 0:
             raise ValueError(f"{k} must be positive, got {v}")
-    if n_embd % n_head:
-        raise ValueError(f"n_embd={n_embd} is not divisible by n_head={n_head}")
     if n_head % n_head_kv:
         raise ValueError(f"n_head={n_head} is not divisible by n_head_kv={n_head_kv}")
-    head_dim = n_embd // n_head
-    if head_dim % 2:
-        raise ValueError(f"head_dim={head_dim} must be even for RoPE")
+    if n_embd_head is None:
+        if n_embd % n_head:
+            raise ValueError(f"n_embd={n_embd} is not divisible by n_head={n_head}")
+        head_dim = n_embd // n_head
+    else:
+        head_dim = int(n_embd_head)
+    if head_dim % 2 or head_dim <= 0:
+        raise ValueError(f"head_dim={head_dim} must be even and positive for RoPE")
+    if arch == "qwen2" and head_dim * n_head != n_embd:
+        raise ValueError("qwen2 (as llama.cpp loads it) needs n_head * head_dim == n_embd")
     wtype = _GGML_TYPES[dtype]
     block = gguf.GGML_QUANT_SIZES[wtype][0]
-    if n_embd % block or n_ff % block:
-        raise ValueError(f"dtype {dtype} needs n_embd and n_ff to be multiples of {block}")
+    if n_embd % block or n_ff % block or (head_dim * n_head) % block:
+        raise ValueError(f"dtype {dtype} needs n_embd, n_ff and n_head*head_dim to be multiples of {block}")
 
     tok_path = tokenizer_from if tokenizer_from is not None else _default_tokenizer_path()
     tok_kv = _tokenizer_kv(tok_path)
@@ -341,31 +357,51 @@ def _llama_plan(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff:
     plan = _Plan()
     U32, F32, STR = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING
     kv = plan.kv
-    kv["general.architecture"] = _KV("llama", STR)
+    A = arch + "."
+    kv["general.architecture"] = _KV(arch, STR)
     kv["general.type"] = _KV("model", STR)
-    kv["general.name"] = _KV(name or f"pyriver-synth-llama-L{n_layer}-E{n_embd}-H{n_head}"
+    kv["general.name"] = _KV(name or f"pyriver-synth-{arch}-L{n_layer}-E{n_embd}-H{n_head}"
                                       f"-KV{n_head_kv}-F{n_ff}-{dtype}-s{seed}", STR)
     kv["general.file_type"] = _KV(_FILE_TYPES[dtype], U32)
     if dtype not in ("f32", "f16"):
         kv["general.quantization_version"] = _KV(gguf.GGML_QUANT_VERSION, U32)
-    kv["llama.block_count"] = _KV(n_layer, U32)
-    kv["llama.context_length"] = _KV(n_ctx_train, U32)
-    kv["llama.embedding_length"] = _KV(n_embd, U32)
-    kv["llama.feed_forward_length"] = _KV(n_ff, U32)
-    kv["llama.attention.head_count"] = _KV(n_head, U32)
-    kv["llama.attention.head_count_kv"] = _KV(n_head_kv, U32)
-    kv["llama.rope.freq_base"] = _KV(float(rope_freq_base), F32)
-    kv["llama.attention.layer_norm_rms_epsilon"] = _KV(float(rms_eps), F32)
-    kv["llama.rope.dimension_count"] = _KV(head_dim, U32)
-    kv["llama.vocab_size"] = _KV(n_vocab, U32)
+    kv[A + "block_count"] = _KV(n_layer, U32)
+    kv[A + "context_length"] = _KV(n_ctx_train, U32)
+    kv[A + "embedding_length"] = _KV(n_embd, U32)
+    kv[A + "feed_forward_length"] = _KV(n_ff, U32)
+    kv[A + "attention.head_count"] = _KV(n_head, U32)
+    kv[A + "attention.head_count_kv"] = _KV(n_head_kv, U32)
+    if n_embd_head is not None:
+        kv[A + "attention.key_length"] = _KV(head_dim, U32)
+        kv[A + "attention.value_length"] = _KV(head_dim, U32)
+    kv[A + "rope.freq_base"] = _KV(float(rope_freq_base), F32)
+    kv[A + "attention.layer_norm_rms_epsilon"] = _KV(float(rms_eps), F32)
+    kv[A + "rope.dimension_count"] = _KV(head_dim, U32)
+    kv[A + "vocab_size"] = _KV(n_vocab, U32)
+    if sliding_window:
+        # gemma3 reads it; llama.cpp ignores it for llama (Mistral-style files carry it anyway).
+        kv[A + "attention.sliding_window"] = _KV(int(sliding_window), U32)
+    if swa_pattern is not None:
+        if isinstance(swa_pattern, int):
+            kv[A + "attention.sliding_window_pattern"] = _KV(int(swa_pattern), U32)
+        else:
+            if len(swa_pattern) != n_layer:
+                raise ValueError("swa_pattern as a list needs one entry per layer")
+            kv[A + "attention.sliding_window_pattern"] = _KV([bool(x) for x in swa_pattern],
+                                                             GGUFValueType.ARRAY, GGUFValueType.BOOL)
+    if rope_freq_base_swa is not None:
+        kv[A + "rope.freq_base_swa"] = _KV(float(rope_freq_base_swa), F32)
+    if final_logit_softcapping is not None:
+        kv[A + "final_logit_softcapping"] = _KV(float(final_logit_softcapping), F32)
     if rope_scaling:
         rs = dict(rope_scaling)
-        rtype = str(rs.pop("type", rs.pop("rope_type", "linear")))
-        kv["llama.rope.scaling.type"] = _KV(rtype, STR)
+        rtype = rs.pop("type", rs.pop("rope_type", "linear"))
+        if rtype is not None:  # None: no type key (llama.cpp then reads the factor as linear)
+            kv[A + "rope.scaling.type"] = _KV(str(rtype), STR)
         if "factor" in rs:
-            kv["llama.rope.scaling.factor"] = _KV(float(rs.pop("factor")), F32)
+            kv[A + "rope.scaling.factor"] = _KV(float(rs.pop("factor")), F32)
         if "original_context_length" in rs:
-            kv["llama.rope.scaling.original_context_length"] = _KV(
+            kv[A + "rope.scaling.original_context_length"] = _KV(
                 int(rs.pop("original_context_length")), U32)
         if rs:
             raise ValueError(f"unsupported rope_scaling keys: {sorted(rs)}")
@@ -374,14 +410,19 @@ def _llama_plan(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff:
     # --- tensors (ggml order: ne0 = input/contiguous dim) -------------------
     branch = RESIDUAL_STD / math.sqrt(2 * n_layer)  # per-branch output RMS
     emb_std = LOGIT_STD / math.sqrt(n_embd) * g["token_embd"]
+    if arch == "gemma3":
+        emb_std /= math.sqrt(n_embd)  # the graph multiplies embeddings by sqrt(n_embd)
     out_std = LOGIT_STD / math.sqrt(n_embd) * g["output"]
     norm_std = g["norm"]
 
     def mat(tname: str, ne0: int, ne1: int, std: float) -> _Tensor:
         return _random_tensor(tname, (ne0, ne1), wtype, seed, std)
 
-    def norm(tname: str) -> _Tensor:
-        return _random_tensor(tname, (n_embd,), GGMLQuantizationType.F32, seed, norm_std, 1.0)
+    def norm(tname: str, n: int = n_embd, mean: float = 1.0) -> _Tensor:
+        return _random_tensor(tname, (n,), GGMLQuantizationType.F32, seed, norm_std * mean, mean)
+
+    def bias(tname: str, n: int, std: float) -> _Tensor:
+        return _random_tensor(tname, (n,), GGMLQuantizationType.F32, seed, std)
 
     T = plan.tensors
     T.append(mat("token_embd.weight", n_embd, n_vocab, emb_std))
@@ -391,6 +432,13 @@ def _llama_plan(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff:
         T.append(mat(p + "attn_q.weight", n_embd, n_embd_q, g["attn_q"] / math.sqrt(n_embd)))
         T.append(mat(p + "attn_k.weight", n_embd, n_embd_kv, g["attn_k"] / math.sqrt(n_embd)))
         T.append(mat(p + "attn_v.weight", n_embd, n_embd_kv, g["attn_v"] / math.sqrt(n_embd)))
+        if arch == "qwen2":
+            T.append(bias(p + "attn_q.bias", n_embd_q, 0.5))
+            T.append(bias(p + "attn_k.bias", n_embd_kv, 0.5))
+            T.append(bias(p + "attn_v.bias", n_embd_kv, 0.5))
+        if arch in ("qwen3", "gemma3"):
+            T.append(norm(p + "attn_q_norm.weight", head_dim))
+            T.append(norm(p + "attn_k_norm.weight", head_dim))
         T.append(mat(p + "attn_output.weight", n_embd_q, n_embd,
                      g["attn_output"] * branch / math.sqrt(n_embd_q)))
         T.append(norm(p + "ffn_norm.weight"))
@@ -398,10 +446,45 @@ def _llama_plan(*, n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff:
         T.append(mat(p + "ffn_up.weight", n_embd, n_ff, g["ffn_up"] / math.sqrt(n_embd)))
         T.append(mat(p + "ffn_down.weight", n_ff, n_embd,
                      g["ffn_down"] * branch / math.sqrt(n_ff * _SWIGLU_VAR)))
+        if arch == "gemma3":
+            # Post-norms set each branch's RMS to their weights: ~branch, as the others get it.
+            T.append(norm(p + "post_attention_norm.weight", mean=branch))
+            T.append(norm(p + "post_ffw_norm.weight", mean=branch))
     T.append(norm("output_norm.weight"))
     if not tied_output:
         T.append(mat("output.weight", n_embd, n_vocab, out_std))
     return plan
+
+
+def write_model(path: str | os.PathLike[str], *, arch: str = "llama", n_layer: int = 4,
+                n_embd: int = 128, n_head: int = 4, n_head_kv: int = 4, n_ff: int = 352,
+                n_ctx_train: int = 2048, rope_freq_base: float = 10000.0, rms_eps: float = 1e-5,
+                tied_output: bool = True, dtype: str = "f32", seed: int = 0,
+                tokenizer_from: str | os.PathLike[str] | None = None,
+                weight_scale: float | Mapping[str, float] | None = None,
+                rope_scaling: Mapping[str, Any] | None = None, n_embd_head: int | None = None,
+                sliding_window: int = 0, swa_pattern: int | list[bool] | None = None,
+                rope_freq_base_swa: float | None = None,
+                final_logit_softcapping: float | None = None) -> pathlib.Path:
+    """Write a synthetic GGUF model of ``arch`` (``llama``, ``qwen2``, ``qwen3``, ``gemma3``).
+
+    Arguments as :func:`write_llama`, plus: ``n_embd_head`` (head size written as
+    ``attention.key_length``, independent of ``n_embd / n_head``); ``sliding_window``
+    (``attention.sliding_window``: gemma3's local layers; on llama files llama.cpp ignores it);
+    ``swa_pattern`` (an int period or one bool per layer); ``rope_freq_base_swa``;
+    ``final_logit_softcapping``. Per arch: qwen2 adds Q/K/V biases, qwen3 Q/K norms, gemma3
+    Q/K norms and post-attention / post-FFN norms (embeddings are drawn smaller by
+    sqrt(n_embd), which gemma3's graph multiplies back).
+    """
+    plan = _model_plan(arch=arch, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, n_ff=n_ff, n_ctx_train=n_ctx_train,
+                       rope_freq_base=rope_freq_base, rms_eps=rms_eps, tied_output=tied_output,
+                       dtype=dtype, seed=seed, tokenizer_from=tokenizer_from,
+                       weight_scale=weight_scale, rope_scaling=rope_scaling,
+                       n_embd_head=n_embd_head, sliding_window=sliding_window,
+                       swa_pattern=swa_pattern, rope_freq_base_swa=rope_freq_base_swa,
+                       final_logit_softcapping=final_logit_softcapping)
+    return _write_plan(pathlib.Path(path), plan)
 
 
 def write_llama(path: str | os.PathLike[str], *, n_layer: int = 4, n_embd: int = 128,
@@ -442,12 +525,11 @@ def write_llama(path: str | os.PathLike[str], *, n_layer: int = 4, n_embd: int =
     Returns:
         The path written, as :class:`pathlib.Path`.
     """
-    plan = _llama_plan(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-                       n_ff=n_ff, n_ctx_train=n_ctx_train, rope_freq_base=rope_freq_base,
-                       rms_eps=rms_eps, tied_output=tied_output, dtype=dtype, seed=seed,
-                       tokenizer_from=tokenizer_from, weight_scale=weight_scale,
-                       rope_scaling=rope_scaling)
-    return _write_plan(pathlib.Path(path), plan)
+    return write_model(path, arch="llama", n_layer=n_layer, n_embd=n_embd, n_head=n_head,
+                       n_head_kv=n_head_kv, n_ff=n_ff, n_ctx_train=n_ctx_train,
+                       rope_freq_base=rope_freq_base, rms_eps=rms_eps, tied_output=tied_output,
+                       dtype=dtype, seed=seed, tokenizer_from=tokenizer_from,
+                       weight_scale=weight_scale, rope_scaling=rope_scaling)
 
 
 # --------------------------------------------------------------------------
@@ -631,8 +713,11 @@ def write_corrupt_variants(src: str | os.PathLike[str],
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m pyriver.synth",
-                                 description="Write a synthetic llama GGUF with random weights.")
+                                 description="Write a synthetic GGUF model with random weights.")
     ap.add_argument("out", help="output .gguf path")
+    ap.add_argument("--arch", default="llama", choices=ARCHS)
+    ap.add_argument("--head-dim", type=int, default=None, help="default: embd / heads")
+    ap.add_argument("--sliding-window", type=int, default=0)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--embd", type=int, default=128)
     ap.add_argument("--heads", type=int, default=4)
@@ -656,7 +741,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.rope_scaling:
         typ, _, fac = a.rope_scaling.partition(":")
         rs = {"type": typ, "factor": float(fac or 1.0)}
-    p = write_llama(a.out, n_layer=a.layers, n_embd=a.embd, n_head=a.heads,
+    p = write_model(a.out, arch=a.arch, n_embd_head=a.head_dim, sliding_window=a.sliding_window,
+                    n_layer=a.layers, n_embd=a.embd, n_head=a.heads,
                     n_head_kv=a.heads_kv or a.heads, n_ff=a.ff, n_ctx_train=a.ctx,
                     rope_freq_base=a.rope_base, rms_eps=a.rms_eps, tied_output=not a.untied,
                     dtype=a.dtype, seed=a.seed, tokenizer_from=a.tokenizer_from,

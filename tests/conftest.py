@@ -18,6 +18,26 @@ SYNTH_SPECS = {
                        rope_freq_base=500000.0),
     "deep_rope_linear": dict(n_layer=8, n_embd=96, n_head=3, n_head_kv=1, n_ff=256, tied_output=True, seed=3,
                              rope_scaling={"type": "linear", "factor": 2.0}),
+    # RoPE scaling as files in the wild carry it: YaRN, and a factor without a type (linear).
+    "rope_yarn": dict(n_layer=3, n_embd=128, n_head=4, n_head_kv=2, n_ff=352, tied_output=True, seed=4,
+                      rope_scaling={"type": "yarn", "factor": 4.0, "original_context_length": 64}),
+    "rope_factor_only": dict(n_layer=3, n_embd=128, n_head=4, n_head_kv=2, n_ff=352, tied_output=True, seed=5,
+                             rope_scaling={"type": None, "factor": 3.0}),
+}
+
+# One synthetic model per further architecture (issue 6): short sliding windows so that the parity
+# prompts (64 generated tokens) run past them. "mistral_swa" is a llama file carrying
+# llama.attention.sliding_window, which llama.cpp ignores for llama (and so do we).
+ARCH_SPECS = {
+    "qwen2": dict(arch="qwen2", n_layer=4, n_embd=128, n_head=4, n_head_kv=2, n_ff=320, tied_output=False,
+                  seed=11, rope_freq_base=1000000.0),
+    "qwen3": dict(arch="qwen3", n_layer=4, n_embd=128, n_head=4, n_head_kv=2, n_embd_head=64, n_ff=320,
+                  tied_output=True, seed=12, rope_freq_base=1000000.0),
+    "gemma3": dict(arch="gemma3", n_layer=6, n_embd=128, n_head=4, n_head_kv=2, n_embd_head=48, n_ff=384,
+                   tied_output=False, seed=13, rope_freq_base=1000000.0, rms_eps=1e-6, sliding_window=16,
+                   swa_pattern=3, rope_freq_base_swa=10000.0, final_logit_softcapping=6.0),
+    "mistral_swa": dict(arch="llama", n_layer=4, n_embd=128, n_head=4, n_head_kv=1, n_ff=352, tied_output=False,
+                        seed=14, sliding_window=16),
 }
 
 
@@ -47,6 +67,32 @@ def synth_paths(smol_path) -> dict:
             synth.write_llama(p, tokenizer_from=smol_path, **spec)
         out[name] = str(p)
     return out
+
+
+@pytest.fixture(scope="session")
+def arch_paths(smol_path) -> dict:
+    from pyriver import synth
+    SYNTH_DIR.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, spec in ARCH_SPECS.items():
+        p = SYNTH_DIR / f"arch_{name}.gguf"
+        if not p.exists():
+            synth.write_model(p, tokenizer_from=smol_path, **spec)
+        out[name] = str(p)
+    return out
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> str:
+    """Gemma 3 270M Q4_K_M from the model cache (registry name gemma3-270m)."""
+    from pyriver import models
+    try:
+        return str(models.resolve("gemma3-270m", download=False))
+    except (KeyError, ValueError, FileNotFoundError):
+        p = models.cache_dir() / "models" / "gemma-3-270m-q4_k_m.gguf"
+        if not p.is_file():
+            pytest.skip("Gemma 3 270M is not in the cache: pyriver models fetch gemma3-270m")
+        return str(p)
 
 
 @pytest.fixture(scope="session")

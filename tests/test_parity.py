@@ -1,8 +1,12 @@
-"""Full-depth parity with llama.cpp (llama-cpp-python on the same file)."""
+"""Full-depth parity with llama.cpp (llama-cpp-python on the same file), for every architecture."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import ARCH_SPECS
 
 PROMPTS = [
     "The capital of France is",
@@ -15,11 +19,13 @@ PROMPTS = [
     "My favourite season is autumn because",
 ]
 N_GEN = 64
+# 595 Gemma tokens: longer than Gemma 3 270M's 512-token sliding window.
+LONG_PROMPT = (Path(__file__).parent / "data" / "long_prompt.txt").read_text()
 
 
-def _ref(path):
+def _ref(path, n_ctx=512):
     import llama_cpp
-    return llama_cpp.Llama(path, n_ctx=512, n_batch=512, n_threads=2, logits_all=True, verbose=False)
+    return llama_cpp.Llama(path, n_ctx=n_ctx, n_batch=512, n_threads=2, logits_all=True, verbose=False)
 
 
 def _greedy_ref(ref, prompt_tokens, n):
@@ -44,13 +50,13 @@ def _greedy_ours(llm, prompt_tokens, n):
     return out
 
 
-def _check_parity(path):
+def _check_parity(path, prompts=PROMPTS, n_ctx=512):
     from pyriver import Llama
-    ref = _ref(path)
-    llm = Llama(path, n_ctx=512, n_threads=2, verbose=False)
+    ref = _ref(path, n_ctx)
+    llm = Llama(path, n_ctx=n_ctx, n_threads=2, verbose=False)
     agree = total = 0
     mismatched = []
-    for prompt in PROMPTS:
+    for prompt in prompts:
         ptoks = ref.tokenize(prompt.encode(), add_bos=True, special=True)
         assert llm.tokenize(prompt.encode(), add_bos=True, special=True) == ptoks
         ref_cont = _greedy_ref(ref, ptoks, N_GEN)
@@ -67,6 +73,7 @@ def _check_parity(path):
         agree += int((ref_top == our_top).sum())
         total += len(seq)
     llm.close()
+    ref.close()
     return agree, total, mismatched
 
 
@@ -77,12 +84,35 @@ def test_parity_smollm2(smol_path):
     assert not mismatched, f"greedy continuations differ for {mismatched}"
 
 
-@pytest.mark.parametrize("name", ["mha", "gqa_untied", "deep_rope_linear"])
+@pytest.mark.parametrize("name", ["mha", "gqa_untied", "deep_rope_linear", "rope_yarn", "rope_factor_only"])
 def test_parity_synthetic(synth_paths, name):
     agree, total, mismatched = _check_parity(synth_paths[name])
     assert total >= 500
     assert agree / total >= 0.995, f"top-1 agreement {agree}/{total}"
     assert not mismatched, f"greedy continuations differ for {mismatched}"
+
+
+@pytest.mark.parametrize("name", sorted(ARCH_SPECS))
+def test_parity_architectures(arch_paths, name):
+    """qwen2, qwen3, gemma3 (sliding window 16, soft-capping) and a llama file with a
+    sliding-window key: 64 generated tokens run well past the windows."""
+    agree, total, mismatched = _check_parity(arch_paths[name])
+    assert total >= 500
+    assert agree / total >= 0.995, f"top-1 agreement {agree}/{total}"
+    assert not mismatched, f"greedy continuations differ for {mismatched}"
+
+
+def test_parity_gemma3_270m(gemma_path):
+    """The real Gemma 3 270M, including a prompt longer than its 512-token sliding window."""
+    from pyriver import Llama
+    with Llama(gemma_path, n_ctx=64, verbose=False) as llm:
+        assert llm.info["arch"] == "gemma3"
+        assert int(llm.metadata("gemma3.attention.sliding_window")) == 512
+        assert len(llm.tokenize(LONG_PROMPT.encode(), add_bos=True, special=True)) > 512
+    agree, total, mismatched = _check_parity(gemma_path, PROMPTS + [LONG_PROMPT], n_ctx=1024)
+    assert total >= 500
+    assert agree / total >= 0.995, f"top-1 agreement {agree}/{total}"
+    assert not mismatched, f"greedy continuations differ for {[m[:40] for m in mismatched]}"
 
 
 def test_one_ggml_per_process(smol_path):

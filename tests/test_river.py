@@ -9,6 +9,27 @@ import pytest
 from pyriver import Llama, ModelLoadError
 
 PROMPT = b"The history of the river begins in the mountains, where"
+# The River invariants hold for every architecture: SmolLM2 (llama), the synthetic qwen2, qwen3,
+# gemma3 (sliding window 16, shorter than PROMPT + 24 tokens) and Mistral-style llama files, and
+# the real Gemma 3 270M.
+ARCH_MODELS = ["smol", "qwen2", "qwen3", "gemma3", "mistral_swa", "gemma3_270m"]
+
+
+def _model_path(request, name):
+    if name == "smol":
+        return request.getfixturevalue("smol_path")
+    if name == "gemma3_270m":
+        return request.getfixturevalue("gemma_path")
+    return request.getfixturevalue("arch_paths")[name]
+
+
+def _exit_blocks(L):
+    """Forced exit blocks spread over the depth (L - 1: no exit), changing from token to token."""
+    out = []
+    for b in [min(3, L - 1), L // 3, (2 * L) // 3, L - 2, L - 1, 1]:
+        if b not in out:
+            out.append(b)
+    return out
 
 
 def _generate_logits(llm, n=24, schedule=None):
@@ -25,24 +46,24 @@ def _generate_logits(llm, n=24, schedule=None):
     return np.stack(out), exits
 
 
-@pytest.fixture(scope="module")
-def full(smol_path):
-    llm = Llama(smol_path, n_ctx=256, n_threads=2, verbose=False)
-    yield llm
-    llm.close()
-
-
-def test_never_exit_is_identical_to_no_river(smol_path, full):
-    ref, _ = _generate_logits(full)
-    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", exit_threshold=1.5) as llm:
+@pytest.mark.parametrize("model", ARCH_MODELS)
+def test_never_exit_is_identical_to_no_river(request, model):
+    path = _model_path(request, model)
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False) as full:
+        ref, _ = _generate_logits(full)
+        L = full.info["n_layer"]
+    # Gemma 3 270M: q3_K (rows of 640 fall back to a 32-block type) is cheaper than every backbone
+    # tensor; q4_0 is not cheaper than its Q4_K attn_output.
+    river = "q3_K" if model == "gemma3_270m" else "q4_0"
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=river, exit_threshold=1.5) as llm:
         got, exits = _generate_logits(llm)
     assert np.array_equal(ref, got)
-    assert set(exits) == {full.info["n_layer"] - 1}
+    assert set(exits) == {L - 1}
 
 
-@pytest.mark.parametrize("model", ["smol", "gqa_untied"])
-def test_same_type_river_with_any_exit_pattern_is_identical(smol_path, synth_paths, model):
-    path = smol_path if model == "smol" else synth_paths[model]
+@pytest.mark.parametrize("model", ["smol", "gqa_untied", "qwen2", "qwen3", "gemma3", "mistral_swa"])
+def test_same_type_river_with_any_exit_pattern_is_identical(request, synth_paths, model):
+    path = synth_paths[model] if model == "gqa_untied" else _model_path(request, model)
     with Llama(path, n_ctx=256, n_threads=2, verbose=False) as base:
         ref, _ = _generate_logits(base)
         backbone_type = base.metadata("general.file_type")
@@ -50,7 +71,7 @@ def test_same_type_river_with_any_exit_pattern_is_identical(smol_path, synth_pat
     river_type = {"3": "q4_1", "0": "f32", "1": "f16", "7": "q8_0"}[backbone_type]
     with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=river_type, river_force=True) as llm:
         # Forced exits at several blocks, changing from token to token.
-        blocks = [0, L // 2, L - 2, 1, L - 1, L // 3]
+        blocks = list(dict.fromkeys([0, L // 2, L - 2, 1, L - 1, L // 3]))
         got, exits = _generate_logits(llm, schedule=lambda m, i: m.set_exit(2.0, 1, blocks[i % len(blocks)]))
         assert np.array_equal(ref, got)
         assert set(exits) == set(blocks)
@@ -91,29 +112,39 @@ def test_host_and_graph_similarities_agree(smol_path):
     np.testing.assert_allclose(host_logits, graph_logits, rtol=0, atol=1e-4)
 
 
-def test_nan_poisoned_cache_stays_finite(smol_path):
-    """Every cache row a token attends to must have been written: with the cache full of NaN,
-    forced exits at several blocks still give finite logits. Flash attention skips masked rows,
-    so only rows 0..pos are read."""
-    with Llama(smol_path, n_ctx=128, n_threads=2, verbose=False, flash_attn=True, river="q4_0",
+@pytest.mark.parametrize("model", ARCH_MODELS)
+def test_poisoned_cache_is_never_read(request, model):
+    """Every cache row a token attends to must have been written. With forced exits at several
+    blocks: a cache filled with NaN gives finite logits (flash attention skips masked rows, so only
+    rows 0..pos are read; on sliding-window layers only the window), and a cache filled with a
+    large finite value gives the clean cache's logits bit for bit. Control: a hole (a row never
+    written) changes them. (NaN alone is no control on every model: a Q8_K-quantized activation
+    row that is all NaN becomes zeros in ggml, so Gemma 3 270M's Q4_K attn_output hides it.)"""
+    from pyriver._native import check, lib
+    path = _model_path(request, model)
+    river = "q3_K" if model == "gemma3_270m" else "q4_0"
+    with Llama(path, n_ctx=128, n_threads=2, verbose=False, flash_attn=True, river=river,
                exit_threshold=2.0) as llm:
-        from pyriver._native import lib
-        assert lib.pr_kv_fill(llm._ctx, float("nan")) == 0
-        blocks = [3, 10, 20, 28, 29, 5]
-        logits, exits = _generate_logits(llm, n=30, schedule=lambda m, i: m.set_exit(2.0, 1, blocks[i % len(blocks)]))
-        assert np.isfinite(logits).all()
+        blocks = _exit_blocks(llm.info["n_layer"])
+        schedule = lambda m, i: m.set_exit(2.0, 1, blocks[i % len(blocks)])  # noqa: E731
+        clean, exits = _generate_logits(llm, n=30, schedule=schedule)
         assert set(exits) == set(blocks)
-        # Control: a hole (a row never written) does poison the result.
+        for value in (float("nan"), 1000.0):
+            check(lib.pr_kv_fill(llm._ctx, value))   # _generate_logits rewinds; the fill stays
+            got, exits = _generate_logits(llm, n=30, schedule=schedule)
+            assert set(exits) == set(blocks)
+            assert np.isfinite(got).all()
+            if value == 1000.0:
+                assert np.array_equal(clean, got)
+        # Control: the same garbage in rows that are read (written, then overwritten) shows.
+        prompt = llm.tokenize(PROMPT)
         llm.reset()
-        assert lib.pr_kv_fill(llm._ctx, float("nan")) == 0
-        llm.eval(llm.tokenize(PROMPT))
-        llm.input_ids.append(0)
-        from pyriver._native import check
-        n = len(llm.input_ids)
-        check(lib.pr_kv_truncate(llm._ctx, n - 2))   # forget the last prompt token's rows
-        llm.eval([1])
-        check(lib.pr_kv_fill(llm._ctx, float("nan")))  # now every row, written or not, is NaN
-        assert not np.isfinite(llm.eval([2])).all()
+        llm.eval(prompt)
+        ref = llm.eval([1])
+        llm.reset()
+        llm.eval(prompt)
+        check(lib.pr_kv_fill(llm._ctx, 1000.0))
+        assert not np.array_equal(ref, llm.eval([1]))
 
 
 def test_prefill_exit_option(smol_path):
@@ -156,6 +187,24 @@ def test_kquant_river_falls_back_on_576_wide_rows(smol_path, tmp_path):
     assert len(lines) == 30 * 6
     assert all("does not fit rows of 576, using q4_0" in ln for ln in lines)
     assert not any("ffn_down" in ln for ln in lines)
+
+
+def test_kquant_river_falls_back_on_gemma_640_wide_rows(gemma_path, tmp_path):
+    """Gemma 3 270M: rows of 640 (Q, K, V, gate, up) do not fit 256-element K-quant blocks and fall
+    back to the 32-block type of nearest bits per weight (MXFP4 for q3_K); attn_output (1024) and
+    ffn_down (2048) take q3_K. q4_0 is refused: not cheaper than the backbone's Q4_K attn_output."""
+    import gguf
+    from pyriver import river as R
+    with Llama(gemma_path, n_ctx=64, verbose=False) as llm:
+        report = R.build(llm._model, gemma_path, "q3_K", tmp_path / "r.gguf", progress=False)
+        with pytest.raises(ValueError, match="not cheaper than the backbone's q4_K for blk.0.attn_output"):
+            R.build(llm._model, gemma_path, "q4_0", tmp_path / "r4.gguf", progress=False)
+    lines = report.strip().splitlines()
+    assert len(lines) == 18 * 5
+    assert all("does not fit rows of 640, using mxfp4" in ln for ln in lines)
+    types = {t.name.split(".")[2]: t.tensor_type.name for t in gguf.GGUFReader(str(tmp_path / "r.gguf")).tensors}
+    assert types == {"attn_q": "MXFP4", "attn_k": "MXFP4", "attn_v": "MXFP4", "ffn_gate": "MXFP4",
+                     "ffn_up": "MXFP4", "attn_output": "Q3_K", "ffn_down": "Q3_K"}
 
 
 def _rewrite_sidecar(src, dst, mutate):
