@@ -319,7 +319,7 @@ def _model_plan(*, arch: str, n_layer: int, n_embd: int, n_head: int, n_head_kv:
                 rope_scaling: Mapping[str, Any] | None, name: str | None = None,
                 n_embd_head: int | None = None, sliding_window: int = 0,
                 swa_pattern: int | list[bool] | None = None, rope_freq_base_swa: float | None = None,
-                final_logit_softcapping: float | None = None) -> _Plan:
+                final_logit_softcapping: float | None = None, biases: bool = False) -> _Plan:
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
     dtype = dtype.lower()
@@ -339,6 +339,8 @@ def _model_plan(*, arch: str, n_layer: int, n_embd: int, n_head: int, n_head_kv:
         head_dim = int(n_embd_head)
     if head_dim % 2 or head_dim <= 0:
         raise ValueError(f"head_dim={head_dim} must be even and positive for RoPE")
+    if biases and arch != "llama":
+        raise ValueError("biases=True is for llama files (qwen2 always has its Q/K/V biases)")
     if arch == "qwen2" and head_dim * n_head != n_embd:
         raise ValueError("qwen2 (as llama.cpp loads it) needs n_head * head_dim == n_embd")
     wtype = _GGML_TYPES[dtype]
@@ -432,7 +434,7 @@ def _model_plan(*, arch: str, n_layer: int, n_embd: int, n_head: int, n_head_kv:
         T.append(mat(p + "attn_q.weight", n_embd, n_embd_q, g["attn_q"] / math.sqrt(n_embd)))
         T.append(mat(p + "attn_k.weight", n_embd, n_embd_kv, g["attn_k"] / math.sqrt(n_embd)))
         T.append(mat(p + "attn_v.weight", n_embd, n_embd_kv, g["attn_v"] / math.sqrt(n_embd)))
-        if arch == "qwen2":
+        if arch == "qwen2" or biases:
             T.append(bias(p + "attn_q.bias", n_embd_q, 0.5))
             T.append(bias(p + "attn_k.bias", n_embd_kv, 0.5))
             T.append(bias(p + "attn_v.bias", n_embd_kv, 0.5))
@@ -446,6 +448,11 @@ def _model_plan(*, arch: str, n_layer: int, n_embd: int, n_head: int, n_head_kv:
         T.append(mat(p + "ffn_up.weight", n_embd, n_ff, g["ffn_up"] / math.sqrt(n_embd)))
         T.append(mat(p + "ffn_down.weight", n_ff, n_embd,
                      g["ffn_down"] * branch / math.sqrt(n_ff * _SWIGLU_VAR)))
+        if biases:  # the optional biases llama.cpp reads for llama
+            T.append(bias(p + "attn_output.bias", n_embd, 0.5 * branch))
+            T.append(bias(p + "ffn_gate.bias", n_ff, 0.5))
+            T.append(bias(p + "ffn_up.bias", n_ff, 0.5))
+            T.append(bias(p + "ffn_down.bias", n_embd, 0.5 * branch))
         if arch == "gemma3":
             # Post-norms set each branch's RMS to their weights: ~branch, as the others get it.
             T.append(norm(p + "post_attention_norm.weight", mean=branch))
@@ -465,14 +472,16 @@ def write_model(path: str | os.PathLike[str], *, arch: str = "llama", n_layer: i
                 rope_scaling: Mapping[str, Any] | None = None, n_embd_head: int | None = None,
                 sliding_window: int = 0, swa_pattern: int | list[bool] | None = None,
                 rope_freq_base_swa: float | None = None,
-                final_logit_softcapping: float | None = None) -> pathlib.Path:
+                final_logit_softcapping: float | None = None,
+                biases: bool = False) -> pathlib.Path:
     """Write a synthetic GGUF model of ``arch`` (``llama``, ``qwen2``, ``qwen3``, ``gemma3``).
 
     Arguments as :func:`write_llama`, plus: ``n_embd_head`` (head size written as
     ``attention.key_length``, independent of ``n_embd / n_head``); ``sliding_window``
     (``attention.sliding_window``: gemma3's local layers; on llama files llama.cpp ignores it);
     ``swa_pattern`` (an int period or one bool per layer); ``rope_freq_base_swa``;
-    ``final_logit_softcapping``. Per arch: qwen2 adds Q/K/V biases, qwen3 Q/K norms, gemma3
+    ``final_logit_softcapping``; ``biases`` (llama: every optional bias llama.cpp reads).
+    Per arch: qwen2 adds Q/K/V biases, qwen3 Q/K norms, gemma3
     Q/K norms and post-attention / post-FFN norms (embeddings are drawn smaller by
     sqrt(n_embd), which gemma3's graph multiplies back).
     """
@@ -483,7 +492,7 @@ def write_model(path: str | os.PathLike[str], *, arch: str = "llama", n_layer: i
                        weight_scale=weight_scale, rope_scaling=rope_scaling,
                        n_embd_head=n_embd_head, sliding_window=sliding_window,
                        swa_pattern=swa_pattern, rope_freq_base_swa=rope_freq_base_swa,
-                       final_logit_softcapping=final_logit_softcapping)
+                       final_logit_softcapping=final_logit_softcapping, biases=biases)
     return _write_plan(pathlib.Path(path), plan)
 
 

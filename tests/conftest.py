@@ -36,6 +36,8 @@ ARCH_SPECS = {
     "gemma3": dict(arch="gemma3", n_layer=6, n_embd=128, n_head=4, n_head_kv=2, n_embd_head=48, n_ff=384,
                    tied_output=False, seed=13, rope_freq_base=1000000.0, rms_eps=1e-6, sliding_window=16,
                    swa_pattern=3, rope_freq_base_swa=10000.0, final_logit_softcapping=6.0),
+    "llama_biases": dict(arch="llama", n_layer=3, n_embd=128, n_head=4, n_head_kv=2, n_ff=352, tied_output=True,
+                         seed=15, biases=True),
     "mistral_swa": dict(arch="llama", n_layer=4, n_embd=128, n_head=4, n_head_kv=1, n_ff=352, tied_output=False,
                         seed=14, sliding_window=16),
 }

@@ -10,9 +10,9 @@ from pyriver import Llama, ModelLoadError
 
 PROMPT = b"The history of the river begins in the mountains, where"
 # The River invariants hold for every architecture: SmolLM2 (llama), the synthetic qwen2, qwen3,
-# gemma3 (sliding window 16, shorter than PROMPT + 24 tokens) and Mistral-style llama files, and
-# the real Gemma 3 270M.
-ARCH_MODELS = ["smol", "qwen2", "qwen3", "gemma3", "mistral_swa", "gemma3_270m"]
+# gemma3 (sliding window 16, shorter than PROMPT + 24 tokens), Mistral-style llama files and llama
+# files with biases, and the real Gemma 3 270M.
+ARCH_MODELS = ["smol", "qwen2", "qwen3", "gemma3", "mistral_swa", "llama_biases", "gemma3_270m"]
 
 
 def _model_path(request, name):
@@ -61,7 +61,7 @@ def test_never_exit_is_identical_to_no_river(request, model):
     assert set(exits) == {L - 1}
 
 
-@pytest.mark.parametrize("model", ["smol", "gqa_untied", "qwen2", "qwen3", "gemma3", "mistral_swa"])
+@pytest.mark.parametrize("model", ["smol", "gqa_untied", "qwen2", "qwen3", "gemma3", "mistral_swa", "llama_biases"])
 def test_same_type_river_with_any_exit_pattern_is_identical(request, synth_paths, model):
     path = synth_paths[model] if model == "gqa_untied" else _model_path(request, model)
     with Llama(path, n_ctx=256, n_threads=2, verbose=False) as base:
