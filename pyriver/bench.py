@@ -13,7 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 TEXT = ("The river carries the water of the mountains down to the sea. Along its banks, towns grew where "
         "boats could land, and people traded grain, wool and stories. ")
@@ -93,11 +93,26 @@ def _summary(vals: List[float]) -> Dict:
     return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "values": vals}
 
 
-def requantized(path: str, ftype: str) -> str:
-    """The model requantized to ftype by llama.cpp (cached next to the river sidecars)."""
+# llama.cpp has no "all q3_K" file type: a K-quant river type is matched by its _S mix (that
+# type for nearly every matrix). MXFP4's only file type (MXFP4_MOE) keeps a dense model's matrices
+# in Q8_0, so an mxfp4 river has no uniform counterpart.
+UNIFORM_FTYPE = {"q2_k": "q2_k", "q3_k": "q3_k_s", "q4_k": "q4_k_s", "q5_k": "q5_k_s", "q6_k": "q6_k", "mxfp4": None}
+
+
+def uniform_ftype(river_type: str) -> Optional[str]:
+    """llama.cpp's file type for "the whole model at river_type", or None when it has none."""
+    return UNIFORM_FTYPE.get(river_type.lower(), river_type.lower())
+
+
+def requantized(path: str, river_type: str) -> str:
+    """The model requantized by llama.cpp to the file type matching river_type (cached)."""
     from . import models
     from .river import file_sha256
     from .synth import quantize
+    ftype = uniform_ftype(river_type)
+    if ftype is None:
+        raise ValueError(f"llama.cpp has no uniform {river_type} file type for dense models "
+                         "(MXFP4_MOE keeps non-expert matrices in Q8_0)")
     out = models.cache_dir() / "requantized" / f"{file_sha256(path)[:16]}-{os.path.basename(path)[:-5]}.{ftype}.gguf"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)

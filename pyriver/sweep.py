@@ -23,7 +23,7 @@ def _summary(vals: List[float]) -> Dict:
 def measure(a, kind: str = "sweep") -> Dict:
     """Shared by sweep and calibrate: the grid's points, partial on Ctrl-C (res["interrupted"])."""
     from . import Llama, datasets
-    from .bench import requantized
+    from .bench import requantized, uniform_ftype
     from .results import conditions
     prompts = datasets.subset(datasets.load_prompts(a.prompts), a.limit)
     full = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None)
@@ -55,7 +55,9 @@ def measure(a, kind: str = "sweep") -> Dict:
                                  {"kind": "river", "engine": "pyriver", "river": rt, "tau": tau, "min_exit_layer": mn,
                                   "sidecar": llm.river_path},
                                  lambda llm=llm, tau=tau, mn=mn: llm.set_exit(tau, mn)))
-            if not a.no_uniform:
+            if not a.no_uniform and uniform_ftype(rt) is None:
+                print(f"no uniform competitor for {rt}: llama.cpp has no such file type", file=sys.stderr)
+            elif not a.no_uniform:
                 u = LlamaCppEngine(requantized(path, rt), a.ctx, a.threads)
                 engines.append(u)
                 cfgs.append((f"uniform {rt}", u, {"kind": "uniform", "engine": "llama.cpp", "river": rt, "model": u.model_path}, None))

@@ -257,3 +257,16 @@ def test_ctrl_c_keeps_partial_results(cmd, tiny, tmp_path):
         assert 1 <= len(d["results"]) < 6 and "top-1 agreement" in out
     else:
         assert 1 <= d["conditions"]["repeats"] < 50 and "decode tok/s" in out
+
+
+def test_uniform_competitor_file_types():
+    """Each river type maps to the llama.cpp file type that puts (nearly) every matrix at that
+    type; mxfp4 has none for dense models and says so."""
+    from pyriver.bench import requantized, uniform_ftype
+    from pyriver.synth import _ftype_constant
+    assert uniform_ftype("q4_0") == "q4_0" and uniform_ftype("q3_K") == "q3_k_s" and uniform_ftype("Q6_K") == "q6_k"
+    for rt in ("q4_0", "iq4_nl", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "q8_0"):
+        _ftype_constant(uniform_ftype(rt))   # a file type llama.cpp knows
+    assert uniform_ftype("mxfp4") is None
+    with pytest.raises(ValueError, match="no uniform mxfp4"):
+        requantized("/nonexistent.gguf", "mxfp4")
