@@ -187,14 +187,16 @@ void pr_context_free(pr_context * ctx) {
     (void) st;
 }
 
-pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_all) {
+pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_all, int32_t prompt) {
     return guarded([&] {
         if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
         if (!tokens || n < 1) pr::fail(PR_ERR_INVALID_ARG, "decode needs at least one token");
         // The tokens are copied: an abandoned call (rpc.h) may outlive the caller's array.
         std::vector<int32_t> toks(tokens, tokens + n);
         pr::context * c = ctx->c;
-        on_model(c->m, [c, toks, logits_all] { c->decode(toks.data(), (int) toks.size(), logits_all != 0); });
+        on_model(c->m, [c, toks, logits_all, prompt] {
+            c->decode(toks.data(), (int) toks.size(), logits_all != 0, toks.size() > 1 || prompt != 0);
+        });
     });
 }
 

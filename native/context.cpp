@@ -212,8 +212,8 @@ static std::vector<float> host_similarities(const built_graph & g, int nc) {
 }
 
 // One step of at most n_batch tokens at the end of the cache. Token-level exits apply to a decode
-// call of one token; a prompt's tokens run at full depth (unless prefill exits are asked for), also
-// when n_batch leaves a last chunk of one token, so a prompt's cache never depends on its length.
+// step; a prompt's tokens run at full depth (unless prefill exits are asked for), also a prompt of
+// one token or a last n_batch chunk of one, so a prompt's cache never depends on how it was split.
 void context::run(const int32_t * tokens, int n, int n_out, bool decoding) {
     const int L = m->hp.n_layer;
     const bool exiting = rule.force_layer >= 0 || rule.tau <= 1.0f;
@@ -291,7 +291,7 @@ void context::run_river(const int32_t * tokens, int n, int n_out) {
     for (int i = 0; i < n; i++) exits.push_back(exit_at);
 }
 
-void context::decode(const int32_t * tokens, int n, bool logits_all) {
+void context::decode(const int32_t * tokens, int n, bool logits_all, bool prompt) {
     if (n < 1) fail(PR_ERR_INVALID_ARG, "decode needs at least one token");
     if (!tokens) fail(PR_ERR_INVALID_ARG, "tokens is NULL");
     for (int i = 0; i < n; i++) {
@@ -311,7 +311,7 @@ void context::decode(const int32_t * tokens, int n, bool logits_all) {
     for (int done = 0; done < n;) {
         const int step = std::min(params.n_batch, n - done);
         const bool last = done + step == n;
-        run(tokens + done, step, logits_all ? step : (last ? 1 : 0), n == 1);
+        run(tokens + done, step, logits_all ? step : (last ? 1 : 0), !prompt);
         done += step;
     }
 }

@@ -47,7 +47,7 @@ struct context {
     context(model * m, const pr_context_params & p);
     ~context();
 
-    void decode(const int32_t * tokens, int n, bool logits_all);
+    void decode(const int32_t * tokens, int n, bool logits_all, bool prompt);
     void truncate(int n_keep);
     void set_rule(const exit_rule & r);
 

@@ -96,8 +96,10 @@ PR_API pr_status pr_context_new(pr_model * model, const pr_context_params * para
 PR_API void      pr_context_free(pr_context * ctx);
 
 /* Appends n tokens at the end of the cache and runs them. With logits_all, logits of every token
- * are kept (pr_logits index 0..n-1); otherwise only the last token's (index 0). */
-PR_API pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_all);
+ * are kept (pr_logits index 0..n-1); otherwise only the last token's (index 0). A call of one token
+ * is a decode step (token-level exits apply) unless prompt is set; a prompt's tokens, however
+ * many, run at full depth (or under the prefill exit rule). */
+PR_API pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_all, int32_t prompt);
 /* Logits of output row i of the last pr_decode: n_vocab floats, valid until the next decode. */
 PR_API const float * pr_logits(pr_context * ctx, int32_t i);
 PR_API int32_t   pr_n_outputs(const pr_context * ctx);

@@ -255,9 +255,10 @@ class Llama:
         check(lib.pr_kv_truncate(self._ctx, n_keep))
         del self.input_ids[n_keep:]
 
-    def eval(self, tokens: Sequence[int], logits_all: bool = False) -> np.ndarray:
+    def eval(self, tokens: Sequence[int], logits_all: bool = False, prompt: bool = False) -> np.ndarray:
         """Append tokens to the cache and run them. Returns logits [n_outputs, n_vocab]: every
-        token's with logits_all, else the last token's."""
+        token's with logits_all, else the last token's. One token is a decode step (exits apply)
+        unless prompt is set; a prompt runs at full depth however many tokens it has."""
         with self._lock:
             self._live()
             toks = [int(t) for t in tokens]
@@ -265,7 +266,7 @@ class Llama:
                 raise ValueError("eval needs at least one token")
             self._reconcile()
             arr = ffi.new("int32_t[]", toks)
-            check(lib.pr_decode(self._ctx, arr, len(toks), 1 if logits_all else 0))
+            check(lib.pr_decode(self._ctx, arr, len(toks), 1 if logits_all else 0, 1 if prompt else 0))
             self.input_ids.extend(toks)
             buf = ffi.new("int32_t[]", len(toks))
             n_ex = lib.pr_exit_layers(self._ctx, buf, len(toks))
@@ -285,12 +286,10 @@ class Llama:
         limit = min(len(tokens), len(self.input_ids)) - 1   # keep >= 1 token to recompute logits
         while n < limit and self.input_ids[n] == tokens[n]:
             n += 1
-        if self.river_path is not None and n_prompt is not None and n_prompt - n == 1 and n > 0:
-            n -= 1   # a lone prompt token would run as a decode step, with exits; the prompt ran whole
         self._truncate(n)
         rest = tokens[n:]
         split = len(rest) if self.river_path is None or n_prompt is None else max(n_prompt - n, 0)
-        logits = self.eval(rest[:split])[-1] if split else None
+        logits = self.eval(rest[:split], prompt=True)[-1] if split else None
         for tok in rest[split:]:
             logits = self.eval([tok])[-1]
         return logits, len(rest)
