@@ -164,7 +164,6 @@ void attach_river(model & m, const char * path, const char * backbone_sha256, bo
         fail(PR_ERR_MODEL, "river sidecar '%s' belongs to another model (backbone sha256 %.12s..., this model %.12s...)", path, sha.c_str(), backbone_sha256);
     }
     if ((size_t) size != m.file->size) fail(PR_ERR_MODEL, "river sidecar '%s' was built for a backbone of %lld bytes, this one has %zu", path, (long long) size, m.file->size);
-    r->type_name = meta_str(g, KEY_TYPE, "");
 
     const int L = m.hp.n_layer;
     const auto & names = block_matrix_names();

@@ -9,7 +9,6 @@ namespace pr {
 
 struct river_blocks {
     std::unique_ptr<weight_file> file;
-    std::string type_name;               // the requested river type
     std::vector<block_weights> blocks;
 };
 
