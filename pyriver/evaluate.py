@@ -25,7 +25,6 @@ class LlamaCppEngine:
         # the prompt in the same 512-token steps as pyriver.
         self._llm = llama_cpp.Llama(path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=512, n_threads=threads,
                                     n_threads_batch=threads, verbose=False, **device_kw)
-        self.last_exits: List[int] = []
         self.info = {"n_layer": 0}
 
     def reset(self) -> None:
@@ -48,9 +47,7 @@ class LlamaCppEngine:
 
 def prompt_tokens(llm, item: Dict) -> List[int]:
     if item.get("chat", True):
-        from .chat import template_for
-        text = template_for(llm).render([{"role": "user", "content": item["prompt"]}])
-        return llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        return llm.chat_tokens([{"role": "user", "content": item["prompt"]}])
     return llm.tokenize(item["prompt"].encode("utf-8"), add_bos=True)
 
 
@@ -106,8 +103,7 @@ def teacher_forced(llm, refs: Sequence[Dict], bar=None) -> Dict:
         c[1] += len(r["continuation"])
         identical.append(len(r["continuation"]) if first_miss is None else first_miss)
     from .river import exit_stats
-    st = exit_stats(exits, llm.info["n_layer"]) if exits else {"mean_exit_layer": None, "histogram": {},
-                                                               "river_work_share": 0.0}
+    st = exit_stats(exits, llm.info["n_layer"])
     st.pop("exit_layers", None)
     st.pop("tokens", None)
     return {"top1_agreement": agree / total, "positions": total,
@@ -167,6 +163,9 @@ def run_eval(a) -> int:
     if a.river is None:
         raise ValueError("eval measures River against full depth: pass --river TYPE (or calibrate the model first)")
     L = full.info["n_layer"]
+    for mn in a.min_exit_layer:   # before the references are computed, not after
+        if not 0 <= mn < L:
+            raise ValueError(f"--min-exit-layer {mn} is outside this model's blocks [0, {L})")
     res: Dict = {"schema": "pyriver.eval/1", "interrupted": False, "full_depth": {}, "results": []}
     res["conditions"] = conditions(
         path, a.threads, river=a.river, prompt_set=datasets.set_name(a.prompts, a.limit), prompts=len(prompts),
@@ -200,9 +199,6 @@ def run_eval(a) -> int:
                     river=a.river, river_force=a.river_force, exit_threshold=2.0)
         res["conditions"]["sidecar"] = llm.river_path
         settings = [(mn, tau) for mn in a.min_exit_layer for tau in a.tau]
-        for mn, tau in settings:
-            if not 0 <= mn < L:
-                raise ValueError(f"--min-exit-layer {mn} is outside this model's blocks [0, {L})")
         engines = [("river", llm, mn, tau) for mn, tau in settings]
         if a.competitor:
             from .bench import requantized

@@ -442,18 +442,23 @@ class Llama:
                 yield C.completion_dict(cid, created, self.model_path, "", fin, None)
 
     # -- chat -------------------------------------------------------------------------------
-    def create_chat_completion(self, messages: List[Dict], *, stream: bool = False,
-                               stop: Optional[Union[str, List[str]]] = None, max_tokens: Optional[int] = None,
-                               **kwargs):
+    def chat_tokens(self, messages: List[Dict]) -> List[int]:
+        """The prompt of a chat, rendered by the GGUF's template (compiled once per Llama) with
+        the generation prompt; special tokens are parsed and BOS comes from the template itself."""
         from . import chat
         if self._template is None:
             self._template = chat.template_for(self)
         prompt = self._template.render(messages, add_generation_prompt=True)
+        return self.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+
+    def create_chat_completion(self, messages: List[Dict], *, stream: bool = False,
+                               stop: Optional[Union[str, List[str]]] = None, max_tokens: Optional[int] = None,
+                               **kwargs):
+        from . import chat
+        tokens = self.chat_tokens(messages)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if self._template.eos_token and self._template.eos_token not in stops:
             stops.append(self._template.eos_token)   # templates that spell EOS as text
-        # Special tokens in the rendered template are parsed; BOS comes from the template itself.
-        tokens = self.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
         cid, created = C.new_id("chatcmpl"), C.now()
         res = self.create_completion(tokens, stop=stops, max_tokens=max_tokens, stream=stream, **kwargs)
         if stream:

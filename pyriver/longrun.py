@@ -31,9 +31,8 @@ def proc_sample() -> Dict[str, float]:
 
 def _fit(llm, messages: List[Dict], max_tokens: int) -> List[Dict]:
     """Drop the oldest user/assistant pairs until the prompt and the answer fit in n_ctx."""
-    tmpl = llm._template
     while len(messages) > 1:
-        n = len(llm.tokenize(tmpl.render(messages, add_generation_prompt=True).encode(), add_bos=False, special=True))
+        n = len(llm.chat_tokens(messages))
         if n + max_tokens <= llm.n_ctx():
             break
         messages = messages[2:]
@@ -44,7 +43,6 @@ def run(model: Optional[str] = None, *, tokens: int = 10000, river: Optional[str
         n_ctx: int = 512, max_tokens: int = 128, turns_per_conversation: int = 6, reloads: int = 10,
         n_threads: int = 2, seed: int = 1, progress: bool = True) -> Dict:
     from . import Llama, models
-    from .chat import template_for
     path = str(models.resolve(model))
     kw = dict(n_ctx=n_ctx, n_threads=n_threads, verbose=False)
     if river:
@@ -57,7 +55,6 @@ def run(model: Optional[str] = None, *, tokens: int = 10000, river: Optional[str
         bar = tqdm(total=tokens, unit="tok", desc="long run")
     generated = turn = shifts = resets = 0
     llm = Llama(path, **kw)
-    llm._template = template_for(llm)
     messages: List[Dict] = []
     try:
         while generated < tokens:
