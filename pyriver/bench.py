@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from .results import write_json
+
 TEXT = ("The river carries the water of the mountains down to the sea. Along its banks, towns grew where "
         "boats could land, and people traded grain, wool and stories. ")
 METRICS = ("prefill_tok_s", "decode_tok_s", "ttft_ms", "peak_rss_mib")
@@ -154,7 +156,7 @@ def main(a) -> int:
     runs: Dict[str, List[Dict]] = {e["name"]: [] for e in engines}
     from tqdm import tqdm
 
-    from .results import conditions, write_json
+    from .results import conditions
     interrupted = False
     bar = tqdm(total=a.repeats * len(engines), desc="bench", unit="run", file=sys.stderr)
     try:
@@ -242,8 +244,7 @@ def overhead(a) -> int:
         print(f"{k:<22} median {med[k]:.1f} tok/s  runs {[round(x, 1) for x in v]}")
     print(f"check overhead: {100 * (1 - med['checks (tau 1.0)'] / med['no checks (tau 2.0)']):.1f}%")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"model": path, "threads": a.threads, "tok_s": res, "median": med}, f, indent=1)
+        write_json(a.json, {"model": path, "threads": a.threads, "tok_s": res, "median": med})
     return 0
 
 
@@ -272,8 +273,7 @@ def chat_turns(a) -> int:
         print(f"second turn, {mode:<5}: time to first token median {1000 * statistics.median(res[mode]):.1f} ms "
               f"({evald} of {total} prompt tokens evaluated)")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"model": path, "threads": a.threads, "seconds": res}, f, indent=1)
+        write_json(a.json, {"model": path, "threads": a.threads, "seconds": res})
     return 0
 
 
@@ -321,7 +321,6 @@ def inprocess(a) -> int:
         m = statistics.median(v)
         print(f"{key:<22} {m:7.1f} tok/s ({m / full:.2f}x)  graphs/token {graphs[key]:5.2f}  mean exit block {exits[key]:5.1f}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"model": path, "threads": a.threads, "tok_s": res, "graphs_per_token": graphs,
-                       "mean_exit": exits}, f, indent=1)
+        write_json(a.json, {"model": path, "threads": a.threads, "tok_s": res, "graphs_per_token": graphs,
+                            "mean_exit": exits})
     return 0

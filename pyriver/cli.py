@@ -119,7 +119,7 @@ def _add_grid_args(p: argparse.ArgumentParser, taus) -> None:
 
 
 def cmd_bench(a) -> int:
-    if a.tau is None and (a.inprocess or a.overhead):
+    if a.tau is None and a.inprocess:
         from .llama import DEFAULT_TAU
         a.tau = [DEFAULT_TAU]
     if a.systems:

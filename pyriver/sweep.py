@@ -16,14 +16,10 @@ from typing import Dict, List
 from .evaluate import LlamaCppEngine, progress, references, teacher_forced
 
 
-def _summary(vals: List[float]) -> Dict:
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "values": vals}
-
-
 def measure(a, kind: str = "sweep") -> Dict:
     """Shared by sweep and calibrate: the grid's points, partial on Ctrl-C (res["interrupted"])."""
     from . import Llama, datasets
-    from .bench import requantized, uniform_ftype
+    from .bench import _summary, requantized, uniform_ftype
     from .results import conditions
     prompts = datasets.subset(datasets.load_prompts(a.prompts), a.limit)
     full = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None)

@@ -7,11 +7,12 @@ token predict (blocks before the exit from the backbone, after it from the river
 On a memory-bound decoder the two agree; efficiency = measured / predicted."""
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Dict
+
+from .results import write_json
 
 SPEC = dict(n_layer=16, n_embd=2048, n_head=32, n_head_kv=8, n_ff=5632, tied_output=True, seed=7)
 
@@ -42,8 +43,8 @@ def block_bytes(path: str) -> Dict[str, float]:
     return per
 
 
-def predicted_speedup(model: str, sidecar: str, exit_block: int, n_layer: int) -> float:
-    bb, rv = block_bytes(model), block_bytes(sidecar)
+def predicted_speedup(bb: Dict[str, float], rv: Dict[str, float], exit_block: int, n_layer: int) -> float:
+    """Bytes of full depth over bytes of an exit after exit_block (bb: backbone, rv: river)."""
     head = bb.get("output.weight", bb["token_embd.weight"]) + bb["output_norm.weight"]
     full = sum(bb[str(i)] for i in range(n_layer)) + head
     river = sum(bb[str(i)] for i in range(exit_block + 1)) + sum(rv[str(i)] for i in range(exit_block + 1, n_layer)) + head
@@ -70,10 +71,10 @@ def main(a) -> int:
         for c in (cfgs if r % 2 == 0 else cfgs[::-1]):
             runs[c["name"]].append(_run_worker(c)["decode_tok_s"])
     full, forced, uni = (statistics.median(runs[k]) for k in ("full", "forced", "uniform"))
-    pred = predicted_speedup(path, sidecar, exit_block, L)
+    bb, ub = block_bytes(path), block_bytes(uniform)
+    pred = predicted_speedup(bb, block_bytes(sidecar), exit_block, L)
     # Bytes predict the uniform model's speedup too: how far the kernels themselves are from
     # memory-bound on this machine.
-    bb, ub = block_bytes(path), block_bytes(uniform)
     pred_uni = sum(bb.values()) / sum(ub.values())
     res = {"model": path, "backbone": a.systems_dtype, "river": rtype, "exit_block": exit_block,
            "n_layer": L, "threads": a.threads, "repeats": a.repeats, "decode_tok_s": runs,
@@ -85,5 +86,5 @@ def main(a) -> int:
     print(f"river:   measured speedup {forced / full:.3f}, predicted by bytes {pred:.3f}, efficiency {res['efficiency']:.3f}")
     print(f"uniform: measured speedup {uni / full:.3f}, predicted by bytes {pred_uni:.3f}, efficiency {res['uniform_efficiency']:.3f}")
     if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=1))
+        write_json(a.json, res)
     return 0
