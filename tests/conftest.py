@@ -58,30 +58,28 @@ def llm(smol_path):
     m.close()
 
 
+def _synthetic(specs: dict, prefix: str, write) -> dict:
+    """Each spec written once (kept across sessions) as SYNTH_DIR/<prefix>_<name>.gguf."""
+    SYNTH_DIR.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, spec in specs.items():
+        p = SYNTH_DIR / f"{prefix}_{name}.gguf"
+        if not p.exists():
+            write(p, **spec)
+        out[name] = str(p)
+    return out
+
+
 @pytest.fixture(scope="session")
 def synth_paths(smol_path) -> dict:
     from pyriver import synth
-    SYNTH_DIR.mkdir(parents=True, exist_ok=True)
-    out = {}
-    for name, spec in SYNTH_SPECS.items():
-        p = SYNTH_DIR / f"llama_{name}.gguf"
-        if not p.exists():
-            synth.write_llama(p, tokenizer_from=smol_path, **spec)
-        out[name] = str(p)
-    return out
+    return _synthetic(SYNTH_SPECS, "llama", lambda p, **spec: synth.write_llama(p, tokenizer_from=smol_path, **spec))
 
 
 @pytest.fixture(scope="session")
 def arch_paths(smol_path) -> dict:
     from pyriver import synth
-    SYNTH_DIR.mkdir(parents=True, exist_ok=True)
-    out = {}
-    for name, spec in ARCH_SPECS.items():
-        p = SYNTH_DIR / f"arch_{name}.gguf"
-        if not p.exists():
-            synth.write_model(p, tokenizer_from=smol_path, **spec)
-        out[name] = str(p)
-    return out
+    return _synthetic(ARCH_SPECS, "arch", lambda p, **spec: synth.write_model(p, tokenizer_from=smol_path, **spec))
 
 
 @pytest.fixture(scope="session")
