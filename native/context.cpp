@@ -36,7 +36,6 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(m->cpu_dev);
     set_n_threads = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
 
-    for (auto & b : m->blocks) backbone.push_back(&b);
     main.sched = new_sched();
 
     // Reserve the compute buffers for the largest step once, so that decoding never grows them.
@@ -80,7 +79,7 @@ segment context::make_segment(int n, int n_out, int first, int last, bool river_
     s.first = first;
     s.last = last;
     s.head = s.shape.n_outputs > 0;
-    s.path = river_path ? river : backbone;
+    s.river = river_path;
     s.check_first = check_first;
     s.check_last = check_last;
     // A single token's similarities are cheaper on the host (a few KB read back) than as graph
@@ -305,9 +304,6 @@ void context::decode(const int32_t * tokens, int n, bool logits_all, bool prompt
     n_outputs = 0;
     logits.clear();
     exits.clear();
-    if (river.empty() && m->river) {
-        for (auto & b : m->river->blocks) river.push_back(&b);
-    }
     for (int done = 0; done < n;) {
         const int step = std::min(params.n_batch, n - done);
         const bool last = done + step == n;

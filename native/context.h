@@ -35,7 +35,6 @@ struct context {
     ggml_backend_set_n_threads_t set_n_threads = nullptr;
     graph_slot main;                       // multi-token graphs, buffers reserved for the largest
     std::list<std::pair<segment, std::unique_ptr<graph_slot>>> small;   // most recent first
-    block_path backbone, river;
 
     exit_rule rule;
     std::vector<int32_t> exits;            // exit block of each token of the last decode (L-1: none)

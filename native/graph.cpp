@@ -1,4 +1,5 @@
 #include "graph.h"
+#include "river.h"
 
 #include <cmath>
 #include <memory>
@@ -111,7 +112,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     g->gf = ggml_new_graph_custom(ctx, cap, false);
     const graph_shape & s = seg.shape;
     const int L = m.hp.n_layer;
-    if (seg.first < 0 || seg.last >= L || seg.first > seg.last || (seg.head && seg.last != L - 1) || (int) seg.path.size() != L) {
+    if (seg.first < 0 || seg.last >= L || seg.first > seg.last || (seg.head && seg.last != L - 1) || (seg.river && !m.river)) {
         fail(PR_ERR_INTERNAL, "bad segment [%d, %d] head %d", seg.first, seg.last, (int) seg.head);
     }
 
@@ -172,7 +173,8 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
             if (!seg.host_checks) stack = ggml_reshape_3d(ctx, x, x->ne[0], x->ne[1], 1);
         }
         ggml_tensor * sel = (seg.head && il == L - 1) ? in.out_ids : nullptr;
-        ggml_tensor * y = build_block(ctx, m, kv, in, *seg.path[il], il, s.n_kv, x, sel);
+        const block_weights & w = seg.river ? m.river->blocks[il] : m.blocks[il];
+        ggml_tensor * y = build_block(ctx, m, kv, in, w, il, s.n_kv, x, sel);
         if (check) {
             if (stack) stack = ggml_concat(ctx, stack, ggml_reshape_3d(ctx, y, y->ne[0], y->ne[1], 1), 2);
             ggml_set_output(y);

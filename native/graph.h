@@ -27,21 +27,19 @@ struct graph_inputs {
     ggml_tensor * out_ids = nullptr; // I32 [n_outputs]: token rows that get logits
 };
 
-using block_path = std::vector<const block_weights *>;  // one entry per layer
-
-// What one graph computes: blocks first..last of a path, starting from the token embeddings
+// What one graph computes: blocks first..last of the backbone or of the river, starting from the token embeddings
 // (first == 0) or from a hidden state given as input; the exit similarity of blocks
 // check_first..check_last; the final norm and LM head when head is set (needs last == L-1).
 struct segment {
     graph_shape shape;
     int first = 0, last = -1;
-    block_path path;                 // the blocks first..last use
+    bool river = false;              // blocks first..last are the river's (else the backbone's)
     int check_first = 0, check_last = -1;
     bool head = true;
     bool host_checks = false;        // similarities computed by the caller from hidden outputs
     bool operator==(const segment & o) const {
         return shape == o.shape && first == o.first && last == o.last && check_first == o.check_first &&
-               check_last == o.check_last && head == o.head && host_checks == o.host_checks && path == o.path;
+               check_last == o.check_last && head == o.head && host_checks == o.host_checks && river == o.river;
     }
     int n_checks() const { return check_last >= check_first ? check_last - check_first + 1 : 0; }
 };
