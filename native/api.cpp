@@ -258,6 +258,8 @@ pr_exit_params pr_exit_default_params(void) {
     p.prefill_exit = r.prefill ? 1 : 0;
     p.check_chunk = r.chunk;
     p.host_checks = r.host_checks;
+    p.device_carry = r.carry;
+    p.predict = r.predict ? 1 : 0;
     return p;
 }
 
@@ -271,6 +273,8 @@ pr_status pr_context_set_exit(pr_context * ctx, const pr_exit_params * params) {
         r.prefill = params->prefill_exit != 0;
         r.chunk = params->check_chunk;
         r.host_checks = params->host_checks;
+        r.carry = params->device_carry;
+        r.predict = params->predict != 0;
         ctx->c->set_rule(r);
     });
 }

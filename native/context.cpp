@@ -37,11 +37,14 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     set_n_threads = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
 
     main.sched = new_sched();
+    bool one_dev = true;
+    for (ggml_backend_dev_t d : m->layer_dev) one_dev = one_dev && d == m->layer_dev[0];
+    if (one_dev && m->layer_dev[0] != m->cpu_dev) carry.reset(new device_carry(*m, m->layer_dev[0]));
 
     // Reserve the compute buffers for the largest step once, so that decoding never grows them.
     segment worst = make_segment(params.n_batch, params.n_batch, 0, m->hp.n_layer - 1, false, 0, -1);
     worst.shape.n_kv = kv->n_ctx;
-    std::unique_ptr<built_graph> g(build_graph(*m, *kv, worst));
+    std::unique_ptr<built_graph> g(build_graph(*m, *kv, worst, nullptr));
     if (!ggml_backend_sched_reserve(main.sched, g->gf)) fail(PR_ERR_BACKEND, "cannot reserve compute buffers (n_ctx %d, n_batch %d)", p.n_ctx, params.n_batch);
 }
 
@@ -96,7 +99,7 @@ built_graph & context::graph_for(const segment & seg) {
         if (main.graph && main.graph->seg == seg) return *main.graph;
         main.graph.reset();
         ggml_backend_sched_reset(main.sched);
-        main.graph.reset(build_graph(*m, *kv, seg));
+        main.graph.reset(build_graph(*m, *kv, seg, carry.get()));
         if (!ggml_backend_sched_alloc_graph(main.sched, main.graph->gf)) {
             main.graph.reset();
             ggml_backend_sched_reset(main.sched);
@@ -112,7 +115,7 @@ built_graph & context::graph_for(const segment & seg) {
     }
     std::unique_ptr<graph_slot> slot(new graph_slot());
     slot->sched = new_sched();
-    slot->graph.reset(build_graph(*m, *kv, seg));
+    slot->graph.reset(build_graph(*m, *kv, seg, carry.get()));
     if (!ggml_backend_sched_alloc_graph(slot->sched, slot->graph->gf)) fail(PR_ERR_BACKEND, "cannot allocate a decode graph");
     small.emplace_front(seg, std::move(slot));
     if (small.size() > max_small_graphs) small.pop_back();
@@ -128,7 +131,10 @@ void context::set_inputs(const built_graph & g, const int32_t * tokens, const st
         idx[i] = pos0 + i;
     }
     if (g.in.tokens) ggml_backend_tensor_set(g.in.tokens, tokens, 0, sizeof(int32_t) * n);
-    if (g.hidden_in) ggml_backend_tensor_set(g.hidden_in, hidden->data(), 0, sizeof(float) * hidden->size());
+    if (g.hidden_in && g.seg.carry_in < 0) {   // else the hidden state is in the device carry already
+        if (!hidden || hidden->size() != (size_t) ggml_nelements(g.hidden_in)) fail(PR_ERR_INTERNAL, "segment input missing");
+        ggml_backend_tensor_set(g.hidden_in, hidden->data(), 0, sizeof(float) * hidden->size());
+    }
     ggml_backend_tensor_set(g.in.pos, pos.data(), 0, sizeof(int32_t) * n);
     ggml_backend_tensor_set(g.in.kv_idx, idx.data(), 0, sizeof(int64_t) * n);
     if (g.in.v_idx) {
@@ -240,23 +246,45 @@ void context::run_river(const int32_t * tokens, int n, int n_out) {
     const int pos0 = kv->n_used;
     const int lo = rule.min_layer, hi = L - 2;   // blocks that may end the backbone
     int exit_at = -1;
+    // The hidden state a segment hands to the next: on the host (h), or in a slot of the device
+    // carry (a single token on one GPU: no round trip through the host).
+    const bool use_carry = carry && n == 1 && rule.carry != 0;
     std::vector<float> h;
+    int h_slot = -1;
+    auto seg_from = [&](segment s) {
+        if (s.first > 0) s.carry_in = h_slot;
+        s.carry_out = use_carry && !s.head;
+        return s;
+    };
+    auto hidden_of = [&](const segment & s) { return s.first == 0 || s.carry_in >= 0 ? nullptr : &h; };
+    // After segment s: the hidden state after block b (a checked block, or s.last) is handed on.
+    auto hand_on = [&](const built_graph & g, int b) {
+        const segment & s = g.seg;
+        if (s.carry_out) {
+            h_slot = s.n_checks() > 0 ? b - s.check_first + 1 : 0;
+        } else {
+            h = read(b == s.last && g.last_hidden ? g.last_hidden : g.hidden_out[b - s.check_first]);
+        }
+    };
 
     if (rule.force_layer >= 0) {
         exit_at = std::min(rule.force_layer, L - 1);
         if (exit_at < L - 1) {
-            built_graph & g = run_segment(make_segment(n, n_out, 0, exit_at, false, 0, -1), tokens, nullptr, n, pos0);
-            h = read(g.last_hidden);
+            const segment seg = seg_from(make_segment(n, n_out, 0, exit_at, false, 0, -1));
+            hand_on(run_segment(seg, tokens, nullptr, n, pos0), exit_at);
         } else {
             take_logits(run_segment(make_segment(n, n_out, 0, L - 1, false, 0, -1), tokens, nullptr, n, pos0));
         }
     } else {
         int start = 0;
         int end = std::min(lo, L - 1);
+        // Prediction: the first segment runs to the previous token's exit block, so that a token
+        // exiting there costs one backbone graph.
+        if (rule.predict && n == 1 && prev_exit > end && prev_exit <= hi) end = prev_exit;
         for (;;) {
             const int cf = std::max(start, lo), cl = std::min(end, hi);
-            const segment seg = make_segment(n, n_out, start, end, false, cf, cl);
-            built_graph & g = run_segment(seg, start == 0 ? tokens : nullptr, start == 0 ? nullptr : &h, n, pos0);
+            const segment seg = seg_from(make_segment(n, n_out, start, end, false, cf, cl));
+            built_graph & g = run_segment(seg, tokens, hidden_of(seg), n, pos0);
             if (seg.n_checks() > 0) {
                 const int nc = seg.n_checks();
                 const std::vector<float> c = seg.host_checks ? host_similarities(g, nc) : read(g.checks);  // [1, n, nc]
@@ -266,7 +294,7 @@ void context::run_river(const int32_t * tokens, int n, int n_out) {
                     if (mn >= rule.tau) exit_at = cf + k;
                 }
                 if (exit_at >= 0) {
-                    h = read(g.hidden_out[exit_at - cf]);
+                    hand_on(g, exit_at);
                     break;
                 }
             }
@@ -275,7 +303,7 @@ void context::run_river(const int32_t * tokens, int n, int n_out) {
                 exit_at = L - 1;
                 break;
             }
-            h = read(g.last_hidden);
+            hand_on(g, end);
             start = end + 1;
             // Off the CPU a graph launch costs a round trip (measured over RPC: chunk 8 decoded
             // 69.0 tok/s, chunk 2 58.9; README, Devices and RPC); on the CPU chunk 2 is best.
@@ -284,8 +312,10 @@ void context::run_river(const int32_t * tokens, int n, int n_out) {
         }
     }
     if (exit_at < L - 1) {
-        take_logits(run_segment(make_segment(n, n_out, exit_at + 1, L - 1, true, 0, -1), nullptr, &h, n, pos0));
+        const segment seg = seg_from(make_segment(n, n_out, exit_at + 1, L - 1, true, 0, -1));
+        take_logits(run_segment(seg, nullptr, hidden_of(seg), n, pos0));
     }
+    if (n == 1) prev_exit = exit_at;
     kv->n_used = pos0 + n;
     for (int i = 0; i < n; i++) exits.push_back(exit_at);
 }

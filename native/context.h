@@ -16,6 +16,9 @@ struct exit_rule {
     bool prefill = false;      // prompts exit too (sequence level: the minimum over the tokens)
     int chunk = 0;             // blocks per graph after min_layer; 0: 2 on the CPU, 8 on other devices
     int host_checks = -1;      // -1: single-token similarities on the host when blocks are on the CPU; 0: in the graph
+    int carry = -1;            // -1: a token's hidden state stays on the device between segments (one non-CPU
+                               // device); 0: through the host
+    bool predict = false;      // the first segment ends at the previous token's exit block
 };
 
 // A graph together with the scheduler that holds its allocation. Single-token graphs are kept in
@@ -37,6 +40,8 @@ struct context {
     std::list<std::pair<segment, std::unique_ptr<graph_slot>>> small;   // most recent first
 
     exit_rule rule;
+    std::unique_ptr<device_carry> carry;   // when every block is on one non-CPU device
+    int prev_exit = -1;                    // exit block of the last single-token step
     std::vector<int32_t> exits;            // exit block of each token of the last decode (L-1: none)
     int64_t n_graph_runs = 0;              // graphs computed since creation (the cost of checks)
 

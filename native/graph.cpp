@@ -10,6 +10,25 @@ built_graph::~built_graph() {
     if (ctx) ggml_free(ctx);
 }
 
+device_carry::device_carry(const model & m, ggml_backend_dev_t dev) {
+    ggml_init_params ip = {ggml_tensor_overhead(), nullptr, true};
+    ctx = ggml_init(ip);
+    if (!ctx) fail(PR_ERR_BACKEND, "cannot create the carry context");
+    t = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, m.hp.n_embd, 1, m.hp.n_layer + 1);
+    ggml_set_name(t, "carry");
+    try {
+        buf = alloc_tensors(ggml_backend_dev_buffer_type(dev), {t}, "the hidden-state carry");
+    } catch (...) {
+        ggml_free(ctx);
+        throw;
+    }
+}
+
+device_carry::~device_carry() {
+    if (buf) ggml_backend_buffer_free(buf);
+    if (ctx) ggml_free(ctx);
+}
+
 size_t graph_capacity(const model & m) {
     return (size_t) 64 * m.hp.n_layer + 256;
 }
@@ -101,7 +120,7 @@ static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_c
     return ggml_add(ctx, h, f);
 }
 
-built_graph * build_graph(const model & m, const kv_cache & kv, const segment & seg) {
+built_graph * build_graph(const model & m, const kv_cache & kv, const segment & seg, const device_carry * carry) {
     const size_t cap = graph_capacity(m);
     ggml_init_params ip = {ggml_tensor_overhead() * cap + ggml_graph_overhead_custom(cap, false), nullptr, true};
     std::unique_ptr<built_graph> g(new built_graph());
@@ -118,10 +137,15 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
 
     graph_inputs & in = g->in;
     const int T = s.n_tokens;
+    if ((seg.carry_in >= 0 || seg.carry_out) && (!carry || T != 1 || (seg.carry_out && seg.head))) {
+        fail(PR_ERR_INTERNAL, "a carry segment needs a carry and one token, and a head ends the step");
+    }
     if (seg.first == 0) {
         in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
         ggml_set_input(in.tokens);
         ggml_set_name(in.tokens, "inp_tokens");
+    } else if (seg.carry_in >= 0) {
+        g->hidden_in = ggml_view_2d(ctx, carry->t, m.hp.n_embd, 1, carry->t->nb[1], carry->t->nb[2] * seg.carry_in);
     } else {
         g->hidden_in = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, m.hp.n_embd, T);
         ggml_set_input(g->hidden_in);
@@ -157,6 +181,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     }
 
     ggml_tensor * x = g->hidden_in;
+    ggml_tensor * carry_src = nullptr;   // what the carry keeps: the check stack, else the last hidden state
     if (seg.first == 0) {
         x = ggml_get_rows(ctx, m.tok_embd, in.tokens);
         if (m.hp.embd_scale != 1.0f) x = ggml_scale(ctx, x, m.hp.embd_scale);
@@ -196,6 +221,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
         ggml_set_name(g->checks, "checks");
         ggml_set_output(g->checks);
         ggml_build_forward_expand(g->gf, g->checks);
+        carry_src = stack;
     }
     if (seg.head) {
         x = rms_norm(ctx, x, m.output_norm, m.hp.rms_eps);
@@ -211,6 +237,12 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
         g->last_hidden = x;
         ggml_set_output(x);
         ggml_build_forward_expand(g->gf, x);
+    }
+    if (seg.carry_out) {
+        // One copy of every hidden state the next segment may start from, into the carry.
+        if (!carry_src) carry_src = ggml_reshape_3d(ctx, x, x->ne[0], 1, 1);
+        ggml_tensor * dst = ggml_view_3d(ctx, carry->t, carry_src->ne[0], 1, carry_src->ne[2], carry->t->nb[1], carry->t->nb[2], 0);
+        ggml_build_forward_expand(g->gf, ggml_cpy(ctx, carry_src, dst));
     }
     return g.release();
 }

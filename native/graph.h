@@ -37,9 +37,14 @@ struct segment {
     int check_first = 0, check_last = -1;
     bool head = true;
     bool host_checks = false;        // similarities computed by the caller from hidden outputs
+    // Device carry (single-token segments on one device): the hidden state stays in a device
+    // buffer between segments instead of a round trip through the host.
+    int carry_in = -1;               // >= 0: start from this slot of the carry (first > 0)
+    bool carry_out = false;          // write the hidden states the next segment may start from
     bool operator==(const segment & o) const {
         return shape == o.shape && first == o.first && last == o.last && check_first == o.check_first &&
-               check_last == o.check_last && head == o.head && host_checks == o.host_checks && river == o.river;
+               check_last == o.check_last && head == o.head && host_checks == o.host_checks && river == o.river &&
+               carry_in == o.carry_in && carry_out == o.carry_out;
     }
     int n_checks() const { return check_last >= check_first ? check_last - check_first + 1 : 0; }
 };
@@ -60,7 +65,20 @@ struct built_graph {
 
 constexpr int kv_pad = 256;
 
+// Hidden states of one token kept on the device between the segments of a step: slot 0 is the
+// input of the first checked block (or the last hidden state of a segment without checks), slot
+// k + 1 the output of checked block k.
+struct device_carry {
+    ggml_context * ctx = nullptr;
+    ggml_backend_buffer_t buf = nullptr;
+    ggml_tensor * t = nullptr;       // F32 [n_embd, 1, n_layer + 1]
+    device_carry(const model & m, ggml_backend_dev_t dev);
+    ~device_carry();
+    device_carry(const device_carry &) = delete;
+    device_carry & operator=(const device_carry &) = delete;
+};
+
 size_t graph_capacity(const model & m);
-built_graph * build_graph(const model & m, const kv_cache & kv, const segment & seg);
+built_graph * build_graph(const model & m, const kv_cache & kv, const segment & seg, const device_carry * carry);
 
 } // namespace pr

@@ -132,6 +132,9 @@ typedef struct {
     int32_t prefill_exit;     /* prompts exit too, at the first block where all tokens reach tau */
     int32_t check_chunk;      /* blocks per graph after min_exit_layer; 0: 2 on the CPU, 8 on other devices */
     int32_t host_checks;      /* -1: automatic (host for one token on the CPU); 0: always in the graph */
+    int32_t device_carry;     /* -1: a token's hidden state stays on the device between graphs when every
+                                 block is on one non-CPU device; 0: through the host */
+    int32_t predict;          /* 1: the first graph runs to the previous token's exit block */
 } pr_exit_params;
 
 PR_API pr_exit_params pr_exit_default_params(void);

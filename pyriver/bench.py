@@ -30,11 +30,18 @@ def _prompt(tokenize, n: int) -> List[int]:
 
 
 def _device_kw(cfg: Dict) -> Dict:
-    """n_gpu_layers and tensor_split, the same for both engines."""
-    kw = {"n_gpu_layers": cfg.get("n_gpu_layers", 0)}
+    """n_gpu_layers, tensor_split and flash attention, the same for both engines."""
+    kw = {"n_gpu_layers": cfg.get("n_gpu_layers", 0), "flash_attn": bool(cfg.get("flash_attn", False))}
     if cfg.get("tensor_split"):
         kw["tensor_split"] = cfg["tensor_split"]
     return kw
+
+
+def _args_device_kw(a) -> Dict:
+    """The device settings of a command's arguments (--n-gpu-layers, --flash-attn, --tensor-split)."""
+    split = getattr(a, "tensor_split", None)
+    return _device_kw({"n_gpu_layers": getattr(a, "n_gpu_layers", 0), "flash_attn": getattr(a, "flash_attn", False),
+                       "tensor_split": [float(x) for x in split.split(",")] if split else None})
 
 
 def worker(cfg: Dict) -> Dict:
@@ -130,7 +137,7 @@ def requantized(path: str, river_type: str) -> str:
 
 def engines_for(a, path: str) -> List[Dict]:
     base = {"model": path, "threads": a.threads, "n_prompt": a.prompt_tokens, "n_gen": a.gen_tokens,
-            "n_gpu_layers": a.n_gpu_layers, "rpc_servers": a.rpc_servers,
+            "n_gpu_layers": a.n_gpu_layers, "rpc_servers": a.rpc_servers, "flash_attn": a.flash_attn,
             "tensor_split": [float(x) for x in a.tensor_split.split(",")] if a.tensor_split else None}
     es = [dict(base, name="llama.cpp", engine="llama.cpp"), dict(base, name="pyriver", engine="pyriver")]
     if a.river:
@@ -180,7 +187,7 @@ def main(a) -> int:
                                  prompt_set="bench.TEXT (fixed prose, repeated to length)", river=a.river, tau=a.tau,
                                  min_exit_layer=a.min_exit_layer, force_exit_layer=a.force_exit_layer,
                                  calibrated=a.calibrated, n_gpu_layers=a.n_gpu_layers, rpc_servers=a.rpc_servers,
-                                 tensor_split=a.tensor_split),
+                                 tensor_split=a.tensor_split, flash_attn=a.flash_attn),
         "engines": {},
     }
     for e in engines:
@@ -216,23 +223,37 @@ if __name__ == "__main__":
         sys.exit(2)
 
 
+def _check_modes(a, llm) -> List[Dict]:
+    """The check settings --overhead and --inprocess compare: chunk x carry (x predict)."""
+    chunks = a.chunks or [0]
+    carry = {"on": [True], "off": [False], "both": [True, False]}[a.carry]
+    predict = {"on": [True], "off": [False], "both": [False, True]}[getattr(a, "predict", "off")]
+    return [dict(check_chunk=c, device_carry=d, predict=p) for c in chunks for d in carry for p in predict]
+
+
+def _mode_name(m: Dict) -> str:
+    return (f"chunk {m['check_chunk'] or 'auto'}" + ("" if m["device_carry"] else " host") +
+            (" predict" if m["predict"] else ""))
+
+
 def overhead(a) -> int:
     """The cost of the exit checks alone: one process, one river, alternating between tau 2.0
     (no checks) and tau 1.0 (every check computed, none passes), 128 decode tokens after 256 of
-    context per run."""
+    context per run; one line per check mode (--chunks, --carry)."""
     import numpy as np
 
     from . import Llama, models
     path = str(models.resolve(a.model, progress=True))
-    dev = _device_kw({"n_gpu_layers": a.n_gpu_layers, "tensor_split": [float(x) for x in a.tensor_split.split(",")]
-                      if a.tensor_split else None})
     llm = Llama(path, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
-                river=a.river or "q4_0", river_force=a.river_force, exit_threshold=2.0, rpc_servers=a.rpc_servers, **dev)
+                river=a.river or "q4_0", river_force=a.river_force, exit_threshold=2.0, rpc_servers=a.rpc_servers,
+                **_args_device_kw(a))
     toks = _prompt(lambda b: llm.tokenize(b, add_bos=False), 256 + 128)
-    res: Dict[str, List[float]] = {"no checks (tau 2.0)": [], "checks (tau 1.0)": []}
+    modes = _check_modes(a, llm)
+    configs = [("no checks (tau 2.0)", 2.0, modes[0])] + [(f"checks (tau 1.0) {_mode_name(m)}", 1.0, m) for m in modes]
+    res: Dict[str, List[float]] = {c[0]: [] for c in configs}
     for _ in range(a.repeats):
-        for label, tau in (("no checks (tau 2.0)", 2.0), ("checks (tau 1.0)", 1.0)):
-            llm.set_exit(tau, a.min_exit_layer)
+        for label, tau, mode in configs:
+            llm.set_exit(tau, a.min_exit_layer, **mode)
             llm.reset()
             llm.eval(toks[:256])
             t = time.perf_counter()
@@ -240,11 +261,13 @@ def overhead(a) -> int:
                 llm.eval([tok])
             res[label].append(128 / (time.perf_counter() - t))
     med = {k: float(np.median(v)) for k, v in res.items()}
+    base = med[configs[0][0]]
     for k, v in res.items():
-        print(f"{k:<22} median {med[k]:.1f} tok/s  runs {[round(x, 1) for x in v]}")
-    print(f"check overhead: {100 * (1 - med['checks (tau 1.0)'] / med['no checks (tau 2.0)']):.1f}%")
+        extra = "" if k == configs[0][0] else f"  overhead {100 * (1 - med[k] / base):.1f}%"
+        print(f"{k:<40} median {med[k]:.1f} tok/s  runs {[round(x, 1) for x in v]}{extra}")
     if a.json:
-        write_json(a.json, {"model": path, "threads": a.threads, "tok_s": res, "median": med})
+        write_json(a.json, {"model": path, "threads": a.threads, "n_gpu_layers": a.n_gpu_layers, "tok_s": res,
+                            "median": med, "overhead": {k: 1 - m / base for k, m in med.items()}})
     return 0
 
 
@@ -287,10 +310,9 @@ def inprocess(a) -> int:
     from ._native import lib
     from .evaluate import prompt_tokens
     path = str(models.resolve(a.model, progress=True))
-    dev = _device_kw({"n_gpu_layers": a.n_gpu_layers, "tensor_split": [float(x) for x in a.tensor_split.split(",")]
-                      if a.tensor_split else None})
     llm = Llama(path, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
-                river=a.river or "q4_0", river_force=a.river_force, exit_threshold=2.0, rpc_servers=a.rpc_servers, **dev)
+                river=a.river or "q4_0", river_force=a.river_force, exit_threshold=2.0, rpc_servers=a.rpc_servers,
+                **_args_device_kw(a))
     prompt = prompt_tokens(llm, {"prompt": "Write a short essay about rivers and the cities built along them."})
     llm.reset()
     logits = llm.eval(prompt)[-1]
@@ -298,14 +320,15 @@ def inprocess(a) -> int:
     for _ in range(a.gen_tokens):
         seq.append(int(np.argmax(logits)))
         logits = llm.eval([seq[-1]])[-1]
-    configs = [(2.0, 2)] + [(t, c) for t in a.tau for c in a.chunks]
+    modes = _check_modes(a, llm)
+    configs = [(2.0, modes[0])] + [(t, m) for t in a.tau for m in modes]
     res: Dict[str, List[float]] = {}
     graphs: Dict[str, float] = {}
     exits: Dict[str, float] = {}
     for _ in range(a.repeats):
-        for tau, chunk in configs:
-            key = "full depth" if tau > 1 else f"tau {tau} chunk {chunk}"
-            llm.set_exit(tau, a.min_exit_layer, check_chunk=chunk)
+        for tau, mode in configs:
+            key = "full depth" if tau > 1 else f"tau {tau} {_mode_name(mode)}"
+            llm.set_exit(tau, a.min_exit_layer, **mode)
             llm.reset()
             llm.eval(prompt)
             g0, ex = lib.pr_graph_runs(llm._ctx), []
@@ -319,8 +342,8 @@ def inprocess(a) -> int:
     full = statistics.median(res["full depth"])
     for key, v in res.items():
         m = statistics.median(v)
-        print(f"{key:<22} {m:7.1f} tok/s ({m / full:.2f}x)  graphs/token {graphs[key]:5.2f}  mean exit block {exits[key]:5.1f}")
+        print(f"{key:<36} {m:7.1f} tok/s ({m / full:.2f}x)  graphs/token {graphs[key]:5.2f}  mean exit block {exits[key]:5.1f}")
     if a.json:
-        write_json(a.json, {"model": path, "threads": a.threads, "tok_s": res, "graphs_per_token": graphs,
-                            "mean_exit": exits})
+        write_json(a.json, {"model": path, "threads": a.threads, "n_gpu_layers": a.n_gpu_layers, "tok_s": res,
+                            "graphs_per_token": graphs, "mean_exit": exits})
     return 0

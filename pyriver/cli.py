@@ -107,6 +107,8 @@ def _add_set_args(p: argparse.ArgumentParser, n_default: int, limit_default) -> 
     p.add_argument("--threads", "-t", type=_positive, default=2)
     p.add_argument("--ctx", type=int, default=1024)
     p.add_argument("--river-force", action="store_true", help="allow a river not cheaper than the backbone")
+    p.add_argument("--n-gpu-layers", type=int, default=0, help="last blocks (and the head) on devices, every engine; -1 = all")
+    p.add_argument("--flash-attn", action="store_true", help="flash attention, every engine")
     p.add_argument("--json", default=None, help="write the results (with their conditions) to this file")
 
 
@@ -225,10 +227,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--competitor", action="store_true", help="also run llama.cpp on the model requantized to the river type")
     b.add_argument("--overhead", action="store_true", help="cost of the exit checks alone, in one process")
     b.add_argument("--inprocess", action="store_true", help="River vs full depth in one process on the model's own chat answer")
-    b.add_argument("--chunks", type=int, nargs="+", default=[2], help="check chunks to try with --inprocess")
+    b.add_argument("--chunks", type=int, nargs="+", default=None,
+                   help="check chunks (blocks per graph) to try with --inprocess / --overhead (default: the device's)")
+    b.add_argument("--carry", choices=["on", "off", "both"], default="on",
+                   help="--inprocess / --overhead: keep a token's hidden state on the device between graphs")
+    b.add_argument("--predict", choices=["on", "off", "both"], default="off",
+                   help="--inprocess: the first graph runs to the previous token's exit block")
+    b.add_argument("--flash-attn", action="store_true", help="flash attention, both engines")
     b.add_argument("--chat-turns", action="store_true", help="second chat turn's time to first token, with and without prefix reuse")
     b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")
     b.add_argument("--systems-dtype", default="q8_0", choices=["f16", "q8_0"], help="backbone type of the synthetic model")
+    b.add_argument("--systems-size", default="1b", choices=["1b", "8b"], help="synthetic llama of this size (8b: Llama 3.1 8B's shape)")
+    b.add_argument("--exit-blocks", type=int, nargs="+", default=None,
+                   help="--systems: forced exit blocks (default: after L/2; 'quarters' of the depth with --systems-size 8b)")
     b.set_defaults(fn=cmd_bench)
 
     s = sub.add_parser("rpc-server", help="serve this machine's devices to pyriver and llama.cpp over TCP (ggml RPC)")

@@ -45,6 +45,12 @@ class LlamaCppEngine:
         self._llm.close()
 
 
+def _dev(a):
+    """--n-gpu-layers and --flash-attn, the same for every engine."""
+    from .bench import _args_device_kw
+    return _args_device_kw(a)
+
+
 def prompt_tokens(llm, item: Dict) -> List[int]:
     if item.get("chat", True):
         return llm.chat_tokens([{"role": "user", "content": item["prompt"]}])
@@ -156,7 +162,7 @@ def run_eval(a) -> int:
     from .results import conditions, write_json
     prompts = datasets.subset(datasets.load_prompts(a.prompts), a.limit)
     texts = datasets.subset(datasets.load_texts(a.text), a.text_limit) if a.text_tokens > 0 else []
-    full = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None)
+    full = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None, **_dev(a))
     path = full.model_path
     from .calibration import apply_to_args
     apply_to_args(a, path, tau_list=True)
@@ -170,7 +176,8 @@ def run_eval(a) -> int:
     res["conditions"] = conditions(
         path, a.threads, river=a.river, prompt_set=datasets.set_name(a.prompts, a.limit), prompts=len(prompts),
         tokens_per_prompt=a.n, text_set=datasets.set_name(a.text, a.text_limit) if texts else None, texts=len(texts),
-        text_tokens_max=a.text_tokens, ctx=a.ctx, taus=a.tau, min_exit_layers=a.min_exit_layer, calibrated=a.calibrated)
+        text_tokens_max=a.text_tokens, ctx=a.ctx, taus=a.tau, min_exit_layers=a.min_exit_layer, calibrated=a.calibrated,
+        n_gpu_layers=a.n_gpu_layers, flash_attn=a.flash_attn)
     done = 0
 
     def report(r: Dict) -> None:
@@ -196,7 +203,7 @@ def run_eval(a) -> int:
             print(f"full depth: perplexity {res['full_depth']['perplexity']:.3f} over {res['full_depth']['text_tokens']} tokens")
         full.close()
         llm = Llama(path, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
-                    river=a.river, river_force=a.river_force, exit_threshold=2.0)
+                    river=a.river, river_force=a.river_force, exit_threshold=2.0, **_dev(a))
         res["conditions"]["sidecar"] = llm.river_path
         settings = [(mn, tau) for mn in a.min_exit_layer for tau in a.tau]
         engines = [("river", llm, mn, tau) for mn, tau in settings]
@@ -207,7 +214,7 @@ def run_eval(a) -> int:
             if kind == "river":
                 eng.set_exit(tau, mn)
             else:
-                eng = LlamaCppEngine(requantized(path, a.river), a.ctx, a.threads)
+                eng = LlamaCppEngine(requantized(path, a.river), a.ctx, a.threads, **_dev(a))
             bar = progress(len(refs) * a.n + sum(len(t) - 1 for t in toks), f"{kind} {tau or a.river}")
             r = {"kind": kind, "river": a.river, "tau": tau, "min_exit_layer": mn, **teacher_forced(eng, refs, bar)}
             r.pop("decode_tok_s")   # speed is `bench`'s and `sweep`'s job, not measured under these conditions

@@ -153,10 +153,12 @@ class Llama:
             return self.river_path
 
     def set_exit(self, exit_threshold: float, min_exit_layer: Optional[int] = None, force_exit_layer: int = -1,
-                 prefill_exit: bool = False, check_chunk: int = 0, host_checks: bool = True) -> None:
+                 prefill_exit: bool = False, check_chunk: int = 0, host_checks: bool = True,
+                 device_carry: bool = True, predict: bool = False) -> None:
         """Change the exit rule between calls (tau > 1 never exits; force_exit_layer >= 0 exits
         every token after that block; check_chunk: blocks per graph, 0 = 2 on the CPU, 8 on
-        other devices)."""
+        other devices; device_carry: a token's hidden state stays on the GPU between graphs;
+        predict: the first graph runs to the previous token's exit block)."""
         with self._lock:
             self._live()
             p = ffi.new("pr_exit_params *", lib.pr_exit_default_params())
@@ -166,6 +168,8 @@ class Llama:
             p.prefill_exit = 1 if prefill_exit else 0
             p.check_chunk = int(check_chunk)
             p.host_checks = -1 if host_checks else 0
+            p.device_carry = -1 if device_carry else 0
+            p.predict = 1 if predict else 0
             check(lib.pr_context_set_exit(self._ctx, p))
             self.exit_threshold, self.min_exit_layer = p.exit_threshold, p.min_exit_layer
 

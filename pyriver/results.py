@@ -16,11 +16,13 @@ def conditions(model_path: str, threads: int, **extra) -> Dict:
     import llama_cpp
 
     from . import __version__
+    from .backends import devices
     from .river import file_sha256
     d = {"model": os.path.abspath(model_path), "model_sha256": file_sha256(model_path),
          "model_bytes": os.path.getsize(model_path), "threads": threads, "machine": platform.machine(),
          "cpus": os.cpu_count(), "python": platform.python_version(), "pyriver": __version__,
-         "llama_cpp_python": llama_cpp.__version__, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+         "llama_cpp_python": llama_cpp.__version__, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+         "accelerators": [d["description"] for d in devices() if d["type"] != "cpu"]}
     d.update(extra)
     return d
 

@@ -16,13 +16,19 @@ from typing import Dict, List
 from .evaluate import LlamaCppEngine, progress, references, teacher_forced
 
 
+def _dev(a):
+    """--n-gpu-layers and --flash-attn, the same for every engine."""
+    from .bench import _args_device_kw
+    return _args_device_kw(a)
+
+
 def measure(a, kind: str = "sweep") -> Dict:
     """Shared by sweep and calibrate: the grid's points, partial on Ctrl-C (res["interrupted"])."""
     from . import Llama, datasets
     from .bench import _summary, requantized, uniform_ftype
     from .results import conditions
     prompts = datasets.subset(datasets.load_prompts(a.prompts), a.limit)
-    full = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None)
+    full = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None, **_dev(a))
     path, L = full.model_path, full.info["n_layer"]
     bad = [m for m in a.min_exit_layer if not 0 <= m < L - 1]
     if bad:
@@ -31,7 +37,8 @@ def measure(a, kind: str = "sweep") -> Dict:
     res["conditions"] = conditions(
         path, a.threads, prompt_set=datasets.set_name(a.prompts, a.limit), prompts=len(prompts), tokens_per_prompt=a.n,
         ctx=a.ctx, repeats=a.repeats, river_types=a.river, taus=a.tau, min_exit_layers=a.min_exit_layer,
-        uniform_competitor=not a.no_uniform, n_layer=L)
+        uniform_competitor=not a.no_uniform, n_layer=L, n_gpu_layers=a.n_gpu_layers,
+        flash_attn=a.flash_attn)
     engines = []
     try:
         bar = progress(len(prompts) * a.n, "references")
@@ -39,11 +46,11 @@ def measure(a, kind: str = "sweep") -> Dict:
         bar.close()
         # (name, engine, fields, setter): every point of the plane.
         cfgs = [("pyriver full depth", full, {"kind": "full", "engine": "pyriver"}, None),
-                ("llama.cpp", LlamaCppEngine(path, a.ctx, a.threads), {"kind": "llama.cpp", "engine": "llama.cpp"}, None)]
+                ("llama.cpp", LlamaCppEngine(path, a.ctx, a.threads, **_dev(a)), {"kind": "llama.cpp", "engine": "llama.cpp"}, None)]
         engines.append(cfgs[-1][1])
         for rt in a.river:
             llm = Llama(path, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=rt,
-                        river_force=a.river_force, exit_threshold=2.0)
+                        river_force=a.river_force, exit_threshold=2.0, **_dev(a))
             engines.append(llm)
             for mn in a.min_exit_layer:
                 for tau in a.tau:
@@ -54,7 +61,7 @@ def measure(a, kind: str = "sweep") -> Dict:
             if not a.no_uniform and uniform_ftype(rt) is None:
                 print(f"no uniform competitor for {rt}: llama.cpp has no such file type", file=sys.stderr)
             elif not a.no_uniform:
-                u = LlamaCppEngine(requantized(path, rt), a.ctx, a.threads)
+                u = LlamaCppEngine(requantized(path, rt), a.ctx, a.threads, **_dev(a))
                 engines.append(u)
                 cfgs.append((f"uniform {rt}", u, {"kind": "uniform", "engine": "llama.cpp", "river": rt, "model": u.model_path}, None))
         runs: Dict[str, List[float]] = {}

@@ -40,6 +40,9 @@ Only the standard library, numpy and gguf are imported at module level;
 from __future__ import annotations
 
 import argparse
+import collections
+import concurrent.futures
+import itertools
 import math
 import os
 import pathlib
@@ -239,19 +242,34 @@ def _write_file(tmp: pathlib.Path, arch: str, alignment: int, kv: dict[str, _KV]
     finally:
         writer.close()
 
-    with open(tmp, "ab") as fout:
+    def pieces(t: _Tensor) -> list[np.ndarray]:
+        out = [np.ascontiguousarray(p) for p in t.chunks()]
+        if any(b.dtype.byteorder == ">" for b in out):
+            raise ValueError("big-endian tensor data")
+        return out
+
+    # Tensors are generated ahead on a thread pool (numpy's generators and casts release the
+    # GIL), a window of them at a time, and written in order: an 8B model takes seconds per core.
+    workers = max(1, min(os.cpu_count() or 1, 16))
+    with open(tmp, "ab") as fout, concurrent.futures.ThreadPoolExecutor(workers) as pool:
         _pad(fout, fout.tell(), alignment)
-        for t in tensors:
+        window: collections.deque = collections.deque()
+        todo = iter(tensors)
+        for t in itertools.islice(todo, workers):
+            window.append((t, pool.submit(pieces, t)))
+        while window:
+            t, fut = window.popleft()
             written = 0
-            for piece in t.chunks():
-                b = np.ascontiguousarray(piece)
-                if b.dtype.byteorder == ">":
-                    raise ValueError("big-endian tensor data")
+            for b in fut.result():
                 fout.write(memoryview(b).cast("B"))
                 written += b.nbytes
+            del fut
             if written != t.nbytes:
                 raise RuntimeError(f"{t.name}: wrote {written} bytes, expected {t.nbytes}")
             _pad(fout, written, alignment)
+            nxt = next(todo, None)
+            if nxt is not None:
+                window.append((nxt, pool.submit(pieces, nxt)))
 
 
 def _pad(fout: Any, n: int, alignment: int) -> None:

@@ -10,25 +10,39 @@ from __future__ import annotations
 import statistics
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 from .results import write_json
 
-SPEC = dict(n_layer=16, n_embd=2048, n_head=32, n_head_kv=8, n_ff=5632, tied_output=True, seed=7)
+# Synthetic llamas: ~1B (16 blocks of 2048) and Llama 3.1 8B's shape (32 blocks of 4096, GQA 32/8,
+# FFN 14336; the vocabulary is SmolLM2's 49152, so the head is smaller than Llama's).
+SPECS = {
+    "1b": dict(n_layer=16, n_embd=2048, n_head=32, n_head_kv=8, n_ff=5632, tied_output=True, seed=7),
+    "8b": dict(n_layer=32, n_embd=4096, n_head=32, n_head_kv=8, n_ff=14336, tied_output=False, seed=8),
+}
 
 
-def model_path(dtype: str) -> Path:
+def model_path(dtype: str, size: str = "1b") -> Path:
     from . import models
-    return models.cache_dir() / "synthetic" / f"llama-1b-{dtype}.gguf"
+    return models.cache_dir() / "synthetic" / f"llama-{size}-{dtype}.gguf"
 
 
-def ensure_model(dtype: str) -> Path:
+def ensure_model(dtype: str, size: str = "1b") -> Path:
+    """The synthetic model, written once into the cache. Q8_0 is llama.cpp's quantization of the
+    F16 file for 8b (numpy's Q8_0 would take minutes)."""
     from . import models, synth
-    p = model_path(dtype)
+    p = model_path(dtype, size)
     if not p.exists():
         p.parent.mkdir(parents=True, exist_ok=True)
-        print(f"writing {p} (synthetic, {dtype})", file=sys.stderr)
-        synth.write_llama(p, dtype=dtype, tokenizer_from=str(models.resolve(None)), **SPEC)
+        if dtype == "q8_0" and size != "1b":
+            src = ensure_model("f16", size)
+            print(f"writing {p} (llama.cpp quantize of {src.name})", file=sys.stderr)
+            tmp = p.with_suffix(".tmp")
+            synth.quantize(src, tmp, "q8_0")
+            tmp.replace(p)
+        else:
+            print(f"writing {p} (synthetic, {dtype})", file=sys.stderr)
+            synth.write_llama(p, dtype=dtype, tokenizer_from=str(models.resolve(None)), **SPECS[size])
     return p
 
 
@@ -51,40 +65,92 @@ def predicted_speedup(bb: Dict[str, float], rv: Dict[str, float], exit_block: in
     return full / river
 
 
+def _inprocess(a, cfgs, runs, rtype, dev) -> None:
+    """All settings in one process (a model of many GiB is loaded twice, not once per run): one
+    Llama with the river (full depth = no exit rule, the same graph as without a river; forced
+    exits by set_exit) and one on the uniform file, alternating run by run."""
+    import time
+
+    import numpy as np
+
+    from . import Llama
+    from .bench import _prompt
+    kw = dict(n_ctx=64, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, **dev)
+    with Llama(cfgs[0]["model"], river=rtype, exit_threshold=2.0, **kw) as llm, \
+            Llama(cfgs[-1]["model"], river=None, **kw) as uni:
+        prompt = _prompt(lambda b: llm.tokenize(b, add_bos=False), 16)
+
+        def decode(m, n):
+            m.reset()
+            tok = int(np.argmax(m.eval(prompt)[-1]))
+            t0 = time.perf_counter()
+            for _ in range(n):
+                tok = int(np.argmax(m.eval([tok])[-1]))
+            return n / (time.perf_counter() - t0)
+
+        decode(llm, 8), decode(uni, 8)   # warm-up: graphs built, CUDA graphs captured
+        for r in range(a.repeats):
+            for c in (cfgs if r % 2 == 0 else cfgs[::-1]):
+                if c["name"] == "uniform":
+                    runs[c["name"]].append(decode(uni, a.gen_tokens))
+                    continue
+                llm.set_exit(2.0, 1, c.get("force_exit_layer", -1))
+                runs[c["name"]].append(decode(llm, a.gen_tokens))
+
+
+def default_exit_blocks(n_layer: int, size: str) -> List[int]:
+    """After L/2 for the 1B (as measured before); after L/4, L/2 and 3L/4 for the 8B."""
+    if size == "1b":
+        return [n_layer // 2 - 1]
+    return [n_layer * k // 4 - 1 for k in (1, 2, 3)]
+
+
 def main(a) -> int:
     from . import Llama
-    from .bench import _run_worker
-    path = str(ensure_model(a.systems_dtype))
-    with Llama(path, n_ctx=16, verbose=False, river=a.river or "q4_0") as llm:
-        sidecar, L = llm.river_path, llm.info["n_layer"]
-    exit_block = a.force_exit_layer if a.force_exit_layer >= 0 else L // 2 - 1
-    base = {"model": path, "threads": a.threads, "n_prompt": 16, "n_gen": a.gen_tokens}
-    from .bench import requantized
+    from .bench import _device_kw, _run_worker, requantized
+    path = str(ensure_model(a.systems_dtype, a.systems_size))
     rtype = a.river or "q4_0"
+    with Llama(path, n_ctx=16, verbose=False, river=rtype) as llm:
+        sidecar, L = llm.river_path, llm.info["n_layer"]
+    blocks = a.exit_blocks or ([a.force_exit_layer] if a.force_exit_layer >= 0 else default_exit_blocks(L, a.systems_size))
+    dev = {k: v for k, v in _device_kw({"n_gpu_layers": a.n_gpu_layers, "flash_attn": a.flash_attn}).items()}
+    base = {"model": path, "threads": a.threads, "n_prompt": 16, "n_gen": a.gen_tokens, **dev}
     uniform = requantized(path, rtype)
-    cfgs = [dict(base, name="full", engine="pyriver"),
-            dict(base, name="forced", engine="pyriver", river=rtype, tau=2.0, force_exit_layer=exit_block),
-            # The kernels' own ceiling: every block at the river type, full depth.
-            dict(base, name="uniform", engine="pyriver", model=uniform)]
+    cfgs = [dict(base, name="full", engine="pyriver")]
+    cfgs += [dict(base, name=f"exit after {b}", engine="pyriver", river=rtype, tau=2.0, force_exit_layer=b) for b in blocks]
+    # The kernels' own ceiling: every block at the river type, full depth.
+    cfgs.append(dict(base, name="uniform", engine="pyriver", model=uniform))
     runs: Dict[str, list] = {c["name"]: [] for c in cfgs}
-    for r in range(a.repeats):
-        for c in (cfgs if r % 2 == 0 else cfgs[::-1]):
-            runs[c["name"]].append(_run_worker(c)["decode_tok_s"])
-    full, forced, uni = (statistics.median(runs[k]) for k in ("full", "forced", "uniform"))
-    bb, ub = block_bytes(path), block_bytes(uniform)
-    pred = predicted_speedup(bb, block_bytes(sidecar), exit_block, L)
+    if a.inprocess:
+        _inprocess(a, cfgs, runs, rtype, dev)
+    else:
+        for r in range(a.repeats):
+            for c in (cfgs if r % 2 == 0 else cfgs[::-1]):
+                runs[c["name"]].append(_run_worker(c)["decode_tok_s"])
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    full = med["full"]
+    bb, ub, rb = block_bytes(path), block_bytes(uniform), block_bytes(sidecar)
     # Bytes predict the uniform model's speedup too: how far the kernels themselves are from
     # memory-bound on this machine.
     pred_uni = sum(bb.values()) / sum(ub.values())
-    res = {"model": path, "backbone": a.systems_dtype, "river": rtype, "exit_block": exit_block,
-           "n_layer": L, "threads": a.threads, "repeats": a.repeats, "decode_tok_s": runs,
-           "measured_speedup": forced / full, "predicted_speedup": pred, "efficiency": (forced / full) / pred,
-           "uniform_measured_speedup": uni / full, "uniform_predicted_speedup": pred_uni,
-           "uniform_efficiency": (uni / full) / pred_uni}
-    print(f"synthetic 1B {a.systems_dtype} backbone, {rtype} river, exit after block {exit_block} of {L}")
-    print(f"decode tok/s median: full {full:.2f}, river {forced:.2f}, uniform {rtype} {uni:.2f}")
-    print(f"river:   measured speedup {forced / full:.3f}, predicted by bytes {pred:.3f}, efficiency {res['efficiency']:.3f}")
-    print(f"uniform: measured speedup {uni / full:.3f}, predicted by bytes {pred_uni:.3f}, efficiency {res['uniform_efficiency']:.3f}")
+    res = {"model": path, "size": a.systems_size, "backbone": a.systems_dtype, "river": rtype, "n_layer": L,
+           "threads": a.threads, "n_gpu_layers": a.n_gpu_layers, "flash_attn": a.flash_attn, "repeats": a.repeats,
+           "decode_tok_s": runs, "exits": {},
+           "uniform_measured_speedup": med["uniform"] / full, "uniform_predicted_speedup": pred_uni,
+           "uniform_efficiency": (med["uniform"] / full) / pred_uni}
+    print(f"synthetic {a.systems_size} {a.systems_dtype} backbone, {rtype} river, {L} blocks, n_gpu_layers {a.n_gpu_layers}")
+    print(f"decode tok/s median: full {full:.2f}, uniform {rtype} {med['uniform']:.2f}")
+    for b in blocks:
+        m = med[f"exit after {b}"] / full
+        pred = predicted_speedup(bb, rb, b, L)
+        res["exits"][str(b)] = {"decode_tok_s": med[f"exit after {b}"], "measured_speedup": m,
+                                "predicted_speedup": pred, "efficiency": m / pred}
+        print(f"exit after block {b:>2}: {med[f'exit after {b}']:.2f} tok/s, measured speedup {m:.3f}, "
+              f"predicted by bytes {pred:.3f}, efficiency {m / pred:.3f}")
+    print(f"uniform: measured speedup {res['uniform_measured_speedup']:.3f}, predicted by bytes {pred_uni:.3f}, "
+          f"efficiency {res['uniform_efficiency']:.3f}")
+    if len(blocks) == 1:   # the single-exit fields of earlier results
+        res.update(exit_block=blocks[0], **{k: v for k, v in res["exits"][str(blocks[0])].items() if k != "decode_tok_s"})
     if a.json:
         write_json(a.json, res)
     return 0

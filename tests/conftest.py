@@ -43,6 +43,35 @@ ARCH_SPECS = {
 }
 
 
+def pytest_addoption(parser):
+    parser.addoption("--gpu-layers", type=int, default=0,
+                     help="n_gpu_layers for the tests marked gpu (parity with llama.cpp, River invariants), "
+                          "given to pyriver and to llama.cpp alike; -1: every block and the head")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: runs with --gpu-layers on the GPU (parity, River invariants)")
+
+
+@pytest.fixture(scope="session")
+def gpu_layers(request) -> int:
+    """--gpu-layers; with a nonzero value ggml must have a GPU, else the tests would pass on the
+    CPU and say nothing about the GPU."""
+    n = request.config.getoption("--gpu-layers")
+    if n != 0:
+        from pyriver.backends import devices
+        if not any(d["type"] in ("gpu", "igpu") and not d["name"].startswith("RPC") for d in devices()):
+            pytest.fail(f"--gpu-layers {n}: ggml has no GPU device ({devices()})")
+    return n
+
+
+def on_gpu(llm, gpu_layers: int) -> None:
+    """With --gpu-layers -1 every block and the head are on one non-CPU device."""
+    if gpu_layers == -1:
+        devs = llm.devices()
+        assert "CPU" not in devs, devs
+
+
 @pytest.fixture(scope="session")
 def smol_path() -> str:
     from pyriver import models

@@ -6,7 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ARCH_SPECS
+from conftest import ARCH_SPECS, on_gpu
+
+pytestmark = pytest.mark.gpu
 
 PROMPTS = [
     "The capital of France is",
@@ -23,9 +25,10 @@ N_GEN = 64
 LONG_PROMPT = (Path(__file__).parent / "data" / "long_prompt.txt").read_text()
 
 
-def _ref(path, n_ctx=512):
+def _ref(path, n_ctx=512, gpu_layers=0):
     import llama_cpp
-    return llama_cpp.Llama(path, n_ctx=n_ctx, n_batch=512, n_threads=2, logits_all=True, verbose=False)
+    return llama_cpp.Llama(path, n_ctx=n_ctx, n_batch=512, n_threads=2, logits_all=True, verbose=False,
+                           n_gpu_layers=gpu_layers)
 
 
 def _greedy_ref(ref, prompt_tokens, n):
@@ -50,10 +53,11 @@ def _greedy_ours(llm, prompt_tokens, n):
     return out
 
 
-def _check_parity(path, prompts=PROMPTS, n_ctx=512):
+def _check_parity(path, gpu_layers, prompts=PROMPTS, n_ctx=512):
     from pyriver import Llama
-    ref = _ref(path, n_ctx)
-    llm = Llama(path, n_ctx=n_ctx, n_threads=2, verbose=False)
+    ref = _ref(path, n_ctx, gpu_layers)
+    llm = Llama(path, n_ctx=n_ctx, n_threads=2, verbose=False, n_gpu_layers=gpu_layers)
+    on_gpu(llm, gpu_layers)
     agree = total = 0
     mismatched = []
     for prompt in prompts:
@@ -77,39 +81,39 @@ def _check_parity(path, prompts=PROMPTS, n_ctx=512):
     return agree, total, mismatched
 
 
-def test_parity_smollm2(smol_path):
-    agree, total, mismatched = _check_parity(smol_path)
+def test_parity_smollm2(smol_path, gpu_layers):
+    agree, total, mismatched = _check_parity(smol_path, gpu_layers)
     assert total >= 500
     assert agree / total >= 0.995, f"top-1 agreement {agree}/{total}"
     assert not mismatched, f"greedy continuations differ for {mismatched}"
 
 
 @pytest.mark.parametrize("name", ["mha", "gqa_untied", "deep_rope_linear", "rope_yarn", "rope_factor_only"])
-def test_parity_synthetic(synth_paths, name):
-    agree, total, mismatched = _check_parity(synth_paths[name])
+def test_parity_synthetic(synth_paths, name, gpu_layers):
+    agree, total, mismatched = _check_parity(synth_paths[name], gpu_layers)
     assert total >= 500
     assert agree / total >= 0.995, f"top-1 agreement {agree}/{total}"
     assert not mismatched, f"greedy continuations differ for {mismatched}"
 
 
 @pytest.mark.parametrize("name", sorted(ARCH_SPECS))
-def test_parity_architectures(arch_paths, name):
+def test_parity_architectures(arch_paths, name, gpu_layers):
     """qwen2, qwen3, gemma3 (sliding window 16, soft-capping) and a llama file with a
     sliding-window key: 64 generated tokens run well past the windows."""
-    agree, total, mismatched = _check_parity(arch_paths[name])
+    agree, total, mismatched = _check_parity(arch_paths[name], gpu_layers)
     assert total >= 500
     assert agree / total >= 0.995, f"top-1 agreement {agree}/{total}"
     assert not mismatched, f"greedy continuations differ for {mismatched}"
 
 
-def test_parity_gemma3_270m(gemma_path):
+def test_parity_gemma3_270m(gemma_path, gpu_layers):
     """The real Gemma 3 270M, including a prompt longer than its 512-token sliding window."""
     from pyriver import Llama
     with Llama(gemma_path, n_ctx=64, verbose=False) as llm:
         assert llm.info["arch"] == "gemma3"
         assert int(llm.metadata("gemma3.attention.sliding_window")) == 512
         assert len(llm.tokenize(LONG_PROMPT.encode(), add_bos=True, special=True)) > 512
-    agree, total, mismatched = _check_parity(gemma_path, PROMPTS + [LONG_PROMPT], n_ctx=1024)
+    agree, total, mismatched = _check_parity(gemma_path, gpu_layers, PROMPTS + [LONG_PROMPT], n_ctx=1024)
     assert total >= 500
     assert agree / total >= 0.995, f"top-1 agreement {agree}/{total}"
     assert not mismatched, f"greedy continuations differ for {[m[:40] for m in mismatched]}"

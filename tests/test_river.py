@@ -6,6 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
+from conftest import on_gpu
 from pyriver import Llama, ModelLoadError
 
 PROMPT = b"The history of the river begins in the mountains, where"
@@ -47,29 +48,33 @@ def _generate_logits(llm, n=24, schedule=None):
 
 
 @pytest.mark.parametrize("model", ARCH_MODELS)
-def test_never_exit_is_identical_to_no_river(request, model):
+@pytest.mark.gpu
+def test_never_exit_is_identical_to_no_river(request, model, gpu_layers):
     path = _model_path(request, model)
-    with Llama(path, n_ctx=256, n_threads=2, verbose=False) as full:
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False, n_gpu_layers=gpu_layers) as full:
         ref, _ = _generate_logits(full)
         L = full.info["n_layer"]
+        on_gpu(full, gpu_layers)
     # Gemma 3 270M: q3_K (rows of 640 fall back to a 32-block type) is cheaper than every backbone
     # tensor; q4_0 is not cheaper than its Q4_K attn_output.
     river = "q3_K" if model == "gemma3_270m" else "q4_0"
-    with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=river, exit_threshold=1.5) as llm:
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False, n_gpu_layers=gpu_layers, river=river, exit_threshold=1.5) as llm:
         got, exits = _generate_logits(llm)
     assert np.array_equal(ref, got)
     assert set(exits) == {L - 1}
 
 
 @pytest.mark.parametrize("model", ["smol", "gqa_untied", "qwen2", "qwen3", "gemma3", "mistral_swa", "llama_biases"])
-def test_same_type_river_with_any_exit_pattern_is_identical(request, synth_paths, model):
+@pytest.mark.gpu
+def test_same_type_river_with_any_exit_pattern_is_identical(request, synth_paths, model, gpu_layers):
     path = synth_paths[model] if model == "gqa_untied" else _model_path(request, model)
-    with Llama(path, n_ctx=256, n_threads=2, verbose=False) as base:
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False, n_gpu_layers=gpu_layers) as base:
         ref, _ = _generate_logits(base)
         backbone_type = base.metadata("general.file_type")
-    L = Llama(path, n_ctx=8, verbose=False).info["n_layer"]
+        L = base.info["n_layer"]
+        on_gpu(base, gpu_layers)
     river_type = {"3": "q4_1", "0": "f32", "1": "f16", "7": "q8_0"}[backbone_type]
-    with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=river_type, river_force=True) as llm:
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False, n_gpu_layers=gpu_layers, river=river_type, river_force=True) as llm:
         # Forced exits at several blocks, changing from token to token.
         blocks = list(dict.fromkeys([0, L // 2, L - 2, 1, L - 1, L // 3]))
         got, exits = _generate_logits(llm, schedule=lambda m, i: m.set_exit(2.0, 1, blocks[i % len(blocks)]))
@@ -85,10 +90,11 @@ def test_same_type_river_with_any_exit_pattern_is_identical(request, synth_paths
         assert np.array_equal(ref, got)
 
 
-def test_exit_decision_follows_the_similarity_rule(smol_path):
+@pytest.mark.gpu
+def test_exit_decision_follows_the_similarity_rule(smol_path, gpu_layers):
     """With tau between the similarities of different blocks, the exit block is the first
     checked block whose cos(in, out) reaches tau, whatever block the graphs guessed."""
-    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.975,
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, n_gpu_layers=gpu_layers, river="q4_0", exit_threshold=0.975,
                min_exit_layer=4) as llm:
         _, exits = _generate_logits(llm, n=32)
         assert all(4 <= e <= llm.info["n_layer"] - 1 for e in exits)
@@ -100,9 +106,10 @@ def test_exit_decision_follows_the_similarity_rule(smol_path):
         assert exits1[:4] == runs_tau[:4]
 
 
-def test_host_and_graph_similarities_agree(smol_path):
+@pytest.mark.gpu
+def test_host_and_graph_similarities_agree(smol_path, gpu_layers):
     """Single-token checks computed on the host from hidden outputs decide as the in-graph ones."""
-    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.975,
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, n_gpu_layers=gpu_layers, river="q4_0", exit_threshold=0.975,
                min_exit_layer=4) as llm:
         host_logits, host_exits = _generate_logits(llm, n=40)
         llm.set_exit(0.975, 4, host_checks=False)
@@ -113,7 +120,8 @@ def test_host_and_graph_similarities_agree(smol_path):
 
 
 @pytest.mark.parametrize("model", ARCH_MODELS)
-def test_poisoned_cache_is_never_read(request, model):
+@pytest.mark.gpu
+def test_poisoned_cache_is_never_read(request, model, gpu_layers):
     """Every cache row a token attends to must have been written. With forced exits at several
     blocks: a cache filled with NaN gives finite logits (flash attention skips masked rows, so only
     rows 0..pos are read; on sliding-window layers only the window), and a cache filled with a
@@ -123,7 +131,7 @@ def test_poisoned_cache_is_never_read(request, model):
     from pyriver._native import check, lib
     path = _model_path(request, model)
     river = "q3_K" if model == "gemma3_270m" else "q4_0"
-    with Llama(path, n_ctx=128, n_threads=2, verbose=False, flash_attn=True, river=river,
+    with Llama(path, n_ctx=128, n_threads=2, verbose=False, n_gpu_layers=gpu_layers, flash_attn=True, river=river,
                exit_threshold=2.0) as llm:
         blocks = _exit_blocks(llm.info["n_layer"])
         schedule = lambda m, i: m.set_exit(2.0, 1, blocks[i % len(blocks)])  # noqa: E731
@@ -147,8 +155,9 @@ def test_poisoned_cache_is_never_read(request, model):
         assert not np.array_equal(ref, llm.eval([1]))
 
 
-def test_prefill_exit_option(smol_path):
-    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.9,
+@pytest.mark.gpu
+def test_prefill_exit_option(smol_path, gpu_layers):
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, n_gpu_layers=gpu_layers, river="q4_0", exit_threshold=0.9,
                min_exit_layer=3, prefill_exit=True) as llm:
         llm.eval(llm.tokenize(PROMPT))
         assert len(set(llm.last_exits)) == 1 and llm.last_exits[0] < llm.info["n_layer"] - 1
