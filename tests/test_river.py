@@ -137,7 +137,7 @@ def test_poisoned_cache_is_never_read(request, model, gpu_layers):
         schedule = lambda m, i: m.set_exit(2.0, 1, blocks[i % len(blocks)])  # noqa: E731
         clean, exits = _generate_logits(llm, n=30, schedule=schedule)
         assert set(exits) == set(blocks)
-        for value in (float("nan"), 1000.0):
+        for value in (1000.0, float("nan")):   # finite garbage first: its check holds on every device
             check(lib.pr_kv_fill(llm._ctx, value))   # _generate_logits rewinds; the fill stays
             got, exits = _generate_logits(llm, n=30, schedule=schedule)
             assert set(exits) == set(blocks)
