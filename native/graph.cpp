@@ -74,7 +74,8 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
     // The attention reads views of the set_rows results, so it is ordered after the writes.
     const int E = hp.n_embd_k_gqa();
     const size_t es = ggml_type_size(kv.type);
-    ggml_tensor * k_all = ggml_set_rows(ctx, kv.k[il], ggml_reshape_2d(ctx, k, E, T), in.kv_idx);
+    // A view, as llama.cpp writes K: ggml-cuda fuses rope + view + set_rows.
+    ggml_tensor * k_all = ggml_set_rows(ctx, kv.k[il], ggml_view_2d(ctx, k, E, T, k->nb[2], 0), in.kv_idx);
     ggml_tensor * kk = ggml_view_3d(ctx, k_all, hd, n_kv, hp.n_head_kv, es * E, es * hd, 0);
     ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [hd, T, n_head]
     ggml_tensor * o;
