@@ -92,6 +92,7 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
         ggml_tensor * v_all = ggml_set_rows(ctx, v_flat, ggml_reshape_2d(ctx, v, 1, (int64_t) E * T), in.v_idx);
         ggml_tensor * vv = ggml_view_3d(ctx, v_all, n_kv, hd, hp.n_head_kv, es * n_ctx, es * n_ctx * hd, 0);
         ggml_tensor * kq = ggml_mul_mat(ctx, kk, qp);                          // [n_kv, T, n_head]
+        ggml_prec_set_acc(kq, GGML_PREC_F32);   // as llama.cpp: F32 accumulation (cuBLAS would use F16)
         kq = ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f);
         ggml_tensor * kqv = ggml_mul_mat(ctx, vv, kq);                         // [hd, T, n_head]
         o = ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, T);
