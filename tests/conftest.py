@@ -100,15 +100,18 @@ def _synthetic(specs: dict, prefix: str, write) -> dict:
 
 
 @pytest.fixture(scope="session")
-def synth_paths(smol_path) -> dict:
+def synth_paths(request) -> dict:
+    """(The default model is fetched only to write a missing file: its tokenizer is copied.)"""
     from pyriver import synth
-    return _synthetic(SYNTH_SPECS, "llama", lambda p, **spec: synth.write_llama(p, tokenizer_from=smol_path, **spec))
+    return _synthetic(SYNTH_SPECS, "llama", lambda p, **spec: synth.write_llama(
+        p, tokenizer_from=request.getfixturevalue("smol_path"), **spec))
 
 
 @pytest.fixture(scope="session")
-def arch_paths(smol_path) -> dict:
+def arch_paths(request) -> dict:
     from pyriver import synth
-    return _synthetic(ARCH_SPECS, "arch", lambda p, **spec: synth.write_model(p, tokenizer_from=smol_path, **spec))
+    return _synthetic(ARCH_SPECS, "arch", lambda p, **spec: synth.write_model(
+        p, tokenizer_from=request.getfixturevalue("smol_path"), **spec))
 
 
 @pytest.fixture(scope="session")
