@@ -202,7 +202,7 @@ pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t
 
 const float * pr_logits(pr_context * ctx, int32_t i) {
     if (!ctx || i < 0 || i >= ctx->c->n_outputs) return nullptr;
-    return ctx->c->logits.data() + (size_t) i * ctx->c->m->hp.n_vocab;
+    return ctx->c->out + (size_t) i * ctx->c->m->hp.n_vocab;
 }
 
 int32_t pr_n_outputs(const pr_context * ctx) { return ctx ? ctx->c->n_outputs : 0; }

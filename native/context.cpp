@@ -33,6 +33,13 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     cpu = ggml_backend_dev_init(m->cpu_dev, nullptr);
     if (!cpu) fail(PR_ERR_BACKEND, "cannot start the CPU backend");
     backends.push_back(cpu);
+    for (ggml_backend_t b : backends) {
+        if (b != cpu && !host_buft) host_buft = ggml_backend_dev_host_buffer_type(ggml_backend_get_device(b));
+    }
+    if (host_buft) {
+        pinned = ggml_backend_buft_alloc_buffer(host_buft, (size_t) m->hp.n_vocab * sizeof(float));
+        if (!pinned) fail(PR_ERR_BACKEND, "cannot allocate pinned host memory for the logits");
+    }
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(m->cpu_dev);
     set_n_threads = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
 
@@ -54,10 +61,13 @@ context::~context() {
     if (main.sched) ggml_backend_sched_free(main.sched);
     main.sched = nullptr;
     for (auto b : backends) ggml_backend_free(b);
+    if (pinned) ggml_backend_buffer_free(pinned);
 }
 
 ggml_backend_sched_t context::new_sched() {
-    ggml_backend_sched_t s = ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), graph_capacity(*m), false, true);
+    std::vector<ggml_backend_buffer_type_t> bufts;
+    for (ggml_backend_t b : backends) bufts.push_back(b == cpu && host_buft ? host_buft : ggml_backend_get_default_buffer_type(b));
+    ggml_backend_sched_t s = ggml_backend_sched_new(backends.data(), bufts.data(), (int) backends.size(), graph_capacity(*m), false, true);
     if (!s) fail(PR_ERR_BACKEND, "cannot create a ggml scheduler");
     return s;
 }
@@ -187,9 +197,18 @@ built_graph & context::run_segment(const segment & seg, const int32_t * tokens, 
 
 void context::take_logits(const built_graph & g) {
     const int n_out = g.seg.shape.n_outputs;
-    const size_t base = (size_t) n_outputs * m->hp.n_vocab;
-    logits.resize(base + (size_t) n_out * m->hp.n_vocab);
-    ggml_backend_tensor_get(g.logits, logits.data() + base, 0, (size_t) n_out * m->hp.n_vocab * sizeof(float));
+    const size_t nv = m->hp.n_vocab, base = (size_t) n_outputs * nv;
+    if (pinned && n_outputs == 0 && n_out == 1) {   // a decode step, a prompt's last token
+        float * row = (float *) ggml_backend_buffer_get_base(pinned);
+        ggml_backend_tensor_get(g.logits, row, 0, nv * sizeof(float));
+        out = row;
+        n_outputs = 1;
+        return;
+    }
+    if (n_outputs > 0 && out != logits.data()) logits.assign(out, out + base);   // the first row was pinned
+    logits.resize(base + (size_t) n_out * nv);
+    ggml_backend_tensor_get(g.logits, logits.data() + base, 0, (size_t) n_out * nv * sizeof(float));
+    out = logits.data();
     n_outputs += n_out;
 }
 
@@ -333,6 +352,7 @@ void context::decode(const int32_t * tokens, int n, bool logits_all, bool prompt
     }
     n_outputs = 0;
     logits.clear();
+    out = nullptr;
     exits.clear();
     for (int done = 0; done < n;) {
         const int step = std::min(params.n_batch, n - done);
@@ -347,6 +367,7 @@ void context::truncate(int n_keep) {
     kv->n_used = n_keep;   // rows past n_keep are masked out and overwritten by later tokens
     n_outputs = 0;
     logits.clear();
+    out = nullptr;
 }
 
 } // namespace pr

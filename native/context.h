@@ -45,8 +45,13 @@ struct context {
     std::vector<int32_t> exits;            // exit block of each token of the last decode (L-1: none)
     int64_t n_graph_runs = 0;              // graphs computed since creation (the cost of checks)
 
-    std::vector<float> logits;             // n_outputs x n_vocab
+    std::vector<float> logits;             // n_outputs x n_vocab (several rows)
     int n_outputs = 0;
+    const float * out = nullptr;           // the rows of the last decode: logits, or one row in pinned memory
+    // With a GPU: its pinned host memory holds the scheduler's host-side buffers (inputs are copied
+    // from it) and one row of logits, as llama.cpp does; copies to and from pageable memory are slower.
+    ggml_backend_buffer_type_t host_buft = nullptr;
+    ggml_backend_buffer_t pinned = nullptr;
 
     context(model * m, const pr_context_params & p);
     ~context();

@@ -75,7 +75,7 @@ def _inprocess(a, cfgs, runs, rtype, dev) -> None:
 
     from . import Llama
     from .bench import _prompt
-    kw = dict(n_ctx=64, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, **dev)
+    kw = dict(n_ctx=16 + a.gen_tokens + 16, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, **dev)
     with Llama(cfgs[0]["model"], river=rtype, exit_threshold=2.0, **kw) as llm, \
             Llama(cfgs[-1]["model"], river=None, **kw) as uni:
         prompt = _prompt(lambda b: llm.tokenize(b, add_bos=False), 16)
