@@ -117,14 +117,36 @@ built_graph & context::graph_for(const segment & seg) {
         }
         return *main.graph;
     }
+    auto n_kv_free = [](segment s) { s.shape.n_kv = 0; return s; };
     for (auto it = small.begin(); it != small.end(); ++it) {
         if (it->first == seg) {
             small.splice(small.begin(), small, it);
             return *small.front().second->graph;
         }
     }
+    // The same segment over a longer cache (the cache grew past a multiple of kv_pad): rebuilt in
+    // the slot's scheduler, whose buffers were reserved for n_ctx, so nothing is allocated again
+    // (on a GPU an allocation of device and pinned memory costs milliseconds).
+    for (auto it = small.begin(); it != small.end(); ++it) {
+        if (n_kv_free(it->first) == n_kv_free(seg)) {
+            graph_slot & slot = *it->second;
+            slot.graph.reset();
+            ggml_backend_sched_reset(slot.sched);
+            slot.graph.reset(build_graph(*m, *kv, seg, carry.get()));
+            if (!ggml_backend_sched_alloc_graph(slot.sched, slot.graph->gf)) fail(PR_ERR_BACKEND, "cannot allocate a decode graph");
+            it->first = seg;
+            small.splice(small.begin(), small, it);
+            return *slot.graph;
+        }
+    }
     std::unique_ptr<graph_slot> slot(new graph_slot());
     slot->sched = new_sched();
+    segment worst = seg;
+    worst.shape.n_kv = kv->n_ctx;
+    {
+        std::unique_ptr<built_graph> w(build_graph(*m, *kv, worst, carry.get()));
+        if (!ggml_backend_sched_reserve(slot->sched, w->gf)) fail(PR_ERR_BACKEND, "cannot reserve a decode graph");
+    }
     slot->graph.reset(build_graph(*m, *kv, seg, carry.get()));
     if (!ggml_backend_sched_alloc_graph(slot->sched, slot->graph->gf)) fail(PR_ERR_BACKEND, "cannot allocate a decode graph");
     small.emplace_front(seg, std::move(slot));
