@@ -207,7 +207,7 @@ const float * pr_logits(pr_context * ctx, int32_t i) {
 
 int32_t pr_n_outputs(const pr_context * ctx) { return ctx ? ctx->c->n_outputs : 0; }
 int32_t pr_kv_pos(const pr_context * ctx) { return ctx ? ctx->c->kv->n_used : 0; }
-int32_t pr_n_ctx(const pr_context * ctx) { return ctx ? ctx->c->kv->n_ctx : 0; }
+int32_t pr_n_ctx(const pr_context * ctx) { return ctx ? ctx->c->params.n_ctx : 0; }
 
 pr_status pr_kv_truncate(pr_context * ctx, int32_t n_keep) {
     return guarded([&] {

@@ -20,7 +20,10 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     if (p.n_threads < 1 || p.n_threads_batch < 1) fail(PR_ERR_INVALID_ARG, "thread counts must be >= 1");
     params.n_batch = std::min(p.n_batch, p.n_ctx);
 
-    kv.reset(new kv_cache(*m, p.n_ctx, p.flash_attn == 0));
+    // The cache holds a multiple of kv_pad rows, as llama.cpp pads n_ctx, so that the attended rows
+    // (n_kv) are always such a multiple: ggml-cuda's flash attention takes its fast path only then.
+    // Tokens past n_ctx are still refused (kv->n_ctx is not the limit; params.n_ctx is).
+    kv.reset(new kv_cache(*m, (int) GGML_PAD(p.n_ctx, kv_pad), p.flash_attn == 0));
 
     std::set<ggml_backend_dev_t> devs(m->layer_dev.begin(), m->layer_dev.end());
     devs.insert(m->output_dev);
@@ -369,8 +372,8 @@ void context::decode(const int32_t * tokens, int n, bool logits_all, bool prompt
             fail(PR_ERR_INVALID_ARG, "token id %d at index %d is out of range [0, %d)", tokens[i], i, m->hp.n_vocab);
         }
     }
-    if ((int64_t) kv->n_used + n > kv->n_ctx) {
-        fail(PR_ERR_CONTEXT_FULL, "%d tokens do not fit: %d of n_ctx %d are in use", n, kv->n_used, kv->n_ctx);
+    if ((int64_t) kv->n_used + n > params.n_ctx) {
+        fail(PR_ERR_CONTEXT_FULL, "%d tokens do not fit: %d of n_ctx %d are in use", n, kv->n_used, params.n_ctx);
     }
     n_outputs = 0;
     logits.clear();
