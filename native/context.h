@@ -29,6 +29,14 @@ struct graph_slot {
     ~graph_slot();
 };
 
+// What one segment of a step hands to the next: the hidden state after its last block (or its
+// exit block) on the host, or the slot of the device carry that holds it.
+struct handoff {
+    bool use_carry = false;
+    std::vector<float> h;
+    int slot = -1;
+};
+
 struct context {
     model * m = nullptr;
     pr_context_params params{};
@@ -62,7 +70,11 @@ private:
     void set_inputs(const built_graph & g, const int32_t * tokens, const std::vector<float> * hidden, int n, int pos0);
     void take_logits(const built_graph & g);
     void run(const int32_t * tokens, int n, int n_out, bool decoding);
-    void run_river(const int32_t * tokens, int n, int n_out);
+    void run_exiting(const int32_t * tokens, int n, int n_out);
+    int run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho);
+    segment chained(segment s, const handoff & ho) const;
+    const std::vector<float> * input_of(const segment & s, const handoff & ho) const;
+    void hand_on(const built_graph & g, int b, handoff & ho) const;
     segment make_segment(int n, int n_out, int first, int last, bool river_path, int check_first, int check_last) const;
 };
 

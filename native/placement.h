@@ -25,4 +25,8 @@ std::vector<ggml_backend_dev_t> model_devices(const std::vector<ggml_backend_dev
 // proportion to tensor_split (all zero: to each device's free memory).
 placement place_layers(int n_layer, int n_gpu_layers, const std::vector<ggml_backend_dev_t> & devs, const float * tensor_split);
 
+// The arithmetic of place_layers: for each block and then the head, the index of its device in
+// shares (one share per device), or -1 for the CPU.
+std::vector<int> split_layers(int n_layer, int n_gpu_layers, std::vector<float> shares);
+
 } // namespace pr

@@ -307,7 +307,7 @@ def inprocess(a) -> int:
     import numpy as np
 
     from . import Llama, models
-    from ._native import lib
+    from . import debug
     from .evaluate import prompt_tokens
     path = str(models.resolve(a.model, progress=True))
     llm = Llama(path, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
@@ -331,13 +331,13 @@ def inprocess(a) -> int:
             llm.set_exit(tau, a.min_exit_layer, **mode)
             llm.reset()
             llm.eval(prompt)
-            g0, ex = lib.pr_graph_runs(llm._ctx), []
+            g0, ex = debug.graph_runs(llm), []
             t = time.perf_counter()
             for tok in seq:
                 llm.eval([tok])
                 ex.extend(llm.last_exits)
             res.setdefault(key, []).append(len(seq) / (time.perf_counter() - t))
-            graphs[key] = (lib.pr_graph_runs(llm._ctx) - g0) / len(seq)
+            graphs[key] = (debug.graph_runs(llm) - g0) / len(seq)
             exits[key] = float(np.mean(ex))
     full = statistics.median(res["full depth"])
     for key, v in res.items():

@@ -62,10 +62,9 @@ def mutate(data: bytes, rng: random.Random, meta_end: int) -> Tuple[bytes, str]:
 def _child(src: str, kind: str, seed: int, start: int, count: int, backbone: Optional[str]) -> None:
     """Runs cases start..start+count-1; prints 'CASE i' before and 'OK i <outcome>' after each."""
     import signal
-    from . import _native  # noqa: F401  (load the library before the first case)
     import llama_cpp._logger
     llama_cpp._logger.set_verbose(False)
-    from ._native import check, ffi, lib
+    from .native import check, ffi, lib
     data = Path(src).read_bytes()
     meta_end = _meta_end(src)
     tmp = Path(tempfile.mkdtemp(prefix="pyriver-fuzz-"))

@@ -12,8 +12,8 @@ import numpy as np
 
 from . import completion as C
 from . import models
-from ._native import check, ffi, lib
-from .errors import ContextFullError
+from .errors import ContextFullError, PyriverError
+from .native import check, ffi, last_error, lib, read_text
 from .sampling import Sampler, SamplingParams
 from .vocab import Vocab
 
@@ -164,13 +164,18 @@ class Llama:
             p = ffi.new("pr_exit_params *", lib.pr_exit_default_params())
             p.exit_threshold = float(exit_threshold)
             p.min_exit_layer = int(self.min_exit_layer if min_exit_layer is None else min_exit_layer)
-            p.force_exit_layer = int(force_exit_layer)
             p.prefill_exit = 1 if prefill_exit else 0
-            p.check_chunk = int(check_chunk)
-            p.host_checks = -1 if host_checks else 0
-            p.device_carry = -1 if device_carry else 0
-            p.predict = 1 if predict else 0
-            check(lib.pr_context_set_exit(self._ctx, p))
+            d = ffi.new("pr_exit_debug_params *", lib.pr_exit_debug_default_params())
+            d.force_exit_layer = int(force_exit_layer)
+            d.check_chunk = int(check_chunk)
+            d.host_checks = -1 if host_checks else 0
+            d.device_carry = -1 if device_carry else 0
+            d.predict = 1 if predict else 0
+            default = lib.pr_exit_debug_default_params()
+            if all(getattr(d, k) == getattr(default, k) for k in dir(default)):
+                check(lib.pr_context_set_exit(self._ctx, p))
+            else:   # the testing and benchmark knobs (pyriver_debug.h)
+                check(lib.pr_context_set_exit_debug(self._ctx, p, d))
             self.exit_threshold, self.min_exit_layer = p.exit_threshold, p.min_exit_layer
 
     @classmethod
@@ -221,15 +226,14 @@ class Llama:
 
     def devices(self) -> List[str]:
         """ggml device name of each block, then of the head ("CPU", "RPC0", ...)."""
-        buf = ffi.new("char[]", 64 * (self.info["n_layer"] + 1) + 64)
-        check(lib.pr_model_devices(self._model, buf, len(buf)))
-        return ffi.string(buf).decode().splitlines()
+        return read_text(lambda buf, size, needed: lib.pr_model_devices(self._model, buf, size, needed)).splitlines()
 
     def metadata(self, key: str) -> Optional[str]:
-        buf = ffi.new("char[]", 1 << 20)
-        if lib.pr_model_meta(self._model, key.encode(), buf, len(buf)) != 0:
+        """A GGUF metadata value as text; None when the file has no such key."""
+        try:
+            return read_text(lambda buf, size, needed: lib.pr_model_meta(self._model, key.encode(), buf, size, needed))
+        except ValueError:
             return None
-        return ffi.string(buf).decode("utf-8", "replace")
 
     # -- tokens -----------------------------------------------------------------------------
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> List[int]:
@@ -243,7 +247,7 @@ class Llama:
     def reset(self) -> None:
         with self._lock:
             self._live()
-            lib.pr_kv_clear(self._ctx)
+            check(lib.pr_kv_clear(self._ctx))
             self.input_ids = []
 
     def _reconcile(self) -> None:
@@ -261,8 +265,8 @@ class Llama:
 
     def eval(self, tokens: Sequence[int], logits_all: bool = False, prompt: bool = False) -> np.ndarray:
         """Append tokens to the cache and run them. Returns logits [n_outputs, n_vocab]: every
-        token's with logits_all, else the last token's. One token is a decode step (exits apply)
-        unless prompt is set; a prompt runs at full depth however many tokens it has."""
+        token's with logits_all, else the last token's. prompt marks a single token as a prompt
+        (pr_decode's prompt rule: a prompt runs at full depth, a decode step under the exits)."""
         with self._lock:
             self._live()
             toks = [int(t) for t in tokens]
@@ -278,6 +282,8 @@ class Llama:
             n_out = lib.pr_n_outputs(self._ctx)
             n_vocab = self.info["n_vocab"]
             ptr = lib.pr_logits(self._ctx, 0)
+            if ptr == ffi.NULL:
+                raise PyriverError(last_error())
             return np.frombuffer(ffi.buffer(ptr, 4 * n_vocab * n_out), dtype=np.float32).reshape(n_out, n_vocab).copy()
 
     def _sync_prefix(self, tokens: List[int], n_prompt: Optional[int] = None):

@@ -11,7 +11,7 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 
 from . import models
-from ._native import check, ffi, lib
+from .native import check, ffi, lib, read_text
 
 
 def file_sha256(path: str) -> str:
@@ -73,17 +73,16 @@ def build(model_handle, model_path: str, river_type: str, out: Path, *, force: b
             bar.update(done - bar.n)
         return 0
 
-    report = ffi.new("char[]", 1 << 16)
     try:
         status = lib.pr_river_build(model_handle, river_type.encode(), 1 if force else 0, sha256.encode(),
-                                    str(out).encode(), os.cpu_count() or 1, on_progress, ffi.NULL, report, len(report))
+                                    str(out).encode(), os.cpu_count() or 1, on_progress, ffi.NULL)
     finally:
         if bar is not None:
             bar.close()
     if raised:
         raise raised[0]
     check(status)
-    return ffi.string(report).decode()
+    return read_text(lambda buf, size, needed: lib.pr_river_report(model_handle, buf, size, needed))
 
 
 def attach(model_handle, sidecar: Path, sha256: str, use_mmap: bool = True) -> None:

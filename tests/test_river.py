@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import on_gpu
-from pyriver import Llama, ModelLoadError
+from pyriver import Llama, ModelLoadError, debug
 
 PROMPT = b"The history of the river begins in the mountains, where"
 # The River invariants hold for every architecture: SmolLM2 (llama), the synthetic qwen2, qwen3,
@@ -128,7 +128,6 @@ def test_poisoned_cache_is_never_read(request, model, gpu_layers):
     large finite value gives the clean cache's logits bit for bit. Control: a hole (a row never
     written) changes them. (NaN alone is no control on every model: a Q8_K-quantized activation
     row that is all NaN becomes zeros in ggml, so Gemma 3 270M's Q4_K attn_output hides it.)"""
-    from pyriver._native import check, lib
     path = _model_path(request, model)
     river = "q3_K" if model == "gemma3_270m" else "q4_0"
     with Llama(path, n_ctx=128, n_threads=2, verbose=False, n_gpu_layers=gpu_layers, flash_attn=True, river=river,
@@ -138,7 +137,7 @@ def test_poisoned_cache_is_never_read(request, model, gpu_layers):
         clean, exits = _generate_logits(llm, n=30, schedule=schedule)
         assert set(exits) == set(blocks)
         for value in (float("nan"), 1000.0):
-            check(lib.pr_kv_fill(llm._ctx, value))   # _generate_logits rewinds; the fill stays
+            debug.kv_fill(llm, value)   # _generate_logits rewinds; the fill stays
             got, exits = _generate_logits(llm, n=30, schedule=schedule)
             assert set(exits) == set(blocks)
             assert np.isfinite(got).all()
@@ -151,7 +150,7 @@ def test_poisoned_cache_is_never_read(request, model, gpu_layers):
         ref = llm.eval([1])
         llm.reset()
         llm.eval(prompt)
-        check(lib.pr_kv_fill(llm._ctx, 1000.0))
+        debug.kv_fill(llm, 1000.0)
         assert not np.array_equal(ref, llm.eval([1]))
 
 

@@ -1,15 +1,20 @@
-"""cffi binding of native/pyriver.h (ABI mode: the header is the whole contract)."""
+"""cffi binding of native/pyriver.h and native/pyriver_debug.h (ABI mode: the headers are the
+whole contract)."""
 from __future__ import annotations
 
 import os
 import re
+import site
+import sysconfig
 from pathlib import Path
+from typing import Callable
 
 import cffi
 
 from .errors import BackendError, ContextFullError, ModelLoadError, PyriverError
 
 _HERE = Path(__file__).resolve().parent
+HEADERS = ("pyriver.h", "pyriver_debug.h")   # the product API, then the testing knobs
 
 
 def _lib_dirs():
@@ -19,8 +24,6 @@ def _lib_dirs():
     yield _HERE
     if os.environ.get("PYRIVER_LIB_DIR"):
         yield Path(os.environ["PYRIVER_LIB_DIR"])
-    import site
-    import sysconfig
     for sp in [sysconfig.get_paths()["platlib"], *site.getsitepackages(), site.getusersitepackages()]:
         yield Path(sp) / "pyriver"
 
@@ -41,16 +44,19 @@ def _cdef(header: Path) -> str:
     return m.group(1).replace("PR_API ", "")
 
 
+def _header(lib: Path, name: str) -> Path:
+    """The header that matches the library: installed beside it, or the checkout's for a dev build."""
+    beside = lib.parent / name
+    return beside if beside.exists() else _HERE.parent / "native" / name
+
+
 # llama_cpp first: its libggml is the one the process uses; ours resolves to the same file.
 import llama_cpp  # noqa: E402,F401
 
 _LIB = _find("libpyriver.so" if os.name != "nt" else "pyriver.dll")
-# The header that matches the library: installed beside it, or the checkout's for a dev build.
-_HEADER = _LIB.parent / "pyriver.h"
-if not _HEADER.exists():
-    _HEADER = _HERE.parent / "native" / "pyriver.h"
 ffi = cffi.FFI()
-ffi.cdef(_cdef(_HEADER))
+for _name in HEADERS:
+    ffi.cdef(_cdef(_header(_LIB, _name)))
 lib = ffi.dlopen(str(_LIB))
 
 PR_OK = 0
@@ -72,3 +78,13 @@ def check(status: int) -> None:
     """Raise the exception that a native status stands for."""
     if status != PR_OK:
         raise _ERRORS.get(status, PyriverError)(last_error())
+
+
+def read_text(call: Callable[..., int]) -> str:
+    """The text of a buffer-filling function (pyriver.h's text-out convention): call(buf, size,
+    needed) once for the size, once to fill a buffer of that size."""
+    needed = ffi.new("size_t *")
+    check(call(ffi.NULL, 0, needed))
+    buf = ffi.new("char[]", needed[0])
+    check(call(buf, len(buf), needed))
+    return ffi.string(buf).decode("utf-8", "replace")
