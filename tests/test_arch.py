@@ -4,33 +4,30 @@ its GGUF forms runs as llama.cpp runs it."""
 from __future__ import annotations
 
 import gguf
+import llama_cpp
 import numpy as np
 import pytest
 
-from pyriver import Llama, ModelLoadError, synth
-from conftest import ARCH_SPECS
+from helpers import ARCH_SPECS
+from pyriver import Llama, ModelLoadError
+from pyriver.tools import gguf_io, synth
 
 
 def _rewrite(src, dst, kv=None, drop=(), reshape=None):
     """A copy of src with metadata keys replaced (name -> (value, type) or None to delete),
     tensors dropped, or one tensor's first dimension halved."""
     reader = gguf.GGUFReader(src, "r")
-    plan = synth._plan_from_file(reader)
+    plan = gguf_io.plan_from_file(reader)
     for k, v in (kv or {}).items():
         if v is None:
             plan.kv.pop(k, None)
         else:
-            plan.kv[k] = synth._KV(*v)
+            plan.kv[k] = gguf_io.KV(*v)
     plan.tensors = [t for t in plan.tensors if t.name not in drop]
     if reshape:
         t = plan.tensor(reshape)
-        rt = next(r for r in reader.tensors if r.name == reshape)
-        start, mm = int(rt.data_offset), reader.data
-        half = t.nbytes // 2
-        t.ne = (t.ne[0] // 2,) + tuple(t.ne[1:])
-        t.nbytes = half
-        t.chunks = lambda: iter([np.asarray(mm[start:start + half])])
-    return str(synth._write_plan(dst, plan))
+        gguf_io.reshape_prefix(plan, reader, reshape, (t.ne[0] // 2,) + tuple(t.ne[1:]))
+    return str(gguf_io.write_plan(dst, plan))
 
 
 def test_unsupported_architecture_is_named(arch_paths, tmp_path):
@@ -75,7 +72,6 @@ def test_bad_sliding_window_pattern(arch_paths, tmp_path):
 
 
 def _teacher_forced_equal(path, text):
-    import llama_cpp
     ref = llama_cpp.Llama(path, n_ctx=256, n_threads=2, logits_all=True, verbose=False)
     toks = ref.tokenize(text.encode(), add_bos=True, special=True)
     ref.eval(toks)

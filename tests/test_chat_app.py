@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pexpect
+import pytest
+
+from helpers import pyriver_cli
+
+pytestmark = pytest.mark.slow
 
 
 def _spawn(smol_path, *extra):
@@ -73,8 +77,7 @@ def test_ctrl_c_stops_an_answer_and_chat_goes_on(smol_path):
 
 
 def test_chat_from_a_pipe(smol_path):
-    r = subprocess.run([sys.executable, "-m", "pyriver.cli", "chat", smol_path, "-n", "12"],
-                       input="Hello!\n\n/tau 0.98\nHow are you?\n", capture_output=True, text=True, timeout=300)
+    r = pyriver_cli("chat", smol_path, "-n", "12", input="Hello!\n\n/tau 0.98\nHow are you?\n")
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     assert len(lines) >= 3          # two answers and the /tau acknowledgement

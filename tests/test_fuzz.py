@@ -6,23 +6,25 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+from helpers import TESTS
+from pyriver.tools import synth
+from pyriver.tools.fuzz import run
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def base(smol_path, tmp_path_factory):
-    from pyriver import synth
     p = tmp_path_factory.mktemp("fuzz") / "fuzz-base.gguf"
     synth.write_llama(p, n_layer=2, n_embd=64, n_head=2, n_head_kv=1, n_ff=128, tokenizer_from=smol_path)
     return p
 
 
 def test_short_fuzz_run_model(base):
-    r = subprocess.run([sys.executable, "-m", "pyriver.fuzz", "--source", str(base), "--cases", "300", "--seed", "11"],
+    r = subprocess.run([sys.executable, "-m", "pyriver.tools.fuzz", "--source", str(base), "--cases", "300", "--seed", "11"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr[-2000:]
     assert "300 cases" in r.stdout and "0 crashes or hangs" in r.stdout
@@ -32,7 +34,6 @@ def test_short_fuzz_run_river(base):
     from pyriver import Llama
     Llama(str(base), n_ctx=8, verbose=False, river="q8_0").close()
     side = base.with_name("fuzz-base.river-q8_0.gguf")
-    from pyriver.fuzz import run
     res = run(str(side), "river", 100, 12, None, backbone=str(base), quiet=True)
     assert res["crashes"] == [] and res["bad_message"] == 0
     assert res["error"] > 0
@@ -42,7 +43,7 @@ REPLAY = """
 import json, random, sys
 from pathlib import Path
 from pyriver import Llama, ModelLoadError
-from pyriver.fuzz import _meta_end, mutate
+from pyriver.tools.fuzz import _meta_end, mutate
 base, cases = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
 data, meta_end = base.read_bytes(), _meta_end(sys.argv[1])
 for c in cases:
@@ -61,7 +62,7 @@ for c in cases:
 
 def test_regressions_raise_clear_errors(base):
     """Replayed in a child process: a crash must fail this test, not end the test run."""
-    cases = HERE / "fuzz_regressions.json"
+    cases = TESTS / "fuzz_regressions.json"
     assert json.loads(cases.read_text())
     r = subprocess.run([sys.executable, "-c", REPLAY, str(base), str(cases)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

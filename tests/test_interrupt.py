@@ -16,6 +16,8 @@ import pytest
 
 from pyriver import Llama
 
+pytestmark = pytest.mark.slow
+
 RIVER = dict(river="q4_0", exit_threshold=0.975, min_exit_layer=4)
 LONG = "Rivers carry water from mountains to the sea. " * 30 + "Tell me about rivers."
 CHECK = "Rivers carry water from mountains to the sea. " * 10 + "Name three rivers."

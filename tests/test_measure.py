@@ -1,10 +1,11 @@
 """`pyriver bench`, `eval`, `sweep` and `calibrate` end to end on a tiny synthetic GGUF (a copy per
-module: calibrate writes into the sidecars next to it), their JSON against pyriver/schemas, the
-calibrated default of `Llama(MODEL)`, bad input, and Ctrl-C."""
+module: calibrate writes into the sidecars next to it), their JSON against pyriver/tools/schemas,
+the calibrated default of `Llama(MODEL)`, bad input, and Ctrl-C."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,13 +16,15 @@ import time
 import jsonschema
 import pytest
 
-from pyriver.results import schema
+from helpers import REPO, pyriver_cli as _pyriver
+from pyriver.cache import file_sha256
+from pyriver.sidecar import read_calibration
+from pyriver.tools import synth
+from pyriver.tools.results import schema
+
+pytestmark = pytest.mark.slow
 
 GRID = ["--river", "q4_0", "--tau", "0.9", "0.99", "--min-exit-layer", "2", "--limit", "4", "-n", "12"]
-
-
-def _pyriver(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "pyriver.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def _valid(path, name):
@@ -32,7 +35,6 @@ def _valid(path, name):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, smol_path):
-    from pyriver import synth
     d = tmp_path_factory.mktemp("tiny")
     p = d / "tiny.gguf"
     synth.write_llama(p, n_layer=6, n_embd=128, n_head=4, n_head_kv=2, n_ff=352, tied_output=True, seed=5,
@@ -43,14 +45,13 @@ def tiny(tmp_path_factory, smol_path):
 def test_schemas_are_valid_schemas_and_readme_results_follow_them():
     for name in ("bench", "eval", "sweep", "calibrate"):
         jsonschema.Draft202012Validator.check_schema(schema(name))
-    docs = os.path.join(os.path.dirname(__file__), "..", "docs")
+    docs = os.path.join(REPO, "docs")
     for f in os.listdir(docs):
         if f.endswith(".json"):
             _valid(os.path.join(docs, f), f.split("-")[0])
 
 
 def test_bench_end_to_end(tiny, tmp_path):
-    from pyriver.river import file_sha256
     out = tmp_path / "b.json"
     r = _pyriver("bench", tiny, "--repeats", "1", "--prompt-tokens", "16", "--gen-tokens", "8", "--river", "q4_0",
                  "--tau", "0.9", "--min-exit-layer", "2", "--competitor", "--json", str(out))
@@ -125,7 +126,8 @@ def test_sweep_end_to_end(tiny, tmp_path):
 
 
 def test_calibrate_stores_setting_that_eval_confirms(tiny, tmp_path, capfd):
-    from pyriver import Llama, calibration
+    from pyriver import Llama
+    from pyriver.tools.calibrate import decide
     model = str(tmp_path / "cal.gguf")
     shutil.copy(tiny, model)
     out = tmp_path / "c.json"
@@ -137,7 +139,7 @@ def test_calibrate_stores_setting_that_eval_confirms(tiny, tmp_path, capfd):
     d = _valid(out, "calibrate")
     dec = d["decision"]
     assert dec["enabled"] and "calibrated: river q4_0" in r.stdout
-    assert calibration.decide(d["points"], 0.9, 0.0, False)["setting"] == dec["setting"]
+    assert decide(d["points"], 0.9, 0.0, False)["setting"] == dec["setting"]
     s = dec["setting"]
     # eval (no --river: the calibrated setting) re-measures it on the calibration set: it meets the target.
     ev = tmp_path / "e.json"
@@ -165,29 +167,15 @@ def test_calibrate_stores_setting_that_eval_confirms(tiny, tmp_path, capfd):
     with Llama(model, n_ctx=64, verbose=False, river=None) as llm:
         assert llm.river_path is None and llm.river_stats() is None
     # `pyriver chat MODEL` too.
-    r = subprocess.run([sys.executable, "-m", "pyriver.cli", "chat", model, "-n", "4"], input="Hi\n/stats\n",
-                       capture_output=True, text=True, timeout=120)
+    r = _pyriver("chat", model, "-n", "4", input="Hi\n/stats\n", timeout=120)
     assert r.returncode == 0 and "mean exit block" in r.stdout, r.stdout + r.stderr
     # A calibration that finds nothing worth it turns River off again.
     r = _pyriver("calibrate", model, *GRID, "-r", "1", "--target-fidelity", "0.9", "--min-speedup", "1000", "--no-uniform")
     assert r.returncode == 0, r.stderr
     assert "River stays off" in r.stdout
-    assert calibration.read(dec["stored"][0])["enabled"] is False
+    assert read_calibration(dec["stored"][0])["enabled"] is False
     with Llama(model, n_ctx=64, verbose=False) as llm:
         assert llm.river_path is None
-
-
-def test_calibrate_rule_against_uniform_and_target():
-    """The choice rule on given points: the uniform model that meets the target and is faster wins."""
-    from pyriver.calibration import decide
-    pts = [{"kind": "full", "top1_agreement": 1.0, "decode_tok_s": {"median": 100.0}},
-           {"kind": "river", "river": "q4_0", "tau": 0.98, "min_exit_layer": 4, "top1_agreement": 0.95,
-            "decode_tok_s": {"median": 110.0}, "speedup": 1.1},
-           {"kind": "uniform", "river": "q4_0", "top1_agreement": 0.96, "decode_tok_s": {"median": 120.0}}]
-    assert decide(pts, 0.9, 1.0, True)["enabled"] is False
-    assert "uniformly requantized" in decide(pts, 0.9, 1.0, True)["reason"]
-    assert decide(pts, 0.9, 1.0, False)["enabled"] is True
-    assert decide(pts, 0.97, 1.0, False)["enabled"] is False
 
 
 @pytest.mark.parametrize("cmd", ["bench", "eval", "sweep", "calibrate"])
@@ -226,7 +214,6 @@ SIGINT_CASES = {
 
 @pytest.mark.parametrize("cmd", sorted(SIGINT_CASES))
 def test_ctrl_c_keeps_partial_results(cmd, tiny, tmp_path):
-    import re
     args, ready, name = SIGINT_CASES[cmd]
     js = tmp_path / "r.json"
     p = subprocess.Popen([sys.executable, "-m", "pyriver.cli", args[0], tiny, *args[1:], "--json", str(js)],
@@ -257,16 +244,3 @@ def test_ctrl_c_keeps_partial_results(cmd, tiny, tmp_path):
         assert 1 <= len(d["results"]) < 6 and "top-1 agreement" in out
     else:
         assert 1 <= d["conditions"]["repeats"] < 50 and "decode tok/s" in out
-
-
-def test_uniform_competitor_file_types():
-    """Each river type maps to the llama.cpp file type that puts (nearly) every matrix at that
-    type; mxfp4 has none for dense models and says so."""
-    from pyriver.bench import requantized, uniform_ftype
-    from pyriver.synth import _ftype_constant
-    assert uniform_ftype("q4_0") == "q4_0" and uniform_ftype("q3_K") == "q3_k_s" and uniform_ftype("Q6_K") == "q6_k"
-    for rt in ("q4_0", "iq4_nl", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "q8_0"):
-        _ftype_constant(uniform_ftype(rt))   # a file type llama.cpp knows
-    assert uniform_ftype("mxfp4") is None
-    with pytest.raises(ValueError, match="no uniform mxfp4"):
-        requantized("/nonexistent.gguf", "mxfp4")

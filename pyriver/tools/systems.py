@@ -12,7 +12,17 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
+import gguf
+
+from pyriver import models
+from pyriver.atomic import replacing
+from pyriver.llama import DEFAULT_RIVER, Llama
+
+from . import synth
+from .engine import greedy
+from .quantize import quantize, requantized
 from .results import write_json
+from .worker import engine_kwargs, run_worker, text_prompt
 
 # Synthetic llamas: ~1B (16 blocks of 2048) and Llama 3.1 8B's shape (32 blocks of 4096, GQA 32/8,
 # FFN 14336; the vocabulary is SmolLM2's 49152, so the head is smaller than Llama's).
@@ -23,23 +33,19 @@ SPECS = {
 
 
 def model_path(dtype: str, size: str = "1b") -> Path:
-    from . import models
     return models.cache_dir() / "synthetic" / f"llama-{size}-{dtype}.gguf"
 
 
 def ensure_model(dtype: str, size: str = "1b") -> Path:
     """The synthetic model, written once into the cache. Q8_0 is llama.cpp's quantization of the
     F16 file for 8b (numpy's Q8_0 would take minutes)."""
-    from . import models, synth
     p = model_path(dtype, size)
     if not p.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
         if dtype == "q8_0" and size != "1b":
             src = ensure_model("f16", size)
             print(f"writing {p} (llama.cpp quantize of {src.name})", file=sys.stderr)
-            tmp = p.with_suffix(".tmp")
-            synth.quantize(src, tmp, "q8_0")
-            tmp.replace(p)
+            with replacing(p) as tmp:
+                quantize(src, tmp, "q8_0")
         else:
             print(f"writing {p} (synthetic, {dtype})", file=sys.stderr)
             synth.write_llama(p, dtype=dtype, tokenizer_from=str(models.resolve(None)), **SPECS[size])
@@ -48,7 +54,6 @@ def ensure_model(dtype: str, size: str = "1b") -> Path:
 
 def block_bytes(path: str) -> Dict[str, float]:
     """Bytes of each block's weights and of the head (norm + output matrix)."""
-    import gguf
     r = gguf.GGUFReader(path)
     per: Dict[str, float] = {}
     for t in r.tensors:
@@ -69,24 +74,13 @@ def _inprocess(a, cfgs, runs, rtype, dev) -> None:
     """All settings in one process (a model of many GiB is loaded twice, not once per run): one
     Llama with the river (full depth = no exit rule, the same graph as without a river; forced
     exits by set_exit) and one on the uniform file, alternating run by run."""
-    import time
-
-    import numpy as np
-
-    from . import Llama
-    from .bench import _prompt
     kw = dict(n_ctx=64, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, **dev)
     with Llama(cfgs[0]["model"], river=rtype, exit_threshold=2.0, **kw) as llm, \
             Llama(cfgs[-1]["model"], river=None, **kw) as uni:
-        prompt = _prompt(lambda b: llm.tokenize(b, add_bos=False), 16)
+        prompt = text_prompt(lambda b: llm.tokenize(b, add_bos=False), 16)
 
         def decode(m, n):
-            m.reset()
-            tok = int(np.argmax(m.eval(prompt)[-1]))
-            t0 = time.perf_counter()
-            for _ in range(n):
-                tok = int(np.argmax(m.eval([tok])[-1]))
-            return n / (time.perf_counter() - t0)
+            return n / greedy(m, prompt, n).steps_s
 
         decode(llm, 8), decode(uni, 8)   # warm-up: graphs built, CUDA graphs captured
         for r in range(a.repeats):
@@ -106,14 +100,13 @@ def default_exit_blocks(n_layer: int, size: str) -> List[int]:
 
 
 def main(a) -> int:
-    from . import Llama
-    from .bench import _device_kw, _run_worker, requantized
+    """`pyriver bench --systems` (its arguments are bench's)."""
     path = str(ensure_model(a.systems_dtype, a.systems_size))
-    rtype = a.river or "q4_0"
+    rtype = a.river or DEFAULT_RIVER
     with Llama(path, n_ctx=16, verbose=False, river=rtype) as llm:
         sidecar, L = llm.river_path, llm.info["n_layer"]
     blocks = a.exit_blocks or ([a.force_exit_layer] if a.force_exit_layer >= 0 else default_exit_blocks(L, a.systems_size))
-    dev = {k: v for k, v in _device_kw({"n_gpu_layers": a.n_gpu_layers, "flash_attn": a.flash_attn}).items()}
+    dev = engine_kwargs({"n_gpu_layers": a.n_gpu_layers, "flash_attn": a.flash_attn})
     base = {"model": path, "threads": a.threads, "n_prompt": 16, "n_gen": a.gen_tokens, **dev}
     uniform = requantized(path, rtype)
     cfgs = [dict(base, name="full", engine="pyriver")]
@@ -126,7 +119,7 @@ def main(a) -> int:
     else:
         for r in range(a.repeats):
             for c in (cfgs if r % 2 == 0 else cfgs[::-1]):
-                runs[c["name"]].append(_run_worker(c)["decode_tok_s"])
+                runs[c["name"]].append(run_worker(c)["decode_tok_s"])
     med = {k: statistics.median(v) for k, v in runs.items()}
     full = med["full"]
     bb, ub, rb = block_bytes(path), block_bytes(uniform), block_bytes(sidecar)

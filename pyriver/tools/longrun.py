@@ -3,7 +3,7 @@ dropped when the context fills and a fresh conversation every few turns, then re
 load/close cycles. Samples resident memory, file descriptors and threads as it goes, so a leak
 shows as a slope after warm-up.
 
-    python -m pyriver.longrun --tokens 10000 --json longrun.json
+    python -m pyriver.tools.longrun --tokens 10000 --json longrun.json
 """
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ import os
 import sys
 import time
 from typing import Dict, List, Optional
+
+from tqdm import tqdm
+
+from pyriver import models
+from pyriver.llama import DEFAULT_RIVER, Llama
 
 from .prompts import PROMPTS
 
@@ -39,10 +44,9 @@ def _fit(llm, messages: List[Dict], max_tokens: int) -> List[Dict]:
     return messages
 
 
-def run(model: Optional[str] = None, *, tokens: int = 10000, river: Optional[str] = "q4_0", tau: float = 0.975,
+def run(model: Optional[str] = None, *, tokens: int = 10000, river: Optional[str] = DEFAULT_RIVER, tau: float = 0.975,
         n_ctx: int = 512, max_tokens: int = 128, turns_per_conversation: int = 6, reloads: int = 10,
         n_threads: int = 2, seed: int = 1, progress: bool = True) -> Dict:
-    from . import Llama, models
     path = str(models.resolve(model))
     kw = dict(n_ctx=n_ctx, n_threads=n_threads, verbose=False)
     if river:
@@ -51,7 +55,6 @@ def run(model: Optional[str] = None, *, tokens: int = 10000, river: Optional[str
     t0 = time.time()
     bar = None
     if progress:
-        from tqdm import tqdm
         bar = tqdm(total=tokens, unit="tok", desc="long run")
     generated = turn = shifts = resets = 0
     llm = Llama(path, **kw)
@@ -68,7 +71,7 @@ def run(model: Optional[str] = None, *, tokens: int = 10000, river: Optional[str
             for chunk in llm.create_chat_completion(messages, stream=True, max_tokens=max_tokens,
                                                     temperature=0.7, seed=seed + turn):
                 parts.append(chunk["choices"][0]["delta"].get("content", ""))
-            n = llm._n_generated
+            n = llm.n_generated
             generated += n
             turn += 1
             messages.append({"role": "assistant", "content": "".join(parts)})
@@ -107,10 +110,10 @@ def summary(res: Dict, warmup_tokens: int = 1000) -> Dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pyriver.longrun")
+    ap = argparse.ArgumentParser(prog="python -m pyriver.tools.longrun")
     ap.add_argument("model", nargs="?", default=None)
     ap.add_argument("--tokens", type=int, default=10000)
-    ap.add_argument("--river", default="q4_0", help="river type, or 'none'")
+    ap.add_argument("--river", default=DEFAULT_RIVER, help="river type, or 'none'")
     ap.add_argument("--tau", type=float, default=0.975)
     ap.add_argument("--n-ctx", type=int, default=512)
     ap.add_argument("--reloads", type=int, default=10)

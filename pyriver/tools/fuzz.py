@@ -7,13 +7,14 @@ another; the child reports each case before running it, so when the child dies (
 answering (a hang, over the per-case time bound) the parent knows the case, keeps its input, and
 starts a new child at the next case.
 
-    python -m pyriver.fuzz --cases 10000 --out tests/fuzz_regressions
+    python -m pyriver.tools.fuzz --cases 10000 --out tests/fuzz_regressions
 """
 from __future__ import annotations
 
 import argparse
 import json
 import random
+import signal
 import struct
 import subprocess
 import sys
@@ -22,13 +23,18 @@ import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+import gguf
+
+from pyriver import models
+
+from . import synth
+
 INTERESTING = [0, 1, 2, 3, 4, 7, 8, 31, 32, 255, 256, 0x7FFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF,
                0x100000000, 0x7FFFFFFFFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 1 << 40]
 
 
 def _meta_end(path: str) -> int:
     """Where the tensor data starts (header + metadata + tensor infos, aligned), from gguf."""
-    import gguf
     return int(gguf.GGUFReader(path).data_offset)
 
 
@@ -61,10 +67,12 @@ def mutate(data: bytes, rng: random.Random, meta_end: int) -> Tuple[bytes, str]:
 
 def _child(src: str, kind: str, seed: int, start: int, count: int, backbone: Optional[str]) -> None:
     """Runs cases start..start+count-1; prints 'CASE i' before and 'OK i <outcome>' after each."""
-    import signal
+    # The native library and llama.cpp's vocabulary only here, in the child that loads cases.
     import llama_cpp._logger
+
+    from pyriver.native import check, ffi, lib
+    from pyriver.vocab import Vocab
     llama_cpp._logger.set_verbose(False)
-    from .native import check, ffi, lib
     data = Path(src).read_bytes()
     meta_end = _meta_end(src)
     tmp = Path(tempfile.mkdtemp(prefix="pyriver-fuzz-"))
@@ -88,7 +96,6 @@ def _child(src: str, kind: str, seed: int, start: int, count: int, backbone: Opt
                 lib.pr_model_free(out[0])
                 # What pyriver.Llama does next: llama.cpp's vocabulary from the same file.
                 try:
-                    from .vocab import Vocab
                     Vocab(str(f)).close()
                 except ValueError:
                     pass
@@ -120,7 +127,7 @@ def run(src: str, kind: str, cases: int, seed: int, out_dir: Optional[Path], bac
     i = 0
     t0 = time.time()
     while i < cases:
-        cmd = [sys.executable, "-m", "pyriver.fuzz", "--child", src, kind, str(seed), str(i), str(cases - i),
+        cmd = [sys.executable, "-m", "pyriver.tools.fuzz", "--child", src, kind, str(seed), str(i), str(cases - i),
                backbone or ""]
         err = tempfile.TemporaryFile(mode="w+")   # not a pipe: a chatty child must never block on it
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
@@ -164,7 +171,7 @@ def main(argv=None) -> int:
         _, src, kind, seed, start, count, backbone = argv
         _child(src, kind, int(seed), int(start), int(count), backbone or None)
         return 0
-    ap = argparse.ArgumentParser(prog="python -m pyriver.fuzz")
+    ap = argparse.ArgumentParser(prog="python -m pyriver.tools.fuzz")
     ap.add_argument("--source", default=None, help="GGUF to mutate (default: a small synthetic model)")
     ap.add_argument("--kind", choices=["model", "river"], default="model")
     ap.add_argument("--cases", type=int, default=1000)
@@ -174,7 +181,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     src, backbone = a.source, None
     if src is None or a.kind == "river":
-        from . import models, synth
+        from pyriver.llama import Llama   # the parent loads the library only to build a sidecar
         base = models.cache_dir() / "synthetic" / "fuzz-base.gguf"
         if not base.exists():
             base.parent.mkdir(parents=True, exist_ok=True)
@@ -183,7 +190,6 @@ def main(argv=None) -> int:
         if a.kind == "river":
             side = base.with_name("fuzz-base.river-q8_0.gguf")
             if not side.exists():
-                from . import Llama
                 Llama(str(base), n_ctx=8, verbose=False, river="q8_0").close()
             src = src or str(side)
         else:
