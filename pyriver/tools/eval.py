@@ -14,7 +14,7 @@ from typing import Dict, List, Optional
 
 from pyriver.args import device_kwargs, positive
 from pyriver.cli import TOOLS, guarded
-from pyriver.llama import Llama
+from pyriver.llama import DEFAULT_RIVER, Llama
 
 from . import datasets
 from .args import add_set_args, apply_calibration
@@ -36,7 +36,7 @@ def text_tokens(llm, texts, max_tokens: int) -> List[List[int]]:
 def parser() -> argparse.ArgumentParser:
     e = argparse.ArgumentParser(prog="pyriver eval", description=TOOLS["eval"][1])
     add_set_args(e, 128, None)
-    e.add_argument("--river", default=None, help="river type (default: the calibrated setting, if any)")
+    e.add_argument("--river", default=None, help=f"river type (default: the calibrated setting, else {DEFAULT_RIVER})")
     e.add_argument("--tau", type=float, nargs="+", default=None, help="exit thresholds (default 0.985)")
     e.add_argument("--min-exit-layer", type=int, nargs="+", default=None, help="(default 4)")
     e.add_argument("--text", default=None, help="perplexity text: builtin, humaneval (prompts + canonical solutions), "
@@ -60,11 +60,13 @@ def _report(r: Dict) -> None:
 
 
 def _settings(a, full) -> None:
-    """The river and the grid to measure: --river, else the calibrated setting; tau and min exit
-    layer likewise. Checked before the references are computed."""
+    """The river and the grid to measure: --river, else the calibrated setting, else the default
+    river type; tau and min exit layer likewise. Checked before the references are computed."""
     apply_calibration(a, full.model_path, tau_list=True)
     if a.river is None:
-        raise ValueError("eval measures River against full depth: pass --river TYPE (or calibrate the model first)")
+        a.river = DEFAULT_RIVER
+        print(f"eval: no --river given and no calibration stored: using the default river type {DEFAULT_RIVER}",
+              file=sys.stderr)
     L = full.info["n_layer"]
     for mn in a.min_exit_layer:
         if not 0 <= mn < L:

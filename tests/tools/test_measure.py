@@ -92,6 +92,17 @@ def test_eval_end_to_end(tiny, tmp_path):
     assert d["full_depth"]["text_tokens"] > 10 and d["full_depth"]["perplexity"] > 1
 
 
+def test_eval_without_river_uses_the_default_type(tiny, tmp_path):
+    out = tmp_path / "e.json"
+    r = _pyriver("eval", tiny, "--tau", "2.0", "--min-exit-layer", "2", "--limit", "1", "-n", "4", "--text-tokens", "0",
+                 "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "using the default river type q4_0" in r.stderr
+    d = _valid(out, "eval")
+    assert d["conditions"]["river"] == "q4_0" and d["conditions"]["calibrated"] is False
+    assert [x["river"] for x in d["results"]] == ["q4_0"]
+
+
 def test_eval_humaneval_sets(tiny, tmp_path):
     out = tmp_path / "h.json"
     r = _pyriver("eval", tiny, "--river", "q4_0", "--min-exit-layer", "2", "--prompts", "humaneval", "--limit", "2",
