@@ -2,20 +2,32 @@
 // a message for pr_last_error().
 #include "context.h"
 #include "gguf_meta.h"
+#include "placement.h"
+#include "pyriver_debug.h"
 #include "river.h"
 #include "rpc.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <new>
 #include <string>
 
-struct pr_model { pr::model * m; };
+struct pr_model {
+    pr::model * m;
+    std::string river_report;   // fallbacks of the last pr_river_build
+};
 struct pr_context { pr::context * c; };
 
 static thread_local std::string g_last_error;
+
+// For the entry points that return a value rather than a status: a NULL object leaves a message.
+static bool live(const void * obj, const char * what) {
+    if (!obj) g_last_error = std::string(what) + " is NULL";
+    return obj != nullptr;
+}
 
 template <typename F>
 static pr_status guarded(F && f) {
@@ -42,8 +54,11 @@ static void on_model(pr::model * m, const std::function<void()> & f) {
     pr::rpc_guarded(m->rpc_endpoints, m->rpc_timeout_ms, m->broken, f);
 }
 
-static void copy_text(const std::string & s, char * buf, size_t n) {
-    if (!buf || n == 0) pr::fail(PR_ERR_INVALID_ARG, "output buffer is empty");
+// The text-out convention of pyriver.h: *needed always; NULL/0 asks for the size only.
+static void copy_text(const std::string & s, char * buf, size_t n, size_t * needed) {
+    if (needed) *needed = s.size() + 1;
+    if (!buf && n == 0) return;
+    if (!buf) pr::fail(PR_ERR_INVALID_ARG, "output buffer is NULL");
     if (s.size() + 1 > n) pr::fail(PR_ERR_INVALID_ARG, "output buffer of %zu bytes is too small for %zu", n, s.size() + 1);
     memcpy(buf, s.c_str(), s.size() + 1);
 }
@@ -76,7 +91,7 @@ pr_status pr_model_load(const char * path, const pr_model_params * params, pr_mo
         auto m = std::make_shared<pr::model *>(nullptr);
         bool broken = false;
         pr::rpc_guarded(eps, p.rpc_timeout_ms, broken, [m, file, p] { *m = pr::load_model(file.c_str(), p); });
-        *out = new pr_model{*m};
+        *out = new pr_model{*m, std::string()};
     });
 }
 
@@ -111,22 +126,24 @@ pr_status pr_model_get_info(const pr_model * model, pr_model_info * out) {
     });
 }
 
-pr_status pr_model_meta(const pr_model * model, const char * key, char * buf, size_t buf_size) {
+pr_status pr_model_meta(const pr_model * model, const char * key, char * buf, size_t buf_size, size_t * needed) {
     return guarded([&] {
+        if (needed) *needed = 0;
         if (!model || !key) pr::fail(PR_ERR_INVALID_ARG, "model or key is NULL");
         std::string v;
         if (!pr::meta_text(model->m->gguf, key, v)) pr::fail(PR_ERR_INVALID_ARG, "no metadata value '%s'", key);
-        copy_text(v, buf, buf_size);
+        copy_text(v, buf, buf_size, needed);
     });
 }
 
-pr_status pr_model_devices(const pr_model * model, char * buf, size_t buf_size) {
+pr_status pr_model_devices(const pr_model * model, char * buf, size_t buf_size, size_t * needed) {
     return guarded([&] {
+        if (needed) *needed = 0;
         if (!model) pr::fail(PR_ERR_INVALID_ARG, "model is NULL");
         std::string s;
         for (auto d : model->m->layer_dev) s += std::string(ggml_backend_dev_name(d)) + "\n";
         s += std::string(ggml_backend_dev_name(model->m->output_dev)) + "\n";
-        copy_text(s, buf, buf_size);
+        copy_text(s, buf, buf_size, needed);
     });
 }
 
@@ -142,8 +159,9 @@ pr_status pr_rpc_start_server(const char * endpoint, int32_t n_threads, const ch
     return guarded([&] { pr::rpc_start_server(endpoint, n_threads, cache_dir); });
 }
 
-pr_status pr_devices(char * buf, size_t buf_size) {
+pr_status pr_devices(char * buf, size_t buf_size, size_t * needed) {
     return guarded([&] {
+        if (needed) *needed = 0;
         std::string s;
         for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
             ggml_backend_dev_t d = ggml_backend_dev_get(i);
@@ -152,7 +170,7 @@ pr_status pr_devices(char * buf, size_t buf_size) {
                             : t == GGML_BACKEND_DEVICE_TYPE_IGPU ? "igpu" : "accel";
             s += std::string(ggml_backend_dev_name(d)) + "\t" + ggml_backend_dev_description(d) + "\t" + tn + "\n";
         }
-        copy_text(s, buf, buf_size);
+        copy_text(s, buf, buf_size, needed);
     });
 }
 
@@ -195,19 +213,23 @@ pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t
         std::vector<int32_t> toks(tokens, tokens + n);
         pr::context * c = ctx->c;
         on_model(c->m, [c, toks, logits_all, prompt] {
-            c->decode(toks.data(), (int) toks.size(), logits_all != 0, toks.size() > 1 || prompt != 0);
+            c->decode(toks.data(), (int) toks.size(), logits_all != 0, prompt != 0);
         });
     });
 }
 
 const float * pr_logits(pr_context * ctx, int32_t i) {
-    if (!ctx || i < 0 || i >= ctx->c->n_outputs) return nullptr;
+    if (!live(ctx, "ctx")) return nullptr;
+    if (i < 0 || i >= ctx->c->n_outputs) {
+        g_last_error = "logits row " + std::to_string(i) + " is not in [0, " + std::to_string(ctx->c->n_outputs) + ")";
+        return nullptr;
+    }
     return ctx->c->out + (size_t) i * ctx->c->m->hp.n_vocab;
 }
 
-int32_t pr_n_outputs(const pr_context * ctx) { return ctx ? ctx->c->n_outputs : 0; }
-int32_t pr_kv_pos(const pr_context * ctx) { return ctx ? ctx->c->kv->n_used : 0; }
-int32_t pr_n_ctx(const pr_context * ctx) { return ctx ? ctx->c->params.n_ctx : 0; }
+int32_t pr_n_outputs(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->n_outputs : 0; }
+int32_t pr_kv_pos(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->kv->n_used : 0; }
+int32_t pr_n_ctx(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->params.n_ctx : 0; }
 
 pr_status pr_kv_truncate(pr_context * ctx, int32_t n_keep) {
     return guarded([&] {
@@ -216,26 +238,28 @@ pr_status pr_kv_truncate(pr_context * ctx, int32_t n_keep) {
     });
 }
 
-void pr_kv_clear(pr_context * ctx) {
-    if (ctx) ctx->c->truncate(0);
-}
-
-pr_status pr_kv_fill(pr_context * ctx, float value) {
+pr_status pr_kv_clear(pr_context * ctx) {
     return guarded([&] {
         if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
-        pr::context * c = ctx->c;
-        on_model(c->m, [c, value] { c->kv->fill(value); });
+        ctx->c->truncate(0);
     });
 }
 
-pr_status pr_river_build(const pr_model * model, const char * river_type, int32_t force, const char * backbone_sha256,
-                         const char * out_path, int32_t n_threads, pr_progress_fn progress, void * user,
-                         char * report, size_t report_size) {
+pr_status pr_river_build(pr_model * model, const char * river_type, int32_t force, const char * backbone_sha256,
+                         const char * out_path, int32_t n_threads, pr_progress_fn progress, void * user) {
     return guarded([&] {
         if (!model) pr::fail(PR_ERR_INVALID_ARG, "model is NULL");
-        std::string rep;
-        pr::build_river(*model->m, river_type, force != 0, backbone_sha256, out_path, n_threads, progress, user, rep);
-        if (report && report_size) snprintf(report, report_size, "%s", rep.c_str());
+        model->river_report.clear();
+        pr::build_river(*model->m, river_type, force != 0, backbone_sha256, out_path, n_threads, progress, user,
+                        model->river_report);
+    });
+}
+
+pr_status pr_river_report(const pr_model * model, char * buf, size_t buf_size, size_t * needed) {
+    return guarded([&] {
+        if (needed) *needed = 0;
+        if (!model) pr::fail(PR_ERR_INVALID_ARG, "model is NULL");
+        copy_text(model->river_report, buf, buf_size, needed);
     });
 }
 
@@ -254,39 +278,77 @@ pr_exit_params pr_exit_default_params(void) {
     pr_exit_params p;
     p.exit_threshold = r.tau;
     p.min_exit_layer = r.min_layer;
-    p.force_exit_layer = r.force_layer;
     p.prefill_exit = r.prefill ? 1 : 0;
-    p.check_chunk = r.chunk;
-    p.host_checks = r.host_checks;
-    p.device_carry = r.carry;
-    p.predict = r.predict ? 1 : 0;
     return p;
 }
 
-pr_status pr_context_set_exit(pr_context * ctx, const pr_exit_params * params) {
+pr_exit_debug_params pr_exit_debug_default_params(void) {
+    const pr::exit_rule r;
+    pr_exit_debug_params d;
+    d.force_exit_layer = r.force_layer;
+    d.check_chunk = r.chunk;
+    d.host_checks = r.host_checks;
+    d.device_carry = r.carry;
+    d.predict = r.predict ? 1 : 0;
+    return d;
+}
+
+pr_status pr_context_set_exit_debug(pr_context * ctx, const pr_exit_params * params, const pr_exit_debug_params * knobs) {
     return guarded([&] {
-        if (!ctx || !params) pr::fail(PR_ERR_INVALID_ARG, "ctx or params is NULL");
+        if (!ctx || !params || !knobs) pr::fail(PR_ERR_INVALID_ARG, "ctx, params or knobs is NULL");
         pr::exit_rule r;
         r.tau = params->exit_threshold;
         r.min_layer = params->min_exit_layer;
-        r.force_layer = params->force_exit_layer;
         r.prefill = params->prefill_exit != 0;
-        r.chunk = params->check_chunk;
-        r.host_checks = params->host_checks;
-        r.carry = params->device_carry;
-        r.predict = params->predict != 0;
+        r.force_layer = knobs->force_exit_layer;
+        r.chunk = knobs->check_chunk;
+        r.host_checks = knobs->host_checks;
+        r.carry = knobs->device_carry;
+        r.predict = knobs->predict != 0;
         ctx->c->set_rule(r);
     });
 }
 
+pr_status pr_context_set_exit(pr_context * ctx, const pr_exit_params * params) {
+    const pr_exit_debug_params knobs = pr_exit_debug_default_params();
+    return pr_context_set_exit_debug(ctx, params, &knobs);
+}
+
 int32_t pr_exit_layers(const pr_context * ctx, int32_t * out, int32_t n_max) {
-    if (!ctx) return 0;
+    if (!live(ctx, "ctx")) return 0;
     const auto & e = ctx->c->exits;
     const int32_t n = (int32_t) std::min<size_t>(e.size(), n_max > 0 ? (size_t) n_max : 0);
     if (out) std::copy(e.begin(), e.begin() + n, out);
     return (int32_t) e.size();
 }
 
-int64_t pr_graph_runs(const pr_context * ctx) { return ctx ? ctx->c->n_graph_runs : 0; }
+// ---- pyriver_debug.h -----------------------------------------------------------------------
+
+int64_t pr_graph_runs(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->n_graph_runs : 0; }
+
+pr_status pr_kv_fill(pr_context * ctx, float value) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        pr::context * c = ctx->c;
+        on_model(c->m, [c, value] { c->kv->fill(value); });
+    });
+}
+
+pr_status pr_place_layers(int32_t n_layer, int32_t n_gpu_layers, int32_t n_devices, const float * shares, int32_t * out) {
+    return guarded([&] {
+        if (n_layer < 1) pr::fail(PR_ERR_INVALID_ARG, "n_layer must be >= 1, got %d", n_layer);
+        if (n_devices < 0 || n_devices > 16) pr::fail(PR_ERR_INVALID_ARG, "n_devices must be in [0, 16], got %d", n_devices);
+        if (!out || (n_devices > 0 && !shares)) pr::fail(PR_ERR_INVALID_ARG, "shares or out is NULL");
+        std::vector<float> s(shares, shares + n_devices);
+        bool any = false;
+        for (float x : s) {
+            if (!(x >= 0.0f) || !std::isfinite(x)) pr::fail(PR_ERR_INVALID_ARG, "shares must be finite numbers >= 0");
+            any = any || x > 0.0f;
+        }
+        if (n_devices > 0 && !any) pr::fail(PR_ERR_INVALID_ARG, "shares are all zero");
+        const std::vector<int> where = pr::split_layers(n_layer, n_gpu_layers, s);
+        std::copy(where.begin(), where.end(), out);
+    });
+}
 
 } // extern "C"

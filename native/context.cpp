@@ -1,4 +1,5 @@
 #include "context.h"
+#include "placement.h"
 #include "river.h"
 
 #include <algorithm>
@@ -94,7 +95,6 @@ segment context::make_segment(int n, int n_out, int first, int last, bool river_
     s.shape.n_outputs = last == m->hp.n_layer - 1 ? n_out : 0;
     s.first = first;
     s.last = last;
-    s.head = s.shape.n_outputs > 0;
     s.river = river_path;
     s.check_first = check_first;
     s.check_last = check_last;
@@ -260,14 +260,13 @@ static std::vector<float> host_similarities(const built_graph & g, int nc) {
     return c;
 }
 
-// One step of at most n_batch tokens at the end of the cache. Token-level exits apply to a decode
-// step; a prompt's tokens run at full depth (unless prefill exits are asked for), also a prompt of
-// one token or a last n_batch chunk of one, so a prompt's cache never depends on how it was split.
+// One step of at most n_batch tokens at the end of the cache: a decode step under the exit rule,
+// else (a prompt, or no exits) at full depth.
 void context::run(const int32_t * tokens, int n, int n_out, bool decoding) {
     const int L = m->hp.n_layer;
     const bool exiting = rule.force_layer >= 0 || rule.tau <= 1.0f;
     if (exiting && (decoding || rule.prefill)) {
-        run_river(tokens, n, n_out);
+        run_exiting(tokens, n, n_out);
         return;
     }
     const int pos0 = kv->n_used;
@@ -277,93 +276,114 @@ void context::run(const int32_t * tokens, int n, int n_out, bool decoding) {
     for (int i = 0; i < n; i++) exits.push_back(L - 1);
 }
 
-// One step under the exit rule. The backbone runs in segments; after each, the similarities of
-// its blocks come back to the host and the first block at or above tau ends the backbone. The
-// remaining blocks run on the river from that block's output, writing the same cache rows the
-// backbone would have (and overwriting any a segment wrote past the exit block).
-// The first segment ends at min_layer, later ones every `chunk` blocks (a prompt, n > 1: every
-// block, on the minimum similarity over its tokens). Measured on SmolLM2: a graph launch costs far
-// less than a backbone block computed past the exit, so short segments win; starting from the
-// previous token's exit block (a prediction) wasted more blocks than it saved launches.
-void context::run_river(const int32_t * tokens, int n, int n_out) {
+segment context::chained(segment s, const handoff & ho) const {
+    if (s.first > 0) s.carry_in = ho.slot;
+    s.carry_out = ho.use_carry && !s.head();
+    return s;
+}
+
+const std::vector<float> * context::input_of(const segment & s, const handoff & ho) const {
+    return s.first == 0 || s.carry_in >= 0 ? nullptr : &ho.h;
+}
+
+// After segment g: the hidden state after block b (a checked block, or g's last) is handed on.
+void context::hand_on(const built_graph & g, int b, handoff & ho) const {
+    const segment & s = g.seg;
+    if (s.carry_out) {
+        ho.slot = s.n_checks() > 0 ? b - s.check_first + 1 : 0;
+    } else {
+        ho.h = read(b == s.last && g.last_hidden ? g.last_hidden : g.hidden_out[b - s.check_first]);
+    }
+}
+
+// Blocks per backbone graph when the exit rule does not say. On the CPU a graph is cheap and chunk
+// 2 is best (README, River). Over RPC chunk 8 decoded 69.0 tok/s, 2 58.9, 13 65.2 (README, Devices
+// and RPC). On a GPU every graph costs a launch and a wait for its similarities (about 50 us on an
+// H200, whatever the model): a synthetic 8B whose tokens never exit lost 5.8% to the checks in
+// graphs of 8 blocks, 3.1% in 16 and 2.3% in 32 (README, GPU).
+static int default_chunk(ggml_backend_dev_t dev) {
+    if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) return 2;
+    return is_rpc(dev) ? 8 : 16;
+}
+
+// One step under the exit rule: the backbone until the exit block, then the river to the end.
+void context::run_exiting(const int32_t * tokens, int n, int n_out) {
     const int L = m->hp.n_layer;
     const int pos0 = kv->n_used;
-    const int lo = rule.min_layer, hi = L - 2;   // blocks that may end the backbone
-    int exit_at = -1;
-    // The hidden state a segment hands to the next: on the host (h), or in a slot of the device
-    // carry (a single token on one GPU: no round trip through the host).
-    const bool use_carry = carry && n == 1 && rule.carry != 0;
-    std::vector<float> h;
-    int h_slot = -1;
-    auto seg_from = [&](segment s) {
-        if (s.first > 0) s.carry_in = h_slot;
-        s.carry_out = use_carry && !s.head;
-        return s;
-    };
-    auto hidden_of = [&](const segment & s) { return s.first == 0 || s.carry_in >= 0 ? nullptr : &h; };
-    // After segment s: the hidden state after block b (a checked block, or s.last) is handed on.
-    auto hand_on = [&](const built_graph & g, int b) {
-        const segment & s = g.seg;
-        if (s.carry_out) {
-            h_slot = s.n_checks() > 0 ? b - s.check_first + 1 : 0;
-        } else {
-            h = read(b == s.last && g.last_hidden ? g.last_hidden : g.hidden_out[b - s.check_first]);
-        }
-    };
-
-    if (rule.force_layer >= 0) {
-        exit_at = std::min(rule.force_layer, L - 1);
-        if (exit_at < L - 1) {
-            const segment seg = seg_from(make_segment(n, n_out, 0, exit_at, false, 0, -1));
-            hand_on(run_segment(seg, tokens, nullptr, n, pos0), exit_at);
-        } else {
-            take_logits(run_segment(make_segment(n, n_out, 0, L - 1, false, 0, -1), tokens, nullptr, n, pos0));
-        }
-    } else {
-        int start = 0;
-        int end = std::min(lo, L - 1);
-        // Prediction: the first segment runs to the previous token's exit block, so that a token
-        // exiting there costs one backbone graph.
-        if (rule.predict && n == 1 && prev_exit > end && prev_exit <= hi) end = prev_exit;
-        for (;;) {
-            const int cf = std::max(start, lo), cl = std::min(end, hi);
-            const segment seg = seg_from(make_segment(n, n_out, start, end, false, cf, cl));
-            built_graph & g = run_segment(seg, tokens, hidden_of(seg), n, pos0);
-            if (seg.n_checks() > 0) {
-                const int nc = seg.n_checks();
-                const std::vector<float> c = seg.host_checks ? host_similarities(g, nc) : read(g.checks);  // [1, n, nc]
-                for (int k = 0; k < nc && exit_at < 0; k++) {
-                    float mn = c[(size_t) k * n];
-                    for (int i = 1; i < n; i++) mn = std::min(mn, c[(size_t) k * n + i]);
-                    if (mn >= rule.tau) exit_at = cf + k;
-                }
-                if (exit_at >= 0) {
-                    hand_on(g, exit_at);
-                    break;
-                }
-            }
-            if (end == L - 1) {
-                take_logits(g);
-                exit_at = L - 1;
-                break;
-            }
-            hand_on(g, end);
-            start = end + 1;
-            // Off the CPU a graph launch costs a round trip (measured over RPC: chunk 8 decoded
-            // 69.0 tok/s, chunk 2 58.9; README, Devices and RPC); on the CPU chunk 2 is best.
-            const int chunk = rule.chunk > 0 ? rule.chunk : m->layer_dev[end + 1] == m->cpu_dev ? 2 : 8;
-            end = std::min(L - 1, end + (n == 1 ? chunk : 1));
-        }
-    }
+    handoff ho;
+    // A single token on one GPU keeps its hidden state there: no round trip through the host.
+    ho.use_carry = carry && n == 1 && rule.carry != 0;
+    const int exit_at = run_backbone(tokens, n, n_out, ho);
     if (exit_at < L - 1) {
-        const segment seg = seg_from(make_segment(n, n_out, exit_at + 1, L - 1, true, 0, -1));
-        take_logits(run_segment(seg, nullptr, hidden_of(seg), n, pos0));
+        const segment seg = chained(make_segment(n, n_out, exit_at + 1, L - 1, true, 0, -1), ho);
+        take_logits(run_segment(seg, nullptr, input_of(seg, ho), n, pos0));
     }
     if (n == 1) prev_exit = exit_at;
     kv->n_used = pos0 + n;
     for (int i = 0; i < n; i++) exits.push_back(exit_at);
 }
 
+// The backbone in segments; after each, the similarities of its blocks come back to the host and
+// the first block at or above tau ends the backbone. Returns the exit block, with its hidden state
+// in ho (L-1: no exit, the head ran and its logits are taken). The river then continues from that
+// block's output, writing the same cache rows the backbone would have (and overwriting any a
+// segment wrote past the exit block).
+// The first segment ends at min_layer, later ones every `chunk` blocks (a prompt, n > 1: every
+// block, on the minimum similarity over its tokens). Measured on SmolLM2 on the CPU: a graph launch
+// costs far less than a backbone block computed past the exit, so short segments win. Starting
+// from the previous token's exit block (predict) wasted more blocks than it saved launches on the
+// CPU, and on a GPU each predicted end is another graph to capture (0.38x full depth against 0.64x
+// without, SmolLM2 on an H200): off by default.
+int context::run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho) {
+    const int L = m->hp.n_layer;
+    const int pos0 = kv->n_used;
+    if (rule.force_layer >= 0) {
+        const int exit_at = std::min(rule.force_layer, L - 1);
+        if (exit_at < L - 1) {
+            const segment seg = chained(make_segment(n, n_out, 0, exit_at, false, 0, -1), ho);
+            hand_on(run_segment(seg, tokens, nullptr, n, pos0), exit_at, ho);
+        } else {
+            take_logits(run_segment(make_segment(n, n_out, 0, L - 1, false, 0, -1), tokens, nullptr, n, pos0));
+        }
+        return exit_at;
+    }
+    const int lo = rule.min_layer, hi = L - 2;   // blocks that may end the backbone
+    int start = 0;
+    int end = std::min(lo, L - 1);
+    // Prediction: the first segment runs to the previous token's exit block, so that a token
+    // exiting there costs one backbone graph.
+    if (rule.predict && n == 1 && prev_exit > end && prev_exit <= hi) end = prev_exit;
+    for (;;) {
+        const int cf = std::max(start, lo), cl = std::min(end, hi);
+        const segment seg = chained(make_segment(n, n_out, start, end, false, cf, cl), ho);
+        built_graph & g = run_segment(seg, tokens, input_of(seg, ho), n, pos0);
+        const int nc = seg.n_checks();
+        if (nc > 0) {
+            const std::vector<float> c = seg.host_checks ? host_similarities(g, nc) : read(g.checks);  // [1, n, nc]
+            for (int k = 0; k < nc; k++) {
+                float mn = c[(size_t) k * n];
+                for (int i = 1; i < n; i++) mn = std::min(mn, c[(size_t) k * n + i]);
+                if (mn >= rule.tau) {
+                    hand_on(g, cf + k, ho);
+                    return cf + k;
+                }
+            }
+        }
+        if (end == L - 1) {
+            take_logits(g);
+            return L - 1;
+        }
+        hand_on(g, end, ho);
+        start = end + 1;
+        const int chunk = rule.chunk > 0 ? rule.chunk : default_chunk(m->layer_dev[end + 1]);
+        end = std::min(L - 1, end + (n == 1 ? chunk : 1));
+    }
+}
+
+// The prompt rule, in one place: a call of more than one token is a prompt, and so is a single
+// token flagged as one (a prompt's cache must not depend on how it was split into calls or
+// n_batch chunks). A prompt runs at full depth (or under the prefill exit rule); a decode step,
+// one token, applies token-level exits.
 void context::decode(const int32_t * tokens, int n, bool logits_all, bool prompt) {
     if (n < 1) fail(PR_ERR_INVALID_ARG, "decode needs at least one token");
     if (!tokens) fail(PR_ERR_INVALID_ARG, "tokens is NULL");
@@ -375,6 +395,7 @@ void context::decode(const int32_t * tokens, int n, bool logits_all, bool prompt
     if ((int64_t) kv->n_used + n > params.n_ctx) {
         fail(PR_ERR_CONTEXT_FULL, "%d tokens do not fit: %d of n_ctx %d are in use", n, kv->n_used, params.n_ctx);
     }
+    const bool decoding = n == 1 && !prompt;
     n_outputs = 0;
     logits.clear();
     out = nullptr;
@@ -382,7 +403,7 @@ void context::decode(const int32_t * tokens, int n, bool logits_all, bool prompt
     for (int done = 0; done < n;) {
         const int step = std::min(params.n_batch, n - done);
         const bool last = done + step == n;
-        run(tokens + done, step, logits_all ? step : (last ? 1 : 0), !prompt);
+        run(tokens + done, step, logits_all ? step : (last ? 1 : 0), decoding);
         done += step;
     }
 }

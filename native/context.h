@@ -14,7 +14,7 @@ struct exit_rule {
     int min_layer = 1;         // first block whose similarity is checked
     int force_layer = -1;      // >= 0: every token leaves the backbone after this block
     bool prefill = false;      // prompts exit too (sequence level: the minimum over the tokens)
-    int chunk = 0;             // blocks per graph after min_layer; 0: 2 on the CPU, 8 on other devices
+    int chunk = 0;             // blocks per graph after min_layer; 0: 2 on the CPU, 8 over RPC, 16 on a GPU
     int host_checks = -1;      // -1: single-token similarities on the host when blocks are on the CPU; 0: in the graph
     int carry = -1;            // -1: a token's hidden state stays on the device between segments (one non-CPU
                                // device); 0: through the host
@@ -27,6 +27,14 @@ struct graph_slot {
     ggml_backend_sched_t sched = nullptr;
     std::unique_ptr<built_graph> graph;
     ~graph_slot();
+};
+
+// What one segment of a step hands to the next: the hidden state after its last block (or its
+// exit block) on the host, or the slot of the device carry that holds it.
+struct handoff {
+    bool use_carry = false;
+    std::vector<float> h;
+    int slot = -1;
 };
 
 struct context {
@@ -67,7 +75,11 @@ private:
     void set_inputs(const built_graph & g, const int32_t * tokens, const std::vector<float> * hidden, int n, int pos0);
     void take_logits(const built_graph & g);
     void run(const int32_t * tokens, int n, int n_out, bool decoding);
-    void run_river(const int32_t * tokens, int n, int n_out);
+    void run_exiting(const int32_t * tokens, int n, int n_out);
+    int run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho);
+    segment chained(segment s, const handoff & ho) const;
+    const std::vector<float> * input_of(const segment & s, const handoff & ho) const;
+    void hand_on(const built_graph & g, int b, handoff & ho) const;
     segment make_segment(int n, int n_out, int first, int last, bool river_path, int check_first, int check_last) const;
 };
 

@@ -133,13 +133,13 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     g->gf = ggml_new_graph_custom(ctx, cap, false);
     const graph_shape & s = seg.shape;
     const int L = m.hp.n_layer;
-    if (seg.first < 0 || seg.last >= L || seg.first > seg.last || (seg.head && seg.last != L - 1) || (seg.river && !m.river)) {
-        fail(PR_ERR_INTERNAL, "bad segment [%d, %d] head %d", seg.first, seg.last, (int) seg.head);
+    if (seg.first < 0 || seg.last >= L || seg.first > seg.last || (seg.head() && seg.last != L - 1) || (seg.river && !m.river)) {
+        fail(PR_ERR_INTERNAL, "bad segment [%d, %d] head %d", seg.first, seg.last, (int) seg.head());
     }
 
     graph_inputs & in = g->in;
     const int T = s.n_tokens;
-    if ((seg.carry_in >= 0 || seg.carry_out) && (!carry || T != 1 || (seg.carry_out && seg.head))) {
+    if ((seg.carry_in >= 0 || seg.carry_out) && (!carry || T != 1 || (seg.carry_out && seg.head()))) {
         fail(PR_ERR_INTERNAL, "a carry segment needs a carry and one token, and a head ends the step");
     }
     if (seg.first == 0) {
@@ -176,7 +176,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     }
     ggml_set_name(in.pos, "inp_pos");
     ggml_set_name(in.kv_idx, "inp_kv_idx");
-    if (seg.head && s.n_outputs > 0 && s.n_outputs < T) {
+    if (seg.head() && s.n_outputs < T) {
         in.out_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, s.n_outputs);
         ggml_set_input(in.out_ids);
         ggml_set_name(in.out_ids, "inp_out_ids");
@@ -199,7 +199,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
             ggml_set_output(x);   // also when x is the input: the allocator may reuse an input's memory
             if (!seg.host_checks) stack = ggml_reshape_3d(ctx, x, x->ne[0], x->ne[1], 1);
         }
-        ggml_tensor * sel = (seg.head && il == L - 1) ? in.out_ids : nullptr;
+        ggml_tensor * sel = (seg.head() && il == L - 1) ? in.out_ids : nullptr;
         const block_weights & w = seg.river ? m.river->blocks[il] : m.blocks[il];
         ggml_tensor * y = build_block(ctx, m, kv, in, w, il, s.n_kv, x, sel);
         if (check) {
@@ -225,7 +225,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
         ggml_build_forward_expand(g->gf, g->checks);
         carry_src = stack;
     }
-    if (seg.head) {
+    if (seg.head()) {
         x = rms_norm(ctx, x, m.output_norm, m.hp.rms_eps);
         g->logits = add_bias(ctx, ggml_mul_mat(ctx, m.output, x), m.output_b);
         if (m.hp.final_softcap > 0.0f) {

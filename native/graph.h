@@ -29,13 +29,12 @@ struct graph_inputs {
 
 // What one graph computes: blocks first..last of the backbone or of the river, starting from the token embeddings
 // (first == 0) or from a hidden state given as input; the exit similarity of blocks
-// check_first..check_last; the final norm and LM head when head is set (needs last == L-1).
+// check_first..check_last; the final norm and LM head when it has outputs (needs last == L-1).
 struct segment {
     graph_shape shape;
     int first = 0, last = -1;
     bool river = false;              // blocks first..last are the river's (else the backbone's)
     int check_first = 0, check_last = -1;
-    bool head = true;
     bool host_checks = false;        // similarities computed by the caller from hidden outputs
     // Device carry (single-token segments on one device): the hidden state stays in a device
     // buffer between segments instead of a round trip through the host.
@@ -43,10 +42,11 @@ struct segment {
     bool carry_out = false;          // write the hidden states the next segment may start from
     bool operator==(const segment & o) const {
         return shape == o.shape && first == o.first && last == o.last && check_first == o.check_first &&
-               check_last == o.check_last && head == o.head && host_checks == o.host_checks && river == o.river &&
+               check_last == o.check_last && host_checks == o.host_checks && river == o.river &&
                carry_in == o.carry_in && carry_out == o.carry_out;
     }
     int n_checks() const { return check_last >= check_first ? check_last - check_first + 1 : 0; }
+    bool head() const { return shape.n_outputs > 0; }
 };
 
 struct built_graph {

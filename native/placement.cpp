@@ -6,7 +6,7 @@
 
 namespace pr {
 
-static bool is_rpc(ggml_backend_dev_t d) {
+bool is_rpc(ggml_backend_dev_t d) {
     return strcmp(ggml_backend_reg_name(ggml_backend_dev_backend_reg(d)), "RPC") == 0;
 }
 
@@ -40,38 +40,49 @@ placement place_layers(int n_layer, int n_gpu_layers, const std::vector<ggml_bac
     for (int i = 0; tensor_split && i < 16; i++) {
         if (!(tensor_split[i] >= 0.0f) || !std::isfinite(tensor_split[i])) fail(PR_ERR_INVALID_ARG, "tensor_split[%d] must be a finite number >= 0", i);
     }
-    // Split points as llama.cpp computes them (floats, cumulative, normalized).
     bool all_zero = true;
     for (int i = 0; tensor_split && i < n; i++) all_zero = all_zero && tensor_split[i] == 0.0f;
-    std::vector<float> splits(n);
+    std::vector<float> shares(n);
     for (int i = 0; i < n; i++) {
         if (!all_zero) {
-            splits[i] = tensor_split[i];
+            shares[i] = tensor_split[i];
             continue;
         }
         size_t free = 0, total = 0;
         ggml_backend_dev_memory(devs[i], &free, &total);
         if (free == 0 && total == 0) ggml_backend_dev_memory(p.cpu, &free, &total);
-        splits[i] = (float) free;
+        shares[i] = (float) free;
     }
+    const std::vector<int> where = split_layers(n_layer, n_gpu_layers, shares);
+    auto dev_of = [&](int il) { return where[il] < 0 ? p.cpu : devs.at(where[il]); };
+    for (int il = 0; il < n_layer; il++) p.layer.push_back(dev_of(il));
+    p.output = dev_of(n_layer);
+    return p;
+}
+
+std::vector<int> split_layers(int n_layer, int n_gpu_layers, std::vector<float> shares) {
+    const int n = (int) shares.size();
+    // Split points as llama.cpp computes them (floats, cumulative, normalized).
     float sum = 0.0f;
     for (int i = 0; i < n; i++) {
-        sum += splits[i];
-        splits[i] = sum;
+        sum += shares[i];
+        shares[i] = sum;
     }
-    for (int i = 0; i < n; i++) splits[i] /= sum;
+    for (int i = 0; i < n; i++) shares[i] /= sum;
 
     const int n_gpu = n_gpu_layers < 0 ? n_layer + 1 : n_gpu_layers;
     const int start = std::max(n_layer + 1 - n_gpu, 0);
     const int act = n == 0 ? 0 : std::min(n_gpu, n_layer + 1);
-    auto dev_of = [&](int il) {
-        if (il < start || il - start >= act) return p.cpu;
-        const int k = (int) (std::upper_bound(splits.begin(), splits.end(), float(il - start) / act) - splits.begin());
-        return devs.at(std::min(k, n - 1));
-    };
-    for (int il = 0; il < n_layer; il++) p.layer.push_back(dev_of(il));
-    p.output = dev_of(n_layer);
-    return p;
+    std::vector<int> out;
+    for (int il = 0; il <= n_layer; il++) {
+        if (il < start || il - start >= act) {
+            out.push_back(-1);
+            continue;
+        }
+        const int k = (int) (std::upper_bound(shares.begin(), shares.end(), float(il - start) / act) - shares.begin());
+        out.push_back(std::min(k, n - 1));
+    }
+    return out;
 }
 
 } // namespace pr

@@ -1,7 +1,13 @@
-/* pyriver C API: the whole surface of the native library.
+/* pyriver C API: the product surface of the native library (testing and benchmark knobs are in
+ * pyriver_debug.h).
  *
- * Every function that can fail returns a pr_status (0 = PR_OK) and leaves a readable message in
- * pr_last_error() (per thread). Objects are opaque. Positions are token positions in the context.
+ * Every function that can fail returns a pr_status (0 = PR_OK), or NULL for a pointer, and leaves
+ * a readable message in pr_last_error() (per thread). Objects are opaque. Positions are token
+ * positions in the context.
+ *
+ * Text out: a function that fills a buffer takes (buf, buf_size, needed). *needed (when not
+ * NULL) receives the bytes the text takes with its NUL; buf NULL and buf_size 0 only ask for
+ * that size; a buffer that is too small is PR_ERR_INVALID_ARG and is left untouched.
  *
  * The region between the CDEF markers is parsed by cffi: no preprocessor lines inside it.
  */
@@ -78,11 +84,11 @@ PR_API pr_status pr_model_load(const char * path, const pr_model_params * params
 PR_API void      pr_model_free(pr_model * model);
 PR_API pr_status pr_model_get_info(const pr_model * model, pr_model_info * out);
 /* A metadata value of the GGUF as text (strings, numbers); PR_ERR_INVALID_ARG when absent. */
-PR_API pr_status pr_model_meta(const pr_model * model, const char * key, char * buf, size_t buf_size);
+PR_API pr_status pr_model_meta(const pr_model * model, const char * key, char * buf, size_t buf_size, size_t * needed);
 /* ggml devices this process has, one line each: "name\tdescription\ttype". */
-PR_API pr_status pr_devices(char * buf, size_t buf_size);
+PR_API pr_status pr_devices(char * buf, size_t buf_size, size_t * needed);
 /* Device of each block and of the head (n_layer + 1 names, one a line). */
-PR_API pr_status pr_model_devices(const pr_model * model, char * buf, size_t buf_size);
+PR_API pr_status pr_model_devices(const pr_model * model, char * buf, size_t buf_size, size_t * needed);
 
 /* ---- RPC (ggml-rpc) --------------------------------------------------------------------------
  * Connects to "host:port,..." and registers the servers' devices in ggml's device list, as
@@ -96,20 +102,19 @@ PR_API pr_status pr_context_new(pr_model * model, const pr_context_params * para
 PR_API void      pr_context_free(pr_context * ctx);
 
 /* Appends n tokens at the end of the cache and runs them. With logits_all, logits of every token
- * are kept (pr_logits index 0..n-1); otherwise only the last token's (index 0). A call of one token
- * is a decode step (token-level exits apply) unless prompt is set; a prompt's tokens, however
- * many, run at full depth (or under the prefill exit rule). */
+ * are kept (pr_logits index 0..n-1); otherwise only the last token's (index 0). Whether the tokens
+ * are a prompt (full depth) or a decode step (token-level exits) is the context's rule: see
+ * context::decode. */
 PR_API pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_all, int32_t prompt);
-/* Logits of output row i of the last pr_decode: n_vocab floats, valid until the next decode. */
+/* Logits of output row i of the last pr_decode: n_vocab floats, valid until the next decode;
+ * NULL (with a message) for a row that is not there. */
 PR_API const float * pr_logits(pr_context * ctx, int32_t i);
 PR_API int32_t   pr_n_outputs(const pr_context * ctx);
 
 PR_API int32_t   pr_kv_pos(const pr_context * ctx);        /* tokens in the cache */
 PR_API int32_t   pr_n_ctx(const pr_context * ctx);
 PR_API pr_status pr_kv_truncate(pr_context * ctx, int32_t n_keep); /* keep the first n_keep */
-PR_API void      pr_kv_clear(pr_context * ctx);
-/* Testing aid: fill every cache slot with a value (NaN proves that no unwritten slot is read). */
-PR_API pr_status pr_kv_fill(pr_context * ctx, float value);
+PR_API pr_status pr_kv_clear(pr_context * ctx);
 
 /* ---- River ---------------------------------------------------------------------------------
  * A river is a requantized copy of every block's matrices, kept in a sidecar GGUF bound to its
@@ -117,31 +122,28 @@ PR_API pr_status pr_kv_fill(pr_context * ctx, float value);
 typedef int32_t (*pr_progress_fn)(int32_t done, int32_t total, void * user); /* nonzero cancels */
 
 /* Writes the sidecar for river_type (a ggml type name: "q4_0", "q8_0", ...). Tensors whose rows do
- * not fit the type fall back to the nearest type that fits; report lists them. A river type that
- * is not cheaper than the backbone's is refused unless force. */
-PR_API pr_status pr_river_build(const pr_model * model, const char * river_type, int32_t force,
+ * not fit the type fall back to the nearest type that fits (pr_river_report lists them). A river
+ * type that is not cheaper than the backbone's is refused unless force. */
+PR_API pr_status pr_river_build(pr_model * model, const char * river_type, int32_t force,
                                 const char * backbone_sha256, const char * out_path, int32_t n_threads,
-                                pr_progress_fn progress, void * user, char * report, size_t report_size);
+                                pr_progress_fn progress, void * user);
+/* The fallbacks of the model's last pr_river_build, one line a tensor ("" when none). */
+PR_API pr_status pr_river_report(const pr_model * model, char * buf, size_t buf_size, size_t * needed);
 /* Binds a sidecar as the model's river (once per model). */
 PR_API pr_status pr_river_attach(pr_model * model, const char * path, const char * backbone_sha256, int32_t use_mmap);
 
 typedef struct {
     float   exit_threshold;   /* tau: exit when cos(block input, block output) >= tau; > 1 never */
     int32_t min_exit_layer;   /* first block whose similarity is checked */
-    int32_t force_exit_layer; /* >= 0: every token exits after this block (tests, benchmarks) */
     int32_t prefill_exit;     /* prompts exit too, at the first block where all tokens reach tau */
-    int32_t check_chunk;      /* blocks per graph after min_exit_layer; 0: 2 on the CPU, 8 on other devices */
-    int32_t host_checks;      /* -1: automatic (host for one token on the CPU); 0: always in the graph */
-    int32_t device_carry;     /* -1: a token's hidden state stays on the device between graphs when every
-                                 block is on one non-CPU device; 0: through the host */
-    int32_t predict;          /* 1: the first graph runs to the previous token's exit block */
 } pr_exit_params;
 
 PR_API pr_exit_params pr_exit_default_params(void);
+/* The exit rule from now on (the knobs of pyriver_debug.h at their defaults). */
 PR_API pr_status pr_context_set_exit(pr_context * ctx, const pr_exit_params * params);
-/* Exit block of each token of the last pr_decode (n_layer-1: full depth); returns the count. */
+/* Exit block of each token of the last pr_decode (n_layer-1: full depth): copies at most n_max
+ * into out and returns how many there are. */
 PR_API int32_t   pr_exit_layers(const pr_context * ctx, int32_t * out, int32_t n_max);
-PR_API int64_t   pr_graph_runs(const pr_context * ctx);
 /* CDEF END */
 
 #ifdef __cplusplus

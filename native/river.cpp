@@ -16,15 +16,13 @@ static const char * KEY_SIZE = "pyriver.river.backbone.size";
 static const char * KEY_NAME = "pyriver.river.backbone.name";
 static const char * KEY_TYPES = "pyriver.river.tensor_types";
 
-const std::vector<std::string> & block_matrix_names() {
-    static const std::vector<std::string> names = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
-    return names;
-}
-
-ggml_tensor * block_weights::* block_matrix_member(size_t i) {
-    static ggml_tensor * block_weights::* const members[] = {&block_weights::wq, &block_weights::wk, &block_weights::wv,
-        &block_weights::wo, &block_weights::ffn_gate, &block_weights::ffn_up, &block_weights::ffn_down};
-    return members[i];
+// The matrices a river requantizes: those its architecture's table marks as matrices.
+static std::vector<const tensor_spec *> block_matrices(const model & m) {
+    std::vector<const tensor_spec *> out;
+    for (const tensor_spec & t : m.arch->block) {
+        if (t.matrix) out.push_back(&t);
+    }
+    return out;
 }
 
 static ggml_type type_by_name(const std::string & name) {
@@ -76,14 +74,13 @@ void build_river(const model & m, const char * river_type, bool force, const cha
     if (m.file->mapping == nullptr) fail(PR_ERR_INTERNAL, "the model file is not mapped");
 
     const int L = m.hp.n_layer;
-    const auto & names = block_matrix_names();
     struct job { std::string name; const ggml_tensor * src; ggml_type type; std::vector<uint8_t> data; };
     std::vector<job> jobs;
     for (int il = 0; il < L; il++) {
-        for (size_t k = 0; k < names.size(); k++) {
-            const ggml_tensor * src = m.blocks[il].*block_matrix_member(k);
+        for (const tensor_spec * spec : block_matrices(m)) {
+            const ggml_tensor * src = m.blocks[il].*(spec->member);
             job j;
-            j.name = "blk." + std::to_string(il) + "." + names[k] + ".weight";
+            j.name = "blk." + std::to_string(il) + "." + spec->name;
             j.src = src;
             j.type = fit_type(want, src->ne[0]);
             const size_t row_new = ggml_row_size(j.type, src->ne[0]), row_old = ggml_row_size(src->type, src->ne[0]);
@@ -166,16 +163,15 @@ void attach_river(model & m, const char * path, const char * backbone_sha256, bo
     if ((size_t) size != m.file->size) fail(PR_ERR_MODEL, "river sidecar '%s' was built for a backbone of %lld bytes, this one has %zu", path, (long long) size, m.file->size);
 
     const int L = m.hp.n_layer;
-    const auto & names = block_matrix_names();
     r->blocks.resize(L);
     for (int il = 0; il < L; il++) {
         block_weights & rb = r->blocks[il];
         const block_weights & bb = m.blocks[il];
         rb = bb;   // norms, biases, Q/K norms and post-norms are shared, not copied; matrices follow
-        for (size_t k = 0; k < names.size(); k++) {
-            const std::string name = "blk." + std::to_string(il) + "." + names[k] + ".weight";
+        for (const tensor_spec * spec : block_matrices(m)) {
+            const std::string name = "blk." + std::to_string(il) + "." + spec->name;
             ggml_tensor * t = r->file->tensor(name);
-            const ggml_tensor * b = bb.*block_matrix_member(k);
+            const ggml_tensor * b = bb.*(spec->member);
             if (!t) fail(PR_ERR_MODEL, "river sidecar '%s' lacks tensor '%s'", path, name.c_str());
             if (!usable_type(t->type)) fail(PR_ERR_MODEL, "river tensor '%s' has unsupported type %d", name.c_str(), (int) t->type);
             if (t->ne[0] != b->ne[0] || t->ne[1] != b->ne[1] || t->ne[2] != 1 || t->ne[3] != 1) {
@@ -183,7 +179,7 @@ void attach_river(model & m, const char * path, const char * backbone_sha256, bo
                      (long long) t->ne[0], (long long) t->ne[1], (long long) t->ne[2], (long long) t->ne[3], (long long) b->ne[0], (long long) b->ne[1]);
             }
             if (t->ne[0] % ggml_blck_size(t->type) != 0) fail(PR_ERR_MODEL, "river tensor '%s': rows do not fit its type", name.c_str());
-            rb.*block_matrix_member(k) = t;
+            rb.*(spec->member) = t;
         }
     }
     // River blocks live on the device of their backbone block: their K/V go to the same cache.

@@ -22,8 +22,4 @@ void build_river(const model & m, const char * river_type, bool force, const cha
 // Opens a sidecar, checks that it belongs to m (sha256, size, shapes), and binds it as m.river.
 void attach_river(model & m, const char * path, const char * backbone_sha256, bool use_mmap);
 
-// The names of the seven matrices of a block, in GGUF naming ("attn_q", ...).
-const std::vector<std::string> & block_matrix_names();
-ggml_tensor * block_weights::* block_matrix_member(size_t i);
-
 } // namespace pr

@@ -1,6 +1,15 @@
-"""pyriver: GGUF language models on ggml, with River token-level early exit."""
+"""pyriver: GGUF language models on ggml, with River token-level early exit.
+
+`Llama` is imported on first use, so that modules which need no native library (the model
+registry, sidecar naming, the synthetic-model tool) import without one."""
 from .errors import BackendError, ContextFullError, ModelLoadError, PyriverError
-from .llama import Llama
 
 __version__ = "0.1.0"
 __all__ = ["Llama", "PyriverError", "ModelLoadError", "ContextFullError", "BackendError", "__version__"]
+
+
+def __getattr__(name):
+    if name == "Llama":
+        from .llama import Llama
+        return Llama
+    raise AttributeError(f"module 'pyriver' has no attribute {name!r}")

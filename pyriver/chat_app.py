@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from typing import Dict, List, Optional
 
+from .llama import DEFAULT_RIVER, DEFAULT_TAU, Llama
+
 HELP = """commands:
   /reset          forget the conversation
   /system TEXT    set the system message (and reset)
@@ -52,7 +54,7 @@ class ChatSession:
             if arg == "on":
                 if self.llm.river_path is None:
                     self.llm.attach_river(self.river_type)
-                tau = self.llm.exit_threshold if self.llm.exit_threshold <= 1.0 else _default_tau()
+                tau = self.llm.exit_threshold if self.llm.exit_threshold <= 1.0 else DEFAULT_TAU
                 self.llm.set_exit(tau)
                 self.river_on = True
                 print(f"[river {self.llm.river_path} on, tau {tau:.4g}]", file=out)
@@ -117,18 +119,12 @@ class ChatSession:
         return line + "]"
 
 
-def _default_tau() -> float:
-    from .llama import DEFAULT_TAU
-    return DEFAULT_TAU
-
-
 def run(a) -> int:
-    from . import Llama
     kw = {}
     if a.river:
         kw = dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer, river_force=a.river_force)
     llm = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, **kw)
-    session = ChatSession(llm, a.system, a.n, a.temp, a.river or "q4_0")
+    session = ChatSession(llm, a.system, a.n, a.temp, a.river or DEFAULT_RIVER)
     interactive = sys.stdin.isatty()
     out = sys.stdout
     if interactive:

@@ -15,3 +15,17 @@ class ContextFullError(PyriverError, ValueError):
 
 class BackendError(PyriverError, RuntimeError):
     """ggml could not allocate or compute."""
+
+
+class ModelFetchError(RuntimeError):
+    """A model could not be downloaded, assembled or verified."""
+
+
+class UnknownModelError(ValueError, KeyError):
+    """The name is neither a registry model, an existing file nor a hub reference.
+
+    Subclasses both ``ValueError`` and ``KeyError``.
+    """
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else ""

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import threading
 import time
+import warnings
 from typing import Dict, Iterator, List, Optional, Sequence, Union
 
+import llama_cpp._logger as _lg
 import numpy as np
 
+from . import chat
 from . import completion as C
 from . import models
-from ._native import check, ffi, lib
-from .errors import ContextFullError
+from .errors import ContextFullError, PyriverError
+from .native import check, ffi, last_error, lib, read_text
+from .river import exit_stats, prepare
 from .sampling import Sampler, SamplingParams
+from .sidecar import find_calibration
 from .vocab import Vocab
 
 
@@ -27,9 +33,11 @@ def _logprob_entry(logits: np.ndarray, tok: int, k: int):
     return tok, float(x[tok] - lse), [(int(i), float(x[i] - lse)) for i in top]
 
 
-# Defaults of the exit rule (see README: chosen by `pyriver eval` measurements on SmolLM2).
+# Defaults of the exit rule (see README: chosen by `pyriver eval` measurements on SmolLM2), and
+# the river type built when a river is asked for without one (chat's /river on, eval).
 DEFAULT_TAU = 0.985
 DEFAULT_MIN_EXIT_LAYER = 4
+DEFAULT_RIVER = "q4_0"
 
 
 class Llama:
@@ -50,7 +58,6 @@ class Llama:
             raise TypeError(f"pyriver.Llama does not support: {names}")
         if chat_format not in (None, "gguf"):
             raise ValueError(f"chat_format {chat_format!r} is not supported; pyriver uses the template stored in the GGUF")
-        import llama_cpp._logger as _lg
         _lg.set_verbose(verbose)  # llama.cpp's (and ggml's) log lines, as llama-cpp-python does
         self.verbose = verbose
         self._lock = threading.RLock()
@@ -59,6 +66,29 @@ class Llama:
         if not os.path.isfile(self.model_path):
             raise FileNotFoundError(f"model file not found: {self.model_path}")
 
+        self._load(n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers, rpc_timeout)
+        exit_threshold, min_exit_layer = self._bind_river(river, exit_threshold, min_exit_layer, river_force,
+                                                          river_rebuild, use_mmap, verbose)
+        self.vocab = Vocab(self.model_path)
+        if self.vocab.n_vocab != self.info["n_vocab"]:
+            raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
+        self._new_context(n_ctx, n_batch, n_threads, n_threads_batch, flash_attn)
+        self._seed = seed
+        self.input_ids: List[int] = []   # the tokens whose K/V are in the cache, in order
+        self.last_exits: List[int] = []  # exit block of each token of the last eval
+        self.exit_threshold = DEFAULT_TAU if exit_threshold is None else float(exit_threshold)
+        # The default first checked block, kept inside shallow (synthetic) models.
+        self.min_exit_layer = (min(DEFAULT_MIN_EXIT_LAYER, max(0, self.info["n_layer"] - 2)) if min_exit_layer is None
+                               else int(min_exit_layer))
+        if self.river_path is None and (exit_threshold is not None or min_exit_layer is not None or force_exit_layer >= 0):
+            raise ValueError("exit_threshold, min_exit_layer and force_exit_layer need a river (river='q4_0', ...)")
+        if self.river_path is not None:
+            self.set_exit(self.exit_threshold, self.min_exit_layer, force_exit_layer, prefill_exit)
+        self.last_stats: Dict = {}
+        self._n_generated = 0
+        self._template = None
+
+    def _load(self, n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers, rpc_timeout) -> None:
         mp = ffi.new("pr_model_params *", lib.pr_model_default_params())
         mp.n_gpu_layers = int(n_gpu_layers)
         mp.use_mmap = 1 if use_mmap else 0
@@ -80,42 +110,38 @@ class Llama:
         self.info = {k: (ffi.string(getattr(info, k)).decode() if k in ("arch", "name") else getattr(info, k))
                      for k in dir(info)}
 
+    def _bind_river(self, river, exit_threshold, min_exit_layer, force, rebuild, use_mmap, verbose):
+        """river="auto" (the default): the setting `pyriver calibrate` stored in a sidecar of this
+        model, if any; River off otherwise. river=None is always full depth. Returns the exit
+        threshold and min exit layer to use (None: the defaults)."""
         self.river_path = None
-        # river="auto" (the default): the setting `pyriver calibrate` stored in a sidecar of this
-        # model, if any; River off otherwise. river=None is always full depth.
         self.calibration = None
         if river == "auto":
             river = None
-            from . import calibration
-            cal = calibration.find(self.model_path)
+            cal = find_calibration(self.model_path)
             if cal is not None:
                 self.calibration = cal
                 river = cal["sidecar"]
                 exit_threshold = cal["setting"]["tau"] if exit_threshold is None else exit_threshold
                 min_exit_layer = cal["setting"]["min_exit_layer"] if min_exit_layer is None else min_exit_layer
                 if verbose:
-                    import sys
                     print(f"pyriver: River on from calibration: {cal['setting']['river']} tau {exit_threshold} "
                           f"min layer {min_exit_layer} (top-1 {cal['candidate']['top1_agreement']:.4f} >= "
                           f"{cal['target_fidelity']}; {cal['sidecar']}); river=None turns it off", file=sys.stderr)
         if river is not None:
-            from . import river as _river
             try:
-                self.river_path = str(_river.prepare(self._model, self.model_path, river, force=river_force,
-                                                     rebuild=river_rebuild, progress=True, use_mmap=use_mmap,
-                                                     verbose=verbose))
+                self.river_path = str(prepare(self._model, self.model_path, river, force=force, rebuild=rebuild,
+                                              progress=True, use_mmap=use_mmap, verbose=verbose))
             except Exception as e:
                 if self.calibration is None:
                     raise
-                import warnings   # a stale calibrated sidecar must not stop the model from loading
+                # a stale calibrated sidecar must not stop the model from loading
                 warnings.warn(f"calibrated river not usable, River off: {e}")
                 self.calibration = None
                 exit_threshold = min_exit_layer = None
+        return exit_threshold, min_exit_layer
 
-        self.vocab = Vocab(self.model_path)
-        if self.vocab.n_vocab != self.info["n_vocab"]:
-            raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
-
+    def _new_context(self, n_ctx, n_batch, n_threads, n_threads_batch, flash_attn) -> None:
         cp = ffi.new("pr_context_params *", lib.pr_context_default_params())
         cp.n_ctx = int(n_ctx) if n_ctx > 0 else int(self.info["n_ctx_train"])
         cp.n_batch = int(n_batch)
@@ -123,24 +149,11 @@ class Llama:
         self.n_threads_batch = int(n_threads_batch or multiprocessing.cpu_count())
         cp.n_threads, cp.n_threads_batch = self.n_threads, self.n_threads_batch
         cp.flash_attn = 1 if flash_attn else 0
-        out_c = ffi.new("pr_context **")
-        check(lib.pr_context_new(self._model, cp, out_c))
-        self._ctx = out_c[0]
+        out = ffi.new("pr_context **")
+        check(lib.pr_context_new(self._model, cp, out))
+        self._ctx = out[0]
         self._n_ctx = lib.pr_n_ctx(self._ctx)
         self.n_batch = cp.n_batch
-        self._seed = seed
-        self.input_ids: List[int] = []   # the tokens whose K/V are in the cache, in order
-        self.last_exits: List[int] = []  # exit block of each token of the last eval
-        self.exit_threshold = DEFAULT_TAU if exit_threshold is None else float(exit_threshold)
-        # The default first checked block, kept inside shallow (synthetic) models.
-        self.min_exit_layer = (min(DEFAULT_MIN_EXIT_LAYER, max(0, self.info["n_layer"] - 2)) if min_exit_layer is None
-                               else int(min_exit_layer))
-        if self.river_path is None and (exit_threshold is not None or min_exit_layer is not None or force_exit_layer >= 0):
-            raise ValueError("exit_threshold, min_exit_layer and force_exit_layer need a river (river='q4_0', ...)")
-        if self.river_path is not None:
-            self.set_exit(self.exit_threshold, self.min_exit_layer, force_exit_layer, prefill_exit)
-        self.last_stats: Dict = {}
-        self._template = None
 
     def attach_river(self, river: str, *, force: bool = False, rebuild: bool = False) -> str:
         """Bind a river to this model after loading (once); exits stay off until set_exit."""
@@ -148,29 +161,33 @@ class Llama:
             self._live()
             if self.river_path is not None:
                 raise ValueError(f"a river is already attached: {self.river_path}")
-            from . import river as _river
-            self.river_path = str(_river.prepare(self._model, self.model_path, river, force=force, rebuild=rebuild))
+            self.river_path = str(prepare(self._model, self.model_path, river, force=force, rebuild=rebuild))
             return self.river_path
 
     def set_exit(self, exit_threshold: float, min_exit_layer: Optional[int] = None, force_exit_layer: int = -1,
                  prefill_exit: bool = False, check_chunk: int = 0, host_checks: bool = True,
                  device_carry: bool = True, predict: bool = False) -> None:
         """Change the exit rule between calls (tau > 1 never exits; force_exit_layer >= 0 exits
-        every token after that block; check_chunk: blocks per graph, 0 = 2 on the CPU, 8 on
-        other devices; device_carry: a token's hidden state stays on the GPU between graphs;
+        every token after that block; check_chunk: blocks per graph, 0 = 2 on the CPU, 8 over
+        RPC, 16 on a GPU; device_carry: a token's hidden state stays on the device between graphs;
         predict: the first graph runs to the previous token's exit block)."""
         with self._lock:
             self._live()
             p = ffi.new("pr_exit_params *", lib.pr_exit_default_params())
             p.exit_threshold = float(exit_threshold)
             p.min_exit_layer = int(self.min_exit_layer if min_exit_layer is None else min_exit_layer)
-            p.force_exit_layer = int(force_exit_layer)
             p.prefill_exit = 1 if prefill_exit else 0
-            p.check_chunk = int(check_chunk)
-            p.host_checks = -1 if host_checks else 0
-            p.device_carry = -1 if device_carry else 0
-            p.predict = 1 if predict else 0
-            check(lib.pr_context_set_exit(self._ctx, p))
+            d = ffi.new("pr_exit_debug_params *", lib.pr_exit_debug_default_params())
+            d.force_exit_layer = int(force_exit_layer)
+            d.check_chunk = int(check_chunk)
+            d.host_checks = -1 if host_checks else 0
+            d.device_carry = -1 if device_carry else 0
+            d.predict = 1 if predict else 0
+            default = lib.pr_exit_debug_default_params()
+            if all(getattr(d, k) == getattr(default, k) for k in dir(default)):
+                check(lib.pr_context_set_exit(self._ctx, p))
+            else:   # the testing and benchmark knobs (pyriver_debug.h)
+                check(lib.pr_context_set_exit_debug(self._ctx, p, d))
             self.exit_threshold, self.min_exit_layer = p.exit_threshold, p.min_exit_layer
 
     @classmethod
@@ -221,15 +238,14 @@ class Llama:
 
     def devices(self) -> List[str]:
         """ggml device name of each block, then of the head ("CPU", "RPC0", ...)."""
-        buf = ffi.new("char[]", 64 * (self.info["n_layer"] + 1) + 64)
-        check(lib.pr_model_devices(self._model, buf, len(buf)))
-        return ffi.string(buf).decode().splitlines()
+        return read_text(lambda buf, size, needed: lib.pr_model_devices(self._model, buf, size, needed)).splitlines()
 
     def metadata(self, key: str) -> Optional[str]:
-        buf = ffi.new("char[]", 1 << 20)
-        if lib.pr_model_meta(self._model, key.encode(), buf, len(buf)) != 0:
+        """A GGUF metadata value as text; None when the file has no such key."""
+        try:
+            return read_text(lambda buf, size, needed: lib.pr_model_meta(self._model, key.encode(), buf, size, needed))
+        except ValueError:
             return None
-        return ffi.string(buf).decode("utf-8", "replace")
 
     # -- tokens -----------------------------------------------------------------------------
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> List[int]:
@@ -243,7 +259,7 @@ class Llama:
     def reset(self) -> None:
         with self._lock:
             self._live()
-            lib.pr_kv_clear(self._ctx)
+            check(lib.pr_kv_clear(self._ctx))
             self.input_ids = []
 
     def _reconcile(self) -> None:
@@ -261,8 +277,8 @@ class Llama:
 
     def eval(self, tokens: Sequence[int], logits_all: bool = False, prompt: bool = False) -> np.ndarray:
         """Append tokens to the cache and run them. Returns logits [n_outputs, n_vocab]: every
-        token's with logits_all, else the last token's. One token is a decode step (exits apply)
-        unless prompt is set; a prompt runs at full depth however many tokens it has."""
+        token's with logits_all, else the last token's. prompt marks a single token as a prompt
+        (pr_decode's prompt rule: a prompt runs at full depth, a decode step under the exits)."""
         with self._lock:
             self._live()
             toks = [int(t) for t in tokens]
@@ -278,6 +294,8 @@ class Llama:
             n_out = lib.pr_n_outputs(self._ctx)
             n_vocab = self.info["n_vocab"]
             ptr = lib.pr_logits(self._ctx, 0)
+            if ptr == ffi.NULL:
+                raise PyriverError(last_error())
             return np.frombuffer(ffi.buffer(ptr, 4 * n_vocab * n_out), dtype=np.float32).reshape(n_out, n_vocab).copy()
 
     def _sync_prefix(self, tokens: List[int], n_prompt: Optional[int] = None):
@@ -404,11 +422,15 @@ class Llama:
 
     __call__ = create_completion
 
+    @property
+    def n_generated(self) -> int:
+        """Tokens the last completion generated (streamed ones as far as they were read)."""
+        return self._n_generated
+
     def river_stats(self) -> Optional[Dict]:
         """Exit statistics of the decode steps of the last generation (None without a river)."""
         if self.river_path is None:
             return None
-        from .river import exit_stats
         d = exit_stats(self.last_stats.get("exits", []), self.info["n_layer"])
         d.update(river=self.river_path, exit_threshold=self.exit_threshold, min_exit_layer=self.min_exit_layer,
                  calibrated=self.calibration is not None)
@@ -449,7 +471,6 @@ class Llama:
     def chat_tokens(self, messages: List[Dict]) -> List[int]:
         """The prompt of a chat, rendered by the GGUF's template (compiled once per Llama) with
         the generation prompt; special tokens are parsed and BOS comes from the template itself."""
-        from . import chat
         if self._template is None:
             self._template = chat.template_for(self)
         prompt = self._template.render(messages, add_generation_prompt=True)
@@ -458,7 +479,6 @@ class Llama:
     def create_chat_completion(self, messages: List[Dict], *, stream: bool = False,
                                stop: Optional[Union[str, List[str]]] = None, max_tokens: Optional[int] = None,
                                **kwargs):
-        from . import chat
         tokens = self.chat_tokens(messages)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         if self._template.eos_token and self._template.eos_token not in stops:

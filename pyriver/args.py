@@ -1,0 +1,32 @@
+"""Command-line values that the `pyriver` commands and the tools read alike."""
+from __future__ import annotations
+
+import argparse
+from typing import Dict, List, Optional
+
+
+def tensor_split(text: Optional[str]) -> Optional[List[float]]:
+    """--tensor-split "1,2" -> [1.0, 2.0] (None when not given)."""
+    if not text:
+        return None
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--tensor-split takes numbers separated by commas, got {text!r}") from None
+
+
+def device_kwargs(a) -> Dict:
+    """Llama's (and llama.cpp's) n_gpu_layers, flash_attn and tensor_split from a command's
+    arguments (--n-gpu-layers, --flash-attn, --tensor-split; absent ones at their defaults)."""
+    kw = {"n_gpu_layers": getattr(a, "n_gpu_layers", 0), "flash_attn": bool(getattr(a, "flash_attn", False))}
+    split = tensor_split(getattr(a, "tensor_split", None))
+    if split:
+        kw["tensor_split"] = split
+    return kw
+
+
+def positive(s: str) -> int:
+    v = int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v

@@ -1,0 +1,158 @@
+"""`pyriver bench`: pyriver (River off and on) against llama.cpp (llama-cpp-python) on the same
+GGUF and threads, and against llama.cpp running the model requantized to the river type.
+
+Every repeat of every engine runs in a fresh process (pyriver.tools.worker: so peak RSS is that
+engine's alone), and the engines rotate within each repeat (so machine noise falls on all).
+Reported: medians, min and max, and ratios to llama.cpp on the same file. Timings exclude model
+loading. --overhead, --inprocess and --chat-turns measure in one process (inprocess.py),
+--systems a synthetic 1B or 8B model (systems.py)."""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from typing import Dict, List, Optional
+
+from tqdm import tqdm
+
+from pyriver import models
+from pyriver.args import tensor_split
+from pyriver.cli import TOOLS, guarded
+from pyriver.llama import DEFAULT_TAU, Llama
+
+from . import inprocess, systems
+from .args import apply_calibration
+from .quantize import requantized
+from .results import conditions, summary, write_json
+from .worker import METRICS, run_worker
+
+
+def parser() -> argparse.ArgumentParser:
+    b = argparse.ArgumentParser(prog="pyriver bench", description=TOOLS["bench"][1])
+    b.add_argument("model", nargs="?", default=None)
+    b.add_argument("--threads", "-t", type=int, default=2)
+    b.add_argument("--repeats", "-r", type=int, default=5)
+    b.add_argument("--prompt-tokens", type=int, default=512)
+    b.add_argument("--gen-tokens", type=int, default=128)
+    b.add_argument("--json", default=None, help="write results to this file")
+    b.add_argument("--river", default=None, help="also run River with this river type (q4_0, ...); default: the "
+                   "calibrated setting, if any")
+    b.add_argument("--tau", type=float, nargs="+", default=None, help="exit thresholds to run (default 0.985)")
+    b.add_argument("--min-exit-layer", type=int, default=None)
+    b.add_argument("--force-exit-layer", type=int, default=-1)
+    b.add_argument("--river-force", action="store_true", help="allow a river not cheaper than the backbone")
+    b.add_argument("--n-gpu-layers", type=int, default=0, help="last blocks (and the head) on devices, both engines; -1 = all")
+    b.add_argument("--rpc-servers", default=None, help="host:port,... of ggml RPC servers, for both engines")
+    b.add_argument("--tensor-split", default=None, help="share of the offloaded blocks per device, e.g. 1,1")
+    b.add_argument("--competitor", action="store_true", help="also run llama.cpp on the model requantized to the river type")
+    b.add_argument("--overhead", action="store_true", help="cost of the exit checks alone, in one process")
+    b.add_argument("--inprocess", action="store_true", help="River vs full depth in one process on the model's own chat answer")
+    b.add_argument("--chunks", type=int, nargs="+", default=None,
+                   help="check chunks (blocks per graph) to try with --inprocess / --overhead (default: the device's)")
+    b.add_argument("--carry", choices=["on", "off", "both"], default="on",
+                   help="--inprocess / --overhead: keep a token's hidden state on the device between graphs")
+    b.add_argument("--predict", choices=["on", "off", "both"], default="off",
+                   help="--inprocess: the first graph runs to the previous token's exit block")
+    b.add_argument("--flash-attn", action="store_true", help="flash attention, both engines")
+    b.add_argument("--chat-turns", action="store_true", help="second chat turn's time to first token, with and without prefix reuse")
+    b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")
+    b.add_argument("--systems-dtype", default="q8_0", choices=["f16", "q8_0"], help="backbone type of the synthetic model")
+    b.add_argument("--systems-size", default="1b", choices=["1b", "8b"], help="synthetic llama of this size (8b: Llama 3.1 8B's shape)")
+    b.add_argument("--exit-blocks", type=int, nargs="+", default=None,
+                   help="--systems: forced exit blocks (default: after L/2; 'quarters' of the depth with --systems-size 8b)")
+    return b
+
+
+def engines_for(a, path: str) -> List[Dict]:
+    base = {"model": path, "threads": a.threads, "n_prompt": a.prompt_tokens, "n_gen": a.gen_tokens,
+            "n_gpu_layers": a.n_gpu_layers, "rpc_servers": a.rpc_servers, "flash_attn": a.flash_attn,
+            "tensor_split": tensor_split(a.tensor_split)}
+    es = [dict(base, name="llama.cpp", engine="llama.cpp"), dict(base, name="pyriver", engine="pyriver")]
+    if a.river:
+        for tau in a.tau:
+            es.append(dict(base, name=f"pyriver river={a.river} tau={tau}", engine="pyriver", river=a.river, tau=tau,
+                           min_exit_layer=a.min_exit_layer, force_exit_layer=a.force_exit_layer,
+                           river_force=a.river_force))
+        if a.competitor:
+            es.append(dict(base, name=f"llama.cpp {a.river}", engine="llama.cpp", model=requantized(path, a.river)))
+    return es
+
+
+def processes(a) -> int:
+    """Every engine, every repeat, in a fresh process (see the module doc)."""
+    path = str(models.resolve(a.model, progress=True))
+    apply_calibration(a, path, tau_list=False)
+    engines = engines_for(a, path)
+    if a.river:
+        # Build the sidecar once, outside the timed workers.
+        Llama(path, n_ctx=16, verbose=False, river=a.river, river_force=a.river_force).close()
+    runs: Dict[str, List[Dict]] = {e["name"]: [] for e in engines}
+    interrupted = False
+    bar = tqdm(total=a.repeats * len(engines), desc="bench", unit="run", file=sys.stderr)
+    try:
+        for r in range(a.repeats):
+            k = r % len(engines)
+            for e in engines[k:] + engines[:k]:
+                runs[e["name"]].append(run_worker(e))
+                bar.update(1)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\ninterrupted: reporting the repeats that finished", file=sys.stderr)
+    finally:
+        bar.close()
+    n = min(len(v) for v in runs.values())
+    if n == 0:
+        print("no complete repeat", file=sys.stderr)
+        return 130 if interrupted else 1
+    res = {
+        "schema": "pyriver.bench/1", "interrupted": interrupted,
+        "conditions": conditions(path, a.threads, prompt_tokens=a.prompt_tokens, gen_tokens=a.gen_tokens, repeats=n,
+                                 prompt_set="bench.TEXT (fixed prose, repeated to length)", river=a.river, tau=a.tau,
+                                 min_exit_layer=a.min_exit_layer, force_exit_layer=a.force_exit_layer,
+                                 calibrated=a.calibrated, n_gpu_layers=a.n_gpu_layers, rpc_servers=a.rpc_servers,
+                                 tensor_split=a.tensor_split, flash_attn=a.flash_attn),
+        "engines": {},
+    }
+    for e in engines:
+        rr = runs[e["name"]][:n]
+        d = {m: summary([x[m] for x in rr]) for m in METRICS}
+        d["mean_exit_layer"] = statistics.median(x["mean_exit_layer"] for x in rr) if "mean_exit_layer" in rr[0] else None
+        d["model"] = e["model"]
+        res["engines"][e["name"]] = d
+    ref = res["engines"]["llama.cpp"]
+    base = res["engines"]["pyriver"]
+    for name, d in res["engines"].items():
+        d["ratio_to_llama_cpp"] = {m: d[m]["median"] / ref[m]["median"] for m in METRICS}
+        d["ratio_to_pyriver_full_depth"] = {m: d[m]["median"] / base[m]["median"] for m in METRICS}
+    print(f"\nmodel {os.path.basename(path)}  threads {a.threads}  prompt {a.prompt_tokens}  gen {a.gen_tokens}  repeats {n}")
+    if a.rpc_servers:
+        print(f"rpc_servers {a.rpc_servers}  n_gpu_layers {a.n_gpu_layers}  tensor_split {a.tensor_split or 'by free memory'}")
+    print(f"{'engine':<34}{'prefill tok/s':>20}{'decode tok/s':>20}{'TTFT ms':>18}{'peak RSS MiB':>18}{'exit':>6}")
+    for name, d in res["engines"].items():
+        cells = [f"{d[m]['median']:.1f} ({d['ratio_to_llama_cpp'][m]:.2f}x)" for m in METRICS]
+        ex = f"{d['mean_exit_layer']:.1f}" if d["mean_exit_layer"] is not None else ""
+        print(f"{name:<34}{cells[0]:>20}{cells[1]:>20}{cells[2]:>18}{cells[3]:>18}{ex:>6}")
+    print("medians over repeats; (ratio to llama.cpp on the same file). min..max and all values in --json.")
+    if a.json:
+        write_json(a.json, res)
+    return 130 if interrupted else 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    a = parser().parse_args(argv)
+    if a.tau is None and a.inprocess:
+        a.tau = [DEFAULT_TAU]
+    if a.systems:
+        return systems.main(a)
+    if a.overhead:
+        return inprocess.overhead(a)
+    if a.chat_turns:
+        return inprocess.chat_turns(a)
+    if a.inprocess:
+        return inprocess.inprocess(a)
+    return processes(a)
+
+
+if __name__ == "__main__":
+    sys.exit(guarded(main, sys.argv[1:]))

@@ -1,0 +1,108 @@
+"""What several test files share: the synthetic model specs, parity prompts, decoding helpers over
+pyriver.tools.engine, the `pyriver` command as a subprocess, and the GPU placement check."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+
+# Synthetic llama shapes for parity: multi-head, grouped-query with a separate head, and a
+# deeper narrow one with linear RoPE scaling.
+SYNTH_SPECS = {
+    "mha": dict(n_layer=4, n_embd=128, n_head=4, n_head_kv=4, n_ff=352, tied_output=True, seed=1),
+    "gqa_untied": dict(n_layer=3, n_embd=256, n_head=8, n_head_kv=2, n_ff=512, tied_output=False, seed=2,
+                       rope_freq_base=500000.0),
+    "deep_rope_linear": dict(n_layer=8, n_embd=96, n_head=3, n_head_kv=1, n_ff=256, tied_output=True, seed=3,
+                             rope_scaling={"type": "linear", "factor": 2.0}),
+    # RoPE scaling as files in the wild carry it: YaRN, and a factor without a type (linear).
+    "rope_yarn": dict(n_layer=3, n_embd=128, n_head=4, n_head_kv=2, n_ff=352, tied_output=True, seed=4,
+                      rope_scaling={"type": "yarn", "factor": 4.0, "original_context_length": 64}),
+    "rope_factor_only": dict(n_layer=3, n_embd=128, n_head=4, n_head_kv=2, n_ff=352, tied_output=True, seed=5,
+                             rope_scaling={"type": None, "factor": 3.0}),
+}
+
+# One synthetic model per further architecture (issue 6): short sliding windows so that the parity
+# prompts (64 generated tokens) run past them. "mistral_swa" is a llama file carrying
+# llama.attention.sliding_window, which llama.cpp ignores for llama (and so do we).
+ARCH_SPECS = {
+    "qwen2": dict(arch="qwen2", n_layer=4, n_embd=128, n_head=4, n_head_kv=2, n_ff=320, tied_output=False,
+                  seed=11, rope_freq_base=1000000.0),
+    "qwen3": dict(arch="qwen3", n_layer=4, n_embd=128, n_head=4, n_head_kv=2, n_embd_head=64, n_ff=320,
+                  tied_output=True, seed=12, rope_freq_base=1000000.0),
+    "gemma3": dict(arch="gemma3", n_layer=6, n_embd=128, n_head=4, n_head_kv=2, n_embd_head=48, n_ff=384,
+                   tied_output=False, seed=13, rope_freq_base=1000000.0, rms_eps=1e-6, sliding_window=16,
+                   swa_pattern=3, rope_freq_base_swa=10000.0, final_logit_softcapping=6.0),
+    "llama_biases": dict(arch="llama", n_layer=3, n_embd=128, n_head=4, n_head_kv=2, n_ff=352, tied_output=True,
+                         seed=15, biases=True),
+    "mistral_swa": dict(arch="llama", n_layer=4, n_embd=128, n_head=4, n_head_kv=1, n_ff=352, tied_output=False,
+                        seed=14, sliding_window=16),
+}
+
+# Parity prompts (test_parity, test_rpc).
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the sea,",
+    "Q: What is 17 + 25?\nA:",
+    "The three primary colors are",
+    "Water boils at a temperature of",
+    "import numpy as np\n\ndef softmax(x):",
+    "My favourite season is autumn because",
+]
+
+# The River invariants' prompt (test_river, test_rpc).
+RIVER_PROMPT = b"The history of the river begins in the mountains, where"
+
+
+def generate_logits(llm, n=24, schedule=None):
+    """Greedy decode from RIVER_PROMPT; schedule(llm, i) may change the exit rule before step i.
+    Returns the stacked logits of the prompt and every step, and the exit layers seen."""
+    from pyriver.tools.engine import greedy
+    before = None if schedule is None else (lambda i, _: schedule(llm, i))
+    run = greedy(llm, llm.tokenize(RIVER_PROMPT), n, keep_logits=True, before_step=before)
+    return np.stack(run.logits), run.exits
+
+
+def check_forced_exits(llm, ref, blocks) -> None:
+    """Forced exits at the given blocks, changing from token to token, give the logits ref, and
+    every one of those blocks was an exit."""
+    got, exits = generate_logits(llm, schedule=lambda m, i: m.set_exit(2.0, 1, blocks[i % len(blocks)]))
+    assert np.array_equal(ref, got)
+    assert set(exits) == set(blocks)
+
+
+def on_gpu(llm, gpu_layers: int) -> None:
+    """With --gpu-layers -1 every block and the head are on one non-CPU device."""
+    if gpu_layers == -1:
+        devs = llm.devices()
+        assert "CPU" not in devs, devs
+
+
+def child_env() -> dict:
+    """The environment of a child Python that must import this checkout's pyriver."""
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def pyriver_cli(*args, timeout=300, **kw):
+    """`pyriver ARGS...` as a user runs it (a subprocess), output captured."""
+    return subprocess.run([sys.executable, "-m", "pyriver.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def hub_error(ref: str):
+    """The ModelFetchError a hub reference gives, and how long it took."""
+    import pytest
+
+    from pyriver import models
+    pytest.importorskip("huggingface_hub")
+    t0 = time.monotonic()
+    with pytest.raises(models.ModelFetchError) as ei:
+        models.resolve(ref)
+    return str(ei.value), time.monotonic() - t0

@@ -1,0 +1,85 @@
+"""`pyriver chat` as a person uses it: in a pseudo-terminal, and from a pipe."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pexpect
+import pytest
+
+from helpers import pyriver_cli
+
+pytestmark = pytest.mark.slow
+
+
+def _spawn(smol_path, *extra):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TERM="dumb")
+    return pexpect.spawn(sys.executable, ["-m", "pyriver.cli", "chat", smol_path, "-n", "24", *extra],
+                         env=env, encoding="utf-8", timeout=120, dimensions=(40, 200))
+
+
+def test_chat_in_a_terminal(smol_path):
+    c = _spawn(smol_path)
+    c.expect("/help for commands")
+    c.expect("> ")
+    c.sendline("What is the capital of France?")
+    c.expect(r"\[(\d+) tokens, ([\d.]+) tok/s, prompt (\d+) new tokens \| river off\]")
+    first_prompt = int(c.match.group(3))
+    c.expect("> ")
+    # The second turn prefills only what is new: the reply and the new message.
+    c.sendline("And of Italy?")
+    c.expect(r"prompt (\d+) new tokens")
+    assert 0 < int(c.match.group(1)) < first_prompt + 40
+    c.expect("> ")
+    c.sendline("/river on")
+    c.expect(r"\[river .*river-q4_0\.gguf on, tau 0\.985\]")
+    c.expect("> ")
+    c.sendline("/tau 0.97")
+    c.expect(r"\[tau 0\.97\]")
+    c.expect("> ")
+    c.sendline("Name a river.")
+    c.expect(r"mean exit block [\d.]+, river work \d+%\]")
+    c.expect("> ")
+    c.sendline("/stats")
+    c.expect(r"\[tokens \d+ \| mean exit block [\d.]+ \| river work [\d.]+% \| exit histogram")
+    c.expect("> ")
+    c.sendline("/river off")
+    c.expect(r"\[river off\]")
+    c.expect("> ")
+    c.sendline("/bogus")
+    c.expect("unknown command /bogus")
+    c.expect("> ")
+    c.sendline("/reset")
+    c.expect(r"\[conversation cleared\]")
+    c.expect("> ")
+    c.sendeof()
+    c.expect(pexpect.EOF)
+    c.close()
+    assert c.exitstatus == 0
+
+
+def test_ctrl_c_stops_an_answer_and_chat_goes_on(smol_path):
+    c = _spawn(smol_path, "-n", "400")
+    c.expect("> ")
+    c.sendline("Write a long story about a river.")
+    c.expect(r"\w+ \w+ \w+")          # the answer is streaming
+    c.sendintr()
+    c.expect(r"\[stopped\]")
+    c.expect(r"\[\d+ tokens")
+    c.expect("> ")
+    c.sendline("Say hi.")
+    c.expect(r"\[\d+ tokens, [\d.]+ tok/s")
+    c.expect("> ")
+    c.sendline("/quit")
+    c.expect(pexpect.EOF)
+    c.close()
+    assert c.exitstatus == 0
+
+
+def test_chat_from_a_pipe(smol_path):
+    r = pyriver_cli("chat", smol_path, "-n", "12", input="Hello!\n\n/tau 0.98\nHow are you?\n")
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    assert len(lines) >= 3          # two answers and the /tau acknowledgement
+    assert "[tau 0.98]" in lines
+    assert "tok/s" not in r.stdout  # no status lines when not interactive

@@ -1,0 +1,43 @@
+"""The `pyriver` command, run as a user runs it (a subprocess)."""
+from __future__ import annotations
+
+import pytest
+
+from helpers import pyriver_cli as _pyriver
+from pyriver.cli import TOOLS
+
+
+def test_help_lists_every_command():
+    r = _pyriver("--help")
+    assert r.returncode == 0, r.stderr
+    for cmd in ("run", "chat", "models", "rpc-server", *TOOLS):
+        assert f"    {cmd}" in r.stdout, cmd
+    # A tool's own parser answers its --help.
+    r = _pyriver("sweep", "--help")
+    assert r.returncode == 0 and "usage: pyriver sweep" in r.stdout and "--png" in r.stdout
+
+
+@pytest.mark.slow
+def test_run_streams_and_reports_speed(smol_path):
+    r = _pyriver("run", "The capital of France is", "-n", "12", "--model", smol_path)
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+    assert "tok/s" in r.stdout.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_run_chat_with_river_stats(smol_path):
+    r = _pyriver("run", "Name a river.", "--chat", "-n", "16", "--model", smol_path, "--river", "q4_0",
+                 "--tau", "0.97", "--stats")
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("[river ") and "mean exit block" in last and "river work" in last
+
+
+@pytest.mark.slow
+def test_run_bad_model_is_a_clear_error(tmp_path):
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"not a model at all")
+    r = _pyriver("run", "hi", "--model", str(bad))
+    assert r.returncode == 1
+    assert "not a GGUF" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,70 @@
+"""Malformed model and sidecar files: a loaded model or a clear exception, never a crash.
+Crashes the long fuzz run found are replayed on every run (tests/fuzz_regressions.json: seed and
+case regenerate the exact input from the deterministic base file)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import TESTS
+from pyriver.tools import synth
+from pyriver.tools.fuzz import run
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def base(smol_path, tmp_path_factory):
+    p = tmp_path_factory.mktemp("fuzz") / "fuzz-base.gguf"
+    synth.write_llama(p, n_layer=2, n_embd=64, n_head=2, n_head_kv=1, n_ff=128, tokenizer_from=smol_path)
+    return p
+
+
+def test_short_fuzz_run_model(base):
+    r = subprocess.run([sys.executable, "-m", "pyriver.tools.fuzz", "--source", str(base), "--cases", "300", "--seed", "11"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    assert "300 cases" in r.stdout and "0 crashes or hangs" in r.stdout
+
+
+def test_short_fuzz_run_river(base):
+    from pyriver import Llama
+    Llama(str(base), n_ctx=8, verbose=False, river="q8_0").close()
+    side = base.with_name("fuzz-base.river-q8_0.gguf")
+    res = run(str(side), "river", 100, 12, None, backbone=str(base), quiet=True)
+    assert res["crashes"] == [] and res["bad_message"] == 0
+    assert res["error"] > 0
+
+
+REPLAY = """
+import json, random, sys
+from pathlib import Path
+from pyriver import Llama, ModelLoadError
+from pyriver.tools.fuzz import _meta_end, mutate
+base, cases = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
+data, meta_end = base.read_bytes(), _meta_end(sys.argv[1])
+for c in cases:
+    blob, what = mutate(data, random.Random(c["seed"] * 1_000_003 + c["case"]), meta_end)
+    assert what == c["mutation"], (what, c)
+    f = base.with_name("regression-%d.gguf" % c["case"])
+    f.write_bytes(blob)
+    try:
+        Llama(str(f), n_ctx=16, verbose=False).close()   # a harmless mutation may still load
+        print("loaded", c["case"])
+    except (ModelLoadError, ValueError) as e:
+        assert str(e)
+        print("error", c["case"], e)
+"""
+
+
+def test_regressions_raise_clear_errors(base):
+    """Replayed in a child process: a crash must fail this test, not end the test run."""
+    cases = TESTS / "fuzz_regressions.json"
+    assert json.loads(cases.read_text())
+    r = subprocess.run([sys.executable, "-c", REPLAY, str(base), str(cases)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert len(r.stdout.splitlines()) == len(json.loads(cases.read_text()))
+    assert "appears twice" in r.stdout

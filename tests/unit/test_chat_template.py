@@ -1,0 +1,78 @@
+"""Chat templates rendered as llama-cpp-python renders them, and chat result shapes, without a
+model file."""
+from __future__ import annotations
+
+import jinja2
+import pytest
+
+from pyriver import chat
+
+MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+
+
+def test_chatml_rendering():
+    t = chat.ChatTemplate(chat.CHATML, "<s>", "</s>")
+    assert t.render(MSGS) == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                              "<|im_start|>assistant\n")
+    assert not t.render(MSGS, add_generation_prompt=False).endswith("assistant\n")
+
+
+def test_template_sees_bos_eos_and_can_raise():
+    src = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('no tools') }}"
+           "{% endif %}[{{ m['role'] }}] {{ m['content'] }}{{ eos_token }}{% endfor %}")
+    t = chat.ChatTemplate(src, "<s>", "</s>")
+    assert t.render(MSGS) == "<s>[system] Be brief.</s>[user] Hi</s>"
+    with pytest.raises(jinja2.exceptions.TemplateError, match="no tools"):
+        t.render([{"role": "tool", "content": "x"}])
+
+
+def test_template_is_sandboxed():
+    t = chat.ChatTemplate("{{ messages.__class__.__mro__ }}", "", "")
+    with pytest.raises(jinja2.exceptions.SecurityError):
+        t.render(MSGS)
+
+
+def test_message_without_role_is_a_value_error():
+    with pytest.raises(ValueError, match="role"):
+        chat.ChatTemplate(chat.CHATML, "", "").render([{"content": "x"}])
+
+
+class _Vocab:
+    def token_text(self, tok):
+        return {1: "<s>", 2: "</s>"}[tok]
+
+
+class _Model:
+    """What template_for reads of a Llama."""
+    vocab = _Vocab()
+
+    def __init__(self, template):
+        self.template = template
+
+    def metadata(self, key):
+        return self.template if key == "tokenizer.chat_template" else None
+
+    def token_bos(self):
+        return 1
+
+    def token_eos(self):
+        return 2
+
+
+def test_template_for_uses_the_gguf_template_else_chatml():
+    own = chat.template_for(_Model("{{ bos_token }}{{ messages[0]['content'] }}"))
+    assert own.render(MSGS) == "<s>Be brief." and own.eos_token == "</s>"
+    assert chat.template_for(_Model(None)).render(MSGS).startswith("<|im_start|>system")
+
+
+def test_chat_stream_chunks():
+    completion = [{"choices": [{"text": "Hel", "finish_reason": None}]},
+                  {"choices": [{"text": "lo", "finish_reason": None}]},
+                  {"choices": [{"text": "", "finish_reason": "stop"}]}]
+    chunks = list(chat.chat_stream("c1", 3, "m", iter(completion)))
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert deltas == [{"role": "assistant"}, {"content": "Hel"}, {"content": "lo"}, {}]
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, None, None, "stop"]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    d = chat.chat_dict("c1", 3, "m", "Hello", "stop", {"total_tokens": 2})
+    assert d["choices"][0]["message"] == {"role": "assistant", "content": "Hello"}
