@@ -181,6 +181,7 @@ pr_context_params pr_context_default_params(void) {
     p.n_threads = 2;
     p.n_threads_batch = 2;
     p.flash_attn = 0;
+    p.batch_invariant = -1;
     return p;
 }
 
@@ -204,6 +205,8 @@ void pr_context_free(pr_context * ctx) {
     const pr_status st = guarded([&] { on_model(c->m, [c] { delete c; }); });
     (void) st;
 }
+
+int32_t pr_context_batch_invariant(const pr_context * ctx) { return live(ctx, "ctx") && ctx->c->batch_invariant ? 1 : 0; }
 
 pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_all, int32_t prompt) {
     return guarded([&] {

@@ -48,6 +48,15 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     set_n_threads = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
 
     main.sched = new_sched();
+    // One-token products re-read a GPU's weights once per token of a step (a prompt would decode at
+    // the speed of single tokens), so batch invariance is the CPU's default only.
+    bool all_cpu = m->output_dev == m->cpu_dev;
+    for (ggml_backend_dev_t d : m->layer_dev) all_cpu = all_cpu && d == m->cpu_dev;
+    if (p.batch_invariant < -1 || p.batch_invariant > 1) fail(PR_ERR_INVALID_ARG, "batch_invariant must be -1, 0 or 1");
+    if (p.batch_invariant == 1 && p.flash_attn) {
+        fail(PR_ERR_INVALID_ARG, "batch_invariant needs flash_attn off: ggml's flash attention is computed differently for steps of many tokens");
+    }
+    batch_invariant = p.batch_invariant == 1 || (p.batch_invariant == -1 && all_cpu && !p.flash_attn);
     bool one_dev = true;
     for (ggml_backend_dev_t d : m->layer_dev) one_dev = one_dev && d == m->layer_dev[0];
     if (one_dev && m->layer_dev[0] != m->cpu_dev) carry.reset(new device_carry(*m, m->layer_dev[0]));
@@ -90,6 +99,7 @@ void context::set_rule(const exit_rule & r) {
 segment context::make_segment(int n, int n_out, int first, int last, bool river_path, int check_first, int check_last) const {
     segment s;
     s.shape.flash_attn = params.flash_attn != 0;
+    s.shape.invariant = batch_invariant;
     s.shape.n_tokens = n;
     s.shape.n_kv = std::min(kv->n_ctx, (int) GGML_PAD(kv->n_used + n, kv_pad));
     s.shape.n_outputs = last == m->hp.n_layer - 1 ? n_out : 0;

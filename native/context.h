@@ -47,6 +47,7 @@ struct context {
     graph_slot main;                       // multi-token graphs, buffers reserved for the largest
     std::list<std::pair<segment, std::unique_ptr<graph_slot>>> small;   // most recent first
 
+    bool batch_invariant = false;          // multi-token steps use one-token products (graph.cpp)
     exit_rule rule;
     std::unique_ptr<device_carry> carry;   // when every block is on one non-CPU device
     int prev_exit = -1;                    // exit block of the last single-token step

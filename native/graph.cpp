@@ -41,6 +41,24 @@ static ggml_tensor * add_bias(ggml_context * ctx, ggml_tensor * x, ggml_tensor *
     return b ? ggml_add(ctx, x, b) : x;
 }
 
+// Batch invariance. ggml's CPU picks a matrix product's kernel by the number of columns: one column
+// goes through its dot-product loop, two or more through llamafile's tinyBLAS or a repacked GEMM,
+// which add in another order. So a token computed in a step of several tokens got other bits than
+// the same token in a step of one, and a near tie could turn. With token_products every product of
+// a multi-token step is made of one-column products (the tokens in dimension 2 or 3), the kernel
+// a single-token step uses: a token's logits no longer depend on the step it was computed in.
+static ggml_tensor * linear(ggml_context * ctx, const graph_shape & s, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b) {
+    const int64_t T = x->ne[1];
+    ggml_tensor * y;
+    if (s.invariant && T > 1) {
+        y = ggml_mul_mat(ctx, w, ggml_reshape_3d(ctx, x, x->ne[0], 1, T));
+        y = ggml_reshape_2d(ctx, y, y->ne[0], T);
+    } else {
+        y = ggml_mul_mat(ctx, w, x);
+    }
+    return add_bias(ctx, y, b);
+}
+
 static ggml_tensor * rope(ggml_context * ctx, const model & m, ggml_tensor * x, ggml_tensor * pos, int il) {
     const hparams & hp = m.hp;
     return ggml_rope_ext(ctx, x, pos, m.rope_freqs, hp.n_rot, m.arch->rope_type, hp.rope_n_ctx_orig,
@@ -51,15 +69,16 @@ static ggml_tensor * rope(ggml_context * ctx, const model & m, ggml_tensor * x, 
 // Attention of one block: writes this step's K/V rows into layer il's cache, then attends over
 // the first n_kv rows under the mask (the sliding-window mask on the arch's local layers).
 static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_inputs & in,
-                               const block_weights & w, int il, int n_kv, ggml_tensor * xn) {
+                               const graph_shape & s, const block_weights & w, int il, ggml_tensor * xn) {
     const hparams & hp = m.hp;
     const int T = (int) xn->ne[1];
     const int hd = hp.n_embd_head;
     const float eps = hp.rms_eps;
 
-    ggml_tensor * q = ggml_reshape_3d(ctx, add_bias(ctx, ggml_mul_mat(ctx, w.wq, xn), w.bq), hd, hp.n_head, T);
-    ggml_tensor * k = ggml_reshape_3d(ctx, add_bias(ctx, ggml_mul_mat(ctx, w.wk, xn), w.bk), hd, hp.n_head_kv, T);
-    ggml_tensor * v = add_bias(ctx, ggml_mul_mat(ctx, w.wv, xn), w.bv);
+    const int n_kv = s.n_kv;
+    ggml_tensor * q = ggml_reshape_3d(ctx, linear(ctx, s, w.wq, xn, w.bq), hd, hp.n_head, T);
+    ggml_tensor * k = ggml_reshape_3d(ctx, linear(ctx, s, w.wk, xn, w.bk), hd, hp.n_head_kv, T);
+    ggml_tensor * v = linear(ctx, s, w.wv, xn, w.bv);
     if (w.q_norm) q = rms_norm(ctx, q, w.q_norm, eps);   // per head: rows of hd
     if (w.k_norm) k = rms_norm(ctx, k, w.k_norm, eps);
     q = rope(ctx, m, q, in.pos, il);
@@ -91,22 +110,31 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
         ggml_tensor * v_flat = ggml_reshape_2d(ctx, kv.v[il], 1, n_ctx * E);
         ggml_tensor * v_all = ggml_set_rows(ctx, v_flat, ggml_reshape_2d(ctx, v, 1, (int64_t) E * T), in.v_idx);
         ggml_tensor * vv = ggml_view_3d(ctx, v_all, n_kv, hd, hp.n_head_kv, es * n_ctx, es * n_ctx * hd, 0);
-        ggml_tensor * kq = ggml_mul_mat(ctx, kk, qp);                          // [n_kv, T, n_head]
-        ggml_prec_set_acc(kq, GGML_PREC_F32);   // as llama.cpp: F32 accumulation (cuBLAS would use F16)
-        kq = ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f);
-        ggml_tensor * kqv = ggml_mul_mat(ctx, vv, kq);                         // [hd, T, n_head]
-        o = ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, T);
+        if (s.invariant && T > 1) {
+            // One query per product (the tokens in dimension 3), as in a single-token step.
+            ggml_tensor * kq = ggml_mul_mat(ctx, kk, ggml_reshape_4d(ctx, q, hd, 1, hp.n_head, T));  // [n_kv, 1, n_head, T]
+            ggml_prec_set_acc(kq, GGML_PREC_F32);
+            kq = ggml_soft_max_ext(ctx, kq, ggml_reshape_4d(ctx, mask, mask->ne[0], 1, 1, T), scale, 0.0f);
+            o = ggml_reshape_2d(ctx, ggml_mul_mat(ctx, vv, kq), hd * hp.n_head, T);              // [hd, 1, n_head, T]
+        } else {
+            ggml_tensor * kq = ggml_mul_mat(ctx, kk, qp);                          // [n_kv, T, n_head]
+            ggml_prec_set_acc(kq, GGML_PREC_F32);   // as llama.cpp: F32 accumulation (cuBLAS would use F16)
+            kq = ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f);
+            ggml_tensor * kqv = ggml_mul_mat(ctx, vv, kq);                         // [hd, T, n_head]
+            o = ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, T);
+        }
     }
-    return add_bias(ctx, ggml_mul_mat(ctx, w.wo, o), w.bo);
+    return linear(ctx, s, w.wo, o, w.bo);
 }
 
 // One decoder block, the same unit for every architecture: pre-norm attention and pre-norm gated
 // FFN (SwiGLU or GeGLU), each with a residual, and the post-norms where the arch has them.
 // With out_ids, only those token rows continue after attention (the last block before the head).
 static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_inputs & in,
-                                 const block_weights & w, int il, int n_kv, ggml_tensor * x, ggml_tensor * out_ids) {
+                                 const graph_shape & s, const block_weights & w, int il, ggml_tensor * x,
+                                 ggml_tensor * out_ids) {
     const float eps = m.hp.rms_eps;
-    ggml_tensor * a = attention(ctx, m, kv, in, w, il, n_kv, rms_norm(ctx, x, w.attn_norm, eps));
+    ggml_tensor * a = attention(ctx, m, kv, in, s, w, il, rms_norm(ctx, x, w.attn_norm, eps));
     if (out_ids) {
         a = ggml_get_rows(ctx, a, out_ids);
         x = ggml_get_rows(ctx, x, out_ids);
@@ -114,10 +142,10 @@ static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_c
     if (w.attn_post_norm) a = rms_norm(ctx, a, w.attn_post_norm, eps);
     ggml_tensor * h = ggml_add(ctx, x, a);
     ggml_tensor * hn = rms_norm(ctx, h, w.ffn_norm, eps);
-    ggml_tensor * gate = add_bias(ctx, ggml_mul_mat(ctx, w.ffn_gate, hn), w.ffn_gate_b);
-    ggml_tensor * up = add_bias(ctx, ggml_mul_mat(ctx, w.ffn_up, hn), w.ffn_up_b);
+    ggml_tensor * gate = linear(ctx, s, w.ffn_gate, hn, w.ffn_gate_b);
+    ggml_tensor * up = linear(ctx, s, w.ffn_up, hn, w.ffn_up_b);
     ggml_tensor * f = m.arch->act == ffn_act::gelu ? ggml_geglu_split(ctx, gate, up) : ggml_swiglu_split(ctx, gate, up);
-    f = add_bias(ctx, ggml_mul_mat(ctx, w.ffn_down, f), w.ffn_down_b);
+    f = linear(ctx, s, w.ffn_down, f, w.ffn_down_b);
     if (w.ffn_post_norm) f = rms_norm(ctx, f, w.ffn_post_norm, eps);
     return ggml_add(ctx, h, f);
 }
@@ -201,7 +229,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
         }
         ggml_tensor * sel = (seg.head() && il == L - 1) ? in.out_ids : nullptr;
         const block_weights & w = seg.river ? m.river->blocks[il] : m.blocks[il];
-        ggml_tensor * y = build_block(ctx, m, kv, in, w, il, s.n_kv, x, sel);
+        ggml_tensor * y = build_block(ctx, m, kv, in, s, w, il, x, sel);
         if (check) {
             if (stack) stack = ggml_concat(ctx, stack, ggml_reshape_3d(ctx, y, y->ne[0], y->ne[1], 1), 2);
             ggml_set_output(y);
@@ -227,7 +255,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     }
     if (seg.head()) {
         x = rms_norm(ctx, x, m.output_norm, m.hp.rms_eps);
-        g->logits = add_bias(ctx, ggml_mul_mat(ctx, m.output, x), m.output_b);
+        g->logits = linear(ctx, s, m.output, x, m.output_b);
         if (m.hp.final_softcap > 0.0f) {
             const float c = m.hp.final_softcap;
             g->logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, g->logits, 1.0f / c)), c);

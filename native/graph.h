@@ -9,11 +9,13 @@ namespace pr {
 
 struct graph_shape {
     bool flash_attn = false;
+    bool invariant = false;  // every product is one token's (see token_products in graph.cpp)
     int n_tokens = 0;
     int n_kv = 0;       // cache rows attended to (a multiple of kv_pad, or n_ctx)
     int n_outputs = 0;  // rows of logits; 0 = no head
     bool operator==(const graph_shape & o) const {
-        return flash_attn == o.flash_attn && n_tokens == o.n_tokens && n_kv == o.n_kv && n_outputs == o.n_outputs;
+        return flash_attn == o.flash_attn && invariant == o.invariant && n_tokens == o.n_tokens && n_kv == o.n_kv &&
+               n_outputs == o.n_outputs;
     }
 };
 

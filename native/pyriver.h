@@ -74,6 +74,10 @@ typedef struct {
     int32_t n_threads;        /* threads for single-token decode */
     int32_t n_threads_batch;  /* threads for prompt batches */
     int32_t flash_attn;       /* 1: ggml_flash_attn_ext; 0: mul_mat + soft_max (llama.cpp's default) */
+    int32_t batch_invariant;  /* 1: a token's logits do not depend on the step it is computed in (how a
+                                 prompt is split, prefix reuse, batching); 0: llama.cpp's kernels for
+                                 multi-token steps; -1: 1 when every block and the head are on the CPU
+                                 and flash_attn is off (the default), else 0. 1 with flash_attn is refused */
 } pr_context_params;
 
 PR_API const char * pr_last_error(void);
@@ -100,6 +104,8 @@ PR_API pr_status pr_rpc_start_server(const char * endpoint, int32_t n_threads, c
 PR_API pr_context_params pr_context_default_params(void);
 PR_API pr_status pr_context_new(pr_model * model, const pr_context_params * params, pr_context ** out);
 PR_API void      pr_context_free(pr_context * ctx);
+/* 1 when the context's steps are batch-invariant (see batch_invariant), else 0. */
+PR_API int32_t   pr_context_batch_invariant(const pr_context * ctx);
 
 /* Appends n tokens at the end of the cache and runs them. With logits_all, logits of every token
  * are kept (pr_logits index 0..n-1); otherwise only the last token's (index 0). Whether the tokens

@@ -49,7 +49,7 @@ class Llama:
                  flash_attn: bool = False, river: Optional[str] = "auto",
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
-                 river_rebuild: bool = False,
+                 river_rebuild: bool = False, batch_invariant: Optional[bool] = None,
                  chat_format: Optional[str] = None, verbose: bool = True, **unsupported):
         if unsupported.pop("chat_handler", None) is not None:
             raise TypeError("pyriver.Llama does not support chat_handler; it renders the GGUF's chat template")
@@ -72,9 +72,12 @@ class Llama:
         self.vocab = Vocab(self.model_path)
         if self.vocab.n_vocab != self.info["n_vocab"]:
             raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
-        self._new_context(n_ctx, n_batch, n_threads, n_threads_batch, flash_attn)
+        self._new_context(n_ctx, n_batch, n_threads, n_threads_batch, flash_attn, batch_invariant)
         self._seed = seed
         self.input_ids: List[int] = []   # the tokens whose K/V are in the cache, in order
+        self._kinds: List[int] = []      # for each: PROMPT_LIKE, or STEP (see _step_kind)
+        self._version = 0                # counts the changes of the cache, whoever made them
+        self._exiting = False            # an exit rule is on (set_exit)
         self.last_exits: List[int] = []  # exit block of each token of the last eval
         self.exit_threshold = DEFAULT_TAU if exit_threshold is None else float(exit_threshold)
         # The default first checked block, kept inside shallow (synthetic) models.
@@ -141,7 +144,7 @@ class Llama:
                 exit_threshold = min_exit_layer = None
         return exit_threshold, min_exit_layer
 
-    def _new_context(self, n_ctx, n_batch, n_threads, n_threads_batch, flash_attn) -> None:
+    def _new_context(self, n_ctx, n_batch, n_threads, n_threads_batch, flash_attn, batch_invariant) -> None:
         cp = ffi.new("pr_context_params *", lib.pr_context_default_params())
         cp.n_ctx = int(n_ctx) if n_ctx > 0 else int(self.info["n_ctx_train"])
         cp.n_batch = int(n_batch)
@@ -149,9 +152,13 @@ class Llama:
         self.n_threads_batch = int(n_threads_batch or multiprocessing.cpu_count())
         cp.n_threads, cp.n_threads_batch = self.n_threads, self.n_threads_batch
         cp.flash_attn = 1 if flash_attn else 0
+        cp.batch_invariant = -1 if batch_invariant is None else (1 if batch_invariant else 0)
         out = ffi.new("pr_context **")
         check(lib.pr_context_new(self._model, cp, out))
         self._ctx = out[0]
+        # True when a token's logits do not depend on the step it was computed in (the CPU's
+        # default; see pr_context_params.batch_invariant).
+        self.batch_invariant = bool(lib.pr_context_batch_invariant(self._ctx))
         self._n_ctx = lib.pr_n_ctx(self._ctx)
         self.n_batch = cp.n_batch
 
@@ -189,6 +196,7 @@ class Llama:
             else:   # the testing and benchmark knobs (pyriver_debug.h)
                 check(lib.pr_context_set_exit_debug(self._ctx, p, d))
             self.exit_threshold, self.min_exit_layer = p.exit_threshold, p.min_exit_layer
+            self._exiting = force_exit_layer >= 0 or p.exit_threshold <= 1.0
 
     @classmethod
     def from_pretrained(cls, repo_id: str, filename: str, **kwargs) -> "Llama":
@@ -259,21 +267,38 @@ class Llama:
     def reset(self) -> None:
         with self._lock:
             self._live()
+            self._version += 1   # before the change: an interrupt after it must not hide it
             check(lib.pr_kv_clear(self._ctx))
             self.input_ids = []
+            self._kinds = []
 
     def _reconcile(self) -> None:
         """Make input_ids agree with the native cache again: a KeyboardInterrupt can land between
         a native step (decode, truncate) and the bookkeeping after it. The shorter side wins."""
         n = lib.pr_kv_pos(self._ctx)
+        del self._kinds[len(self.input_ids):]
         if len(self.input_ids) > n:
+            self._version += 1
             del self.input_ids[n:]
+            del self._kinds[n:]
         elif len(self.input_ids) < n:
+            self._version += 1
             check(lib.pr_kv_truncate(self._ctx, len(self.input_ids)))
 
     def _truncate(self, n_keep: int) -> None:
+        self._version += 1
         check(lib.pr_kv_truncate(self._ctx, n_keep))
         del self.input_ids[n_keep:]
+        del self._kinds[n_keep:]
+
+    # How a cached token was computed. PROMPT_LIKE: as a prompt computes it, at full depth. STEP: a
+    # decode step whose K/V a prompt would not reproduce bit for bit: one that ran under an exit
+    # rule (a prompt runs at full depth), or any decode step of a context that is not
+    # batch-invariant (its kernels depend on the number of tokens in a step).
+    PROMPT_LIKE, STEP = 0, 1
+
+    def _step_kind(self) -> int:
+        return self.STEP if self._exiting or not self.batch_invariant else self.PROMPT_LIKE
 
     def eval(self, tokens: Sequence[int], logits_all: bool = False, prompt: bool = False) -> np.ndarray:
         """Append tokens to the cache and run them. Returns logits [n_outputs, n_vocab]: every
@@ -286,8 +311,11 @@ class Llama:
                 raise ValueError("eval needs at least one token")
             self._reconcile()
             arr = ffi.new("int32_t[]", toks)
+            self._version += 1
             check(lib.pr_decode(self._ctx, arr, len(toks), 1 if logits_all else 0, 1 if prompt else 0))
             self.input_ids.extend(toks)
+            step = len(toks) == 1 and not prompt   # pr_decode's prompt rule
+            self._kinds.extend([self._step_kind() if step else self.PROMPT_LIKE] * len(toks))
             buf = ffi.new("int32_t[]", len(toks))
             n_ex = lib.pr_exit_layers(self._ctx, buf, len(toks))
             self.last_exits = list(buf[0:min(n_ex, len(toks))])
@@ -298,23 +326,30 @@ class Llama:
                 raise PyriverError(last_error())
             return np.frombuffer(ffi.buffer(ptr, 4 * n_vocab * n_out), dtype=np.float32).reshape(n_out, n_vocab).copy()
 
-    def _sync_prefix(self, tokens: List[int], n_prompt: Optional[int] = None):
-        """Bring the cache to hold exactly `tokens`, reusing the longest common prefix already in
-        the cache. Returns the last token's logits and how many tokens were evaluated. Tokens past
-        n_prompt were generated one at a time; with a river they are evaluated one at a time
-        again, so their exits (and the K/V their river blocks wrote) are what they were."""
+    def _sync_prefix(self, tokens: List[int], n_prompt: int):
+        """Bring the cache to hold exactly `tokens`: the first n_prompt a prompt, the rest this
+        generation's own tokens. Returns the last token's logits, how many tokens were evaluated and
+        the exit blocks of those evaluated as decode steps.
+        A cached token is reused only when it was computed as it would be now (a prompt token as
+        a prompt computes it, a generated one as a decode step), so that the result never depends
+        on what else used the cache: on a batch-invariant context, the same tokens give the same
+        logits bit for bit however they were reached."""
         self._reconcile()
+        step_kind = self._step_kind()
+        want = lambda i: self.PROMPT_LIKE if i < n_prompt else step_kind   # noqa: E731
         n = 0
         limit = min(len(tokens), len(self.input_ids)) - 1   # keep >= 1 token to recompute logits
-        while n < limit and self.input_ids[n] == tokens[n]:
+        while n < limit and self.input_ids[n] == tokens[n] and self._kinds[n] == want(n):
             n += 1
         self._truncate(n)
-        rest = tokens[n:]
-        split = len(rest) if self.river_path is None or n_prompt is None else max(n_prompt - n, 0)
-        logits = self.eval(rest[:split], prompt=True)[-1] if split else None
-        for tok in rest[split:]:
-            logits = self.eval([tok])[-1]
-        return logits, len(rest)
+        # Generated tokens are decode steps again, unless a decode step computes what a prompt does.
+        split = len(tokens) if step_kind == self.PROMPT_LIKE else max(n_prompt, n)
+        logits = self.eval(tokens[n:split], prompt=True)[-1] if split > n else None
+        step_exits = []   # (index in tokens, exit block) of the decode steps
+        for i in range(split, len(tokens)):
+            logits = self.eval([tokens[i]])[-1]
+            step_exits.append((i, self.last_exits[0]))
+        return logits, len(tokens) - n, step_exits
 
     # -- generation -------------------------------------------------------------------------
     def generate(self, tokens: Sequence[int], sampler: Sampler, max_new: int, logprobs: Optional[int] = None) -> Iterator[int]:
@@ -326,29 +361,48 @@ class Llama:
             raise ContextFullError(f"Requested tokens ({len(seq)}) exceed context window of {self._n_ctx}")
         st = self.last_stats = {"prompt_tokens": len(seq), "prompt_eval_tokens": 0, "prompt_s": 0.0,
                                 "decode_tokens": 0, "decode_s": 0.0, "exits": [], "logprobs": []}
+        n_prompt = len(seq)
+        gen_exits = st["exits"]   # exit block of each generated token, by position
         logits = None
+        mine = -1   # the cache version when this generation last had the cache as it left it
         for _ in range(max_new):
             with self._lock:
                 self._live()
-                if logits is None or self.input_ids != seq:
+                if logits is None or self._version != mine:   # another caller used the cache
                     t0 = time.perf_counter()
-                    logits, n_eval = self._sync_prefix(seq, st["prompt_tokens"])
+                    logits, n_eval, step_exits = self._sync_prefix(seq, n_prompt)
                     st["prompt_s"] += time.perf_counter() - t0
                     st["prompt_eval_tokens"] += n_eval
+                    for i, e in step_exits:
+                        self._note_exit(gen_exits, i - n_prompt, e)
                 tok = sampler.sample(logits, seq)
                 if self.vocab.is_eog(tok):
                     return
                 if logprobs is not None:
                     st["logprobs"].append(_logprob_entry(logits, tok, logprobs))
+                mine = self._version
                 yield tok
+                # Another generation on this thread may have used the cache while this one was
+                # suspended (the lock is reentrant): then the token runs with the next re-sync.
                 seq.append(tok)
                 if len(seq) >= self._n_ctx:
                     return
+                if self._version != mine:
+                    continue
                 t0 = time.perf_counter()
                 logits = self.eval([tok])[-1]
+                mine = self._version
                 st["decode_s"] += time.perf_counter() - t0
                 st["decode_tokens"] += 1
-                st["exits"].extend(self.last_exits)
+                self._note_exit(gen_exits, len(seq) - 1 - n_prompt, self.last_exits[0])
+
+    @staticmethod
+    def _note_exit(exits: List[int], j: int, e: int) -> None:
+        """The exit block of generated token j (a re-run token gets its first exit again)."""
+        if j == len(exits):
+            exits.append(e)
+        elif j < len(exits):
+            exits[j] = e
 
     def _prompt_tokens(self, prompt: Union[str, List[int]]) -> List[int]:
         if isinstance(prompt, str):

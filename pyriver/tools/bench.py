@@ -55,6 +55,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--predict", choices=["on", "off", "both"], default="off",
                    help="--inprocess: the first graph runs to the previous token's exit block")
     b.add_argument("--flash-attn", action="store_true", help="flash attention, both engines")
+    b.add_argument("--batched", action="store_true",
+                   help="also pyriver with batch_invariant=False (llama.cpp's kernels for multi-token steps): "
+                        "the cost of batch invariance")
     b.add_argument("--chat-turns", action="store_true", help="second chat turn's time to first token, with and without prefix reuse")
     b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")
     b.add_argument("--systems-dtype", default="q8_0", choices=["f16", "q8_0"], help="backbone type of the synthetic model")
@@ -69,6 +72,8 @@ def engines_for(a, path: str) -> List[Dict]:
             "n_gpu_layers": a.n_gpu_layers, "rpc_servers": a.rpc_servers, "flash_attn": a.flash_attn,
             "tensor_split": tensor_split(a.tensor_split)}
     es = [dict(base, name="llama.cpp", engine="llama.cpp"), dict(base, name="pyriver", engine="pyriver")]
+    if a.batched:
+        es.append(dict(base, name="pyriver batched", engine="pyriver", batch_invariant=False))
     if a.river:
         for tau in a.tau:
             es.append(dict(base, name=f"pyriver river={a.river} tau={tau}", engine="pyriver", river=a.river, tau=tau,

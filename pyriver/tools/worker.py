@@ -51,7 +51,8 @@ def worker(cfg: Dict) -> Dict:
             kw = dict(river=cfg["river"], exit_threshold=cfg["tau"], min_exit_layer=cfg.get("min_exit_layer"),
                       force_exit_layer=cfg.get("force_exit_layer", -1), river_force=cfg.get("river_force", False))
         llm = Llama(cfg["model"], n_ctx=n_ctx, n_batch=512, n_threads=th, n_threads_batch=th, verbose=False,
-                    **engine_kwargs(cfg), rpc_servers=cfg.get("rpc_servers"), **kw)
+                    **engine_kwargs(cfg), rpc_servers=cfg.get("rpc_servers"), batch_invariant=cfg.get("batch_invariant"),
+                    **kw)
     else:
         if cfg.get("rpc_servers"):
             # llama.cpp's --rpc: the servers' devices join ggml's device list of this process.

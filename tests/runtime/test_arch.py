@@ -4,13 +4,13 @@ its GGUF forms runs as llama.cpp runs it."""
 from __future__ import annotations
 
 import gguf
-import llama_cpp
 import numpy as np
 import pytest
 
 from helpers import ARCH_SPECS
 from pyriver import Llama, ModelLoadError
 from pyriver.tools import gguf_io, synth
+from pyriver.tools.engine import LlamaCppEngine, StepwiseEngine
 
 
 def _rewrite(src, dst, kv=None, drop=(), reshape=None):
@@ -72,12 +72,13 @@ def test_bad_sliding_window_pattern(arch_paths, tmp_path):
 
 
 def _teacher_forced_equal(path, text):
-    ref = llama_cpp.Llama(path, n_ctx=256, n_threads=2, logits_all=True, verbose=False)
+    """llama.cpp's logits of every token (one token per step) and pyriver's (one batch-invariant
+    step): they must be equal bit for bit."""
+    ref = StepwiseEngine(LlamaCppEngine(path, 256, 2, logits_all=True))
     toks = ref.tokenize(text.encode(), add_bos=True, special=True)
-    ref.eval(toks)
-    a = np.asarray(ref.scores[: len(toks)])
+    a = ref.eval(toks, logits_all=True)
     ref.close()
-    with Llama(path, n_ctx=256, n_threads=2, verbose=False) as llm:
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False, batch_invariant=True) as llm:
         b = llm.eval(toks, logits_all=True)
     return len(toks), a, b
 
@@ -92,7 +93,7 @@ def test_sliding_window_patterns_match_llama_cpp(smol_path, tmp_path, pattern):
     text = "The river runs from the mountains to the sea, past towns, mills and bridges, " * 3
     n, a, b = _teacher_forced_equal(str(p), text)
     assert n > 40
-    np.testing.assert_allclose(a, b, rtol=0, atol=1e-3)
+    assert np.array_equal(a, b)
 
 
 def test_window_changes_the_result(smol_path, tmp_path):

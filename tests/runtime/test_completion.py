@@ -4,7 +4,6 @@ from __future__ import annotations
 import pytest
 
 
-
 def test_result_shape(llm):
     r = llm("Rivers flow", max_tokens=8, temperature=0)
     assert set(r) == {"id", "object", "created", "model", "choices", "usage"}
@@ -56,12 +55,18 @@ def test_chat_completion_and_stream(llm):
     assert chunks[-1]["choices"][0]["finish_reason"] == r["choices"][0]["finish_reason"]
 
 
-def test_chat_matches_llama_cpp(smol_path, llm):
+@pytest.mark.parametrize("ref_kw, our_kw", [({"n_batch": 1}, {}), ({}, {"batch_invariant": False})],
+                         ids=["stepwise", "batched"])
+def test_chat_matches_llama_cpp(smol_path, ref_kw, our_kw):
+    """The default (batch-invariant) computes what llama.cpp computes one token per step; with
+    batch_invariant=False, what llama-cpp-python computes by default."""
     import llama_cpp
-    ref = llama_cpp.Llama(smol_path, n_ctx=512, n_threads=2, verbose=False)
+    from pyriver import Llama
+    ref = llama_cpp.Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, **ref_kw)
     msgs = [{"role": "user", "content": "Name two rivers in Africa."}]
     want = ref.create_chat_completion(msgs, max_tokens=40, temperature=0)["choices"][0]["message"]["content"]
-    got = llm.create_chat_completion(msgs, max_tokens=40, temperature=0)["choices"][0]["message"]["content"]
+    with Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, **our_kw) as llm:
+        got = llm.create_chat_completion(msgs, max_tokens=40, temperature=0)["choices"][0]["message"]["content"]
     assert got == want
 
 

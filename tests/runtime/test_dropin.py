@@ -7,8 +7,8 @@ import threading
 import pytest
 
 SCRIPT = '''
-def script(Llama, path):
-    llm = Llama(model_path=path, n_ctx=512, n_threads=2, seed=7, verbose=False)
+def script(Llama, path, **kw):
+    llm = Llama(model_path=path, n_ctx=512, n_threads=2, seed=7, verbose=False, **kw)
     out = {}
     out["completion"] = llm("Q: Name the planets in order.\\nA:", max_tokens=32, temperature=0, stop=["Q:"])
     out["stream"] = "".join(c["choices"][0]["text"] for c in llm("The river", max_tokens=24, temperature=0, stream=True))
@@ -32,13 +32,21 @@ def _shape(d):
     return type(d).__name__
 
 
-def test_script_runs_unchanged_with_same_texts(smol_path):
+# pyriver's default on the CPU computes every token as a single-token step does (batch-invariant),
+# which is llama.cpp with n_batch=1; with batch_invariant=False it runs llama.cpp's kernels for
+# whole prompts, as llama-cpp-python does by default. Either way the texts are the same.
+PAIRS = {"stepwise": ({"n_batch": 1}, {}), "batched": ({}, {"batch_invariant": False})}
+
+
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+def test_script_runs_unchanged_with_same_texts(smol_path, pair):
     import llama_cpp
     from pyriver import Llama
     ns = {}
     exec(SCRIPT, ns)
-    ref = ns["script"](llama_cpp.Llama, smol_path)
-    got = ns["script"](Llama, smol_path)
+    ref_kw, our_kw = PAIRS[pair]
+    ref = ns["script"](llama_cpp.Llama, smol_path, **ref_kw)
+    got = ns["script"](Llama, smol_path, **our_kw)
     assert got["completion"]["choices"][0]["text"] == ref["completion"]["choices"][0]["text"]
     assert got["completion"]["choices"][0]["finish_reason"] == ref["completion"]["choices"][0]["finish_reason"]
     assert got["completion"]["usage"] == ref["completion"]["usage"]

@@ -97,7 +97,9 @@ def test_interrupt_then_same_as_fresh(smol_path, fresh_result, kind):
     intr = Interrupter()
     try:
         hits = 0
-        for _ in range(5):
+        for attempt in range(15):   # 5 runs; more only while none was interrupted (a faster machine)
+            if attempt >= 5 and hits:
+                break
             if intr.run(lambda: op(llm), rng.uniform(0.05, 0.9) * span):
                 hits += 1
             else:   # it finished first: the machine got faster; aim inside the shorter run
@@ -130,7 +132,9 @@ def test_interrupted_river_build_leaves_no_partial_sidecar(smol_path, tmp_path):
     intr = Interrupter()
     hits = 0
     try:
-        for _ in range(5):
+        for attempt in range(15):   # 5 runs; more only while none was interrupted (a faster machine)
+            if attempt >= 5 and hits:
+                break
             if intr.run(lambda: Llama(str(model), n_ctx=64, verbose=False, river="q4_0",
                                       river_rebuild=True).close(), rng.uniform(0.05, 0.9) * span):
                 hits += 1

@@ -34,7 +34,8 @@ def test_prefix_reuse_gives_same_text(llm):
 
 
 def test_batch_split_matches_single_batch(smol_path):
-    """A prompt split over several n_batch steps gives the same next token as one step."""
+    """A prompt split over several n_batch steps gives the logits of one step, bit for bit (the
+    CPU's steps are batch-invariant)."""
     from pyriver import Llama
     text = b"In the beginning there was a river, and the river ran to the sea. " * 6
     with Llama(smol_path, n_ctx=512, n_batch=512, verbose=False) as one, \
@@ -44,5 +45,4 @@ def test_batch_split_matches_single_batch(smol_path):
         l1 = one.eval(toks, logits_all=True)
         l2 = split.eval(toks, logits_all=True)
         assert l1.shape == l2.shape == (len(toks), one.n_vocab())
-        assert (np.argmax(l1, 1) == np.argmax(l2, 1)).mean() >= 0.99
-        np.testing.assert_allclose(l1, l2, atol=0.05 * np.abs(l1).max())
+        assert np.array_equal(l1, l2)

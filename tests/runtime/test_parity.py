@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from helpers import ARCH_SPECS, PROMPTS, TESTS, on_gpu
-from pyriver.tools.engine import LlamaCppEngine, greedy
+from pyriver.tools.engine import LlamaCppEngine, StepwiseEngine, greedy
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -14,56 +14,75 @@ N_GEN = 64
 LONG_PROMPT = (TESTS / "data" / "long_prompt.txt").read_text()
 
 
-def _check_parity(path, gpu_layers, prompts=PROMPTS, n_ctx=512):
+# Two ways to compute a step of several tokens, each against its llama.cpp reference:
+# - stepwise (batch_invariant=True, the CPU's default): every token as a single-token step computes
+#   it, so the reference is llama.cpp fed one token per step, and logits must match bit for bit;
+# - batched (batch_invariant=False, the GPU's default): llama.cpp's kernels for many tokens, against
+#   llama.cpp's own batched prompt: top-1 agreement and identical greedy continuations.
+# On a GPU only batched runs (batch invariance re-reads the weights per token there); on the CPU
+# batched runs for the models below.
+BATCHED_ON_CPU = {"smollm2", "mha", "gemma3", "gemma3_270m"}
+
+
+def _modes(gpu_layers, name):
+    if gpu_layers:
+        return ["batched"]
+    return ["stepwise", "batched"] if name in BATCHED_ON_CPU else ["stepwise"]
+
+
+def _check_parity(path, gpu_layers, mode, prompts=PROMPTS, n_ctx=512):
     from pyriver import Llama
     ref = LlamaCppEngine(path, n_ctx, 2, n_batch=512, logits_all=True, n_gpu_layers=gpu_layers)
-    llm = Llama(path, n_ctx=n_ctx, n_threads=2, verbose=False, n_gpu_layers=gpu_layers)
+    if mode == "stepwise":
+        ref = StepwiseEngine(ref)
+    llm = Llama(path, n_ctx=n_ctx, n_threads=2, verbose=False, n_gpu_layers=gpu_layers,
+                batch_invariant=mode == "stepwise")
     on_gpu(llm, gpu_layers)
     agree = total = 0
-    mismatched = []
+    mismatched, unequal = [], []
     for prompt in prompts:
         ptoks = ref.tokenize(prompt.encode(), add_bos=True, special=True)
         assert llm.tokenize(prompt.encode(), add_bos=True, special=True) == ptoks
         ref_cont = greedy(ref, ptoks, N_GEN).tokens
         ours_cont = greedy(llm, ptoks, N_GEN).tokens
         if ours_cont != ref_cont:
-            mismatched.append(prompt)
-        # Teacher-forced over the reference sequence: top-1 of every position.
+            mismatched.append(prompt[:40])
+        # Teacher-forced over the reference sequence: every position's logits.
         seq = ptoks + ref_cont
         ref.reset()
-        ref_top = np.argmax(ref.eval(seq, logits_all=True), axis=1)
+        ref_logits = ref.eval(seq, logits_all=True)
         llm.reset()
-        our_top = np.argmax(llm.eval(seq, logits_all=True), axis=1)
-        agree += int((ref_top == our_top).sum())
+        our_logits = llm.eval(seq, logits_all=True)
+        agree += int((np.argmax(ref_logits, axis=1) == np.argmax(our_logits, axis=1)).sum())
         total += len(seq)
+        if not np.array_equal(ref_logits, our_logits):
+            unequal.append(prompt[:40])
     llm.close()
     ref.close()
-    return agree, total, mismatched
+    assert total >= 500
+    assert agree / total >= 0.995, f"{mode}: top-1 agreement {agree}/{total}"
+    assert not mismatched, f"{mode}: greedy continuations differ for {mismatched}"
+    if mode == "stepwise":
+        assert not unequal, f"stepwise: logits differ from llama.cpp's single-token steps for {unequal}"
 
 
 def test_parity_smollm2(smol_path, gpu_layers):
-    agree, total, mismatched = _check_parity(smol_path, gpu_layers)
-    assert total >= 500
-    assert agree / total >= 0.995, f"top-1 agreement {agree}/{total}"
-    assert not mismatched, f"greedy continuations differ for {mismatched}"
+    for mode in _modes(gpu_layers, "smollm2"):
+        _check_parity(smol_path, gpu_layers, mode)
 
 
 @pytest.mark.parametrize("name", ["mha", "gqa_untied", "deep_rope_linear", "rope_yarn", "rope_factor_only"])
 def test_parity_synthetic(synth_paths, name, gpu_layers):
-    agree, total, mismatched = _check_parity(synth_paths[name], gpu_layers)
-    assert total >= 500
-    assert agree / total >= 0.995, f"top-1 agreement {agree}/{total}"
-    assert not mismatched, f"greedy continuations differ for {mismatched}"
+    for mode in _modes(gpu_layers, name):
+        _check_parity(synth_paths[name], gpu_layers, mode)
 
 
 @pytest.mark.parametrize("name", sorted(ARCH_SPECS))
 def test_parity_architectures(arch_paths, name, gpu_layers):
     """qwen2, qwen3, gemma3 (sliding window 16, soft-capping) and a llama file with a
     sliding-window key: 64 generated tokens run well past the windows."""
-    agree, total, mismatched = _check_parity(arch_paths[name], gpu_layers)
-    assert total >= 500
-    assert agree / total >= 0.995, f"top-1 agreement {agree}/{total}"
-    assert not mismatched, f"greedy continuations differ for {mismatched}"
+    for mode in _modes(gpu_layers, name):
+        _check_parity(arch_paths[name], gpu_layers, mode)
 
 
 def test_parity_gemma3_270m(gemma_path, gpu_layers):
@@ -73,10 +92,8 @@ def test_parity_gemma3_270m(gemma_path, gpu_layers):
         assert llm.info["arch"] == "gemma3"
         assert int(llm.metadata("gemma3.attention.sliding_window")) == 512
         assert len(llm.tokenize(LONG_PROMPT.encode(), add_bos=True, special=True)) > 512
-    agree, total, mismatched = _check_parity(gemma_path, gpu_layers, PROMPTS + [LONG_PROMPT], n_ctx=1024)
-    assert total >= 500
-    assert agree / total >= 0.995, f"top-1 agreement {agree}/{total}"
-    assert not mismatched, f"greedy continuations differ for {[m[:40] for m in mismatched]}"
+    for mode in _modes(gpu_layers, "gemma3_270m"):
+        _check_parity(gemma_path, gpu_layers, mode, PROMPTS + [LONG_PROMPT], n_ctx=1024)
 
 
 def test_one_ggml_per_process(smol_path):
