@@ -92,7 +92,12 @@ def child_env() -> dict:
 
 def pyriver_cli(*args, timeout=300, **kw):
     """`pyriver ARGS...` as a user runs it (a subprocess), output captured."""
-    return subprocess.run([sys.executable, "-m", "pyriver.cli", *args], capture_output=True, text=True,
+    return pyriver_module("pyriver.cli", *args, timeout=timeout, **kw)
+
+
+def pyriver_module(module: str, *args, timeout=300, **kw):
+    """`python -m MODULE ARGS...` (a subprocess), output captured."""
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
                           timeout=timeout, **kw)
 
 
