@@ -61,6 +61,18 @@ PROMPTS = [
 RIVER_PROMPT = b"The history of the river begins in the mountains, where"
 
 
+def model_path(request, name):
+    """A test model by name: "smol" (SmolLM2), "gemma3_270m", a synthetic llama (SYNTH_SPECS) or
+    architecture file (ARCH_SPECS), through the fixtures that fetch or write them."""
+    if name == "smol":
+        return request.getfixturevalue("smol_path")
+    if name == "gemma3_270m":
+        return request.getfixturevalue("gemma_path")
+    if name in SYNTH_SPECS:
+        return request.getfixturevalue("synth_paths")[name]
+    return request.getfixturevalue("arch_paths")[name]
+
+
 def generate_logits(llm, n=24, schedule=None):
     """Greedy decode from RIVER_PROMPT; schedule(llm, i) may change the exit rule before step i.
     Returns the stacked logits of the prompt and every step, and the exit layers seen."""

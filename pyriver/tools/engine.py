@@ -62,30 +62,21 @@ class LlamaCppEngine:
 class StepwiseEngine:
     """An engine fed one token per step, so that every position comes from a single-token decode:
     what a batch-invariant pyriver context computes in a step of any size (llama.cpp's kernels for
-    one column), and so the reference it is compared with bit for bit."""
+    one column), and so the reference it is compared with bit for bit. Everything but eval is the
+    wrapped engine's."""
+
+    river_path = None
+    last_exits: List[int] = []
 
     def __init__(self, inner):
         self.inner = inner
-        self.model_path = inner.model_path
-        self.river_path = None
-        self.last_exits: List[int] = []
-        self.info = inner.info
 
-    def reset(self) -> None:
-        self.inner.reset()
-
-    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> List[int]:
-        return self.inner.tokenize(text, add_bos=add_bos, special=special)
-
-    def n_ctx(self) -> int:
-        return self.inner.n_ctx()
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
     def eval(self, tokens: Sequence[int], logits_all: bool = False) -> np.ndarray:
         rows = [self.inner.eval([t], logits_all=logits_all) for t in tokens]
         return np.concatenate(rows) if logits_all else rows[-1]
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 @dataclass

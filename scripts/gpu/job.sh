@@ -53,13 +53,13 @@ pack_llama() {   # llama_cpp + ggml's CMake package and headers; lib/*.so become
 }
 
 setup() {
-  step "machine"
+  ferry; step "machine"
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
   nproc; free -g | head -2; python3 --version; df -h /tmp | tail -1; echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
   which nvcc cmake ninja
   python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE $G/wheels/*.whl
   step "background: synthetic models (no native library needed)"
-  setsid nohup python3 $G/prepare_models.py write > /tmp/bg-write.log 2>&1 < /dev/null &
+  PYTHONPATH=$PWD:$PYTHONPATH setsid nohup python3 $G/prepare_models.py write > /tmp/bg-write.log 2>&1 < /dev/null &
   echo $! > /tmp/bg-write.pid
   if [ ! -f $SITE/.llama-cuda ] && ls $G/prebuilt/lcp.* >/dev/null 2>&1; then
     step "prebuilt llama-cpp-python (built on the CPU machine for sm_90)"
@@ -77,7 +77,10 @@ setup() {
       && touch $SITE/.llama-cuda; touch /tmp/build.done" > /tmp/build.log 2>&1 < /dev/null &
   fi
   ready 420
-  while [ ! -f /tmp/testmodels.done ]; do sleep 2; done
+  while [ ! -f /tmp/testmodels.done ]; do   # a writer that died must not hang the call
+    kill -0 "$(cat /tmp/bg-write.pid)" 2>/dev/null || { step "WRITER FAILED"; cat /tmp/bg-write.log; return 1; }
+    sleep 2
+  done
   gputests "not smol and not 270m and not exit_decision and not host_and_graph and not prefill_exit and not one_ggml" 300
 }
 
@@ -133,23 +136,31 @@ sizes() {   # 1B and 8B full depth vs llama.cpp
   ferry; ready 560; wait_bg
   for m in ${SIZES:-1b-f16 1b-q8_0 8b-f16 8b-q8_0}; do
     step "bench llama-$m"
-    $PR bench $PYRIVER_CACHE/synthetic/llama-$m.gguf $NGL -t 4 -r 3 --json $R/bench-$m.json 2>&1 | tail -5
+    $PR bench $PYRIVER_CACHE/synthetic/llama-$m.gguf $NGL -t 4 -r ${REPS:-3} --json $R/bench-$m.json 2>&1 | tail -5
   done
-  step "bench llama-8b-q8_0 flash attention"
-  $PR bench $PYRIVER_CACHE/synthetic/llama-8b-q8_0.gguf $NGL -t 4 -r 3 --flash-attn --json $R/bench-8b-q8_0-fa.json 2>&1 | tail -5
+  for m in ${SIZES_FA:-8b-f16 8b-q8_0}; do
+    step "bench llama-$m flash attention"
+    $PR bench $PYRIVER_CACHE/synthetic/llama-$m.gguf $NGL -t 4 -r ${REPS:-3} --flash-attn --json $R/bench-$m-fa.json 2>&1 | tail -5
+  done
 }
 
-checks() {   # item 4: the cost of exit checks, chunks, carry, prediction
+checks_smol() {   # item 4 on SmolLM2: the cost of exit checks, chunks, carry, prediction
   ferry; ready 560; wait_bg
   step "overhead SmolLM2"
   $PR bench $SMOL $NGL -t 4 --overhead -r 5 --chunks 1 2 4 8 16 32 --carry both --json $R/overhead-smol.json 2>&1 | tail -14
   step "inprocess SmolLM2"
   $PR bench $SMOL $NGL -t 4 --inprocess -r 3 --river q4_0 --tau 0.975 0.985 --chunks 2 4 8 32 --carry both --predict both \
     --json $R/inprocess-smol.json 2>&1 | tail -34
+}
+
+checks_8b() {   # item 4 on the synthetic 8B
+  ferry; ready 560; wait_bg
   step "overhead 8B q8_0"
   $PR bench $PYRIVER_CACHE/synthetic/llama-8b-q8_0.gguf $NGL -t 4 --overhead -r 3 --chunks 2 4 8 16 32 --carry both \
     --json $R/overhead-8b.json 2>&1 | tail -12
 }
+
+checks() { checks_smol; checks_8b; }
 
 systems() {
   ferry; ready 560; wait_bg

@@ -63,12 +63,11 @@ def write():
 
 def derive():
     from pyriver import Llama
-    from pyriver.tools import synth
-    from pyriver.tools.quantize import requantized
+    from pyriver.tools.quantize import quantize, requantized
     p = path("q8_0", "8b")
     if not p.exists():
         tmp = p.with_suffix(".tmp")
-        synth.quantize(path("f16", "8b"), tmp, "q8_0")
+        quantize(path("f16", "8b"), tmp, "q8_0")
         tmp.replace(p)
         say(f"{p.name} written ({p.stat().st_size / 2**30:.2f} GiB)")
     for size in ("8b", "1b"):

@@ -10,18 +10,11 @@ import itertools
 import numpy as np
 import pytest
 
+from helpers import model_path
 from pyriver import Llama
 from pyriver.sampling import Sampler, SamplingParams
 
 TEXT = b"The river carries the water of the mountains down to the sea; along its banks, towns grew where boats"
-
-
-def _path(request, model):
-    if model == "smol":
-        return request.getfixturevalue("smol_path")
-    if model == "gemma3_270m":
-        return request.getfixturevalue("gemma_path")
-    return request.getfixturevalue("synth_paths")[model]
 
 
 def _last_logits(llm, steps):
@@ -49,7 +42,7 @@ def _ways(s):
 # mha: F32 matrices (llamafile's tinyBLAS takes every F32 product of two or more tokens).
 @pytest.mark.parametrize("model", ["smol", "gemma3_270m", "mha"])
 def test_same_tokens_give_the_same_logits_however_reached(request, model):
-    path = _path(request, model)
+    path = model_path(request, model)
     with Llama(path, n_ctx=256, n_threads=2, n_threads_batch=2, verbose=False) as llm:
         assert llm.batch_invariant   # the CPU's default
         s = llm.tokenize(TEXT)[:40]

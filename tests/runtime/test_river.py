@@ -9,21 +9,13 @@ import pytest
 
 from helpers import RIVER_PROMPT as PROMPT
 from helpers import generate_logits as _generate_logits
-from helpers import check_forced_exits, on_gpu
+from helpers import check_forced_exits, model_path, on_gpu
 from pyriver import Llama, ModelLoadError, debug
 from pyriver import river as R
 # The River invariants hold for every architecture: SmolLM2 (llama), the synthetic qwen2, qwen3,
 # gemma3 (sliding window 16, shorter than PROMPT + 24 tokens), Mistral-style llama files and llama
 # files with biases, and the real Gemma 3 270M.
 ARCH_MODELS = ["smol", "qwen2", "qwen3", "gemma3", "mistral_swa", "llama_biases", "gemma3_270m"]
-
-
-def _model_path(request, name):
-    if name == "smol":
-        return request.getfixturevalue("smol_path")
-    if name == "gemma3_270m":
-        return request.getfixturevalue("gemma_path")
-    return request.getfixturevalue("arch_paths")[name]
 
 
 def _exit_blocks(L):
@@ -38,7 +30,7 @@ def _exit_blocks(L):
 @pytest.mark.parametrize("model", ARCH_MODELS)
 @pytest.mark.gpu
 def test_never_exit_is_identical_to_no_river(request, model, gpu_layers):
-    path = _model_path(request, model)
+    path = model_path(request, model)
     with Llama(path, n_ctx=256, n_threads=2, verbose=False, n_gpu_layers=gpu_layers) as full:
         ref, _ = _generate_logits(full)
         L = full.info["n_layer"]
@@ -55,7 +47,7 @@ def test_never_exit_is_identical_to_no_river(request, model, gpu_layers):
 @pytest.mark.parametrize("model", ["smol", "gqa_untied", "qwen2", "qwen3", "gemma3", "mistral_swa", "llama_biases"])
 @pytest.mark.gpu
 def test_same_type_river_with_any_exit_pattern_is_identical(request, synth_paths, model, gpu_layers):
-    path = synth_paths[model] if model == "gqa_untied" else _model_path(request, model)
+    path = model_path(request, model)
     with Llama(path, n_ctx=256, n_threads=2, verbose=False, n_gpu_layers=gpu_layers) as base:
         ref, _ = _generate_logits(base)
         backbone_type = base.metadata("general.file_type")
@@ -114,7 +106,7 @@ def test_poisoned_cache_is_never_read(request, model, gpu_layers):
     large finite value gives the clean cache's logits bit for bit. Control: a hole (a row never
     written) changes them. (NaN alone is no control on every model: a Q8_K-quantized activation
     row that is all NaN becomes zeros in ggml, so Gemma 3 270M's Q4_K attn_output hides it.)"""
-    path = _model_path(request, model)
+    path = model_path(request, model)
     river = "q3_K" if model == "gemma3_270m" else "q4_0"
     with Llama(path, n_ctx=128, n_threads=2, verbose=False, n_gpu_layers=gpu_layers, flash_attn=True, river=river,
                exit_threshold=2.0) as llm:
