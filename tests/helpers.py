@@ -3,6 +3,7 @@ pyriver.tools.engine, the `pyriver` command as a subprocess, and the GPU placeme
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +16,13 @@ TESTS = REPO / "tests"
 
 # Synthetic llama shapes for parity: multi-head, grouped-query with a separate head, and a
 # deeper narrow one with linear RoPE scaling.
+def default_sigint():
+    """preexec_fn for a child that a test interrupts: SIGINT at its default, as in a terminal.
+    A shell starts a background job with SIGINT ignored and children inherit that, so under such
+    a job a child would never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 SYNTH_SPECS = {
     "mha": dict(n_layer=4, n_embd=128, n_head=4, n_head_kv=4, n_ff=352, tied_output=True, seed=1),
     "gqa_untied": dict(n_layer=3, n_embd=256, n_head=8, n_head_kv=2, n_ff=512, tied_output=False, seed=2,

@@ -7,7 +7,7 @@ import sys
 import pexpect
 import pytest
 
-from helpers import pyriver_cli
+from helpers import default_sigint, pyriver_cli
 
 pytestmark = pytest.mark.slow
 
@@ -15,7 +15,8 @@ pytestmark = pytest.mark.slow
 def _spawn(smol_path, *extra):
     env = dict(os.environ, PYTHONUNBUFFERED="1", TERM="dumb")
     return pexpect.spawn(sys.executable, ["-m", "pyriver.cli", "chat", smol_path, "-n", "24", *extra],
-                         env=env, encoding="utf-8", timeout=120, dimensions=(40, 200))
+                         env=env, encoding="utf-8", timeout=120, dimensions=(40, 200),
+                         preexec_fn=default_sigint)
 
 
 def test_chat_in_a_terminal(smol_path):

@@ -16,7 +16,7 @@ import time
 import jsonschema
 import pytest
 
-from helpers import REPO, pyriver_cli as _pyriver
+from helpers import REPO, default_sigint, pyriver_cli as _pyriver
 from pyriver.cache import file_sha256
 from pyriver.sidecar import read_calibration
 from pyriver.tools import synth
@@ -228,7 +228,7 @@ def test_ctrl_c_keeps_partial_results(cmd, tiny, tmp_path):
     args, ready, name = SIGINT_CASES[cmd]
     js = tmp_path / "r.json"
     p = subprocess.Popen([sys.executable, "-m", "pyriver.cli", args[0], tiny, *args[1:], "--json", str(js)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     seen = threading.Event()
 
     def watch():   # until stderr (progress bars) shows that something was measured
