@@ -3,12 +3,11 @@ token for token (the CPU is batch-invariant, so a verify step's rows are the log
 steps give). Every check here is exact."""
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest
 
-from helpers import PROMPTS, model_path
+from helpers import PROMPTS, code_lines, interrupted_at, model_path
 from pyriver import Llama, debug
 from pyriver.sampling import Sampler, SamplingParams
 
@@ -138,27 +137,6 @@ def test_context_full_in_the_middle_of_a_draft(request, model):
     assert outs[0][1] == "length"
 
 
-def _lines(fn):
-    code = fn.__code__
-    return sorted({ln for _, _, ln in code.co_lines() if ln and ln > code.co_firstlineno})
-
-
-class LineInterrupt:
-    """KeyboardInterrupt the first time `line` of `code` runs (a SIGINT landing there)."""
-
-    def __init__(self, code, line):
-        self.code, self.line, self.fired = code, line, False
-
-    def __call__(self, frame, event, arg):
-        return self._local if frame.f_code is self.code else None
-
-    def _local(self, frame, event, arg):
-        if event == "line" and frame.f_lineno == self.line and not self.fired:
-            self.fired = True
-            raise KeyboardInterrupt
-        return self._local
-
-
 @pytest.mark.parametrize("fn", ["generate", "_step", "_draft"])
 def test_interrupt_at_every_line_of_draft_and_verify(synth_paths, fn):
     """A KeyboardInterrupt at each line of the lossless loop (mid-draft, mid-verify, mid-cut): the
@@ -177,19 +155,10 @@ def test_interrupt_at_every_line_of_draft_and_verify(synth_paths, fn):
             r = llm(follow, max_tokens=20, temperature=0, logprobs=2)
             return r["choices"][0]["text"], r["choices"][0]["logprobs"], llm.river_stats()["lossless"]
         ref = check(fresh)
-    code = getattr(Speculator, fn).__code__
     fired = 0
     with Llama(path, **kw) as llm:
-        for line in _lines(getattr(Speculator, fn)):
+        for line in code_lines(getattr(Speculator, fn)):
             llm("The river flows down", max_tokens=5, temperature=0)   # a cache to reuse and cut
-            tracer = LineInterrupt(code, line)
-            sys.settrace(tracer)
-            try:
-                llm(start, max_tokens=12, temperature=0)
-            except KeyboardInterrupt:
-                pass
-            finally:
-                sys.settrace(None)
-            fired += tracer.fired
+            fired += interrupted_at(getattr(Speculator, fn), line, lambda: llm(start, max_tokens=12, temperature=0))
             assert check(llm) == ref, f"after an interrupt at {fn} line {line}"
-    assert fired >= len(_lines(getattr(Speculator, fn))) // 2
+    assert fired >= len(code_lines(getattr(Speculator, fn))) // 2
