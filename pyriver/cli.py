@@ -46,7 +46,7 @@ def _river_kwargs(a) -> dict:
     kw = dict(river=a.river or DEFAULT_RIVER, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer,
               force_exit_layer=a.force_exit_layer, river_force=a.river_force)
     if lossless:   # the river drafts, full depth verifies
-        kw.update(lossless=True, draft_max=a.draft_max)
+        kw.update(lossless=True, **({} if a.draft_max is None else {"draft_max": a.draft_max}))
     return kw
 
 
@@ -121,7 +121,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--stats", action="store_true", help="print River exit (or lossless draft) statistics after the answer")
     r.add_argument("--lossless", action="store_true",
                    help="the river drafts, full depth verifies: exactly full depth's output (river q4_0 unless --river)")
-    r.add_argument("--draft-max", type=int, default=4, help="lossless: longest draft in tokens")
+    r.add_argument("--draft-max", type=int, default=None, help="lossless: longest draft in tokens (default 2)")
     _add_river_args(r)
     r.set_defaults(fn=cmd_run)
 
