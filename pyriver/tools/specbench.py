@@ -50,7 +50,8 @@ def _run(llm, prompts, n) -> Dict:
         ls = (llm.river_stats() or {}).get("lossless") if isinstance(llm, Llama) else None
         if ls:
             drafted, accepted, steps = drafted + ls["drafted"], accepted + ls["accepted"], steps + ls["verify_steps"]
-    return {"tok_s": toks / secs, "texts": texts, "drafted": drafted, "accepted": accepted, "verify_steps": steps}
+    # None: no token generated (llama-cpp-python's chat handler may end at once, e.g. on Gemma 3)
+    return {"tok_s": toks / secs if toks else None, "texts": texts, "drafted": drafted, "accepted": accepted, "verify_steps": steps}
 
 
 def main(a) -> int:
@@ -79,7 +80,12 @@ def main(a) -> int:
           f"{a.gen_tokens} tokens  repeats {a.repeats}  batch-invariant {llm.batch_invariant}")
     print(f"{'setting':<32}{'tok/s':>8}{'vs full':>9}{'accepted':>10}{'mean acc len':>14}{'text = full depth':>19}")
     for name, rr in runs.items():
-        med = statistics.median(x["tok_s"] for x in rr)
+        vals = [x["tok_s"] for x in rr if x["tok_s"] is not None]
+        if not vals:
+            print(f"{name:<32}{'-':>8}   (no tokens generated)")
+            res["settings"][name] = {"tok_s": [], "median_tok_s": None}
+            continue
+        med = statistics.median(vals)
         d = {"tok_s": [x["tok_s"] for x in rr], "median_tok_s": med, "ratio_to_full_depth": med / base,
              "text_equals_full_depth": all(x["texts"] == full for x in rr)}
         dr, ac, st = rr[0]["drafted"], rr[0]["accepted"], rr[0]["verify_steps"]
