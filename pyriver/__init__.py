@@ -5,11 +5,14 @@ registry, sidecar naming, the synthetic-model tool) import without one."""
 from .errors import BackendError, ContextFullError, ModelLoadError, PyriverError
 
 __version__ = "0.1.0"
-__all__ = ["Llama", "PyriverError", "ModelLoadError", "ContextFullError", "BackendError", "__version__"]
+__all__ = ["Llama", "PromptLookupDecoding", "PyriverError", "ModelLoadError", "ContextFullError", "BackendError", "__version__"]
 
 
 def __getattr__(name):
     if name == "Llama":
         from .llama import Llama
         return Llama
+    if name == "PromptLookupDecoding":   # lossless mode's n-gram draft model (no native library)
+        from .draft import PromptLookupDecoding
+        return PromptLookupDecoding
     raise AttributeError(f"module 'pyriver' has no attribute {name!r}")

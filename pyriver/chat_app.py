@@ -10,12 +10,14 @@ import sys
 from typing import Dict, List, Optional
 
 from .llama import DEFAULT_RIVER, DEFAULT_TAU, Llama
+from .lossless import describe
 
 HELP = """commands:
   /reset          forget the conversation
   /system TEXT    set the system message (and reset)
   /river on|off   River exits on (building the river if needed) or off
   /tau X          exit threshold
+  /lossless on|off  the river drafts, full depth verifies: exactly full depth's answer
   /stats          River statistics of the last answer
   /help           this text
   /quit           leave (Ctrl-D too); Ctrl-C stops an answer"""
@@ -29,7 +31,7 @@ class ChatSession:
         self.temperature = temperature
         self.river_type = river_type
         self.messages: List[Dict] = []
-        self.river_on = llm.river_path is not None and llm.exit_threshold <= 1.0
+        self.river_on = llm.river_path is not None and llm.exit_threshold <= 1.0 and not llm.lossless
         self.reset()
 
     def reset(self) -> None:
@@ -76,9 +78,13 @@ class ChatSession:
             self.llm.set_exit(tau)
             self.river_on = tau <= 1.0
             print(f"[tau {tau:.4g}]", file=out)
+        elif cmd == "lossless":
+            self._lossless(arg, out)
         elif cmd == "stats":
             st = self.llm.river_stats()
-            if st is None or not st["tokens"]:
+            if st is not None and st.get("lossless") is not None:
+                print(f"[{describe(st['lossless'])}]", file=out)
+            elif st is None or not st["tokens"]:
                 print("[no River statistics yet: /river on, then ask something]", file=out)
             else:
                 hist = " ".join(f"{k}:{v}" for k, v in sorted(st["histogram"].items()))
@@ -87,6 +93,25 @@ class ChatSession:
         else:
             print(f"unknown command /{cmd}; /help lists them", file=out)
         return True
+
+    def _lossless(self, arg: str, out) -> None:
+        """Lossless mode drafts on the River path (exits on, at the current tau or the default)
+        and emits only what full depth verified; off returns to what /river had set."""
+        if arg == "on":
+            if self.llm.river_path is None:
+                self.llm.attach_river(self.river_type)
+            if self.llm.exit_threshold > 1.0:
+                self.llm.set_exit(DEFAULT_TAU)
+            self.llm.set_lossless(True)
+            self.river_on = False
+            print(f"[lossless on: river {self.llm.river_path} drafts at tau {self.llm.exit_threshold:.4g}, "
+                  "full depth verifies]", file=out)
+        elif arg == "off":
+            self.llm.set_lossless(False)
+            self.llm.set_exit(2.0)   # back to full depth; /river on turns exits on again
+            print("[lossless off]", file=out)
+        else:
+            print("usage: /lossless on|off", file=out)
 
     def answer(self, text: str, out) -> str:
         self.messages.append({"role": "user", "content": text})
@@ -111,8 +136,13 @@ class ChatSession:
         n = s.get("decode_tokens", 0)
         rate = n / s["decode_s"] if s.get("decode_s") else 0.0
         line = f"[{n} tokens, {rate:.1f} tok/s, prompt {s.get('prompt_eval_tokens', 0)} new tokens"
-        st = self.llm.river_stats() if self.river_on else None
-        if st and st["tokens"]:
+        st = self.llm.river_stats() if self.river_on or self.llm.lossless else None
+        ls = st and st.get("lossless")
+        if ls and ls["verify_steps"]:
+            rate = ls["acceptance_rate"] if ls["acceptance_rate"] is not None else 0.0
+            line += (f" | lossless: {ls['verify_steps']} verify steps, {100 * rate:.0f}% of drafts kept, "
+                     f"{ls['tokens_per_step']:.2f} tok/step")
+        elif st and st["tokens"]:
             line += f" | mean exit block {st['mean_exit_layer']:.1f}, river work {100 * st['river_work_share']:.0f}%"
         else:
             line += " | river off"

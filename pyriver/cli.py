@@ -39,10 +39,30 @@ def _add_river_args(p: argparse.ArgumentParser) -> None:
 
 
 def _river_kwargs(a) -> dict:
-    if a.river is None:
+    lossless = getattr(a, "lossless", False)
+    if a.river is None and not lossless:
         return {}
-    return dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer,
-                force_exit_layer=a.force_exit_layer, river_force=a.river_force)
+    from .llama import DEFAULT_RIVER   # the river /river on builds; lossless drafts on it
+    kw = dict(river=a.river or DEFAULT_RIVER, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer,
+              force_exit_layer=a.force_exit_layer, river_force=a.river_force)
+    if lossless:   # the river drafts, full depth verifies
+        kw.update(lossless=True, **({} if a.draft_max is None else {"draft_max": a.draft_max}))
+    return kw
+
+
+def _write_stats(llm, out) -> None:
+    rs = llm.river_stats()
+    if rs is None:
+        out.write("[river off: every token runs all blocks]\n")
+        return
+    if rs.get("lossless") is not None:
+        from .lossless import describe
+        out.write(f"[{describe(rs['lossless'])}]\n")
+        return
+    hist = " ".join(f"{k}:{v}" for k, v in sorted(rs["histogram"].items()))
+    mean = rs["mean_exit_layer"] if rs["mean_exit_layer"] is not None else float("nan")
+    out.write(f"[river {rs['river']} tau {rs['exit_threshold']:.4g} min layer {rs['min_exit_layer']} | "
+              f"mean exit block {mean:.2f} | river work {100 * rs['river_work_share']:.1f}% | exits {hist}]\n")
 
 
 # The commands that need the native library import it when they run: --help and `pyriver models`
@@ -66,14 +86,7 @@ def cmd_run(a) -> int:
     dc = s["decode_tokens"] / s["decode_s"] if s["decode_s"] else 0.0
     out.write(f"\n\n[prompt {s['prompt_eval_tokens']} tok, {pf:.1f} tok/s | decode {s['decode_tokens']} tok, {dc:.1f} tok/s]\n")
     if a.stats:
-        rs = llm.river_stats()
-        if rs is None:
-            out.write("[river off: every token runs all blocks]\n")
-        else:
-            hist = " ".join(f"{k}:{v}" for k, v in sorted(rs["histogram"].items()))
-            mean = rs["mean_exit_layer"] if rs["mean_exit_layer"] is not None else float("nan")
-            out.write(f"[river {rs['river']} tau {rs['exit_threshold']:.4g} min layer {rs['min_exit_layer']} | "
-                      f"mean exit block {mean:.2f} | river work {100 * rs['river_work_share']:.1f}% | exits {hist}]\n")
+        _write_stats(llm, out)
     llm.close()
     return 0
 
@@ -105,7 +118,10 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--temp", type=float, default=0.0, help="temperature (0 = greedy)")
     r.add_argument("--seed", type=int, default=None)
     r.add_argument("--verbose", action="store_true")
-    r.add_argument("--stats", action="store_true", help="print River exit statistics after the answer")
+    r.add_argument("--stats", action="store_true", help="print River exit (or lossless draft) statistics after the answer")
+    r.add_argument("--lossless", action="store_true",
+                   help="the river drafts, full depth verifies: exactly full depth's output (river q4_0 unless --river)")
+    r.add_argument("--draft-max", type=int, default=None, help="lossless: longest draft in tokens (default 2)")
     _add_river_args(r)
     r.set_defaults(fn=cmd_run)
 

@@ -17,20 +17,15 @@ from . import chat
 from . import completion as C
 from . import models
 from .errors import ContextFullError, PyriverError
+from .logprobs import as_dict as logprobs_dict
+from .logprobs import entry as logprob_entry
 from .native import check, ffi, last_error, lib, read_text
+from .lossless import Speculator
+from .lossless import stats as lossless_stats
 from .river import exit_stats, prepare
 from .sampling import Sampler, SamplingParams
 from .sidecar import find_calibration
 from .vocab import Vocab
-
-
-def _logprob_entry(logits: np.ndarray, tok: int, k: int):
-    """log p(tok) under the raw logits, and the k most likely tokens with theirs."""
-    x = logits.astype(np.float64)
-    lse = x.max() + np.log(np.exp(x - x.max()).sum())
-    top = np.argpartition(-x, k - 1)[:k] if 0 < k < x.size else np.arange(0)
-    top = top[np.argsort(-x[top], kind="stable")]
-    return tok, float(x[tok] - lse), [(int(i), float(x[i] - lse)) for i in top]
 
 
 # Defaults of the exit rule (see README: chosen by `pyriver eval` measurements on SmolLM2), and
@@ -38,6 +33,8 @@ def _logprob_entry(logits: np.ndarray, tok: int, k: int):
 DEFAULT_TAU = 0.985
 DEFAULT_MIN_EXIT_LAYER = 4
 DEFAULT_RIVER = "q4_0"
+# Lossless mode's longest draft (README, Lossless mode: 2 beat 4 on every model measured there).
+DEFAULT_DRAFT_MAX = 2
 
 
 class Llama:
@@ -50,6 +47,7 @@ class Llama:
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
                  river_rebuild: bool = False, batch_invariant: Optional[bool] = None,
+                 lossless: Optional[bool] = None, draft_model=None, draft_max: int = DEFAULT_DRAFT_MAX,
                  chat_format: Optional[str] = None, verbose: bool = True, **unsupported):
         if unsupported.pop("chat_handler", None) is not None:
             raise TypeError("pyriver.Llama does not support chat_handler; it renders the GGUF's chat template")
@@ -90,6 +88,11 @@ class Llama:
         self.last_stats: Dict = {}
         self._n_generated = 0
         self._template = None
+        self.prefill_exit = prefill_exit
+        self._spec: Optional[Speculator] = None   # lossless mode (set_lossless)
+        if lossless is None:   # on with a draft model, as llama-cpp-python's draft_model is
+            lossless = draft_model is not None
+        self.set_lossless(bool(lossless), draft_model=draft_model, draft_max=draft_max)
 
     def _load(self, n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers, rpc_timeout) -> None:
         mp = ffi.new("pr_model_params *", lib.pr_model_default_params())
@@ -180,6 +183,8 @@ class Llama:
         predict: the first graph runs to the previous token's exit block)."""
         with self._lock:
             self._live()
+            if prefill_exit and getattr(self, "_spec", None) is not None:
+                raise ValueError("lossless mode verifies at full depth; prefill_exit=True runs prompts on the river")
             p = ffi.new("pr_exit_params *", lib.pr_exit_default_params())
             p.exit_threshold = float(exit_threshold)
             p.min_exit_layer = int(self.min_exit_layer if min_exit_layer is None else min_exit_layer)
@@ -197,6 +202,30 @@ class Llama:
                 check(lib.pr_context_set_exit_debug(self._ctx, p, d))
             self.exit_threshold, self.min_exit_layer = p.exit_threshold, p.min_exit_layer
             self._exiting = force_exit_layer >= 0 or p.exit_threshold <= 1.0
+            self.prefill_exit = prefill_exit
+
+    def set_lossless(self, on: bool, *, draft_model=None, draft_max: Optional[int] = None,
+                     draft_p_min: float = 0.0) -> None:
+        """Lossless mode on or off between calls (pyriver.lossless): drafts from draft_model (a
+        callable as llama-cpp-python's draft models) or, without one, on the River path under
+        the exit rule; every emitted token is verified by the backbone at full depth."""
+        with self._lock:
+            if not on:
+                if draft_model is not None:
+                    raise ValueError("draft_model drafts for lossless mode; it cannot be used with lossless=False")
+                self._spec = None
+                return
+            if draft_model is None and self.river_path is None:
+                raise ValueError("lossless mode drafts with a river (river='q4_0', ...) or a draft_model "
+                                 "(pyriver.PromptLookupDecoding(), ...)")
+            if self.prefill_exit:
+                raise ValueError("lossless mode verifies at full depth; prefill_exit=True runs prompts on the river")
+            keep = self._spec.draft_max if self._spec is not None else DEFAULT_DRAFT_MAX
+            self._spec = Speculator(draft_model, keep if draft_max is None else draft_max, draft_p_min)
+
+    @property
+    def lossless(self) -> bool:
+        return self._spec is not None
 
     @classmethod
     def from_pretrained(cls, repo_id: str, filename: str, **kwargs) -> "Llama":
@@ -326,9 +355,10 @@ class Llama:
                 raise PyriverError(last_error())
             return np.frombuffer(ffi.buffer(ptr, 4 * n_vocab * n_out), dtype=np.float32).reshape(n_out, n_vocab).copy()
 
-    def _sync_prefix(self, tokens: List[int], n_prompt: int):
+    def _sync_prefix(self, tokens: List[int], n_prompt: int, need_logits: bool = True):
         """Bring the cache to hold exactly `tokens`: the first n_prompt a prompt, the rest this
-        generation's own tokens. Returns the last token's logits, how many tokens were evaluated and
+        generation's own tokens. Returns the last token's logits (with need_logits, the last token
+        is run again when cached; else None when nothing ran), how many tokens were evaluated and
         the exit blocks of those evaluated as decode steps.
         A cached token is reused only when it was computed as it would be now (a prompt token as
         a prompt computes it, a generated one as a decode step), so that the result never depends
@@ -338,7 +368,7 @@ class Llama:
         step_kind = self._step_kind()
         want = lambda i: self.PROMPT_LIKE if i < n_prompt else step_kind   # noqa: E731
         n = 0
-        limit = min(len(tokens), len(self.input_ids)) - 1   # keep >= 1 token to recompute logits
+        limit = min(len(tokens), len(self.input_ids)) - need_logits   # keep >= 1 token to recompute logits
         while n < limit and self.input_ids[n] == tokens[n] and self._kinds[n] == want(n):
             n += 1
         self._truncate(n)
@@ -361,6 +391,9 @@ class Llama:
             raise ContextFullError(f"Requested tokens ({len(seq)}) exceed context window of {self._n_ctx}")
         st = self.last_stats = {"prompt_tokens": len(seq), "prompt_eval_tokens": 0, "prompt_s": 0.0,
                                 "decode_tokens": 0, "decode_s": 0.0, "exits": [], "logprobs": []}
+        if self._spec is not None:
+            yield from self._spec.generate(self, seq, sampler, max_new, logprobs, st)
+            return
         n_prompt = len(seq)
         gen_exits = st["exits"]   # exit block of each generated token, by position
         logits = None
@@ -379,7 +412,7 @@ class Llama:
                 if self.vocab.is_eog(tok):
                     return
                 if logprobs is not None:
-                    st["logprobs"].append(_logprob_entry(logits, tok, logprobs))
+                    st["logprobs"].append(logprob_entry(logits, tok, logprobs))
                 mine = self._version
                 yield tok
                 # Another generation on this thread may have used the cache while this one was
@@ -452,27 +485,11 @@ class Llama:
             if fin:
                 finish = fin
         text = "".join(parts)
-        lp = self._logprobs_dict(text, len(prompt) if isinstance(prompt, str) else 0) if logprobs is not None else None
+        lp = (logprobs_dict(self.vocab, self.last_stats["logprobs"], text, len(prompt) if isinstance(prompt, str) else 0)
+              if logprobs is not None else None)
         return C.completion_dict(cid, created, self.model_path, text, finish,
                                  C.usage_dict(len(prompt_tokens), self._n_generated), logprobs=lp,
                                  river=self.river_stats())
-
-    def _logprobs_dict(self, text: str, base: int) -> Dict:
-        """llama-cpp-python's logprobs shape, for the generated tokens whose text was returned."""
-        out = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
-        offset = 0
-        for tok, lp, top in self.last_stats["logprobs"]:
-            if offset >= len(text) and out["tokens"]:
-                break
-            piece = self.vocab.piece(tok).decode("utf-8", "ignore")
-            tops = {self.vocab.piece(i).decode("utf-8", "ignore"): v for i, v in top}
-            tops[piece] = lp
-            out["tokens"].append(piece)
-            out["text_offset"].append(base + offset)
-            out["token_logprobs"].append(lp)
-            out["top_logprobs"].append(tops)
-            offset += len(piece)
-        return out
 
     __call__ = create_completion
 
@@ -482,12 +499,14 @@ class Llama:
         return self._n_generated
 
     def river_stats(self) -> Optional[Dict]:
-        """Exit statistics of the decode steps of the last generation (None without a river)."""
-        if self.river_path is None:
+        """Exit statistics of the decode steps of the last generation, and in lossless mode its
+        draft statistics under "lossless" (generated tokens then all ran at full depth, so the
+        exit statistics count none). None without a river and lossless mode."""
+        if self.river_path is None and self._spec is None:
             return None
         d = exit_stats(self.last_stats.get("exits", []), self.info["n_layer"])
         d.update(river=self.river_path, exit_threshold=self.exit_threshold, min_exit_layer=self.min_exit_layer,
-                 calibrated=self.calibration is not None)
+                 calibrated=self.calibration is not None, lossless=lossless_stats(self.last_stats.get("lossless")))
         return d
 
     def _events(self, prompt_tokens, sampler, max_tokens, stops, logprobs=None):

@@ -60,10 +60,28 @@ class Sampler:
         return logits
 
     def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
-        p = self.p
         logits = self._penalize(np.asarray(logits, dtype=np.float32), history)
-        if p.temperature <= 0.0:
+        if self.p.temperature <= 0.0:
             return int(np.argmax(logits))
+        ids, probs = self._candidates(logits)
+        return int(ids[self.rng.choice(probs.size, p=probs)])
+
+    def distribution(self, logits: np.ndarray, history: Sequence[int] = ()) -> np.ndarray:
+        """The distribution sample() draws from, over the whole vocabulary (float64; one-hot at
+        the argmax when greedy): what speculative decoding compares drafts against."""
+        logits = self._penalize(np.asarray(logits, dtype=np.float32), history)
+        out = np.zeros(logits.size, dtype=np.float64)
+        if self.p.temperature <= 0.0:
+            out[int(np.argmax(logits))] = 1.0
+        else:
+            ids, probs = self._candidates(logits)
+            out[ids] = probs
+        return out
+
+    def _candidates(self, logits: np.ndarray):
+        """The filter chain after the penalties: kept token ids, most likely first, and their
+        probabilities at the temperature."""
+        p = self.p
         ids = np.arange(logits.size)
         if 0 < p.top_k < logits.size:
             ids = np.argpartition(-logits, p.top_k - 1)[: p.top_k]
@@ -87,5 +105,4 @@ class Sampler:
             keep = probs >= p.min_p * probs[0]
             keep[0] = True
             ids, cand = ids[keep], cand[keep]
-        probs = _softmax(cand / p.temperature)
-        return int(ids[self.rng.choice(probs.size, p=probs)])
+        return ids, _softmax(cand / p.temperature)

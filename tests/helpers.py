@@ -131,3 +131,41 @@ def hub_error(ref: str):
     with pytest.raises(models.ModelFetchError) as ei:
         models.resolve(ref)
     return str(ei.value), time.monotonic() - t0
+
+
+def code_lines(fn):
+    """The line numbers of fn's body."""
+    code = fn.__code__
+    return sorted({ln for _, _, ln in code.co_lines() if ln and ln > code.co_firstlineno})
+
+
+class LineInterrupt:
+    """Raises KeyboardInterrupt the first time `line` of `code` runs: exactly what a SIGINT does
+    when Python's handler runs at that line, but placed deterministically."""
+
+    def __init__(self, code, line):
+        self.code, self.line, self.fired = code, line, False
+
+    def __call__(self, frame, event, arg):
+        if frame.f_code is not self.code:
+            return None
+        return self._local
+
+    def _local(self, frame, event, arg):
+        if event == "line" and frame.f_lineno == self.line and not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+        return self._local
+
+
+def interrupted_at(fn, line, call) -> bool:
+    """Runs call() with a KeyboardInterrupt due when `line` of fn runs; True when it fired."""
+    tracer = LineInterrupt(fn.__code__, line)
+    sys.settrace(tracer)
+    try:
+        call()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+    return tracer.fired

@@ -21,7 +21,7 @@ from pyriver.args import tensor_split
 from pyriver.cli import TOOLS, guarded
 from pyriver.llama import DEFAULT_TAU, Llama
 
-from . import inprocess, systems
+from . import inprocess, specbench, systems
 from .args import apply_calibration
 from .quantize import requantized
 from .results import conditions, summary, write_json
@@ -58,6 +58,12 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--batched", action="store_true",
                    help="also pyriver with batch_invariant=False (llama.cpp's kernels for multi-token steps): "
                         "the cost of batch invariance")
+    b.add_argument("--lossless", action="store_true", help="lossless mode vs full depth, lossy River and llama.cpp, "
+                   "in one process on chat answers (--tau, --draft-max, --prompts)")
+    b.add_argument("--draft-max", type=int, nargs="+", default=None, help="lossless: longest drafts to run (default 2 4)")
+    b.add_argument("--prompts", type=int, default=6, help="lossless: chat prompts per repeat")
+    b.add_argument("--not-batch-invariant", action="store_true",
+                   help="lossless: pyriver with batch_invariant=False (llama.cpp's multi-token kernels verify; not bit-exact)")
     b.add_argument("--chat-turns", action="store_true", help="second chat turn's time to first token, with and without prefix reuse")
     b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")
     b.add_argument("--systems-dtype", default="q8_0", choices=["f16", "q8_0"], help="backbone type of the synthetic model")
@@ -154,6 +160,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return inprocess.overhead(a)
     if a.chat_turns:
         return inprocess.chat_turns(a)
+    if a.lossless:
+        return specbench.main(a)
     if a.inprocess:
         return inprocess.inprocess(a)
     return processes(a)

@@ -84,3 +84,19 @@ def test_chat_from_a_pipe(smol_path):
     assert len(lines) >= 3          # two answers and the /tau acknowledgement
     assert "[tau 0.98]" in lines
     assert "tok/s" not in r.stdout  # no status lines when not interactive
+
+
+def test_chat_lossless_on_and_off_from_a_pipe(smol_path):
+    """/lossless on gives the answer full depth gives; /stats shows the drafts; off goes back."""
+    ask = "Name three rivers.\n"
+    full = pyriver_cli("chat", smol_path, "-n", "20", input=ask)
+    r = pyriver_cli("chat", smol_path, "-n", "20", input="/lossless on\n/reset\n" + ask + "/stats\n/lossless off\n/reset\n" + ask)
+    assert full.returncode == 0 and r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    answer = [ln for ln in full.stdout.splitlines() if ln.strip()]
+    assert lines[0].startswith("[lossless on: river ") and "full depth verifies" in lines[0]
+    i = lines.index("[conversation cleared]")
+    stats = next(ln for ln in lines if ln.startswith("[lossless (river drafts)"))
+    assert lines[i + 1:lines.index(stats)] == answer
+    assert "[lossless off]" in lines
+    assert lines[-len(answer):] == answer

@@ -41,3 +41,16 @@ def test_run_bad_model_is_a_clear_error(tmp_path):
     r = _pyriver("run", "hi", "--model", str(bad))
     assert r.returncode == 1
     assert "not a GGUF" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_run_lossless_prints_the_full_depth_text_and_draft_stats(smol_path):
+    args = ("run", "The capital of France is", "-n", "24", "--model", smol_path)
+    full = _pyriver(*args)
+    r = _pyriver(*args, "--lossless", "--tau", "0.975", "--stats")
+    assert full.returncode == 0 and r.returncode == 0, r.stderr
+    answer = lambda out: out.split("\n\n[prompt")[0]   # noqa: E731
+    assert answer(r.stdout) == answer(full.stdout)
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("[lossless (river drafts): drafted ") and "verify steps" in last, last
+    assert "mean accepted length" in last

@@ -8,12 +8,12 @@ import os
 import random
 import shutil
 import signal
-import sys
 import threading
 import time
 
 import pytest
 
+from helpers import code_lines, interrupted_at
 from pyriver import Llama
 
 pytestmark = pytest.mark.slow
@@ -151,30 +151,6 @@ def test_interrupted_river_build_leaves_no_partial_sidecar(smol_path, tmp_path):
     assert _sha(work / "m.river-q4_0.gguf") == ref_sha
 
 
-def _lines(fn):
-    code = fn.__code__
-    return sorted({ln for _, _, ln in code.co_lines() if ln and ln > code.co_firstlineno})
-
-
-class LineInterrupt:
-    """Raises KeyboardInterrupt the first time `line` of `code` runs: exactly what a SIGINT does
-    when Python's handler runs at that line, but placed deterministically."""
-
-    def __init__(self, code, line):
-        self.code, self.line, self.fired = code, line, False
-
-    def __call__(self, frame, event, arg):
-        if frame.f_code is not self.code:
-            return None
-        return self._local
-
-    def _local(self, frame, event, arg):
-        if event == "line" and frame.f_lineno == self.line and not self.fired:
-            self.fired = True
-            raise KeyboardInterrupt
-        return self._local
-
-
 FIRST = "The river flows down to the sea"
 
 
@@ -186,22 +162,15 @@ def _first(llm):
 def test_interrupt_at_every_line_of_the_decode_path(smol_path, fresh_result, fn):
     """Between the interrupted call and the check, FIRST runs again: it shares a longer prefix
     with the cache than the interrupted prompt did, so stale bookkeeping would show."""
-    code = getattr(Llama, fn).__code__
     with Llama(smol_path, n_ctx=1024, n_threads=2, verbose=False, **RIVER) as fresh:
         first_ref = _first(fresh)
     with Llama(smol_path, n_ctx=1024, n_threads=2, verbose=False, **RIVER) as llm:
         fired = 0
-        for line in _lines(getattr(Llama, fn)):
+        for line in code_lines(getattr(Llama, fn)):
             _first(llm)   # a cache to reuse and cut
-            tracer = LineInterrupt(code, line)
-            sys.settrace(tracer)
-            try:
-                llm.create_completion("A river is", max_tokens=6, temperature=0)   # cuts the cache to BOS
-            except KeyboardInterrupt:
-                pass
-            finally:
-                sys.settrace(None)
-            fired += tracer.fired
+            # "A river is" cuts the cache to BOS
+            fired += interrupted_at(getattr(Llama, fn), line,
+                                    lambda: llm.create_completion("A river is", max_tokens=6, temperature=0))
             assert _first(llm) == first_ref, f"after an interrupt at {fn} line {line}"
             assert _check(llm) == fresh_result, f"after an interrupt at {fn} line {line}"
         assert fired >= 2

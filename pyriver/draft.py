@@ -1,0 +1,38 @@
+"""Draft models for lossless (speculative) decoding that cost no model work: pyriver's n-gram
+prompt lookup. Any callable with llama-cpp-python's draft-model signature works in its place
+(`draft(input_ids: np.ndarray[intc]) -> np.ndarray` of proposed next tokens), including
+llama-cpp-python's own `LlamaPromptLookupDecoding`."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class PromptLookupDecoding:
+    """Proposes the tokens that followed an earlier occurrence of the text's last n-gram (the
+    longest n <= max_ngram_size that occurred before, its first occurrence), at most
+    num_pred_tokens of them: the rule of llama-cpp-python's LlamaPromptLookupDecoding, so that
+    either gives the same drafts. Pays where the answer repeats its prompt or itself (code edits,
+    quotes, summaries)."""
+
+    def __init__(self, max_ngram_size: int = 2, num_pred_tokens: int = 10):
+        if max_ngram_size < 1 or num_pred_tokens < 1:
+            raise ValueError("max_ngram_size and num_pred_tokens must be >= 1")
+        self.max_ngram_size = int(max_ngram_size)
+        self.num_pred_tokens = int(num_pred_tokens)
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        ids = np.asarray(input_ids).reshape(-1)
+        n = ids.size
+        for size in range(min(self.max_ngram_size, n - 1), 0, -1):
+            # Earlier windows only: an occurrence ending the text has nothing after it.
+            windows = np.lib.stride_tricks.sliding_window_view(ids[:n - 1], size)
+            hits = np.flatnonzero((windows == ids[n - size:]).all(axis=1))
+            if hits.size:
+                start = int(hits[0]) + size
+                return ids[start:start + self.num_pred_tokens].astype(np.intc)
+        return np.empty(0, dtype=np.intc)
+
+    def __repr__(self) -> str:
+        return f"PromptLookupDecoding(max_ngram_size={self.max_ngram_size}, num_pred_tokens={self.num_pred_tokens})"

@@ -1,0 +1,36 @@
+"""Log-probabilities of sampled tokens: one entry per token under the logits that chose it, and
+llama-cpp-python's `logprobs` shape for a completion's text."""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+Entry = Tuple[int, float, List[Tuple[int, float]]]
+
+
+def entry(logits: np.ndarray, tok: int, k: int) -> Entry:
+    """log p(tok) under the raw logits, and the k most likely tokens with theirs."""
+    x = logits.astype(np.float64)
+    lse = x.max() + np.log(np.exp(x - x.max()).sum())
+    top = np.argpartition(-x, k - 1)[:k] if 0 < k < x.size else np.arange(0)
+    top = top[np.argsort(-x[top], kind="stable")]
+    return tok, float(x[tok] - lse), [(int(i), float(x[i] - lse)) for i in top]
+
+
+def as_dict(vocab, entries: List[Entry], text: str, base: int) -> Dict:
+    """llama-cpp-python's logprobs shape, for the generated tokens whose text was returned."""
+    out: Dict[str, list] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+    offset = 0
+    for tok, lp, top in entries:
+        if offset >= len(text) and out["tokens"]:
+            break
+        piece = vocab.piece(tok).decode("utf-8", "ignore")
+        tops = {vocab.piece(i).decode("utf-8", "ignore"): v for i, v in top}
+        tops[piece] = lp
+        out["tokens"].append(piece)
+        out["text_offset"].append(base + offset)
+        out["token_logprobs"].append(lp)
+        out["top_logprobs"].append(tops)
+        offset += len(piece)
+    return out

@@ -1,0 +1,195 @@
+"""Lossless mode: speculative decoding whose output is the backbone's at full depth. The river
+(the same model on the River path, sharing the KV cache) or a draft model (n-gram lookup, no
+model work) proposes tokens; the backbone checks them all in one full-depth step.
+
+A step starts with the cache holding the sequence but its newest token (sampled, not yet run):
+1. Draft up to k tokens: decode steps under the exit rule from the newest token (their K/V are
+   cut from the cache afterwards), or the draft model's proposal.
+2. Verify: the newest token and the drafts in one full-depth step with logits for every
+   position (a prompt-like eval): every drafted position's cache rows are rewritten at full depth.
+3. Accept, position by position, with the speculative sampling rule (accept_or_resample: draft
+   d with probability min(1, p(d)/q(d)), else a token from the normalized max(0, p - q)), where p
+   and q are the sampler's distributions (penalties, top-k, top-p, min-p, typical, temperature)
+   of the verify and draft logits; greedy, both are one-hot, so a draft is kept exactly when it
+   is the backbone's argmax and the first mismatch is replaced by the argmax. After all drafts
+   are kept, one more token from the last row. The rows of rejected drafts are cut.
+After a step the cache holds exactly what full depth holds, and every emitted token was chosen
+from full-depth logits: on a batch-invariant context (the CPU's default) those are bit for bit
+the logits single decode steps give, so greedy output equals river=None's token for token. On
+a context that is not batch-invariant (a GPU, or batch_invariant=False) a verify step's logits
+differ from decode steps' in the last bits; the output is then full depth's as multi-token
+steps compute it (greedy may differ from river=None's where two logits nearly tie)."""
+from __future__ import annotations
+
+import time
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from .logprobs import entry as logprob_entry
+from .sampling import Sampler
+
+
+def accept_or_resample(p: np.ndarray, q: Optional[np.ndarray], d: int, rng: np.random.Generator) -> Optional[int]:
+    """The speculative sampling rule for one drafted token d drawn from q (None: a deterministic
+    draft, q one-hot at d) against the target distribution p: None keeps d, else the token that
+    replaces it. The token that results is distributed as p, whatever q is."""
+    qd = 1.0 if q is None else float(q[d])
+    if qd > 0.0 and rng.random() * qd < p[d]:
+        return None
+    rest = p.copy()
+    if q is None:
+        rest[d] = 0.0
+    else:
+        np.maximum(p - q, 0.0, out=rest)
+    total = rest.sum()
+    if total <= 0.0:   # p == q: d is rejected with probability 0; rounding alone lands here
+        return int(d)
+    return int(rng.choice(rest.size, p=rest / total))
+
+
+class Speculator:
+    """The draft-and-verify loop of one Llama. draft_model: None drafts on the River path (the
+    Llama's exit rule), else a callable as llama-cpp-python's draft models. The draft length
+    starts at draft_max each call, grows by one after a step that kept every draft and shrinks by
+    one after a rejection; a river draft also stops early when the draft's top token has a
+    probability (raw softmax) below draft_p_min."""
+
+    def __init__(self, draft_model: Optional[Callable] = None, draft_max: int = 4, draft_p_min: float = 0.0):
+        if draft_max < 0:
+            raise ValueError(f"draft_max must be >= 0, got {draft_max}")
+        if not 0.0 <= draft_p_min <= 1.0:
+            raise ValueError(f"draft_p_min must be in [0, 1], got {draft_p_min}")
+        if draft_model is not None and not callable(draft_model):
+            raise TypeError("draft_model must be callable: draft(input_ids) -> proposed token ids")
+        self.draft_model = draft_model
+        self.draft_max = int(draft_max)
+        self.draft_p_min = float(draft_p_min)
+        self.rule = accept_or_resample
+
+    @property
+    def source(self) -> str:
+        return "river" if self.draft_model is None else type(self.draft_model).__name__
+
+    def generate(self, llm, seq: List[int], sampler: Sampler, max_new: int, logprobs: Optional[int],
+                 st: Dict) -> Iterator[int]:
+        """Llama.generate in lossless mode (seq: the prompt; st: the call's statistics). Tokens
+        decided by one step are yielded one by one; between steps the cache is re-synced when
+        another caller used it."""
+        n_prompt = len(seq)
+        ls = st["lossless"] = {"draft": self.source, "drafted": 0, "accepted": 0, "verify_steps": 0,
+                               "draft_exits": []}
+        k = self.draft_max   # each call starts afresh: its result never depends on earlier calls
+        ready: List[Tuple[int, np.ndarray]] = []   # decided tokens, each with the logits that chose it
+        mine = -1   # the cache version when this generation last left the cache
+        for emitted in range(max_new):
+            with llm._lock:
+                llm._live()
+                if not ready:
+                    t0 = time.perf_counter()
+                    if mine == -1:   # the first token, from the prompt's logits
+                        logits, n_eval, _ = llm._sync_prefix(seq, n_prompt)
+                        ready = [(sampler.sample(logits, seq), logits)]
+                        st["prompt_eval_tokens"] += n_eval
+                        st["prompt_s"] += time.perf_counter() - t0
+                    else:
+                        if llm._version != mine:   # another caller used the cache: hold seq[:-1] again
+                            st["prompt_eval_tokens"] += llm._sync_prefix(seq[:-1], len(seq) - 1, need_logits=False)[1]
+                            t1, t0 = t0, time.perf_counter()
+                            st["prompt_s"] += t0 - t1
+                        room = min(max_new - emitted, llm.n_ctx() - len(seq))
+                        ready, n_drafted = self._step(llm, seq, sampler, min(k, room - 1), ls)
+                        if len(ready) - 1 < n_drafted:
+                            k = max(1, k - 1)
+                        elif n_drafted == k > 0:
+                            k = min(self.draft_max, k + 1)
+                        st["decode_tokens"] += len(ready)
+                        st["decode_s"] += time.perf_counter() - t0
+                    mine = llm._version
+                tok, logits = ready.pop(0)
+                if llm.vocab.is_eog(tok):
+                    return
+                if logprobs is not None:
+                    st["logprobs"].append(logprob_entry(logits, tok, logprobs))
+                yield tok
+                seq.append(tok)
+                if len(seq) >= llm.n_ctx():
+                    return
+
+    def _step(self, llm, seq: List[int], sampler: Sampler, k: int, ls: Dict):
+        """One draft-and-verify step (the cache holds seq[:-1]; seq[-1] has not run). Returns the
+        decided tokens with the logits that chose each, and how many tokens were drafted."""
+        n0 = len(seq) - 1
+        drafts, qs = self._draft(llm, seq, sampler, k, ls) if k > 0 else ([], [])
+        rows = llm.eval([seq[-1]] + drafts, logits_all=True, prompt=True)   # full depth
+        hist = list(seq)
+        out: List[Tuple[int, np.ndarray]] = []
+        for i, d in enumerate(drafts):
+            r = self.rule(sampler.distribution(rows[i], hist), qs[i], d, sampler.rng)
+            out.append((d if r is None else r, rows[i]))
+            if r is not None:
+                break
+            hist.append(d)
+        else:
+            out.append((sampler.sample(rows[len(drafts)], hist), rows[len(drafts)]))
+        m = len(out) - 1   # drafts kept
+        llm._truncate(n0 + 1 + m)
+        ls["drafted"] += len(drafts)
+        ls["accepted"] += m
+        ls["verify_steps"] += 1
+        return out, len(drafts)
+
+    def _draft(self, llm, seq: List[int], sampler: Sampler, k: int, ls: Dict):
+        """Up to k drafted tokens and the distribution each was drawn from (None: deterministic)."""
+        if self.draft_model is not None:
+            prop = np.asarray(self.draft_model(np.asarray(seq, dtype=np.intc)), dtype=np.int64).reshape(-1)[:k]
+            bad = prop[(prop < 0) | (prop >= llm.n_vocab())]
+            if bad.size:
+                raise ValueError(f"draft_model proposed token id {int(bad[0])}, out of range [0, {llm.n_vocab()})")
+            return [int(t) for t in prop], [None] * prop.size
+        n0 = len(seq) - 1
+        hist = list(seq)
+        drafts: List[int] = []
+        qs: List[np.ndarray] = []
+        for _ in range(k):
+            logits = llm.eval([hist[-1]])[-1]   # a decode step under the exit rule
+            ls["draft_exits"].append(llm.last_exits[0])
+            q = sampler.distribution(logits, hist)
+            d = int(np.argmax(q)) if sampler.p.temperature <= 0.0 else int(sampler.rng.choice(q.size, p=q))
+            drafts.append(d)
+            qs.append(q)
+            hist.append(d)
+            if llm.vocab.is_eog(d) or (self.draft_p_min > 0.0 and _top_prob(logits) < self.draft_p_min):
+                break
+        llm._truncate(n0)   # the verify step rewrites these rows at full depth
+        return drafts, qs
+
+
+def _top_prob(logits: np.ndarray) -> float:
+    x = logits.astype(np.float64)
+    return float(1.0 / np.exp(x - x.max()).sum())
+
+
+def stats(ls: Optional[Dict]) -> Optional[Dict]:
+    """The lossless statistics of a call: drafted and accepted tokens, acceptance rate, mean
+    accepted length (drafts kept per verify step), tokens per verify step, the drafts' exits."""
+    if ls is None:
+        return None
+    steps, ex = ls["verify_steps"], ls["draft_exits"]
+    return {"draft": ls["draft"], "drafted": ls["drafted"], "accepted": ls["accepted"],
+            "acceptance_rate": ls["accepted"] / ls["drafted"] if ls["drafted"] else None,
+            "verify_steps": steps,
+            "mean_accepted_length": ls["accepted"] / steps if steps else None,
+            "tokens_per_step": (ls["accepted"] + steps) / steps if steps else None,
+            "draft_mean_exit_layer": float(np.mean(ex)) if ex else None}
+
+
+def describe(ls: Dict) -> str:
+    """One line for people (pyriver run --stats, chat's /stats) from stats()."""
+    def num(v, fmt):
+        return "-" if v is None else format(v, fmt)
+    return (f"lossless ({ls['draft']} drafts): drafted {ls['drafted']} | accepted {ls['accepted']} "
+            f"({num(ls['acceptance_rate'] and 100 * ls['acceptance_rate'], '.1f')}%) | verify steps "
+            f"{ls['verify_steps']} | mean accepted length {num(ls['mean_accepted_length'], '.2f')} | "
+            f"tokens per step {num(ls['tokens_per_step'], '.2f')} | draft mean exit block "
+            f"{num(ls['draft_mean_exit_layer'], '.2f')}")
