@@ -33,3 +33,9 @@ for e in ev_list:
 print(f"{engine} fa={int(fa)}: wall {wall*1000:.3f} ms/token, GPU busy {gpu:.3f} ms/token, kernels/token {len(ev_list)/N:.0f}")
 for k, (n, t) in sorted(by.items(), key=lambda x: -x[1][1])[:14]:
     print(f"   {t/N/1000:7.3f} ms {n/N:6.1f}x  {k}")
+# Per-call device time of the last step, in launch order, for the kernels named in DIAG_ORDER
+import os
+for pat in filter(None, os.environ.get("DIAG_ORDER", "").split(";")):
+    calls = [e for e in ev_list if pat in e.name]
+    per = len(calls) // N
+    print(f"   order {pat}: " + " ".join(f"{e.device_time:.1f}" for e in calls[-per:]))

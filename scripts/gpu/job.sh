@@ -188,6 +188,29 @@ real_gemma() {   # Gemma 3 270M on CUDA: parity, invariants, similarity exits
     --json $R/sweep-gemma.json --markdown $R/sweep-gemma.md 2>&1 | tail -12
 }
 
+lossless() {   # issue 15 on the GPU: lossless vs full depth, lossy River and llama.cpp (synthetic 1B files)
+  wait_bg
+  for m in ${LOSSLESS:-1b-f16 1b-q8_0}; do
+    step "lossless llama-$m"
+    $PR bench $PYRIVER_CACHE/synthetic/llama-$m.gguf --lossless $NGL -t 4 -r 3 --prompts 4 --gen-tokens 64 \
+      --tau 0.95 --min-exit-layer 4 --draft-max 2 4 8 --json $R/lossless-$m.json 2>&1 | tail -14
+  done
+}
+
+lossless_smol() {   # issue 15 on the GPU, SmolLM2
+  ferry; ready 560
+  $PR bench $SMOL --lossless $NGL -t 4 -r 3 --prompts 4 --gen-tokens 64 --tau 0.975 --draft-max 2 4 \
+    --json $R/lossless-smol.json 2>&1 | tail -10
+}
+
+fusion() {   # the 8B F16 decode gap: GPU kernel time per token with ggml-cuda's fusion on and off
+  PREP_SIZES=8b PYTHONPATH=$PWD:$PYTHONPATH python3 $G/prepare_models.py write 2>&1 | tail -2
+  for f in 0 1; do for e in llama pyriver; do
+    GGML_CUDA_DISABLE_FUSION=$f timeout 100 python3 $G/diag_prof.py $PYRIVER_CACHE/synthetic/llama-8b-f16.gguf $e 0 2>&1 \
+      | grep -A5 "fa=0" | sed "s/^/fusion-off=$f /"
+  done; done
+}
+
 idle() { ferry; ready 560; }
 
 quick() {   # full-depth decode/prefill vs llama.cpp on the 1B synthetic files
