@@ -71,133 +71,98 @@ static std::vector<tensor_spec> llama_biases(std::vector<tensor_spec> v) {
                                vec("ffn_down.bias", &B::ffn_down_b, dim::embd, need::optional)});
 }
 
-static std::vector<arch_info> make_table() {
-    std::vector<arch_info> t;
+// An entry: its name, RoPE type and block; the switches that differ from arch_info's defaults are
+// set by the caller, a line per concern.
+static arch_info entry(const char * name, int rope_type, std::vector<tensor_spec> blk) {
     arch_info a;
+    a.name = name;
+    a.rope_type = rope_type;
+    a.block = std::move(blk);
+    return a;
+}
+
+static std::vector<arch_info> make_table() {
+    const int NORM = GGML_ROPE_TYPE_NORMAL, NEOX = GGML_ROPE_TYPE_NEOX;
+    std::vector<arch_info> t;
 
     // llama (also Mistral 7B and other llama-family files): optional biases as llama.cpp reads them.
     // llama.cpp ignores llama.attention.sliding_window for this architecture, and so do we.
-    a = arch_info();
-    a.name = "llama";
-    a.rope_freqs = true;
-    a.rot_is_head = true;
-    a.block = llama_biases(block(ffn_kind::gated));
-    t.push_back(a);
+    t.push_back(entry("llama", NORM, llama_biases(block(ffn_kind::gated))));
+    t.back().rope_freqs = t.back().rot_is_head = true;
 
     // qwen2 (Qwen2, Qwen2.5): biases on Q, K, V; NEOX RoPE; an optional output bias.
-    a = arch_info();
-    a.name = "qwen2";
-    a.rope_type = GGML_ROPE_TYPE_NEOX;
-    a.output_bias = true;
-    a.q_is_embd = true;
-    a.rot_is_head = true;
-    a.block = block(ffn_kind::gated);
-    t.push_back(a);
+    t.push_back(entry("qwen2", NEOX, block(ffn_kind::gated)));
+    t.back().output_bias = t.back().q_is_embd = t.back().rot_is_head = true;
 
     // qwen3: RMS norms on Q and K per head, before RoPE.
-    a = arch_info();
-    a.name = "qwen3";
-    a.rope_type = GGML_ROPE_TYPE_NEOX;
-    a.rot_is_head = true;
-    a.block = with(block(ffn_kind::gated), {qk_norm_head[0], qk_norm_head[1]});
-    t.push_back(a);
+    t.push_back(entry("qwen3", NEOX, with(block(ffn_kind::gated), {qk_norm_head[0], qk_norm_head[1]})));
+    t.back().rot_is_head = true;
 
     // gemma3: scaled embeddings, Q/K norms, post-norms, GeGLU, sliding-window layers (5 of 6 by
     // default) with their own RoPE base, optional final logit soft-capping. The GGUF converter
     // folds Gemma's (1 + w) into the norm weights, so they multiply as stored.
-    a = arch_info();
-    a.name = "gemma3";
-    a.rope_type = GGML_ROPE_TYPE_NEOX;
-    a.act = ffn_act::gelu;
-    a.embd_scale = true;
-    a.q_prescale = true;
-    a.q_scale_embd_layers = 62;
-    a.swa = swa_kind::optional;
-    a.swa_pattern = 6;
-    a.final_softcap = true;
-    a.block = with(block(ffn_kind::gated), {qk_norm_head[0], qk_norm_head[1], post_norms[0], post_norms[1]});
-    t.push_back(a);
+    t.push_back(entry("gemma3", NEOX, with(block(ffn_kind::gated), {qk_norm_head[0], qk_norm_head[1], post_norms[0], post_norms[1]})));
+    {
+        arch_info & a = t.back();
+        a.act = ffn_act::gelu;
+        a.embd_scale = a.q_prescale = a.final_softcap = true;
+        a.q_scale_embd_layers = 62;
+        a.swa = swa_kind::optional, a.swa_pattern = 6;
+    }
 
     // mistral3 (Ministral 3, Mistral Small 3 text models): llama's block; YaRN with its own beta
     // and log-multiplier keys; Llama 4 attention temperature tuning when the file has
     // attention.temperature_scale; LongRoPE factors when its scaling type is longrope, else
     // optional Llama 3 frequency factors. (llama.cpp's mixture-of-experts branch of this loader
     // is not supported: a file with expert_count > 0 is refused.)
-    a = arch_info();
-    a.name = "mistral3";
-    a.rope_freqs = true;
-    a.rope_long_short = true;
-    a.longrope_only = true;
-    a.rot_is_head = true;
-    a.attn_temp = true;
-    a.yarn_keys = true;
-    a.block = llama_biases(block(ffn_kind::gated));
-    t.push_back(a);
+    t.push_back(entry("mistral3", NORM, llama_biases(block(ffn_kind::gated))));
+    {
+        arch_info & a = t.back();
+        a.rope_freqs = a.rope_long_short = a.longrope_only = a.rot_is_head = true;
+        a.attn_temp = a.yarn_keys = true;
+    }
 
     // gemma2: scaled embeddings, post-norms, GeGLU, Q scaled by 1/sqrt(head) (1/sqrt(n_embd/n_head)
     // for the 27B's 46 layers), attention logits soft-capped (50 by default) and final logits
     // soft-capped (30 by default), always; every other layer slides over a window (4096 by
     // default) with the global RoPE base and scale unless the file gives its own base. The head
     // is always the embedding table (llama.cpp does not read output.weight).
-    a = arch_info();
-    a.name = "gemma2";
-    a.rope_type = GGML_ROPE_TYPE_NEOX;
-    a.act = ffn_act::gelu;
-    a.output = head_out::tied;
-    a.embd_scale = true;
-    a.q_prescale = true;
-    a.q_scale_embd_layers = 46;
-    a.swa = swa_kind::always;
-    a.swa_pattern = 2;
-    a.swa_base_is_global = true;
-    a.swa_scale_trained = true;
-    a.final_softcap = true;
-    a.final_softcap_default = 30.0f;
-    a.attn_softcap_default = 50.0f;
-    a.block = with(block(ffn_kind::gated), {post_norms[0], post_norms[1]});
-    t.push_back(a);
+    t.push_back(entry("gemma2", NEOX, with(block(ffn_kind::gated), {post_norms[0], post_norms[1]})));
+    {
+        arch_info & a = t.back();
+        a.act = ffn_act::gelu;
+        a.output = head_out::tied;
+        a.embd_scale = a.q_prescale = a.final_softcap = true;
+        a.q_scale_embd_layers = 46;
+        a.swa = swa_kind::always, a.swa_pattern = 2, a.swa_base_is_global = a.swa_scale_trained = true;
+        a.final_softcap_default = 30.0f, a.attn_softcap_default = 50.0f;
+    }
 
     // smollm3: llama's block; every 4th layer (il % 4 == 3) attends without RoPE. llama.cpp fixes
     // the interval at 4 (SmolLM3's no_rope_layer_interval; the converter writes no key for it).
-    a = arch_info();
-    a.name = "smollm3";
-    a.rot_is_head = true;
-    a.nope_interval = 4;
-    a.block = block(ffn_kind::gated);
-    t.push_back(a);
+    t.push_back(entry("smollm3", NORM, block(ffn_kind::gated)));
+    t.back().rot_is_head = true;
+    t.back().nope_interval = 4;
 
     // olmo2 (OLMo 2; OLMo 3 with its sliding window): no pre-norms, norms after attention and
     // FFN instead; RMS norms on Q and K over the whole projection; an untied head. Sliding-window
     // layers (3 of 4 by default) rotate with the global base, unscaled.
-    a = arch_info();
-    a.name = "olmo2";
-    a.rope_type = GGML_ROPE_TYPE_NEOX;
-    a.output = head_out::required;
-    a.q_is_embd = true;
-    a.rot_is_head = true;
-    a.qk_norm_full = true;
-    a.swa = swa_kind::optional;
-    a.swa_pattern = 4;
-    a.swa_plain_rope = true;
-    a.block = with(block(ffn_kind::gated, false), {vec("attn_q_norm.weight", &B::q_norm, dim::q),
-                                                   vec("attn_k_norm.weight", &B::k_norm, dim::kv),
-                                                   post_norms[0], post_norms[1]});
-    t.push_back(a);
+    t.push_back(entry("olmo2", NEOX, with(block(ffn_kind::gated, false), {vec("attn_q_norm.weight", &B::q_norm, dim::q),
+                                                                         vec("attn_k_norm.weight", &B::k_norm, dim::kv),
+                                                                         post_norms[0], post_norms[1]})));
+    {
+        arch_info & a = t.back();
+        a.output = head_out::required;
+        a.q_is_embd = a.rot_is_head = a.qk_norm_full = true;
+        a.swa = swa_kind::optional, a.swa_pattern = 4, a.swa_plain_rope = true;
+    }
 
     // phi3 (Phi-3, Phi-3.5, Phi-4 mini): fused attn_qkv (or separate Q/K/V), one ffn_up of 2 x n_ff
     // whose first half is the gate, partial rotary dimension, LongRoPE factors (long when the
     // context is longer than the original one), Q scaled before attention. llama.cpp disables
     // Phi's sliding window ("Phi SWA is currently disabled"): the key is ignored, here too.
-    a = arch_info();
-    a.name = "phi3";
-    a.rope_type = GGML_ROPE_TYPE_NEOX;
-    a.ffn = ffn_kind::fused;
-    a.q_prescale = true;
-    a.q_is_embd = true;
-    a.rope_long_short = true;
-    a.block = block(ffn_kind::fused);
-    t.push_back(a);
-
+    t.push_back(entry("phi3", NEOX, block(ffn_kind::fused)));
+    t.back().q_prescale = t.back().q_is_embd = t.back().rope_long_short = true;
     return t;
 }
 

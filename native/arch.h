@@ -43,7 +43,6 @@ struct arch_info {
     const char * name = "";
     int rope_type = GGML_ROPE_TYPE_NORMAL;   // or GGML_ROPE_TYPE_NEOX (llama_model_rope_type)
     ffn_act act = ffn_act::silu;
-    ffn_kind ffn = ffn_kind::gated;
     head_out output = head_out::optional;
     bool embd_scale = false;    // token embeddings times sqrt(n_embd) (Gemma)
     bool q_prescale = false;    // Q scaled after RoPE, softmax scale 1 (Gemma, Phi-3)
