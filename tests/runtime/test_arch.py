@@ -133,3 +133,18 @@ def test_bad_arch_key(arch_paths, tmp_path, name, key, value, match):
     p = _rewrite(arch_paths[name], tmp_path / "m.gguf", kv={key: value})
     with pytest.raises(ModelLoadError, match=match):
         Llama(p, verbose=False)
+
+
+def test_gemma2_flash_attention_soft_cap_matches_llama_cpp(arch_paths):
+    """Gemma 2's attention soft-cap on the flash path (ggml_flash_attn_ext's logit_softcap, the
+    parity tests run the other path): a batched prompt against llama.cpp's, bit for bit."""
+    path = arch_paths["gemma2"]
+    text = "The river runs from the mountains to the sea, past towns, mills and bridges, " * 3
+    ref = LlamaCppEngine(path, 256, 2, logits_all=True, flash_attn=True)
+    toks = ref.tokenize(text.encode(), add_bos=True, special=True)
+    a = ref.eval(toks, logits_all=True)
+    ref.close()
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False, flash_attn=True, batch_invariant=False) as llm:
+        b = llm.eval(toks, logits_all=True)
+    assert len(toks) > 40   # past the window of 16
+    assert np.array_equal(a, b)
