@@ -180,7 +180,14 @@ void context::set_inputs(const built_graph & g, const int32_t * tokens, const st
         if (!hidden || hidden->size() != (size_t) ggml_nelements(g.hidden_in)) fail(PR_ERR_INTERNAL, "segment input missing");
         ggml_backend_tensor_set(g.hidden_in, hidden->data(), 0, sizeof(float) * hidden->size());
     }
-    ggml_backend_tensor_set(g.in.pos, pos.data(), 0, sizeof(int32_t) * n);
+    if (g.in.pos) ggml_backend_tensor_set(g.in.pos, pos.data(), 0, sizeof(int32_t) * n);
+    if (g.in.attn_scale) {
+        // Temperature tuning as llama.cpp's llm_graph_input_attn_temp computes it, per position.
+        const hparams & hp = m->hp;
+        std::vector<float> t(n);
+        for (int i = 0; i < n; i++) t[i] = std::log(std::floor((float) pos[i] / hp.attn_temp_floor) + 1.0) * hp.attn_temp_scale + 1.0;
+        ggml_backend_tensor_set(g.in.attn_scale, t.data(), 0, sizeof(float) * n);
+    }
     ggml_backend_tensor_set(g.in.kv_idx, idx.data(), 0, sizeof(int64_t) * n);
     if (g.in.v_idx) {
         // Transposed V: element d of token i lives at row d, column pos0+i.

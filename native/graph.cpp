@@ -59,11 +59,47 @@ static ggml_tensor * linear(ggml_context * ctx, const graph_shape & s, ggml_tens
     return add_bias(ctx, y, b);
 }
 
-static ggml_tensor * rope(ggml_context * ctx, const model & m, ggml_tensor * x, ggml_tensor * pos, int il) {
+// RoPE of layer il: the frequency factors of this context size (Llama 3.1, LongRoPE), and the
+// sliding-window layers' own base, scale and YaRN settings where the arch has them.
+static ggml_tensor * rope(ggml_context * ctx, const model & m, const kv_cache & kv, ggml_tensor * x, ggml_tensor * pos, int il) {
     const hparams & hp = m.hp;
-    return ggml_rope_ext(ctx, x, pos, m.rope_freqs, hp.n_rot, m.arch->rope_type, hp.rope_n_ctx_orig,
-                         hp.rope_base(il), hp.rope_scale(il), hp.yarn_ext_factor, hp.yarn_attn_factor,
+    return ggml_rope_ext(ctx, x, pos, m.rope_factors(kv.n_ctx), hp.n_rot, m.arch->rope_type, hp.rope_n_ctx_orig,
+                         hp.rope_base(il), hp.rope_scale(il), hp.rope_ext(il), hp.rope_attn(il),
                          hp.yarn_beta_fast, hp.yarn_beta_slow);
+}
+
+// c * tanh(x / c): Gemma 2's attention logits and Gemma's final logits.
+static ggml_tensor * softcap(ggml_context * ctx, ggml_tensor * x, float c) {
+    return ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, x, 1.0f / c)), c);
+}
+
+// Q and K as [hd, heads, T], V as [n_head_kv * hd, T]: a fused attn_qkv (Phi-3) is split by views
+// of its one product, as llama.cpp's build_qkv does; else three products. Q/K norms per head, or
+// over the whole projection (OLMo 2).
+static void project_qkv(ggml_context * ctx, const model & m, const graph_shape & s, const block_weights & w, ggml_tensor * xn,
+                        ggml_tensor *& q, ggml_tensor *& k, ggml_tensor *& v) {
+    const hparams & hp = m.hp;
+    const int64_t T = xn->ne[1], hd = hp.n_embd_head, Q = hd * hp.n_head, KV = hp.n_embd_k_gqa();
+    if (w.wqkv) {
+        ggml_tensor * b = w.bqkv;
+        if (!b && w.bq && w.bk && w.bv) b = ggml_concat(ctx, ggml_concat(ctx, w.bq, w.bk, 0), w.bv, 0);
+        ggml_tensor * qkv = linear(ctx, s, w.wqkv, xn, b);
+        const size_t es = ggml_element_size(qkv), row = qkv->nb[1];
+        q = ggml_view_3d(ctx, qkv, hd, hp.n_head, T, es * hd, row, 0);
+        k = ggml_view_3d(ctx, qkv, hd, hp.n_head_kv, T, es * hd, row, es * Q);
+        v = ggml_cont(ctx, ggml_view_2d(ctx, qkv, KV, T, row, es * (Q + KV)));   // the cache writes read it whole
+        return;
+    }
+    q = linear(ctx, s, w.wq, xn, w.bq);
+    k = linear(ctx, s, w.wk, xn, w.bk);
+    v = linear(ctx, s, w.wv, xn, w.bv);
+    const bool whole = m.arch->qk_norm_full;
+    if (whole && w.q_norm) q = rms_norm(ctx, q, w.q_norm, hp.rms_eps);
+    if (whole && w.k_norm) k = rms_norm(ctx, k, w.k_norm, hp.rms_eps);
+    q = ggml_reshape_3d(ctx, q, hd, hp.n_head, T);
+    k = ggml_reshape_3d(ctx, k, hd, hp.n_head_kv, T);
+    if (!whole && w.q_norm) q = rms_norm(ctx, q, w.q_norm, hp.rms_eps);   // per head: rows of hd
+    if (!whole && w.k_norm) k = rms_norm(ctx, k, w.k_norm, hp.rms_eps);
 }
 
 // Attention of one block: writes this step's K/V rows into layer il's cache, then attends over
@@ -73,21 +109,21 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
     const hparams & hp = m.hp;
     const int T = (int) xn->ne[1];
     const int hd = hp.n_embd_head;
-    const float eps = hp.rms_eps;
 
     const int n_kv = s.n_kv;
-    ggml_tensor * q = ggml_reshape_3d(ctx, linear(ctx, s, w.wq, xn, w.bq), hd, hp.n_head, T);
-    ggml_tensor * k = ggml_reshape_3d(ctx, linear(ctx, s, w.wk, xn, w.bk), hd, hp.n_head_kv, T);
-    ggml_tensor * v = linear(ctx, s, w.wv, xn, w.bv);
-    if (w.q_norm) q = rms_norm(ctx, q, w.q_norm, eps);   // per head: rows of hd
-    if (w.k_norm) k = rms_norm(ctx, k, w.k_norm, eps);
-    q = rope(ctx, m, q, in.pos, il);
-    k = rope(ctx, m, k, in.pos, il);
+    ggml_tensor * q, * k, * v;
+    project_qkv(ctx, m, s, w, xn, q, k, v);
+    if (hp.uses_rope(il)) {   // SmolLM3 leaves every 4th layer unrotated
+        q = rope(ctx, m, kv, q, in.pos, il);
+        k = rope(ctx, m, kv, k, in.pos, il);
+    }
+    if (in.attn_scale) q = ggml_mul(ctx, q, in.attn_scale);   // temperature tuning (Mistral 3), per token
     float scale = hp.kq_scale;
     if (m.arch->q_prescale) {
-        q = ggml_scale(ctx, q, scale);   // as llama.cpp's Gemma graph: scale Q, then softmax at 1
+        q = ggml_scale(ctx, q, scale);   // as llama.cpp's Gemma and Phi-3 graphs: scale Q, then softmax at 1
         scale = 1.0f;
     }
+    const float cap = hp.attn_softcap;
     ggml_tensor * mask = hp.is_swa(il) ? in.mask_swa : in.mask;
 
     // The attention reads views of the set_rows results, so it is ordered after the writes.
@@ -101,7 +137,7 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
     if (!kv.v_trans) {
         ggml_tensor * v_all = ggml_set_rows(ctx, kv.v[il], v, in.kv_idx);
         ggml_tensor * vv = ggml_view_3d(ctx, v_all, hd, n_kv, hp.n_head_kv, es * E, es * hd, 0);
-        o = ggml_flash_attn_ext(ctx, qp, kk, vv, mask, scale, 0.0f, 0.0f);
+        o = ggml_flash_attn_ext(ctx, qp, kk, vv, mask, scale, 0.0f, cap);
         ggml_prec_set_acc(o, GGML_PREC_F32);
         o = ggml_reshape_2d(ctx, o, hd * hp.n_head, T);
     } else {
@@ -114,11 +150,13 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
             // One query per product (the tokens in dimension 3), as in a single-token step.
             ggml_tensor * kq = ggml_mul_mat(ctx, kk, ggml_reshape_4d(ctx, q, hd, 1, hp.n_head, T));  // [n_kv, 1, n_head, T]
             ggml_prec_set_acc(kq, GGML_PREC_F32);
+            if (cap > 0.0f) kq = softcap(ctx, kq, cap);
             kq = ggml_soft_max_ext(ctx, kq, ggml_reshape_4d(ctx, mask, mask->ne[0], 1, 1, T), scale, 0.0f);
             o = ggml_reshape_2d(ctx, ggml_mul_mat(ctx, vv, kq), hd * hp.n_head, T);              // [hd, 1, n_head, T]
         } else {
             ggml_tensor * kq = ggml_mul_mat(ctx, kk, qp);                          // [n_kv, T, n_head]
             ggml_prec_set_acc(kq, GGML_PREC_F32);   // as llama.cpp: F32 accumulation (cuBLAS would use F16)
+            if (cap > 0.0f) kq = softcap(ctx, kq, cap);
             kq = ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f);
             ggml_tensor * kqv = ggml_mul_mat(ctx, vv, kq);                         // [hd, T, n_head]
             o = ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, T);
@@ -127,24 +165,30 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
     return linear(ctx, s, w.wo, o, w.bo);
 }
 
-// One decoder block, the same unit for every architecture: pre-norm attention and pre-norm gated
-// FFN (SwiGLU or GeGLU), each with a residual, and the post-norms where the arch has them.
+// One decoder block, the same unit for every architecture: attention and gated FFN (SwiGLU or
+// GeGLU, two products or Phi-3's one fused product), each with a residual, the pre-norms and
+// post-norms where the arch has them (OLMo 2 has only post-norms).
 // With out_ids, only those token rows continue after attention (the last block before the head).
 static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_inputs & in,
                                  const graph_shape & s, const block_weights & w, int il, ggml_tensor * x,
                                  ggml_tensor * out_ids) {
     const float eps = m.hp.rms_eps;
-    ggml_tensor * a = attention(ctx, m, kv, in, s, w, il, rms_norm(ctx, x, w.attn_norm, eps));
+    ggml_tensor * a = attention(ctx, m, kv, in, s, w, il, w.attn_norm ? rms_norm(ctx, x, w.attn_norm, eps) : x);
     if (out_ids) {
         a = ggml_get_rows(ctx, a, out_ids);
         x = ggml_get_rows(ctx, x, out_ids);
     }
     if (w.attn_post_norm) a = rms_norm(ctx, a, w.attn_post_norm, eps);
     ggml_tensor * h = ggml_add(ctx, x, a);
-    ggml_tensor * hn = rms_norm(ctx, h, w.ffn_norm, eps);
-    ggml_tensor * gate = linear(ctx, s, w.ffn_gate, hn, w.ffn_gate_b);
+    ggml_tensor * hn = w.ffn_norm ? rms_norm(ctx, h, w.ffn_norm, eps) : h;
     ggml_tensor * up = linear(ctx, s, w.ffn_up, hn, w.ffn_up_b);
-    ggml_tensor * f = m.arch->act == ffn_act::gelu ? ggml_geglu_split(ctx, gate, up) : ggml_swiglu_split(ctx, gate, up);
+    ggml_tensor * f;
+    if (!w.ffn_gate) {
+        f = ggml_swiglu(ctx, up);   // gate and up in one product, gate first
+    } else {
+        ggml_tensor * gate = linear(ctx, s, w.ffn_gate, hn, w.ffn_gate_b);
+        f = m.arch->act == ffn_act::gelu ? ggml_geglu_split(ctx, gate, up) : ggml_swiglu_split(ctx, gate, up);
+    }
     f = linear(ctx, s, w.ffn_down, f, w.ffn_down_b);
     if (w.ffn_post_norm) f = rms_norm(ctx, f, w.ffn_post_norm, eps);
     return ggml_add(ctx, h, f);
@@ -181,12 +225,20 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
         ggml_set_input(g->hidden_in);
         ggml_set_name(g->hidden_in, "inp_hidden");
     }
-    in.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
+    // Each mask, and the positions, only when a block of the segment reads them: an unused input
+    // gets no memory (SmolLM3's unrotated layers read no positions).
+    bool any_swa = false, any_global = false, any_rope = false;
+    for (int il = seg.first; il <= seg.last; il++) {
+        (m.hp.is_swa(il) ? any_swa : any_global) = true;
+        any_rope = any_rope || m.hp.uses_rope(il);
+    }
+    if (any_rope) {
+        in.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
+        ggml_set_input(in.pos);
+        ggml_set_name(in.pos, "inp_pos");
+    }
     in.kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
-    for (ggml_tensor * t : {in.pos, in.kv_idx}) ggml_set_input(t);
-    // Each mask only when a block of the segment reads it: an unused input gets no memory.
-    bool any_swa = false, any_global = false;
-    for (int il = seg.first; il <= seg.last; il++) (m.hp.is_swa(il) ? any_swa : any_global) = true;
+    ggml_set_input(in.kv_idx);
     if (any_global) {
         in.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.n_kv, T);
         ggml_set_input(in.mask);
@@ -197,12 +249,16 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
         ggml_set_input(in.mask_swa);
         ggml_set_name(in.mask_swa, "inp_mask_swa");
     }
+    if (m.hp.attn_temp_scale != 0.0f) {
+        in.attn_scale = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, 1, T);
+        ggml_set_input(in.attn_scale);
+        ggml_set_name(in.attn_scale, "inp_attn_scale");
+    }
     if (kv.v_trans) {
         in.v_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, (int64_t) m.hp.n_embd_k_gqa() * T);
         ggml_set_input(in.v_idx);
         ggml_set_name(in.v_idx, "inp_v_idx");
     }
-    ggml_set_name(in.pos, "inp_pos");
     ggml_set_name(in.kv_idx, "inp_kv_idx");
     if (seg.head() && s.n_outputs < T) {
         in.out_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, s.n_outputs);
@@ -256,10 +312,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     if (seg.head()) {
         x = rms_norm(ctx, x, m.output_norm, m.hp.rms_eps);
         g->logits = linear(ctx, s, m.output, x, m.output_b);
-        if (m.hp.final_softcap > 0.0f) {
-            const float c = m.hp.final_softcap;
-            g->logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, g->logits, 1.0f / c)), c);
-        }
+        if (m.hp.final_softcap > 0.0f) g->logits = softcap(ctx, g->logits, m.hp.final_softcap);
         ggml_set_name(g->logits, "logits");
         ggml_set_output(g->logits);
         ggml_build_forward_expand(g->gf, g->logits);

@@ -27,6 +27,7 @@ struct graph_inputs {
     ggml_tensor * mask = nullptr;    // F16 [n_kv, n_tokens]: 0 or -inf
     ggml_tensor * mask_swa = nullptr; // the same within the sliding window (models with one)
     ggml_tensor * out_ids = nullptr; // I32 [n_outputs]: token rows that get logits
+    ggml_tensor * attn_scale = nullptr; // F32 [1, 1, n_tokens]: Q's temperature factor (Mistral 3 tuning)
 };
 
 // What one graph computes: blocks first..last of the backbone or of the river, starting from the token embeddings

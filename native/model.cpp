@@ -37,6 +37,86 @@ static void read_swa_pattern(const gguf_context * g, const std::string & key, in
     for (int il = 0; il < hp.n_layer; il++) hp.swa_layer[il] = n == 0 || il % n < n - 1;
 }
 
+// RoPE scaling as llama.cpp reads it (llama_model_base::load_hparams, llama_context's
+// constructor), in the same float operations: a type ("linear" when absent; "none" never
+// scales), a factor (freq_scale = 1/factor; old key rope.scale_linear when the factor key is
+// absent), the original context, and an attention factor that multiplies every rotation.
+// YaRN extrapolates (ext_factor 1) and cancels ggml's magnitude correction for factors below 1.
+// Returns the trained frequency scale (1/factor) that some sliding-window layers use.
+static float read_rope_scaling(const gguf_context * g, const std::string & a, const arch_info & ar, hparams & hp) {
+    const std::string stype = meta_str(g, (a + "rope.scaling.type").c_str(), "linear");
+    const std::string factor_key = gguf_find_key(g, (a + "rope.scaling.factor").c_str()) >= 0 ? a + "rope.scaling.factor" : a + "rope.scale_linear";
+    const float ropescale = (float) meta_float(g, factor_key.c_str(), 0.0);
+    if (!(ropescale >= 0.0f) || !std::isfinite(ropescale)) fail(PR_ERR_MODEL, "bad %s %g", factor_key.c_str(), ropescale);
+    const float freq_scale_train = ropescale == 0.0f ? 1.0f : 1.0f / ropescale;
+    const float rope_attn_factor = (float) meta_float(g, (a + "rope.scaling.attn_factor").c_str(), 1.0);
+    if (!(rope_attn_factor > 0.0f) || !std::isfinite(rope_attn_factor)) fail(PR_ERR_MODEL, "bad rope.scaling.attn_factor %g", rope_attn_factor);
+    hp.rope_n_ctx_orig = (int) meta_int(g, (a + "rope.scaling.original_context_length").c_str(), hp.n_ctx_train, 1, 1 << 24);
+    hp.rope_freq_scale = freq_scale_train;
+    if (stype == "none") {
+        hp.scaling = rope_scaling::none;
+        hp.rope_freq_scale = 1.0f;
+    } else if (stype == "linear") {
+        hp.scaling = freq_scale_train == 1.0f ? rope_scaling::none : rope_scaling::linear;
+    } else if (stype == "longrope") {
+        hp.scaling = rope_scaling::longrope;
+    } else if (stype == "yarn") {
+        hp.scaling = rope_scaling::yarn;
+        hp.yarn_ext_factor = 1.0f;
+    } else {
+        fail(PR_ERR_MODEL, "unsupported rope.scaling.type '%s'", stype.c_str());
+    }
+    float log_mul = 0.0f;
+    if (ar.yarn_keys) {
+        hp.yarn_beta_fast = (float) meta_float(g, (a + "rope.scaling.yarn_beta_fast").c_str(), 32.0);
+        hp.yarn_beta_slow = (float) meta_float(g, (a + "rope.scaling.yarn_beta_slow").c_str(), 1.0);
+        log_mul = (float) meta_float(g, (a + "rope.scaling.yarn_log_multiplier").c_str(), 0.0);
+        if (!std::isfinite(hp.yarn_beta_fast) || !std::isfinite(hp.yarn_beta_slow) || !std::isfinite(log_mul)) {
+            fail(PR_ERR_MODEL, "bad rope.scaling.yarn_beta_fast / yarn_beta_slow / yarn_log_multiplier");
+        }
+    }
+    hp.yarn_attn_factor = 1.0f;
+    if (hp.yarn_ext_factor != 0.0f) {
+        auto get_mscale = [](float scale, float mscale) { return scale <= 1.0f ? 1.0f : (0.1f * mscale * logf(scale) + 1.0f); };
+        const float factor = 1.0f / hp.rope_freq_scale;
+        hp.yarn_attn_factor = log_mul != 0.0f ? get_mscale(factor, 1.0f) / get_mscale(factor, log_mul) : get_mscale(factor, 1.0f);
+        hp.yarn_attn_factor *= 1.0f / (1.0f + 0.1f * logf(factor));
+    }
+    hp.yarn_attn_factor *= rope_attn_factor;
+    return freq_scale_train;
+}
+
+// The keys only some architectures read: attention temperature tuning, sliding windows, soft-caps.
+static void read_arch_keys(const gguf_context * g, const std::string & a, const arch_info & ar, float freq_scale_train, hparams & hp) {
+    if (ar.attn_temp) {
+        hp.attn_temp_scale = (float) meta_float(g, (a + "attention.temperature_scale").c_str(), 0.0);
+        if (!std::isfinite(hp.attn_temp_scale)) fail(PR_ERR_MODEL, "bad attention.temperature_scale %g", hp.attn_temp_scale);
+        if (hp.attn_temp_scale != 0.0f) hp.attn_temp_floor = hp.rope_n_ctx_orig;
+    }
+
+    if (ar.swa != swa_kind::none) {
+        const int def = ar.swa == swa_kind::always ? 4096 : 0;
+        hp.n_swa = (int) meta_int(g, (a + "attention.sliding_window").c_str(), def, 0, 1 << 24);
+        if (ar.swa == swa_kind::always && hp.n_swa == 0) fail(PR_ERR_MODEL, "%s needs attention.sliding_window > 0", ar.name);
+        if (hp.n_swa > 0) {
+            read_swa_pattern(g, a + "attention.sliding_window_pattern", ar.swa_pattern, hp);
+            hp.rope_freq_base_swa = (float) meta_float(g, (a + "rope.freq_base_swa").c_str(), ar.swa_base_is_global ? hp.rope_freq_base : 10000.0);
+            if (!(hp.rope_freq_base_swa > 0.0f) || !std::isfinite(hp.rope_freq_base_swa)) fail(PR_ERR_MODEL, "bad rope.freq_base_swa %g", hp.rope_freq_base_swa);
+            hp.rope_freq_scale_swa = ar.swa_scale_trained ? freq_scale_train : 1.0f;
+            hp.swa_plain_rope = ar.swa_plain_rope;
+        }
+    }
+    if (ar.final_softcap) {
+        hp.final_softcap = (float) meta_float(g, (a + "final_logit_softcapping").c_str(), ar.final_softcap_default);
+        if (!(hp.final_softcap >= 0.0f) || !std::isfinite(hp.final_softcap)) fail(PR_ERR_MODEL, "bad final_logit_softcapping %g", hp.final_softcap);
+        if (ar.final_softcap_default > 0.0f && hp.final_softcap == 0.0f) fail(PR_ERR_MODEL, "%s needs final_logit_softcapping > 0", ar.name);
+    }
+    if (ar.attn_softcap_default > 0.0f) {
+        hp.attn_softcap = (float) meta_float(g, (a + "attn_logit_softcapping").c_str(), ar.attn_softcap_default);
+        if (!(hp.attn_softcap > 0.0f) || !std::isfinite(hp.attn_softcap)) fail(PR_ERR_MODEL, "bad attn_logit_softcapping %g", hp.attn_softcap);
+    }
+}
+
 static void read_hparams(const gguf_context * g, hparams & hp, const arch_info & ar) {
     hp.name = meta_str(g, "general.name", "");
     const std::string a = hp.arch + ".";
@@ -68,51 +148,19 @@ static void read_hparams(const gguf_context * g, hparams & hp, const arch_info &
     if (ar.rot_is_head && hp.n_rot != hp.n_embd_head) fail(PR_ERR_MODEL, "rope.dimension_count %d must equal the head size %d for %s", hp.n_rot, hp.n_embd_head, ar.name);
     hp.rope_freq_base = (float) meta_float(g, (a + "rope.freq_base").c_str(), 10000.0);
     if (!(hp.rope_freq_base > 0.0f) || !std::isfinite(hp.rope_freq_base)) fail(PR_ERR_MODEL, "bad rope.freq_base %g", hp.rope_freq_base);
+    hp.rope_layer.assign(hp.n_layer, 1);
+    for (int il = 0; ar.nope_interval > 0 && il < hp.n_layer; il++) hp.rope_layer[il] = (il + 1) % ar.nope_interval != 0;
 
-    // RoPE scaling as llama.cpp reads it (llama_model_base::load_hparams, llama_context's
-    // constructor): a type ("linear" when absent; "none" never scales), a factor (freq_scale =
-    // 1/factor; old key rope.scale_linear), the original context, and an attention factor that
-    // multiplies every rotation. YaRN extrapolates (ext_factor 1) and cancels ggml's magnitude
-    // correction for factors below 1.
-    std::string stype = meta_str(g, (a + "rope.scaling.type").c_str(), "linear");
-    double factor = meta_float(g, (a + "rope.scaling.factor").c_str(), 0.0);
-    if (factor == 0.0) factor = meta_float(g, (a + "rope.scale_linear").c_str(), 0.0);
-    if (factor == 0.0) factor = 1.0;
-    if (!(factor > 0.0) || !std::isfinite(factor)) fail(PR_ERR_MODEL, "bad rope.scaling.factor %g", factor);
-    const double attn_factor = meta_float(g, (a + "rope.scaling.attn_factor").c_str(), 1.0);
-    if (!(attn_factor > 0.0) || !std::isfinite(attn_factor)) fail(PR_ERR_MODEL, "bad rope.scaling.attn_factor %g", attn_factor);
-    hp.rope_n_ctx_orig = (int) meta_int(g, (a + "rope.scaling.original_context_length").c_str(), hp.n_ctx_train, 1, 1 << 24);
-    hp.yarn_attn_factor = (float) attn_factor;
-    if (stype == "none") {
-        hp.scaling = rope_scaling::none;
-    } else if (stype == "linear") {
-        hp.scaling = factor == 1.0 ? rope_scaling::none : rope_scaling::linear;
-        hp.rope_freq_scale = (float) (1.0 / factor);
-    } else if (stype == "yarn") {
-        hp.scaling = rope_scaling::yarn;
-        hp.rope_freq_scale = (float) (1.0 / factor);
-        hp.yarn_ext_factor = 1.0f;
-        const float f = (float) factor;
-        const float mscale = f <= 1.0f ? 1.0f : 0.1f * logf(f) + 1.0f;
-        hp.yarn_attn_factor = mscale / (1.0f + 0.1f * logf(f)) * (float) attn_factor;
-    } else {
-        fail(PR_ERR_MODEL, "unsupported rope.scaling.type '%s'", stype.c_str());
-    }
+    const float freq_scale_train = read_rope_scaling(g, a, ar, hp);
+    read_arch_keys(g, a, ar, freq_scale_train, hp);
 
-    if (ar.swa) {
-        hp.n_swa = (int) meta_int(g, (a + "attention.sliding_window").c_str(), 0, 0, 1 << 24);
-        if (hp.n_swa > 0) {
-            read_swa_pattern(g, a + "attention.sliding_window_pattern", ar.swa_pattern, hp);
-            hp.rope_freq_base_swa = (float) meta_float(g, (a + "rope.freq_base_swa").c_str(), 10000.0);
-            if (!(hp.rope_freq_base_swa > 0.0f) || !std::isfinite(hp.rope_freq_base_swa)) fail(PR_ERR_MODEL, "bad rope.freq_base_swa %g", hp.rope_freq_base_swa);
-        }
-    }
-    if (ar.softcap) {
-        hp.final_softcap = (float) meta_float(g, (a + "final_logit_softcapping").c_str(), 0.0);
-        if (!(hp.final_softcap >= 0.0f) || !std::isfinite(hp.final_softcap)) fail(PR_ERR_MODEL, "bad final_logit_softcapping %g", hp.final_softcap);
-    }
-    // Gemma 3 scales Q by 1/sqrt(head size), except the 27B (62 layers): 1/sqrt(n_embd/n_head).
-    const int scale_dim = ar.q_prescale && hp.n_layer == 62 ? hp.n_embd / hp.n_head : hp.n_embd_head;
+    // llama.cpp's Mistral 3 (and llama) loaders read a mixture of experts when expert_count > 0;
+    // pyriver runs none, so such a file is refused rather than read as a dense model.
+    const int64_t n_expert = meta_int(g, (a + "expert_count").c_str(), 0, 0, 1 << 16);
+    if (n_expert > 0) fail(PR_ERR_MODEL, "%s with experts (expert_count %lld) is not supported", ar.name, (long long) n_expert);
+
+    // Gemma scales Q by 1/sqrt(head size), except the 27Bs: 1/sqrt(n_embd/n_head).
+    const int scale_dim = ar.q_prescale && hp.n_layer == ar.q_scale_embd_layers ? hp.n_embd / hp.n_head : hp.n_embd_head;
     hp.kq_scale = 1.0f / std::sqrt((float) scale_dim);
     hp.embd_scale = ar.embd_scale ? std::sqrt((float) hp.n_embd) : 1.0f;
 }
@@ -123,6 +171,7 @@ struct expect {
     int64_t ne0, ne1;   // ne1 = 0: a vector
     bool required;
     bool matrix;        // used by mul_mat: any quantized type; otherwise F32 only
+    ggml_tensor * const * unless = nullptr;   // once this is bound, the tensor is not read (need::qkv)
 };
 
 static void check_tensor(const model & m, const expect & e, ggml_tensor * t) {
@@ -177,25 +226,36 @@ static void validate_and_bind(model & m) {
             case dim::kv: return KV;
             case dim::ff: return F;
             case dim::head: return hp.n_embd_head;
+            case dim::qkv: return Q + 2 * KV;
+            case dim::ff2: return 2 * F;
         }
         return 0;
     };
     const arch_info & ar = *m.arch;
+    const bool longrope = hp.scaling == rope_scaling::longrope;
     std::vector<expect> ex;
     ex.push_back({&m.tok_embd, "token_embd.weight", E, n_vocab, true, true});
     ex.push_back({&m.output_norm, "output_norm.weight", E, 0, true, false});
-    ex.push_back({&m.output, "output.weight", E, n_vocab, false, true});
-    if (ar.rope_freqs) ex.push_back({&m.rope_freqs, "rope_freqs.weight", hp.n_rot / 2, 0, false, false});
+    if (ar.output != head_out::tied) ex.push_back({&m.output, "output.weight", E, n_vocab, ar.output == head_out::required, true});
+    if (ar.rope_freqs && !(ar.longrope_only && longrope)) ex.push_back({&m.rope_freqs, "rope_freqs.weight", hp.n_rot / 2, 0, false, false});
+    if (ar.rope_long_short && (!ar.longrope_only || longrope)) {
+        ex.push_back({&m.rope_long, "rope_factors_long.weight", hp.n_rot / 2, 0, false, false});
+        ex.push_back({&m.rope_short, "rope_factors_short.weight", hp.n_rot / 2, 0, false, false});
+    }
     if (ar.output_bias) ex.push_back({&m.output_b, "output.bias", n_vocab, 0, false, false});
     m.blocks.resize(hp.n_layer);
     for (int il = 0; il < hp.n_layer; il++) {
         block_weights & b = m.blocks[il];
         const std::string p = "blk." + std::to_string(il) + ".";
-        for (const tensor_spec & t : ar.block) ex.push_back({&(b.*t.member), p + t.name, extent(t.ne0), extent(t.ne1), t.required, t.matrix});
+        for (const tensor_spec & t : ar.block) {
+            ex.push_back({&(b.*t.member), p + t.name, extent(t.ne0), extent(t.ne1), t.req != need::optional, t.matrix,
+                          t.req == need::qkv ? &b.wqkv : nullptr});
+        }
     }
 
     std::map<ggml_type, int> type_count;
     for (const expect & e : ex) {
+        if (e.unless && *e.unless) continue;   // the fused attn_qkv replaces it, as in llama.cpp
         const int64_t i = gguf_find_tensor(m.gguf, e.name.c_str());
         if (i < 0) {
             if (e.required) fail(PR_ERR_MODEL, "tensor '%s' is missing", e.name.c_str());

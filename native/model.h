@@ -15,7 +15,7 @@
 
 namespace pr {
 
-enum class rope_scaling { none, linear, yarn, llama3 };
+enum class rope_scaling { none, linear, yarn, llama3, longrope };
 
 struct hparams {
     std::string arch;
@@ -38,22 +38,34 @@ struct hparams {
     float yarn_attn_factor = 1.0f;
     float yarn_beta_fast = 32.0f;
     float yarn_beta_slow = 1.0f;
+    std::vector<uint8_t> rope_layer;   // per layer: Q and K are rotated (SmolLM3 leaves every 4th alone)
 
-    // Sliding-window attention (Gemma 3): layers with swa_layer[il] see the last n_swa positions
-    // and rotate with their own base and scale; the others are global.
+    // Sliding-window attention (Gemma 2 and 3, OLMo 3): layers with swa_layer[il] see the last
+    // n_swa positions and rotate with their own base and scale (or, swa_plain_rope, with the
+    // global base and no scaling at all); the others are global.
     int n_swa = 0;
     std::vector<uint8_t> swa_layer;
     float rope_freq_base_swa = 10000.0f;
     float rope_freq_scale_swa = 1.0f;
+    bool swa_plain_rope = false;
 
     float kq_scale = 0.0f;         // softmax scale, or the Q scale when the arch pre-scales Q
     float embd_scale = 1.0f;       // token embeddings are multiplied by this
     float final_softcap = 0.0f;    // > 0: logits = c * tanh(logits / c)
+    float attn_softcap = 0.0f;     // > 0: attention logits = c * tanh(logits / c) before the softmax
+
+    // Attention temperature tuning (Llama 4, Mistral 3): Q of the token at position p is
+    // multiplied by log(floor(p / attn_temp_floor) + 1) * attn_temp_scale + 1.
+    float attn_temp_scale = 0.0f;
+    int attn_temp_floor = 0;
 
     int n_embd_k_gqa() const { return n_embd_head * n_head_kv; }
     bool is_swa(int il) const { return n_swa > 0 && swa_layer[il]; }
-    float rope_base(int il) const { return is_swa(il) ? rope_freq_base_swa : rope_freq_base; }
-    float rope_scale(int il) const { return is_swa(il) ? rope_freq_scale_swa : rope_freq_scale; }
+    bool uses_rope(int il) const { return rope_layer[il] != 0; }
+    float rope_base(int il) const { return is_swa(il) && !swa_plain_rope ? rope_freq_base_swa : rope_freq_base; }
+    float rope_scale(int il) const { return is_swa(il) ? (swa_plain_rope ? 1.0f : rope_freq_scale_swa) : rope_freq_scale; }
+    float rope_ext(int il) const { return is_swa(il) && swa_plain_rope ? 0.0f : yarn_ext_factor; }
+    float rope_attn(int il) const { return is_swa(il) && swa_plain_rope ? 1.0f : yarn_attn_factor; }
 };
 
 // The weights of one decoder block. A river block (issue: the River) is another instance of this
@@ -62,11 +74,12 @@ struct hparams {
 struct block_weights {
     ggml_tensor * attn_norm = nullptr;
     ggml_tensor * wq = nullptr, * wk = nullptr, * wv = nullptr, * wo = nullptr;
+    ggml_tensor * wqkv = nullptr, * bqkv = nullptr;   // fused Q/K/V (then wq, wk, wv are null)
     ggml_tensor * ffn_norm = nullptr;
     ggml_tensor * ffn_gate = nullptr, * ffn_up = nullptr, * ffn_down = nullptr;
     ggml_tensor * bq = nullptr, * bk = nullptr, * bv = nullptr, * bo = nullptr;   // biases
     ggml_tensor * ffn_gate_b = nullptr, * ffn_up_b = nullptr, * ffn_down_b = nullptr;
-    ggml_tensor * q_norm = nullptr, * k_norm = nullptr;                            // per head
+    ggml_tensor * q_norm = nullptr, * k_norm = nullptr;                            // per head, or whole (OLMo 2)
     ggml_tensor * attn_post_norm = nullptr, * ffn_post_norm = nullptr;
 };
 
@@ -86,6 +99,8 @@ struct model {
     ggml_tensor * output = nullptr;      // == tok_embd when tied
     ggml_tensor * output_b = nullptr;    // optional (Qwen2)
     ggml_tensor * rope_freqs = nullptr;  // optional per-dimension frequency factors (llama3)
+    ggml_tensor * rope_long = nullptr;   // LongRoPE factors beyond the original context (Phi-3)
+    ggml_tensor * rope_short = nullptr;  // and within it
     std::vector<block_weights> blocks;
 
     ggml_backend_dev_t cpu_dev = nullptr;
@@ -96,6 +111,14 @@ struct model {
     bool broken = false;                         // an RPC server went away: never used or freed again
 
     std::unique_ptr<river_blocks> river;  // optional: attached with attach_river
+
+    // The RoPE frequency factors of a context of n_ctx rows (llama.cpp's get_rope_factors with its
+    // n_ctx_seq, the padded n_ctx): rope_freqs, else LongRoPE's long factors when the context is
+    // longer than the original one, else the short ones (or none).
+    ggml_tensor * rope_factors(int n_ctx) const {
+        if (rope_freqs) return rope_freqs;
+        return n_ctx > hp.rope_n_ctx_orig ? rope_long : rope_short;
+    }
 
     int64_t n_params = 0;
     int64_t n_bytes = 0;

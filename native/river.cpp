@@ -79,6 +79,7 @@ void build_river(const model & m, const char * river_type, bool force, const cha
     for (int il = 0; il < L; il++) {
         for (const tensor_spec * spec : block_matrices(m)) {
             const ggml_tensor * src = m.blocks[il].*(spec->member);
+            if (!src) continue;   // an optional matrix this file lacks (separate Q/K/V beside a fused attn_qkv)
             job j;
             j.name = "blk." + std::to_string(il) + "." + spec->name;
             j.src = src;
@@ -169,9 +170,10 @@ void attach_river(model & m, const char * path, const char * backbone_sha256, bo
         const block_weights & bb = m.blocks[il];
         rb = bb;   // norms, biases, Q/K norms and post-norms are shared, not copied; matrices follow
         for (const tensor_spec * spec : block_matrices(m)) {
+            const ggml_tensor * b = bb.*(spec->member);
+            if (!b) continue;
             const std::string name = "blk." + std::to_string(il) + "." + spec->name;
             ggml_tensor * t = r->file->tensor(name);
-            const ggml_tensor * b = bb.*(spec->member);
             if (!t) fail(PR_ERR_MODEL, "river sidecar '%s' lacks tensor '%s'", path, name.c_str());
             if (!usable_type(t->type)) fail(PR_ERR_MODEL, "river tensor '%s' has unsupported type %d", name.c_str(), (int) t->type);
             if (t->ne[0] != b->ne[0] || t->ne[1] != b->ne[1] || t->ne[2] != 1 || t->ne[3] != 1) {

@@ -51,6 +51,24 @@ ARCH_SPECS = {
                          seed=15, biases=True),
     "mistral_swa": dict(arch="llama", n_layer=4, n_embd=128, n_head=4, n_head_kv=1, n_ff=352, tied_output=False,
                         seed=14, sliding_window=16),
+    # Issue 16. Ministral 3's keys at a small scale: YaRN from an original context of 32 with its
+    # beta and log-multiplier keys, and temperature tuning (Q grows every 32 positions).
+    "mistral3": dict(arch="mistral3", n_layer=4, n_embd=128, n_head=4, n_head_kv=2, n_embd_head=48, n_ff=352,
+                     tied_output=False, seed=16, rope_freq_base=1000000.0, attn_temperature_scale=0.1,
+                     rope_scaling={"type": "yarn", "factor": 4.0, "original_context_length": 32,
+                                   "yarn_beta_fast": 32.0, "yarn_beta_slow": 1.0, "yarn_log_multiplier": 0.5}),
+    # Soft-capped attention logits (small caps, so that they bite), alternating windows of 16.
+    "gemma2": dict(arch="gemma2", n_layer=4, n_embd=128, n_head=4, n_head_kv=2, n_embd_head=48, n_ff=384,
+                   seed=17, rms_eps=1e-6, sliding_window=16, attn_logit_softcapping=5.0, final_logit_softcapping=6.0),
+    # Layers 3 and 7 without RoPE.
+    "smollm3": dict(arch="smollm3", n_layer=8, n_embd=128, n_head=4, n_head_kv=1, n_embd_head=64, n_ff=320,
+                    tied_output=True, seed=18),
+    # OLMo 3 style: windows of 16 on 3 layers of 4 (rotated without the YaRN scaling of the others).
+    "olmo2": dict(arch="olmo2", n_layer=4, n_embd=128, n_head=4, n_head_kv=2, n_ff=320, seed=19, sliding_window=16,
+                  rope_scaling={"type": "yarn", "factor": 2.0, "original_context_length": 64}),
+    # Partial rotary (16 of 32), LongRoPE: long factors at n_ctx 512 (> 256), short ones at 256.
+    "phi3": dict(arch="phi3", n_layer=3, n_embd=128, n_head=4, n_head_kv=2, n_ff=256, n_rot=16, tied_output=False,
+                 seed=20, rope_scaling={"type": None, "original_context_length": 256, "attn_factor": 1.1}),
 }
 
 # Parity prompts (test_parity, test_rpc).

@@ -1,6 +1,7 @@
 """Synthetic GGUF models for tests and benchmarks.
 
-Writes ``llama``, ``qwen2``, ``qwen3`` and ``gemma3`` GGUF files with random (seeded, deterministic)
+Writes ``llama``, ``qwen2``, ``qwen3``, ``gemma3``, ``mistral3``, ``gemma2``, ``smollm3``, ``olmo2`` and
+``phi3`` GGUF files with random (seeded, deterministic)
 weights, small or large dimensions, and a *real* tokenizer copied from an existing GGUF file, so
 that llama.cpp (and llama-cpp-python) can load and run them. Only numpy and gguf do the work: no
 native library is loaded (the default tokenizer file comes from the model registry).
@@ -115,6 +116,12 @@ _BLOCK = (
     # Post-norms set each branch's RMS to their weights: ~branch, as the others get it.
     _Block("post_attention_norm.weight", ("embd",), "norm", branch=True, group="post_norm"),
     _Block("post_ffw_norm.weight", ("embd",), "norm", branch=True, group="post_norm"),
+    # OLMo 2: Q/K norms over the whole projection.
+    _Block("attn_q_norm.weight", ("q",), "norm", group="qk_norm_full"),
+    _Block("attn_k_norm.weight", ("kv",), "norm", group="qk_norm_full"),
+    # Phi-3: Q/K/V in one product, gate and up in one (gate first).
+    _Block("attn_qkv.weight", ("embd", "qkv"), "mat", "attn_q", group="fused"),
+    _Block("ffn_up.weight", ("embd", "ff2"), "mat", "ffn_up", group="fused"),
 )
 
 
@@ -122,13 +129,24 @@ class _Arch(NamedTuple):
     groups: tuple               # block tensor groups added to llama's
     embd_scaled: bool = False   # the graph multiplies embeddings by sqrt(n_embd): drawn smaller by it
     q_is_embd: bool = False     # llama.cpp's shapes need n_head * head_dim == n_embd
+    drop: tuple = ()            # llama's block tensors this arch does not have
+    head: str = "either"        # output.weight: "either" (tied_output decides), "tied" (never), "untied" (always)
+    rope_factors: bool = False  # LongRoPE's rope_factors_long/short.weight (Phi-3)
 
 
+_NAME = {"phi3": "phi-mini"}   # general.name's arch part, where the arch's own name would not load
+_FUSED_DROP = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight")
 _ARCHS = {
     "llama": _Arch(()),
     "qwen2": _Arch(("qkv_bias",), q_is_embd=True),
     "qwen3": _Arch(("qk_norm",)),
     "gemma3": _Arch(("qk_norm", "post_norm"), embd_scaled=True),
+    "mistral3": _Arch(()),
+    "gemma2": _Arch(("post_norm",), embd_scaled=True, head="tied"),
+    "smollm3": _Arch(()),
+    "olmo2": _Arch(("qk_norm_full", "post_norm"), q_is_embd=True, head="untied",
+                   drop=("attn_norm.weight", "ffn_norm.weight")),
+    "phi3": _Arch(("fused",), q_is_embd=True, drop=_FUSED_DROP, rope_factors=True),
 }
 #: Architectures :func:`write_model` writes.
 ARCHS = tuple(_ARCHS)
@@ -141,6 +159,8 @@ class _Dims(NamedTuple):
     kv: int
     ff: int
     head: int
+    qkv: int
+    ff2: int
 
 
 # --------------------------------------------------------------------------
@@ -215,7 +235,8 @@ def _block_tensor(spec: _Block, prefix: str, dims: _Dims, wtype: GGMLQuantizatio
 _DEFAULTS = dict(arch="llama", n_layer=4, n_embd=128, n_head=4, n_head_kv=4, n_ff=352, n_ctx_train=2048,
                  rope_freq_base=10000.0, rms_eps=1e-5, tied_output=True, dtype="f32", seed=0, tokenizer_from=None,
                  weight_scale=None, rope_scaling=None, n_embd_head=None, sliding_window=0, swa_pattern=None,
-                 rope_freq_base_swa=None, final_logit_softcapping=None, biases=False)
+                 rope_freq_base_swa=None, final_logit_softcapping=None, biases=False,
+                 attn_logit_softcapping=None, attn_temperature_scale=None, n_rot=None)
 
 
 class _Model(SimpleNamespace):
@@ -247,10 +268,12 @@ class _Model(SimpleNamespace):
             head_dim = int(self.n_embd_head)
         if head_dim % 2 or head_dim <= 0:
             raise ValueError(f"head_dim={head_dim} must be even and positive for RoPE")
-        if self.biases and self.arch != "llama":
-            raise ValueError("biases=True is for llama files (qwen2 always has its Q/K/V biases)")
+        if self.biases and self.arch not in ("llama", "mistral3"):
+            raise ValueError("biases=True is for llama and mistral3 files (qwen2 always has its Q/K/V biases)")
         if _ARCHS[self.arch].q_is_embd and head_dim * self.n_head != self.n_embd:
             raise ValueError(f"{self.arch} (as llama.cpp loads it) needs n_head * head_dim == n_embd")
+        if self.n_rot is not None and (int(self.n_rot) % 2 or not 0 < int(self.n_rot) <= head_dim):
+            raise ValueError(f"n_rot={self.n_rot} must be even and in (0, head_dim={head_dim}]")
         block = gguf.GGML_QUANT_SIZES[_GGML_TYPES[self.dtype]][0]
         if self.n_embd % block or self.n_ff % block or (head_dim * self.n_head) % block:
             raise ValueError(f"dtype {self.dtype} needs n_embd, n_ff and n_head*head_dim to be multiples of {block}")
@@ -262,7 +285,9 @@ class _Model(SimpleNamespace):
         U32, F32, STR = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING
         A = self.arch + "."
         kv = {"general.architecture": KV(self.arch, STR), "general.type": KV("model", STR),
-              "general.name": KV(f"pyriver-synth-{self.arch}-L{self.n_layer}-E{self.n_embd}-H{self.n_head}"
+              # llama.cpp's vocabulary loader sets Phi-3's token attributes on any file whose name
+              # contains "phi3" and needs Phi-3's "</s>" then: the name is "phi-mini" for phi3.
+              "general.name": KV(f"pyriver-synth-{_NAME.get(self.arch, self.arch)}-L{self.n_layer}-E{self.n_embd}-H{self.n_head}"
                                  f"-KV{self.n_head_kv}-F{self.n_ff}-{self.dtype}-s{self.seed}", STR),
               "general.file_type": KV(_FILE_TYPES[self.dtype], U32)}
         if self.dtype not in ("f32", "f16"):
@@ -276,7 +301,7 @@ class _Model(SimpleNamespace):
             kv[A + "attention.value_length"] = KV(head_dim, U32)
         kv[A + "rope.freq_base"] = KV(float(self.rope_freq_base), F32)
         kv[A + "attention.layer_norm_rms_epsilon"] = KV(float(self.rms_eps), F32)
-        kv[A + "rope.dimension_count"] = KV(head_dim, U32)
+        kv[A + "rope.dimension_count"] = KV(head_dim if self.n_rot is None else int(self.n_rot), U32)
         kv[A + "vocab_size"] = KV(len(tok_kv["tokenizer.ggml.tokens"].value), U32)
         if self.sliding_window:
             # gemma3 reads it; llama.cpp ignores it for llama (Mistral-style files carry it anyway).
@@ -290,6 +315,10 @@ class _Model(SimpleNamespace):
             kv[A + "rope.freq_base_swa"] = KV(float(self.rope_freq_base_swa), F32)
         if self.final_logit_softcapping is not None:
             kv[A + "final_logit_softcapping"] = KV(float(self.final_logit_softcapping), F32)
+        if self.attn_logit_softcapping is not None:
+            kv[A + "attn_logit_softcapping"] = KV(float(self.attn_logit_softcapping), F32)
+        if self.attn_temperature_scale is not None:
+            kv[A + "attention.temperature_scale"] = KV(float(self.attn_temperature_scale), F32)
         kv.update(_rope_scaling_kv(A, self.rope_scaling))
         kv.update(tok_kv)
         return kv
@@ -298,7 +327,8 @@ class _Model(SimpleNamespace):
         """In ggml order (ne0 = input/contiguous dim)."""
         wtype, seed, g = _GGML_TYPES[self.dtype], self.seed, _gains(self.weight_scale)
         arch = _ARCHS[self.arch]
-        dims = _Dims(self.n_embd, self.n_head * head_dim, self.n_head_kv * head_dim, self.n_ff, head_dim)
+        q, kvd = self.n_head * head_dim, self.n_head_kv * head_dim
+        dims = _Dims(self.n_embd, q, kvd, self.n_ff, head_dim, q + 2 * kvd, 2 * self.n_ff)
         groups = set(arch.groups) | (set(_BIASES) if self.biases else set())
         branch = RESIDUAL_STD / math.sqrt(2 * self.n_layer)  # per-branch output RMS
         emb_std = LOGIT_STD / math.sqrt(self.n_embd) * g["token_embd"]
@@ -306,10 +336,15 @@ class _Model(SimpleNamespace):
             emb_std /= math.sqrt(self.n_embd)
         out = [_random_tensor("token_embd.weight", (self.n_embd, n_vocab), wtype, seed, emb_std)]
         for i in range(self.n_layer):
-            out += [_block_tensor(s, f"blk.{i}.", dims, wtype, seed, g, branch)
-                    for s in _BLOCK if s.group is None or s.group in groups]
+            out += [_block_tensor(s, f"blk.{i}.", dims, wtype, seed, g, branch) for s in _BLOCK
+                    if (s.group is None and s.name not in arch.drop) or s.group in groups]
         out.append(_random_tensor("output_norm.weight", (self.n_embd,), GGMLQuantizationType.F32, seed, g["norm"], 1.0))
-        if not self.tied_output:
+        if arch.rope_factors:
+            # LongRoPE: frequency divisors per rotated pair, ~1 within the original context, larger beyond.
+            n = (head_dim if self.n_rot is None else int(self.n_rot)) // 2
+            out.append(_random_tensor("rope_factors_long.weight", (n,), GGMLQuantizationType.F32, seed, 0.5, 3.0))
+            out.append(_random_tensor("rope_factors_short.weight", (n,), GGMLQuantizationType.F32, seed, 0.1, 1.0))
+        if arch.head == "untied" or (arch.head == "either" and not self.tied_output):
             out_std = LOGIT_STD / math.sqrt(self.n_embd) * g["output"]
             out.append(_random_tensor("output.weight", (self.n_embd, n_vocab), wtype, seed, out_std))
         return out
@@ -330,6 +365,10 @@ def _rope_scaling_kv(prefix: str, rope_scaling: Optional[Mapping[str, Any]]) -> 
     if "original_context_length" in rs:
         kv[prefix + "rope.scaling.original_context_length"] = KV(int(rs.pop("original_context_length")),
                                                                  GGUFValueType.UINT32)
+    # attn_factor, and the YaRN keys Mistral 3 files carry.
+    for key in ("attn_factor", "yarn_beta_fast", "yarn_beta_slow", "yarn_log_multiplier"):
+        if key in rs:
+            kv[prefix + "rope.scaling." + key] = KV(float(rs.pop(key)), GGUFValueType.FLOAT32)
     if rs:
         raise ValueError(f"unsupported rope_scaling keys: {sorted(rs)}")
     return kv
@@ -354,16 +393,23 @@ def _tokenizer_kv(path: str | os.PathLike[str]) -> dict[str, KV]:
 
 
 def write_model(path: str | os.PathLike[str], **kw) -> pathlib.Path:
-    """Write a synthetic GGUF model of ``arch`` (``llama``, ``qwen2``, ``qwen3``, ``gemma3``).
+    """Write a synthetic GGUF model of ``arch`` (any of ``ARCHS``).
 
     Arguments as :func:`write_llama`, plus: ``arch``; ``n_embd_head`` (head size written as
     ``attention.key_length``, independent of ``n_embd / n_head``); ``sliding_window``
     (``attention.sliding_window``: gemma3's local layers; on llama files llama.cpp ignores it);
     ``swa_pattern`` (an int period or one bool per layer); ``rope_freq_base_swa``;
-    ``final_logit_softcapping``; ``biases`` (llama: every optional bias llama.cpp reads).
+    ``final_logit_softcapping``; ``attn_logit_softcapping`` (gemma2); ``attn_temperature_scale``
+    (mistral3's ``attention.temperature_scale``); ``n_rot`` (``rope.dimension_count`` below the head
+    size: phi3's partial rotary); ``biases`` (llama, mistral3: every optional bias llama.cpp reads).
+    ``rope_scaling`` may also give ``attn_factor`` and the YaRN keys ``yarn_beta_fast``,
+    ``yarn_beta_slow``, ``yarn_log_multiplier``.
     Per arch (the table _ARCHS): qwen2 adds Q/K/V biases, qwen3 Q/K norms, gemma3
     Q/K norms and post-attention / post-FFN norms (embeddings are drawn smaller by
-    sqrt(n_embd), which gemma3's graph multiplies back).
+    sqrt(n_embd), which gemma3's graph multiplies back); gemma2 post-norms (always tied, drawn as
+    gemma3); smollm3 and mistral3 llama's block; olmo2 post-norms only and Q/K norms over the whole
+    projection (always untied); phi3 a fused attn_qkv, a fused gate/up ffn_up of 2 x n_ff and
+    LongRoPE factors.
     """
     m = _Model(**kw)
     head_dim = m.check()

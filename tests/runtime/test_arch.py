@@ -31,9 +31,10 @@ def _rewrite(src, dst, kv=None, drop=(), reshape=None):
 
 
 def test_unsupported_architecture_is_named(arch_paths, tmp_path):
-    p = _rewrite(arch_paths["qwen3"], tmp_path / "phi3.gguf",
-                 kv={"general.architecture": ("phi3", gguf.GGUFValueType.STRING)})
-    with pytest.raises(ModelLoadError, match=r"unsupported architecture 'phi3' \(supported: llama, qwen2, qwen3, gemma3\)"):
+    p = _rewrite(arch_paths["qwen3"], tmp_path / "qwen3moe.gguf",
+                 kv={"general.architecture": ("qwen3moe", gguf.GGUFValueType.STRING)})
+    with pytest.raises(ModelLoadError, match=r"unsupported architecture 'qwen3moe' \(supported: llama, qwen2, qwen3, "
+                                             r"gemma3, mistral3, gemma2, smollm3, olmo2, phi3\)"):
         Llama(p, verbose=False)
 
 
@@ -41,10 +42,18 @@ def test_unsupported_architecture_is_named(arch_paths, tmp_path):
     ("gemma3", "blk.2.post_ffw_norm.weight"),
     ("gemma3", "blk.0.attn_q_norm.weight"),
     ("qwen3", "blk.1.attn_k_norm.weight"),
+    ("mistral3", "blk.3.ffn_gate.weight"),
+    ("gemma2", "blk.1.post_attention_norm.weight"),
+    ("smollm3", "blk.7.attn_v.weight"),
+    ("olmo2", "blk.0.attn_k_norm.weight"),
+    ("olmo2", "output.weight"),                  # OLMo 2's head is never tied
+    ("phi3", "blk.2.ffn_up.weight"),
+    ("phi3", "blk.1.attn_qkv.weight"),           # neither fused nor separate Q/K/V: attn_q is missing
 ])
 def test_missing_arch_tensor(arch_paths, tmp_path, name, tensor):
     p = _rewrite(arch_paths[name], tmp_path / "m.gguf", drop=[tensor])
-    with pytest.raises(ModelLoadError, match=f"'{tensor}' is missing"):
+    missing = "blk.1.attn_q.weight" if tensor == "blk.1.attn_qkv.weight" else tensor
+    with pytest.raises(ModelLoadError, match=f"'{missing}' is missing"):
         Llama(p, verbose=False)
 
 
@@ -52,6 +61,12 @@ def test_missing_arch_tensor(arch_paths, tmp_path, name, tensor):
     ("qwen3", "blk.0.attn_q_norm.weight"),      # per-head: key_length wide
     ("qwen2", "blk.3.attn_k.bias"),
     ("gemma3", "blk.5.post_attention_norm.weight"),
+    ("mistral3", "blk.0.attn_q.weight"),         # key_length 48, not n_embd / n_head
+    ("gemma2", "blk.3.ffn_down.weight"),
+    ("olmo2", "blk.1.attn_q_norm.weight"),       # over the whole projection, not per head
+    ("phi3", "blk.0.attn_qkv.weight"),
+    ("phi3", "blk.1.ffn_up.weight"),             # 2 x n_ff
+    ("phi3", "rope_factors_long.weight"),        # n_rot / 2
 ])
 def test_wrong_arch_tensor_shape(arch_paths, tmp_path, name, tensor):
     p = _rewrite(arch_paths[name], tmp_path / "m.gguf", reshape=tensor)
@@ -105,3 +120,31 @@ def test_window_changes_the_result(smol_path, tmp_path):
         with Llama(str(p), n_ctx=256, n_threads=2, verbose=False) as llm:
             outs.append(llm.eval(llm.tokenize(b"The river runs from the mountains to the sea, " * 4))[-1])
     assert np.abs(outs[0] - outs[1]).max() > 1e-2
+
+
+@pytest.mark.parametrize("name,key,value,match", [
+    ("mistral3", "mistral3.expert_count", (8, gguf.GGUFValueType.UINT32), "with experts"),
+    ("gemma2", "gemma2.attn_logit_softcapping", (0.0, gguf.GGUFValueType.FLOAT32), "attn_logit_softcapping"),
+    ("gemma2", "gemma2.final_logit_softcapping", (0.0, gguf.GGUFValueType.FLOAT32), "final_logit_softcapping"),
+    ("mistral3", "mistral3.attention.temperature_scale", (float("nan"), gguf.GGUFValueType.FLOAT32), "temperature_scale"),
+])
+def test_bad_arch_key(arch_paths, tmp_path, name, key, value, match):
+    """Keys llama.cpp would divide by or misread are refused before any graph."""
+    p = _rewrite(arch_paths[name], tmp_path / "m.gguf", kv={key: value})
+    with pytest.raises(ModelLoadError, match=match):
+        Llama(p, verbose=False)
+
+
+def test_gemma2_flash_attention_soft_cap_matches_llama_cpp(arch_paths):
+    """Gemma 2's attention soft-cap on the flash path (ggml_flash_attn_ext's logit_softcap, the
+    parity tests run the other path): a batched prompt against llama.cpp's, bit for bit."""
+    path = arch_paths["gemma2"]
+    text = "The river runs from the mountains to the sea, past towns, mills and bridges, " * 3
+    ref = LlamaCppEngine(path, 256, 2, logits_all=True, flash_attn=True)
+    toks = ref.tokenize(text.encode(), add_bos=True, special=True)
+    a = ref.eval(toks, logits_all=True)
+    ref.close()
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False, flash_attn=True, batch_invariant=False) as llm:
+        b = llm.eval(toks, logits_all=True)
+    assert len(toks) > 40   # past the window of 16
+    assert np.array_equal(a, b)

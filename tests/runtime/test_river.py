@@ -15,7 +15,8 @@ from pyriver import river as R
 # The River invariants hold for every architecture: SmolLM2 (llama), the synthetic qwen2, qwen3,
 # gemma3 (sliding window 16, shorter than PROMPT + 24 tokens), Mistral-style llama files and llama
 # files with biases, and the real Gemma 3 270M.
-ARCH_MODELS = ["smol", "qwen2", "qwen3", "gemma3", "mistral_swa", "llama_biases", "gemma3_270m"]
+NEW_ARCHS = ["mistral3", "gemma2", "smollm3", "olmo2", "phi3"]   # issue 16
+ARCH_MODELS = ["smol", "qwen2", "qwen3", "gemma3", "mistral_swa", "llama_biases", "gemma3_270m"] + NEW_ARCHS
 
 
 def _exit_blocks(L):
@@ -44,7 +45,7 @@ def test_never_exit_is_identical_to_no_river(request, model, gpu_layers):
     assert set(exits) == {L - 1}
 
 
-@pytest.mark.parametrize("model", ["smol", "gqa_untied", "qwen2", "qwen3", "gemma3", "mistral_swa", "llama_biases"])
+@pytest.mark.parametrize("model", ["smol", "gqa_untied", "qwen2", "qwen3", "gemma3", "mistral_swa", "llama_biases"] + NEW_ARCHS)
 @pytest.mark.gpu
 def test_same_type_river_with_any_exit_pattern_is_identical(request, synth_paths, model, gpu_layers):
     path = model_path(request, model)
