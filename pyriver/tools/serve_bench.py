@@ -1,0 +1,132 @@
+"""`pyriver bench --serve`: OpenAI-compatible servers under 1, 2, 4 and 8 concurrent streams, same
+model and threads: pyriver's server (River off, and River on under each batch rule when --river is
+given) against llama-cpp-python's server (`python -m llama_cpp.server`, which answers one request
+at a time). Every server runs in its own process on a loopback port; within each repeat the servers
+rotate, so machine noise falls on all. Reported per server and stream count, medians over repeats:
+aggregate decode tok/s (all streams' tokens over the wall time from the first request to the last
+token), time to first token and inter-token latency p50 and p95 (over every stream's gaps)."""
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List
+
+import httpx
+
+from .prompts import PROMPTS as _ALL
+
+PROMPTS = [p for _, p in _ALL]   # the tools' prompt set, as plain completions
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Server:
+    def __init__(self, name: str, argv: List[str], port: int):
+        self.name, self.port = name, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        end = time.time() + 300
+        while time.time() < end:
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200 or \
+                        httpx.get(self.url + "/v1/models", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{name}: the server exited ({self.proc.returncode})")
+            time.sleep(0.2)
+        raise TimeoutError(f"{name}: not ready after 300 s")
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def servers(a, path: str) -> List[_Server]:
+    out = []
+    base = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "1024",
+            "--parallel", str(max(a.streams))]
+    out.append(_Server("pyriver", base + ["--port", str(p := _port())], p))
+    if a.river:
+        for rule in a.batch_rules:
+            argv = base + ["--river", a.river, "--batch-rule", rule, "--port", str(p := _port())]
+            if a.tau:
+                argv += ["--tau", str(a.tau[0])]
+            out.append(_Server(f"pyriver river {rule}", argv, p))
+    if a.competitor:
+        argv = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--n_threads", str(a.threads),
+                "--n_threads_batch", str(a.threads), "--n_ctx", "1024", "--interrupt_requests", "False",
+                "--port", str(p := _port())]
+        out.append(_Server("llama-cpp-python server", argv, p))
+    return out
+
+
+def _stream(url: str, prompt: str, n: int, t0: float, rec: Dict) -> None:
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0.0, "stream": True}
+    times = []
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                ch = json.loads(line[6:])
+                if ch.get("choices") and ch["choices"][0].get("text"):
+                    times.append(time.perf_counter())
+    rec["ttft"] = times[0] - t0 if times else float("nan")
+    rec["gaps"] = [b - a for a, b in zip(times, times[1:])]
+    rec["tokens"] = len(times)
+    rec["end"] = times[-1] if times else t0
+
+
+def run_level(srv: _Server, k: int, n: int) -> Dict:
+    recs = [dict() for _ in range(k)]
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=_stream, args=(srv.url, PROMPTS[i % len(PROMPTS)], n, t0, recs[i]))
+               for i in range(k)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gaps = sorted(g for r in recs for g in r["gaps"])
+    pct = lambda q: gaps[min(len(gaps) - 1, int(q * len(gaps)))] if gaps else float("nan")   # noqa: E731
+    return {"tok_s": sum(r["tokens"] for r in recs) / (max(r["end"] for r in recs) - t0),
+            "ttft_p50": statistics.median(r["ttft"] for r in recs), "ttft_p95": max(r["ttft"] for r in recs),
+            "itl_p50": pct(0.5), "itl_p95": pct(0.95)}
+
+
+def main(a) -> int:
+    from pyriver import models
+    path = str(models.resolve(a.model))
+    srvs = servers(a, path)
+    res: Dict[str, Dict[int, List[Dict]]] = {s.name: {k: [] for k in a.streams} for s in srvs}
+    try:
+        for s in srvs:   # warm-up
+            run_level(s, 1, 8)
+        for rep in range(a.repeats):
+            order = srvs[rep % len(srvs):] + srvs[:rep % len(srvs)]
+            for k in a.streams:
+                for s in order:
+                    res[s.name][k].append(run_level(s, k, a.gen_tokens))
+    finally:
+        for s in srvs:
+            s.close()
+    med = {name: {k: {m: statistics.median(r[m] for r in runs) for m in runs[0]} for k, runs in lv.items()}
+           for name, lv in res.items()}
+    print(f"{'server':<28}{'streams':>8}{'tok/s':>9}{'TTFT p50':>10}{'p95':>8}{'ITL p50 ms':>12}{'p95':>8}")
+    for name, lv in med.items():
+        for k, m in lv.items():
+            print(f"{name:<28}{k:>8}{m['tok_s']:>9.1f}{m['ttft_p50']:>10.3f}{m['ttft_p95']:>8.3f}"
+                  f"{1000 * m['itl_p50']:>12.1f}{1000 * m['itl_p95']:>8.1f}")
+    print(f"medians over {a.repeats} repeats; {a.gen_tokens} tokens a stream, greedy; {a.threads} threads")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"medians": med, "runs": res}, f, indent=1)
+    return 0
