@@ -2,6 +2,7 @@
 port, for the server tests."""
 from __future__ import annotations
 
+import http.client as httpclient
 import json
 import socket
 import subprocess
@@ -31,6 +32,24 @@ def http(method: str, url: str, body=None, headers=None, timeout=120):
         return status, json.loads(raw)
     except ValueError:
         return status, raw.decode()
+
+
+def sse(url: str, path: str, body: dict, headers=None):
+    """The lines of a streamed response, read as they come; closing the generator drops the
+    connection (a client that goes away)."""
+    host, port = url.split("//")[1].split(":")
+    conn = httpclient.HTTPConnection(host, int(port), timeout=120)
+    try:
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json", **(headers or {})})
+        r = conn.getresponse()
+        while True:
+            line = r.readline()
+            if not line:
+                return
+            if line.strip():
+                yield line.decode().rstrip("\n")
+    finally:
+        conn.close()
 
 
 class ServerProcess:

@@ -3,6 +3,7 @@ thread after the server starts listening, so /health answers 503 until it is rea
 shaped by the runtime's own completion and chat helpers."""
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import threading
@@ -167,8 +168,9 @@ def build_app(srv: Server) -> Starlette:
         text, finish = await run_in_threadpool(_collect, r, f["stops"])
         lp = srv.llm._logprobs_dict(text, len(p) if isinstance(p, str) else 0, r.logprob_entries) \
             if f["logprobs"] is not None else None
-        return JSONResponse(C.completion_dict(cid, created, model, text, finish, C.usage_dict(len(toks), r.n_generated),
-                                              logprobs=lp, river=srv.river(r)))
+        d = C.completion_dict(cid, created, model, text, finish, C.usage_dict(len(toks), r.n_generated), logprobs=lp)
+        d["river"] = srv.river(r)   # null when River is off
+        return JSONResponse(d)
 
     async def chat_completions(req: HTTPRequest):
         return await guarded(req, _chat)
@@ -214,17 +216,16 @@ def build_app(srv: Server) -> Starlette:
               Route("/v1/models", models, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"])]
-    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
 
-    def start():
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        # The model loads while the server listens: /health is 503 until it is ready.
         threading.Thread(target=srv.load, name="pyriver-load", daemon=True).start()
-
-    def stop():
+        yield
         if srv.sched is not None:
             srv.sched.stop()
-    app.add_event_handler("startup", start)
-    app.add_event_handler("shutdown", stop)
-    return app
+
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan)
 
 
 def _tokenize(srv: Server, text: str) -> List[int]:
@@ -256,7 +257,7 @@ def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created: int,
         if text:
             yield C.completion_dict(cid, created, model, text, None, None)
         if fin:
-            yield C.completion_dict(cid, created, model, "", fin, None, river=srv.river(r))
+            yield dict(C.completion_dict(cid, created, model, "", fin, None), river=srv.river(r))
     if f["include_usage"]:
         yield _usage_chunk(C.completion_dict(cid, created, model, "", None, None), r)
 

@@ -7,13 +7,12 @@ import re
 import threading
 import time
 
-import httpx
 import openai
 import pytest
 
 from helpers import PROMPTS
 from pyriver import Llama
-from server_proc import ServerProcess, http
+from server_proc import ServerProcess, http, sse
 
 KEY = "sk-test-key"
 N = 20
@@ -88,12 +87,12 @@ def _metric(server, name):
 
 def test_disconnect_mid_stream_frees_the_slot(server, client, solo):
     done_before = _metric(server, "pyriver_requests_finished_total")
-    with httpx.stream("POST", server.url + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"},
-                      json={"prompt": PROMPTS[2], "max_tokens": 400, "temperature": 0.0, "stream": True},
-                      timeout=60) as r:
-        lines = r.iter_lines()
-        got = [next(lines) for _ in range(4)]
-        assert any(x.startswith("data: {") for x in got)
+    lines = sse(server.url, "/v1/completions", {"prompt": PROMPTS[2], "max_tokens": 400, "temperature": 0.0,
+                                                "stream": True}, {"Authorization": f"Bearer {KEY}"})
+    got = [next(lines) for _ in range(3)]
+    assert all(x.startswith("data: {") for x in got)
+    assert _metric(server, "pyriver_slots_busy") == 1
+    lines.close()
     end = time.time() + 60
     while _metric(server, "pyriver_slots_busy") > 0 and time.time() < end:
         time.sleep(0.1)
