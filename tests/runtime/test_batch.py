@@ -110,7 +110,7 @@ def test_poisoned_cache_with_several_sequences(request, model, rule):
     masked rows, as in test_river) and one filled with a large finite value gives the clean cache's
     logits bit for bit. Exits really happen."""
     with Llama(model_path(request, model), n_ctx=128, n_threads=2, verbose=False, river="q4_0", flash_attn=True,
-               exit_threshold=0.5, min_exit_layer=1) as llm:
+               exit_threshold={"smol": 0.9, "gemma3": 0.8}[model], min_exit_layer=1) as llm:
         prompts = [llm.tokenize(p.encode()) for p in PROMPTS[:4]]
         runs = []
         for value in (None, 1000.0, float("nan")):
@@ -123,7 +123,8 @@ def test_poisoned_cache_with_several_sequences(request, model, rule):
                 dec.close()
         (clean, exits), (big, _), (nan, _) = runs
         L = llm.info["n_layer"]
-        assert any(e < L - 1 for e in exits)
+        # exits (under split at several blocks, so that later tokens read rows earlier ones wrote on the river)
+        assert len({e for e in exits if e < L - 1}) >= (2 if rule == "split" else 1)
         assert np.isfinite(nan).all()
         assert np.array_equal(clean, big)
 
