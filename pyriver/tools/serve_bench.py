@@ -8,6 +8,7 @@ token), time to first token and inter-token latency p50 and p95 (over every stre
 from __future__ import annotations
 
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -16,11 +17,39 @@ import threading
 import time
 from typing import Dict, List
 
-import httpx
+import http.client
+import urllib.error
+import urllib.request
 
-from .prompts import PROMPTS as _ALL
+# Plain-completion openings (the chat prompts of tools/prompts.py end at once without a template).
+PROMPTS = ["The history of the river begins in the mountains, where", "def quicksort(items):",
+           "Once upon a time, in a small village by the sea,", "The three laws of motion state that",
+           "Dear hiring manager, I am writing to apply for", "import json\n\ndef load_config(path):",
+           "The recipe for a simple bread needs flour, water,", "In the year 1850, the town of"]
 
-PROMPTS = [p for _, p in _ALL]   # the tools' prompt set, as plain completions
+
+def _get(url: str, body=None, timeout=600):
+    """(status, text) of a GET, or of a POST with a JSON body."""
+    req = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _lines(url: str, body: dict):
+    """The lines of a streamed POST as they arrive."""
+    host, port = url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=600)
+    try:
+        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        for line in iter(r.readline, b""):
+            yield line.decode().strip()
+    finally:
+        conn.close()
 
 
 def _port() -> int:
@@ -37,10 +66,9 @@ class _Server:
         end = time.time() + 300
         while time.time() < end:
             try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200 or \
-                        httpx.get(self.url + "/v1/models", timeout=2).status_code == 200:
+                if _get(self.url + "/v1/models", timeout=2)[0] == 200:
                     return
-            except httpx.HTTPError:
+            except (OSError, urllib.error.URLError):
                 pass
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{name}: the server exited ({self.proc.returncode})")
@@ -74,12 +102,11 @@ def servers(a, path: str) -> List[_Server]:
 def _stream(url: str, prompt: str, n: int, t0: float, rec: Dict) -> None:
     body = {"prompt": prompt, "max_tokens": n, "temperature": 0.0, "stream": True}
     times = []
-    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                ch = json.loads(line[6:])
-                if ch.get("choices") and ch["choices"][0].get("text"):
-                    times.append(time.perf_counter())
+    for line in _lines(url, body):
+        if line.startswith("data: ") and line != "data: [DONE]":
+            ch = json.loads(line[6:])
+            if ch.get("choices") and ch["choices"][0].get("text"):
+                times.append(time.perf_counter())
     rec["ttft"] = times[0] - t0 if times else float("nan")
     rec["gaps"] = [b - a for a, b in zip(times, times[1:])]
     rec["tokens"] = len(times)
@@ -102,6 +129,45 @@ def run_level(srv: _Server, k: int, n: int) -> Dict:
             "itl_p50": pct(0.5), "itl_p95": pct(0.95)}
 
 
+def _texts(srv: _Server, n: int) -> List[str]:
+    """Greedy texts of the first 8 prompts, requested together."""
+    out = [""] * 8
+
+    def one(i):
+        _, text = _get(srv.url + "/v1/completions", {"prompt": PROMPTS[i], "max_tokens": n, "temperature": 0.0})
+        out[i] = json.loads(text)["choices"][0]["text"]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def _metric(srv: _Server, name: str) -> float:
+    for line in _get(srv.url + "/metrics", timeout=10)[1].splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return float("nan")
+
+
+def fidelity(srvs: List[_Server], n: int) -> Dict[str, Dict]:
+    """River servers against pyriver's River off on the same 8 greedy requests: texts equal, the
+    mean share of the full-depth text each keeps before it first differs, the exits (/metrics)."""
+    ref = _texts(srvs[0], n)
+    out = {}
+    for s in srvs[1:]:
+        if not s.name.startswith("pyriver river"):
+            continue
+        got = _texts(s, n)
+        prefix = [len(os.path.commonprefix([a, b])) / max(1, len(a)) for a, b in zip(ref, got)]
+        out[s.name] = {"texts_equal": sum(a == b for a, b in zip(ref, got)) / len(ref),
+                       "prefix_share": statistics.mean(prefix),
+                       "mean_exit_block": _metric(s, "pyriver_mean_exit_block"),
+                       "river_work_share": _metric(s, "pyriver_river_work_share")}
+    return out
+
+
 def main(a) -> int:
     from pyriver import models
     path = str(models.resolve(a.model))
@@ -115,6 +181,7 @@ def main(a) -> int:
             for k in a.streams:
                 for s in order:
                     res[s.name][k].append(run_level(s, k, a.gen_tokens))
+        fid = fidelity(srvs, a.gen_tokens)
     finally:
         for s in srvs:
             s.close()
@@ -126,7 +193,10 @@ def main(a) -> int:
             print(f"{name:<28}{k:>8}{m['tok_s']:>9.1f}{m['ttft_p50']:>10.3f}{m['ttft_p95']:>8.3f}"
                   f"{1000 * m['itl_p50']:>12.1f}{1000 * m['itl_p95']:>8.1f}")
     print(f"medians over {a.repeats} repeats; {a.gen_tokens} tokens a stream, greedy; {a.threads} threads")
+    for name, f in fid.items():
+        print(f"{name}: texts equal to River off {f['texts_equal']:.2f}, text kept before the first difference "
+              f"{f['prefix_share']:.2f}, mean exit block {f['mean_exit_block']:.1f}, river work {f['river_work_share']:.2f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"medians": med, "runs": res}, f, indent=1)
+            json.dump({"medians": med, "runs": res, "fidelity": fid}, f, indent=1)
     return 0
