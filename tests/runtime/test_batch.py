@@ -140,3 +140,25 @@ def _decode_steps(dec, prompts, n):
             logits.append(res[i][0])
             exits.extend(res[i][1])
     return np.stack(logits), exits
+
+
+def test_split_rule_gives_each_sequence_its_river_result_alone(smol_path):
+    """Under the split rule a sequence leaves the backbone where it would alone (its similarities are
+    its own, computed batch-invariantly): 8 sequences together give their River tokens and exit
+    blocks alone."""
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.95,
+               min_exit_layer=2) as llm:
+        prompts = [llm.tokenize(p.encode()) for p in PROMPTS]
+        alone = []
+        for p in prompts:
+            toks = list(llm.generate(p, _greedy(), N_GEN))
+            alone.append((toks, list(llm.last_stats["exits"])))
+        sched = Scheduler(llm, 8, batch_rule="split", prompt_chunk=7)
+        try:
+            together = _run(sched, prompts)
+        finally:
+            sched.stop()
+        assert len({e for _, ex in alone for e in ex}) > 3
+        assert [t for t, _ in together] == [t for t, _ in alone]
+        # Llama also runs the last token when max_tokens ends it; the scheduler does not
+        assert [ex for _, ex in together] == [ex[:len(t) - (len(t) == N_GEN)] for t, ex in alone]
