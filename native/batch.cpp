@@ -95,6 +95,125 @@ static std::vector<int> decide(const exit_rule & rule, std::vector<step_group *>
     return out;
 }
 
+// One graph of a step: a lane per (backbone or river, first block) with its groups, their inputs,
+// and the batch output row of each logits row (when the graph ends at the head).
+struct step_plan {
+    segment seg;
+    std::vector<context::lane_feed> feeds;
+    std::vector<std::vector<int>> lane_groups;
+    std::vector<std::vector<int32_t>> toks;
+    std::vector<std::vector<float>> hid;
+    std::vector<int> graph_out;
+};
+
+static void plan_step(const context & c, const std::vector<step_group> & groups, const std::vector<batch_token> & b,
+                      const std::vector<int> & out_row, int start, int end, step_plan & p) {
+    const int L = c.m->hp.n_layer, lo = c.rule.min_layer, hi = L - 2;
+    // Lanes: the backbone groups (all at `start`), then the river groups by the block they are at.
+    std::map<std::pair<int, int>, std::vector<int>> by_lane;   // (river, at) -> groups
+    for (size_t gi = 0; gi < groups.size(); gi++) by_lane[{groups[gi].river ? 1 : 0, groups[gi].at}].push_back((int) gi);
+    p.seg = c.base_segment();
+    p.toks.reserve(by_lane.size());   // the feeds point into these: no reallocation
+    p.hid.reserve(by_lane.size());
+    for (auto & bl : by_lane) {
+        lane ln;
+        ln.river = bl.first.first == 1;
+        ln.first = bl.first.second;
+        ln.last = end;
+        if (!ln.river && c.rule.force_layer < 0) {
+            ln.check_first = std::max(start, lo);
+            ln.check_last = std::min(end, hi);
+        }
+        p.toks.emplace_back();
+        p.hid.emplace_back();
+        context::lane_feed f;
+        int row = 0;
+        for (int gi : bl.second) {
+            const step_group & g = groups[gi];
+            ln.groups.push_back(c.group_of(g.seq, (int) g.idx.size()));
+            for (int i : g.idx) {
+                p.toks.back().push_back(b[i].token);
+                if (end == L - 1 && b[i].logits) {
+                    f.out_ids.push_back(row);
+                    p.graph_out.push_back(out_row[i]);
+                }
+                row++;
+            }
+            p.hid.back().insert(p.hid.back().end(), g.h.begin(), g.h.end());
+        }
+        ln.n_outputs = (int) f.out_ids.size();
+        if (ln.first == 0) f.tokens = p.toks.back().data(); else f.hidden = &p.hid.back();
+        p.seg.lanes.push_back(ln);
+        p.feeds.push_back(f);
+        p.lane_groups.push_back(bl.second);
+    }
+    p.seg.host_checks = c.rule.host_checks != 0 && c.on_cpu(start, end);
+}
+
+// The groups of the backbone lane (lane 0, when it is one) that leave it after this graph, and
+// the block each leaves after: (group, block) pairs.
+static std::vector<std::pair<int, int>> backbone_exits(const context & c, const built_graph & gr, const step_plan & p,
+                                                       std::vector<step_group> & groups, int end) {
+    std::vector<std::pair<int, int>> out;
+    const lane & ln = p.seg.lanes[0];
+    if (ln.river) return out;
+    std::vector<step_group *> cand;
+    std::vector<int> cand_gi;
+    for (int gi : p.lane_groups[0]) if (groups[gi].exits) { cand.push_back(&groups[gi]); cand_gi.push_back(gi); }
+    std::vector<int> k_of(cand.size(), -1);
+    if (c.rule.force_layer >= 0) {
+        std::fill(k_of.begin(), k_of.end(), end);
+    } else if (!cand.empty() && ln.n_checks() > 0) {
+        // The similarity of each checked block for each candidate group: the minimum over its tokens.
+        const int nc = ln.n_checks();
+        const std::vector<float> sim = lane_similarities(gr, 0);
+        const size_t T = (size_t) ln.n_tokens();
+        std::vector<std::vector<float>> cg(nc, std::vector<float>(cand.size(), 2.0f));
+        size_t row = 0;
+        for (int gi : p.lane_groups[0]) {
+            const size_t n = groups[gi].idx.size();
+            const auto it = std::find(cand_gi.begin(), cand_gi.end(), gi);
+            for (int k = 0; it != cand_gi.end() && k < nc; k++) {
+                float mn = 2.0f;
+                for (size_t t = row; t < row + n; t++) mn = std::min(mn, sim[(size_t) k * T + t]);
+                cg[k][it - cand_gi.begin()] = mn;
+            }
+            row += n;
+        }
+        k_of = decide(c.rule, cand, cg, ln.check_first, nc);
+    }
+    for (size_t j = 0; j < cand.size(); j++) if (k_of[j] >= 0) out.push_back({cand_gi[j], k_of[j]});
+    return out;
+}
+
+// After a graph that did not reach the head: every group takes the hidden state it continues from
+// (a group that left the backbone: its exit block's output) and the block it runs next.
+static void move_on(const built_graph & gr, const step_plan & p, const std::vector<std::pair<int, int>> & leaving,
+                    std::vector<step_group> & groups, size_t E, int end) {
+    for (size_t li = 0; li < p.seg.lanes.size(); li++) {
+        const lane & ln = p.seg.lanes[li];
+        const lane_io & io = gr.lanes[li];
+        const std::vector<int> & gs = p.lane_groups[li];
+        std::vector<int> stay;
+        for (int gi : gs) {
+            bool leaves = false;
+            for (const auto & l : leaving) leaves = leaves || l.first == gi;
+            if (!leaves) stay.push_back(gi);
+        }
+        scatter_rows(read_tensor(io.last_hidden), E, groups, gs, stay);
+        for (int gi : stay) groups[gi].at = end + 1;
+        if (li != 0 || ln.river) continue;
+        for (const auto & l : leaving) {   // exit block k: the river continues from its output
+            const int gi = l.first, k = l.second;
+            const bool last_block = k == ln.last && ln.check_last < k;
+            scatter_rows(read_tensor(last_block ? io.last_hidden : io.hidden_out[k - ln.check_first]), E, groups, gs, {gi});
+            groups[gi].river = true;
+            groups[gi].at = k + 1;
+            groups[gi].exit_block = k;
+        }
+    }
+}
+
 void context::decode_batch(const std::vector<batch_token> & b, const std::vector<uint8_t> & prompt) {
     validate(*this, b);
     const int L = m->hp.n_layer;
@@ -117,121 +236,25 @@ void context::decode_batch(const std::vector<batch_token> & b, const std::vector
     logits.assign((size_t) n_outputs * nv, 0.0f);
     out = logits.data();
 
-    const int lo = rule.min_layer, hi = L - 2;
     auto undecided = [&] {
         for (const step_group & g : groups) if (g.exits && !g.river) return true;
         return false;
     };
-    int start = 0, end = undecided() ? std::min(rule.force_layer >= 0 ? rule.force_layer : lo, L - 1) : L - 1;
+    int start = 0, end = undecided() ? std::min(rule.force_layer >= 0 ? rule.force_layer : rule.min_layer, L - 1) : L - 1;
     for (;;) {
-        // Lanes: the backbone groups (all at `start`), then the river groups by the block they are at.
-        std::map<std::pair<int, int>, std::vector<int>> by_lane;   // (river, at) -> groups
-        for (size_t gi = 0; gi < groups.size(); gi++) by_lane[{groups[gi].river ? 1 : 0, groups[gi].at}].push_back((int) gi);
-        segment seg = base_segment();
-        std::vector<lane_feed> feeds;
-        std::vector<std::vector<int>> lane_groups;
-        std::vector<std::vector<int32_t>> toks;
-        std::vector<std::vector<float>> hid;
-        std::vector<int> graph_out;   // batch output row of each logits row of the graph
-        toks.reserve(by_lane.size());
-        hid.reserve(by_lane.size());
-        for (auto & bl : by_lane) {
-            lane ln;
-            ln.river = bl.first.first == 1;
-            ln.first = bl.first.second;
-            ln.last = end;
-            if (!ln.river && rule.force_layer < 0) {
-                ln.check_first = std::max(start, lo);
-                ln.check_last = std::min(end, hi);
-            }
-            toks.emplace_back();
-            hid.emplace_back();
-            lane_feed f;
-            int row = 0;
-            for (int gi : bl.second) {
-                const step_group & g = groups[gi];
-                ln.groups.push_back(group_of(g.seq, (int) g.idx.size()));
-                for (int i : g.idx) {
-                    toks.back().push_back(b[i].token);
-                    if (end == L - 1 && b[i].logits) {
-                        f.out_ids.push_back(row);
-                        graph_out.push_back(out_row[i]);
-                    }
-                    row++;
-                }
-                hid.back().insert(hid.back().end(), g.h.begin(), g.h.end());
-            }
-            ln.n_outputs = (int) f.out_ids.size();
-            if (ln.first == 0) f.tokens = toks.back().data(); else f.hidden = &hid.back();
-            seg.lanes.push_back(ln);
-            feeds.push_back(f);
-            lane_groups.push_back(bl.second);
-        }
-        seg.host_checks = rule.host_checks != 0 && on_cpu(start, end);
-        built_graph & gr = compute(seg, feeds);
+        step_plan p;
+        plan_step(*this, groups, b, out_row, start, end, p);
+        built_graph & gr = compute(p.seg, p.feeds);
         if (end == L - 1) {
-            if (!graph_out.empty()) {
+            if (!p.graph_out.empty()) {
                 const std::vector<float> all = read_tensor(gr.logits);
-                for (size_t r = 0; r < graph_out.size(); r++) {
-                    std::copy(all.begin() + r * nv, all.begin() + (r + 1) * nv, logits.begin() + (size_t) graph_out[r] * nv);
+                for (size_t r = 0; r < p.graph_out.size(); r++) {
+                    std::copy(all.begin() + r * nv, all.begin() + (r + 1) * nv, logits.begin() + (size_t) p.graph_out[r] * nv);
                 }
             }
             break;
         }
-        // Exits of the backbone lane (lane 0 when there is one), then every group moves on.
-        std::vector<int> exiting_now;
-        std::vector<int> exit_at;
-        if (!seg.lanes[0].river) {
-            std::vector<step_group *> cand;
-            std::vector<int> cand_gi;
-            for (int gi : lane_groups[0]) if (groups[gi].exits) { cand.push_back(&groups[gi]); cand_gi.push_back(gi); }
-            std::vector<int> k_of(cand.size(), -1);
-            if (rule.force_layer >= 0) {
-                std::fill(k_of.begin(), k_of.end(), end);
-            } else if (!cand.empty() && seg.lanes[0].n_checks() > 0) {
-                const int nc = seg.lanes[0].n_checks(), cf = seg.lanes[0].check_first;
-                const std::vector<float> c = lane_similarities(gr, 0);
-                const size_t T = (size_t) seg.lanes[0].n_tokens();
-                std::vector<std::vector<float>> cg(nc, std::vector<float>(cand.size(), 2.0f));
-                size_t row = 0;
-                for (int gi : lane_groups[0]) {
-                    const size_t n = groups[gi].idx.size();
-                    const auto it = std::find(cand_gi.begin(), cand_gi.end(), gi);
-                    if (it != cand_gi.end()) {
-                        for (int k = 0; k < nc; k++) {
-                            float mn = 2.0f;
-                            for (size_t t = row; t < row + n; t++) mn = std::min(mn, c[(size_t) k * T + t]);
-                            cg[k][it - cand_gi.begin()] = mn;
-                        }
-                    }
-                    row += n;
-                }
-                k_of = decide(rule, cand, cg, cf, nc);
-            }
-            for (size_t j = 0; j < cand.size(); j++) {
-                if (k_of[j] < 0) continue;
-                exiting_now.push_back(cand_gi[j]);
-                exit_at.push_back(k_of[j]);
-            }
-        }
-        for (size_t li = 0; li < seg.lanes.size(); li++) {
-            const lane & ln = seg.lanes[li];
-            const lane_io & io = gr.lanes[li];
-            const std::vector<int> & gs = lane_groups[li];
-            std::vector<int> stay;
-            for (int gi : gs) if (std::find(exiting_now.begin(), exiting_now.end(), gi) == exiting_now.end()) stay.push_back(gi);
-            scatter_rows(read_tensor(io.last_hidden), E, groups, gs, stay);
-            for (int gi : stay) groups[gi].at = end + 1;
-            if (li != 0 || ln.river) continue;
-            for (size_t j = 0; j < exiting_now.size(); j++) {   // exit block k: the river continues from its output
-                const int gi = exiting_now[j], k = exit_at[j];
-                const bool last_block = k == ln.last && ln.check_last < k;
-                scatter_rows(read_tensor(last_block ? io.last_hidden : io.hidden_out[k - ln.check_first]), E, groups, gs, {gi});
-                groups[gi].river = true;
-                groups[gi].at = k + 1;
-                groups[gi].exit_block = k;
-            }
-        }
+        move_on(gr, p, backbone_exits(*this, gr, p, groups, end), groups, E, end);
         start = end + 1;
         end = undecided() ? std::min(L - 1, end + chunk_after(end)) : L - 1;
     }
