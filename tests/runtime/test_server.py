@@ -11,7 +11,7 @@ import time
 import openai
 import pytest
 
-from helpers import PROMPTS
+from helpers import PROMPTS, pyriver_cli
 from pyriver import Llama
 from server_proc import ServerProcess, http, sse
 
@@ -39,6 +39,7 @@ def solo(smol_path):
         texts = {p: llm.create_completion(p, max_tokens=N, temperature=0.0)["choices"][0]["text"] for p in PROMPTS}
         msgs = [{"role": "user", "content": "Name three rivers."}]
         texts["chat"] = llm.create_chat_completion(msgs, max_tokens=N, temperature=0.0)["choices"][0]["message"]["content"]
+        texts["logprobs"] = llm.create_completion(PROMPTS[3], max_tokens=6, temperature=0.0, logprobs=2)["choices"][0]["logprobs"]
     return texts
 
 
@@ -57,6 +58,23 @@ def test_completion_and_chat_equal_llama(client, solo):
     assert c.choices[0].message.content == solo["chat"]
     s = client.chat.completions.create(model=_model(client), messages=msgs, max_tokens=N, temperature=0.0, stream=True)
     assert "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices) == solo["chat"]
+
+
+def test_logprobs_equal_llama(client, solo):
+    r = client.completions.create(prompt=PROMPTS[3], max_tokens=6, temperature=0.0, logprobs=2, model=_model(client))
+    lp = r.choices[0].logprobs
+    want = solo["logprobs"]
+    assert lp.tokens == want["tokens"] and lp.text_offset == want["text_offset"]
+    assert lp.token_logprobs == pytest.approx(want["token_logprobs"], abs=1e-6)
+
+
+def test_pyriver_serve_command():
+    r = pyriver_cli("serve", "--help")
+    assert r.returncode == 0
+    for flag in ("--host", "--port", "--parallel", "--river", "--tau", "--api-key", "--batch-rule", "--queue"):
+        assert flag in r.stdout
+    bad = pyriver_cli("serve", "--parallel", "0")
+    assert bad.returncode == 2 and "--parallel" in bad.stderr
 
 
 def _model(client):
