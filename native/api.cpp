@@ -182,6 +182,7 @@ pr_context_params pr_context_default_params(void) {
     p.n_threads_batch = 2;
     p.flash_attn = 0;
     p.batch_invariant = -1;
+    p.n_seq_max = 1;
     return p;
 }
 
@@ -216,7 +217,7 @@ pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t
         std::vector<int32_t> toks(tokens, tokens + n);
         pr::context * c = ctx->c;
         on_model(c->m, [c, toks, logits_all, prompt] {
-            c->decode(toks.data(), (int) toks.size(), logits_all != 0, prompt != 0);
+            c->decode(0, toks.data(), (int) toks.size(), logits_all != 0, prompt != 0);
         });
     });
 }
@@ -231,20 +232,59 @@ const float * pr_logits(pr_context * ctx, int32_t i) {
 }
 
 int32_t pr_n_outputs(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->n_outputs : 0; }
-int32_t pr_kv_pos(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->kv->n_used : 0; }
+int32_t pr_kv_pos(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->kv->used[0] : 0; }
 int32_t pr_n_ctx(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->params.n_ctx : 0; }
 
 pr_status pr_kv_truncate(pr_context * ctx, int32_t n_keep) {
     return guarded([&] {
         if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
-        ctx->c->truncate(n_keep);
+        ctx->c->truncate(0, n_keep);
     });
 }
 
 pr_status pr_kv_clear(pr_context * ctx) {
     return guarded([&] {
         if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
-        ctx->c->truncate(0);
+        ctx->c->truncate(0, 0);
+    });
+}
+
+pr_status pr_decode_batch(pr_context * ctx, const int32_t * tokens, const int32_t * seq, const int32_t * pos,
+                          const int32_t * logits, const int32_t * prompt, int32_t n) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        if (n < 1) pr::fail(PR_ERR_INVALID_ARG, "a batch needs at least one token");
+        if (!tokens || !seq || !pos || !logits || !prompt) pr::fail(PR_ERR_INVALID_ARG, "a batch array is NULL");
+        // Copied: an abandoned call (rpc.h) may outlive the caller's arrays.
+        std::vector<pr::batch_token> b(n);
+        std::vector<uint8_t> pr_flags(n);
+        for (int i = 0; i < n; i++) {
+            b[i].token = tokens[i];
+            b[i].seq = seq[i];
+            b[i].pos = pos[i];
+            b[i].logits = logits[i] != 0;
+            pr_flags[i] = prompt[i] != 0;
+        }
+        pr::context * c = ctx->c;
+        on_model(c->m, [c, b, pr_flags] { c->decode_batch(b, pr_flags); });
+    });
+}
+
+int32_t pr_n_seq_max(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->kv->n_seq : 0; }
+
+int32_t pr_seq_pos(const pr_context * ctx, int32_t seq) {
+    if (!live(ctx, "ctx")) return -1;
+    if (seq < 0 || seq >= ctx->c->kv->n_seq) {
+        g_last_error = "sequence " + std::to_string(seq) + " is not in [0, " + std::to_string(ctx->c->kv->n_seq) + ")";
+        return -1;
+    }
+    return ctx->c->kv->used[seq];
+}
+
+pr_status pr_seq_truncate(pr_context * ctx, int32_t seq, int32_t n_keep) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        ctx->c->truncate(seq, n_keep);
     });
 }
 
@@ -282,6 +322,7 @@ pr_exit_params pr_exit_default_params(void) {
     p.exit_threshold = r.tau;
     p.min_exit_layer = r.min_layer;
     p.prefill_exit = r.prefill ? 1 : 0;
+    p.batch_rule = (int32_t) r.batch;
     return p;
 }
 
@@ -303,6 +344,8 @@ pr_status pr_context_set_exit_debug(pr_context * ctx, const pr_exit_params * par
         r.tau = params->exit_threshold;
         r.min_layer = params->min_exit_layer;
         r.prefill = params->prefill_exit != 0;
+        if (params->batch_rule < 0 || params->batch_rule > 2) pr::fail(PR_ERR_INVALID_ARG, "batch_rule must be 0, 1 or 2, got %d", params->batch_rule);
+        r.batch = (pr::batch_rule) params->batch_rule;
         r.force_layer = knobs->force_exit_layer;
         r.chunk = knobs->check_chunk;
         r.host_checks = knobs->host_checks;

@@ -19,12 +19,13 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     if (p.n_ctx < 1 || p.n_ctx > (1 << 22)) fail(PR_ERR_INVALID_ARG, "n_ctx must be in [1, 4194304], got %d", p.n_ctx);
     if (p.n_batch < 1) fail(PR_ERR_INVALID_ARG, "n_batch must be >= 1, got %d", p.n_batch);
     if (p.n_threads < 1 || p.n_threads_batch < 1) fail(PR_ERR_INVALID_ARG, "thread counts must be >= 1");
-    params.n_batch = std::min(p.n_batch, p.n_ctx);
+    if (p.n_seq_max < 1 || p.n_seq_max > 256) fail(PR_ERR_INVALID_ARG, "n_seq_max must be in [1, 256], got %d", p.n_seq_max);
+    params.n_batch = std::min(p.n_batch, p.n_ctx * p.n_seq_max);
 
-    // The cache holds a multiple of kv_pad rows, as llama.cpp pads n_ctx, so that the attended rows
-    // (n_kv) are always such a multiple: ggml-cuda's flash attention takes its fast path only then.
-    // Tokens past n_ctx are still refused (kv->n_ctx is not the limit; params.n_ctx is).
-    kv.reset(new kv_cache(*m, (int) GGML_PAD(p.n_ctx, kv_pad), p.flash_attn == 0));
+    // Each region holds a multiple of kv_pad rows, as llama.cpp pads n_ctx, so that the attended
+    // rows (n_kv) are always such a multiple: ggml-cuda's flash attention takes its fast path only
+    // then. Tokens past n_ctx are still refused (kv->n_rows is not the limit; params.n_ctx is).
+    kv.reset(new kv_cache(*m, (int) GGML_PAD(p.n_ctx, kv_pad), p.n_seq_max, p.flash_attn == 0));
 
     std::set<ggml_backend_dev_t> devs(m->layer_dev.begin(), m->layer_dev.end());
     devs.insert(m->output_dev);
@@ -47,7 +48,7 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(m->cpu_dev);
     set_n_threads = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
 
-    main.sched = new_sched();
+    main.sched = new_sched(graph_capacity(*m, p.n_seq_max, p.n_seq_max));
     // One-token products re-read a GPU's weights once per token of a step (a prompt would decode at
     // the speed of single tokens), so batch invariance is the CPU's default only.
     bool all_cpu = m->output_dev == m->cpu_dev;
@@ -62,8 +63,9 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     if (one_dev && m->layer_dev[0] != m->cpu_dev) carry.reset(new device_carry(*m, m->layer_dev[0]));
 
     // Reserve the compute buffers for the largest step once, so that decoding never grows them.
-    segment worst = make_segment(params.n_batch, params.n_batch, 0, m->hp.n_layer - 1, false, 0, -1);
-    worst.shape.n_kv = kv->n_ctx;
+    segment worst = make_segment(std::min(params.n_batch, p.n_ctx), params.n_batch, 0, m->hp.n_layer - 1, false, 0, -1);
+    worst.lanes[0].groups[0].n_kv = kv->n_rows;
+    worst.lanes[0].n_outputs = worst.lanes[0].n_tokens();
     std::unique_ptr<built_graph> g(build_graph(*m, *kv, worst, nullptr));
     if (!ggml_backend_sched_reserve(main.sched, g->gf)) fail(PR_ERR_BACKEND, "cannot reserve compute buffers (n_ctx %d, n_batch %d)", p.n_ctx, params.n_batch);
 }
@@ -77,10 +79,10 @@ context::~context() {
     if (pinned) ggml_backend_buffer_free(pinned);
 }
 
-ggml_backend_sched_t context::new_sched() {
+ggml_backend_sched_t context::new_sched(size_t capacity) {
     std::vector<ggml_backend_buffer_type_t> bufts;
     for (ggml_backend_t b : backends) bufts.push_back(b == cpu && host_buft ? host_buft : ggml_backend_get_default_buffer_type(b));
-    ggml_backend_sched_t s = ggml_backend_sched_new(backends.data(), bufts.data(), (int) backends.size(), graph_capacity(*m), false, true);
+    ggml_backend_sched_t s = ggml_backend_sched_new(backends.data(), bufts.data(), (int) backends.size(), capacity, false, true);
     if (!s) fail(PR_ERR_BACKEND, "cannot create a ggml scheduler");
     return s;
 }
@@ -96,28 +98,48 @@ void context::set_rule(const exit_rule & r) {
     rule = r;
 }
 
-segment context::make_segment(int n, int n_out, int first, int last, bool river_path, int check_first, int check_last) const {
+segment context::base_segment() const {
     segment s;
     s.shape.flash_attn = params.flash_attn != 0;
     s.shape.invariant = batch_invariant;
-    s.shape.n_tokens = n;
-    s.shape.n_kv = std::min(kv->n_ctx, (int) GGML_PAD(kv->n_used + n, kv_pad));
-    s.shape.n_outputs = last == m->hp.n_layer - 1 ? n_out : 0;
-    s.first = first;
-    s.last = last;
-    s.river = river_path;
-    s.check_first = check_first;
-    s.check_last = check_last;
+    return s;
+}
+
+// n tokens of sequence s at the end of its cache.
+seq_group context::group_of(int s, int n) const {
+    seq_group g;
+    g.seq = s;
+    g.n_tokens = n;
+    g.n_kv = std::min(kv->n_rows, (int) GGML_PAD(kv->used[s] + n, kv_pad));
+    return g;
+}
+
+bool context::on_cpu(int first, int last) const {
+    bool cpu_only = true;
+    for (int il = first; il <= last; il++) cpu_only = cpu_only && m->layer_dev[il] == m->cpu_dev;
+    return cpu_only;
+}
+
+// A single-sequence segment: one lane of n tokens of sequence `seq`.
+segment context::make_segment(int n, int n_out, int first, int last, bool river_path, int check_first, int check_last) const {
+    segment s = base_segment();
+    lane ln;
+    ln.groups.push_back(group_of(seq, n));
+    ln.n_outputs = last == m->hp.n_layer - 1 ? n_out : 0;
+    ln.first = first;
+    ln.last = last;
+    ln.river = river_path;
+    ln.check_first = check_first;
+    ln.check_last = check_last;
+    s.lanes.push_back(ln);
     // A single token's similarities are cheaper on the host (a few KB read back) than as graph
     // ops (each a thread barrier), when the blocks live in host memory anyway.
-    bool on_cpu = true;
-    for (int il = first; il <= last; il++) on_cpu = on_cpu && m->layer_dev[il] == m->cpu_dev;
-    s.host_checks = n == 1 && on_cpu && check_last >= check_first && rule.host_checks != 0;
+    s.host_checks = n == 1 && on_cpu(first, last) && check_last >= check_first && rule.host_checks != 0;
     return s;
 }
 
 built_graph & context::graph_for(const segment & seg) {
-    if (seg.shape.n_tokens > 1) {
+    if (seg.n_tokens() > 1) {
         // Multi-token graphs share the reserved scheduler; rebuilt when the segment changes.
         if (main.graph && main.graph->seg == seg) return *main.graph;
         main.graph.reset();
@@ -130,7 +152,7 @@ built_graph & context::graph_for(const segment & seg) {
         }
         return *main.graph;
     }
-    auto n_kv_free = [](segment s) { s.shape.n_kv = 0; return s; };
+    auto n_kv_free = [](segment s) { s.lanes[0].groups[0].n_kv = 0; return s; };
     for (auto it = small.begin(); it != small.end(); ++it) {
         if (it->first == seg) {
             small.splice(small.begin(), small, it);
@@ -153,9 +175,9 @@ built_graph & context::graph_for(const segment & seg) {
         }
     }
     std::unique_ptr<graph_slot> slot(new graph_slot());
-    slot->sched = new_sched();
+    slot->sched = new_sched(graph_capacity(*m, 1, 1));
     segment worst = seg;
-    worst.shape.n_kv = kv->n_ctx;
+    worst.lanes[0].groups[0].n_kv = kv->n_rows;
     {
         std::unique_ptr<built_graph> w(build_graph(*m, *kv, worst, carry.get()));
         if (!ggml_backend_sched_reserve(slot->sched, w->gf)) fail(PR_ERR_BACKEND, "cannot reserve a decode graph");
@@ -167,68 +189,76 @@ built_graph & context::graph_for(const segment & seg) {
     return *small.front().second->graph;
 }
 
-void context::set_inputs(const built_graph & g, const int32_t * tokens, const std::vector<float> * hidden, int n, int pos0) {
-    const int n_kv = g.seg.shape.n_kv;
-    std::vector<int32_t> pos(n);
-    std::vector<int64_t> idx(n);
-    for (int i = 0; i < n; i++) {
-        pos[i] = pos0 + i;
-        idx[i] = pos0 + i;
+void context::set_lane_inputs(const built_graph & g, size_t li, const lane_feed & f) {
+    const lane & ln = g.seg.lanes[li];
+    const lane_io & io = g.lanes[li];
+    const int n = ln.n_tokens();
+    std::vector<int32_t> pos;
+    std::vector<int64_t> idx;
+    for (const seq_group & gr : ln.groups) {
+        for (int i = 0; i < gr.n_tokens; i++) {
+            pos.push_back(kv->used[gr.seq] + i);
+            idx.push_back(kv->row(gr.seq, kv->used[gr.seq] + i));
+        }
     }
-    if (g.in.tokens) ggml_backend_tensor_set(g.in.tokens, tokens, 0, sizeof(int32_t) * n);
-    if (g.hidden_in && g.seg.carry_in < 0) {   // else the hidden state is in the device carry already
-        if (!hidden || hidden->size() != (size_t) ggml_nelements(g.hidden_in)) fail(PR_ERR_INTERNAL, "segment input missing");
-        ggml_backend_tensor_set(g.hidden_in, hidden->data(), 0, sizeof(float) * hidden->size());
+    if (io.in.tokens) {
+        if (!f.tokens) fail(PR_ERR_INTERNAL, "segment tokens missing");
+        ggml_backend_tensor_set(io.in.tokens, f.tokens, 0, sizeof(int32_t) * n);
     }
-    if (g.in.pos) ggml_backend_tensor_set(g.in.pos, pos.data(), 0, sizeof(int32_t) * n);
-    if (g.in.attn_scale) {
+    if (io.hidden_in && g.seg.carry_in < 0) {   // else the hidden state is in the device carry already
+        if (!f.hidden || f.hidden->size() != (size_t) ggml_nelements(io.hidden_in)) fail(PR_ERR_INTERNAL, "segment input missing");
+        ggml_backend_tensor_set(io.hidden_in, f.hidden->data(), 0, sizeof(float) * f.hidden->size());
+    }
+    if (io.in.pos) ggml_backend_tensor_set(io.in.pos, pos.data(), 0, sizeof(int32_t) * n);
+    if (io.in.attn_scale) {
         // Temperature tuning as llama.cpp's llm_graph_input_attn_temp computes it, per position.
         const hparams & hp = m->hp;
         std::vector<float> t(n);
         for (int i = 0; i < n; i++) t[i] = std::log(std::floor((float) pos[i] / hp.attn_temp_floor) + 1.0) * hp.attn_temp_scale + 1.0;
-        ggml_backend_tensor_set(g.in.attn_scale, t.data(), 0, sizeof(float) * n);
+        ggml_backend_tensor_set(io.in.attn_scale, t.data(), 0, sizeof(float) * n);
     }
-    ggml_backend_tensor_set(g.in.kv_idx, idx.data(), 0, sizeof(int64_t) * n);
-    if (g.in.v_idx) {
-        // Transposed V: element d of token i lives at row d, column pos0+i.
-        const int64_t E = m->hp.n_embd_k_gqa(), n_ctx = kv->n_ctx;
+    ggml_backend_tensor_set(io.in.kv_idx, idx.data(), 0, sizeof(int64_t) * n);
+    if (io.in.v_idx) {
+        // Transposed V: element d of a token lives at row d, column (its cache row).
+        const int64_t E = m->hp.n_embd_k_gqa(), rows = kv->v[0]->ne[0];
         std::vector<int64_t> vidx((size_t) E * n);
         for (int i = 0; i < n; i++) {
-            for (int64_t d = 0; d < E; d++) vidx[(size_t) i * E + d] = d * n_ctx + pos0 + i;
+            for (int64_t d = 0; d < E; d++) vidx[(size_t) i * E + d] = d * rows + idx[i];
         }
-        ggml_backend_tensor_set(g.in.v_idx, vidx.data(), 0, sizeof(int64_t) * vidx.size());
+        ggml_backend_tensor_set(io.in.v_idx, vidx.data(), 0, sizeof(int64_t) * vidx.size());
     }
 
-    // Causal mask: token i (at pos0+i) sees cache rows 0..pos0+i.
+    // Each group's mask, back to back: token i of a group (at position p) sees its sequence's rows
+    // 0..p; on sliding-window layers also not rows p - j >= n_swa (llama.cpp's standard SWA; rows are
+    // positions, so the full-length region holds what the window needs).
     const ggml_fp16_t zero = ggml_fp32_to_fp16(0.0f), ninf = ggml_fp32_to_fp16(-INFINITY);
-    std::vector<ggml_fp16_t> mask((size_t) n_kv * n, ninf);
-    for (int i = 0; i < n; i++) {
-        std::fill(mask.begin() + (size_t) i * n_kv, mask.begin() + (size_t) i * n_kv + std::min(pos0 + i + 1, n_kv), zero);
-    }
-    if (g.in.mask) ggml_backend_tensor_set(g.in.mask, mask.data(), 0, mask.size() * sizeof(ggml_fp16_t));
-    if (g.in.mask_swa) {
-        // Sliding window: row j is also hidden when pos - j >= n_swa (llama.cpp's standard SWA).
-        // Rows are positions here, so the full-length cache holds what the window needs.
-        const int n_swa = m->hp.n_swa;
-        for (int i = 0; i < n; i++) {
-            const int p = pos0 + i;
-            const int lo = std::min(std::max(0, p - n_swa + 1), n_kv);
-            std::fill(mask.begin() + (size_t) i * n_kv, mask.begin() + (size_t) i * n_kv + lo, ninf);
+    std::vector<ggml_fp16_t> mask, mask_swa;
+    for (const seq_group & gr : ln.groups) {
+        const int p0 = kv->used[gr.seq], n_kv = gr.n_kv;
+        for (int i = 0; i < gr.n_tokens; i++) {
+            const int p = p0 + i, vis = std::min(p + 1, n_kv);
+            const size_t at = mask.size();
+            mask.resize(at + n_kv, ninf);
+            std::fill(mask.begin() + at, mask.begin() + at + vis, zero);
+            if (io.in.mask_swa) {
+                mask_swa.insert(mask_swa.end(), mask.begin() + at, mask.end());
+                const int lo = std::min(std::max(0, p - m->hp.n_swa + 1), n_kv);
+                std::fill(mask_swa.end() - n_kv, mask_swa.end() - n_kv + lo, ninf);
+            }
         }
-        ggml_backend_tensor_set(g.in.mask_swa, mask.data(), 0, mask.size() * sizeof(ggml_fp16_t));
     }
-
-    if (g.in.out_ids) {
-        // Output rows are always the last n_outputs tokens of the step.
-        std::vector<int32_t> ids(g.seg.shape.n_outputs);
-        for (int i = 0; i < g.seg.shape.n_outputs; i++) ids[i] = n - g.seg.shape.n_outputs + i;
-        ggml_backend_tensor_set(g.in.out_ids, ids.data(), 0, sizeof(int32_t) * ids.size());
+    if (io.in.mask) ggml_backend_tensor_set(io.in.mask, mask.data(), 0, mask.size() * sizeof(ggml_fp16_t));
+    if (io.in.mask_swa) ggml_backend_tensor_set(io.in.mask_swa, mask_swa.data(), 0, mask_swa.size() * sizeof(ggml_fp16_t));
+    if (io.in.out_ids) {
+        if ((int) f.out_ids.size() != ln.n_outputs) fail(PR_ERR_INTERNAL, "output rows missing");
+        ggml_backend_tensor_set(io.in.out_ids, f.out_ids.data(), 0, sizeof(int32_t) * f.out_ids.size());
     }
 }
 
-built_graph & context::run_segment(const segment & seg, const int32_t * tokens, const std::vector<float> * hidden, int n, int pos0) {
+built_graph & context::compute(const segment & seg, const std::vector<lane_feed> & feeds) {
     built_graph & g = graph_for(seg);
-    set_inputs(g, tokens, hidden, n, pos0);
+    for (size_t i = 0; i < seg.lanes.size(); i++) set_lane_inputs(g, i, feeds[i]);
+    const int n = seg.n_tokens();
     if (set_n_threads) set_n_threads(cpu, n == 1 ? params.n_threads : params.n_threads_batch);
     ggml_backend_sched_t sched = n > 1 ? main.sched : small.front().second->sched;
     const ggml_status st = ggml_backend_sched_graph_compute(sched, g.gf);
@@ -237,8 +267,18 @@ built_graph & context::run_segment(const segment & seg, const int32_t * tokens, 
     return g;
 }
 
+// A single-sequence segment: its outputs are the last tokens of the step.
+built_graph & context::run_segment(const segment & seg, const int32_t * tokens, const std::vector<float> * hidden, int n) {
+    lane_feed f;
+    f.tokens = tokens;
+    f.hidden = hidden;
+    const int n_out = seg.one().n_outputs;
+    for (int i = 0; i < n_out; i++) f.out_ids.push_back(n - n_out + i);
+    return compute(seg, {f});
+}
+
 void context::take_logits(const built_graph & g) {
-    const int n_out = g.seg.shape.n_outputs;
+    const int n_out = g.seg.n_outputs();
     const size_t nv = m->hp.n_vocab, base = (size_t) n_outputs * nv;
     if (pinned && n_outputs == 0 && n_out == 1) {   // a decode step, a prompt's last token
         float * row = (float *) ggml_backend_buffer_get_base(pinned);
@@ -254,24 +294,32 @@ void context::take_logits(const built_graph & g) {
     n_outputs += n_out;
 }
 
-static std::vector<float> read(ggml_tensor * t) {
+std::vector<float> read_tensor(ggml_tensor * t) {
     std::vector<float> v((size_t) ggml_nelements(t));
     ggml_backend_tensor_get(t, v.data(), 0, v.size() * sizeof(float));
     return v;
 }
 
-// cos(input, output) of each checked block of a single-token graph, from its hidden outputs.
-static std::vector<float> host_similarities(const built_graph & g, int nc) {
-    std::vector<float> prev = read(g.check_in), c(nc);
+// cos(input, output) of each checked block of lane i for each of its tokens, [n_checks][n_tokens]:
+// from the hidden outputs on the host (a few KB read back a token), or the graph's own.
+std::vector<float> lane_similarities(const built_graph & g, size_t i) {
+    const lane_io & io = g.lanes[i];
+    const int nc = g.seg.lanes[i].n_checks();
+    if (!g.seg.host_checks) return read_tensor(io.checks);
+    std::vector<float> prev = read_tensor(io.check_in);
+    const size_t E = (size_t) io.check_in->ne[0], T = prev.size() / E;
+    std::vector<float> c((size_t) nc * T);
     for (int k = 0; k < nc; k++) {
-        std::vector<float> cur = read(g.hidden_out[k]);
-        double dot = 0, na = 0, nb = 0;
-        for (size_t d = 0; d < cur.size(); d++) {
-            dot += (double) prev[d] * cur[d];
-            na += (double) prev[d] * prev[d];
-            nb += (double) cur[d] * cur[d];
+        std::vector<float> cur = read_tensor(io.hidden_out[k]);
+        for (size_t t = 0; t < T; t++) {
+            double dot = 0, na = 0, nb = 0;
+            for (size_t d = t * E; d < (t + 1) * E; d++) {
+                dot += (double) prev[d] * cur[d];
+                na += (double) prev[d] * prev[d];
+                nb += (double) cur[d] * cur[d];
+            }
+            c[(size_t) k * T + t] = (float) (dot / std::sqrt(na * nb));
         }
-        c[k] = (float) (dot / std::sqrt(na * nb));
         prev.swap(cur);
     }
     return c;
@@ -286,30 +334,30 @@ void context::run(const int32_t * tokens, int n, int n_out, bool decoding) {
         run_exiting(tokens, n, n_out);
         return;
     }
-    const int pos0 = kv->n_used;
-    built_graph & g = run_segment(make_segment(n, n_out, 0, L - 1, false, 0, -1), tokens, nullptr, n, pos0);
+    built_graph & g = run_segment(make_segment(n, n_out, 0, L - 1, false, 0, -1), tokens, nullptr, n);
     if (n_out > 0) take_logits(g);
-    kv->n_used = pos0 + n;
+    kv->used[seq] += n;
     for (int i = 0; i < n; i++) exits.push_back(L - 1);
 }
 
 segment context::chained(segment s, const handoff & ho) const {
-    if (s.first > 0) s.carry_in = ho.slot;
+    if (s.one().first > 0) s.carry_in = ho.slot;
     s.carry_out = ho.use_carry && !s.head();
     return s;
 }
 
 const std::vector<float> * context::input_of(const segment & s, const handoff & ho) const {
-    return s.first == 0 || s.carry_in >= 0 ? nullptr : &ho.h;
+    return s.one().first == 0 || s.carry_in >= 0 ? nullptr : &ho.h;
 }
 
 // After segment g: the hidden state after block b (a checked block, or g's last) is handed on.
 void context::hand_on(const built_graph & g, int b, handoff & ho) const {
-    const segment & s = g.seg;
-    if (s.carry_out) {
+    const lane & s = g.seg.one();
+    const lane_io & io = g.lanes[0];
+    if (g.seg.carry_out) {
         ho.slot = s.n_checks() > 0 ? b - s.check_first + 1 : 0;
     } else {
-        ho.h = read(b == s.last && g.last_hidden ? g.last_hidden : g.hidden_out[b - s.check_first]);
+        ho.h = read_tensor(b == s.last && io.last_hidden ? io.last_hidden : io.hidden_out[b - s.check_first]);
     }
 }
 
@@ -323,20 +371,24 @@ static int default_chunk(ggml_backend_dev_t dev) {
     return is_rpc(dev) ? 8 : 16;
 }
 
+// Blocks in the backbone segment that starts after `block`.
+int context::chunk_after(int block) const {
+    return rule.chunk > 0 ? rule.chunk : default_chunk(m->layer_dev[block + 1]);
+}
+
 // One step under the exit rule: the backbone until the exit block, then the river to the end.
 void context::run_exiting(const int32_t * tokens, int n, int n_out) {
     const int L = m->hp.n_layer;
-    const int pos0 = kv->n_used;
     handoff ho;
     // A single token on one GPU keeps its hidden state there: no round trip through the host.
     ho.use_carry = carry && n == 1 && rule.carry != 0;
     const int exit_at = run_backbone(tokens, n, n_out, ho);
     if (exit_at < L - 1) {
         const segment seg = chained(make_segment(n, n_out, exit_at + 1, L - 1, true, 0, -1), ho);
-        take_logits(run_segment(seg, nullptr, input_of(seg, ho), n, pos0));
+        take_logits(run_segment(seg, nullptr, input_of(seg, ho), n));
     }
     if (n == 1) prev_exit = exit_at;
-    kv->n_used = pos0 + n;
+    kv->used[seq] += n;
     for (int i = 0; i < n; i++) exits.push_back(exit_at);
 }
 
@@ -353,14 +405,13 @@ void context::run_exiting(const int32_t * tokens, int n, int n_out) {
 // without, SmolLM2 on an H200): off by default.
 int context::run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho) {
     const int L = m->hp.n_layer;
-    const int pos0 = kv->n_used;
     if (rule.force_layer >= 0) {
         const int exit_at = std::min(rule.force_layer, L - 1);
         if (exit_at < L - 1) {
             const segment seg = chained(make_segment(n, n_out, 0, exit_at, false, 0, -1), ho);
-            hand_on(run_segment(seg, tokens, nullptr, n, pos0), exit_at, ho);
+            hand_on(run_segment(seg, tokens, nullptr, n), exit_at, ho);
         } else {
-            take_logits(run_segment(make_segment(n, n_out, 0, L - 1, false, 0, -1), tokens, nullptr, n, pos0));
+            take_logits(run_segment(make_segment(n, n_out, 0, L - 1, false, 0, -1), tokens, nullptr, n));
         }
         return exit_at;
     }
@@ -373,10 +424,10 @@ int context::run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho
     for (;;) {
         const int cf = std::max(start, lo), cl = std::min(end, hi);
         const segment seg = chained(make_segment(n, n_out, start, end, false, cf, cl), ho);
-        built_graph & g = run_segment(seg, tokens, input_of(seg, ho), n, pos0);
-        const int nc = seg.n_checks();
+        built_graph & g = run_segment(seg, tokens, input_of(seg, ho), n);
+        const int nc = seg.one().n_checks();
         if (nc > 0) {
-            const std::vector<float> c = seg.host_checks ? host_similarities(g, nc) : read(g.checks);  // [1, n, nc]
+            const std::vector<float> c = lane_similarities(g, 0);  // [nc][n]
             for (int k = 0; k < nc; k++) {
                 float mn = c[(size_t) k * n];
                 for (int i = 1; i < n; i++) mn = std::min(mn, c[(size_t) k * n + i]);
@@ -392,8 +443,22 @@ int context::run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho
         }
         hand_on(g, end, ho);
         start = end + 1;
-        const int chunk = rule.chunk > 0 ? rule.chunk : default_chunk(m->layer_dev[end + 1]);
-        end = std::min(L - 1, end + (n == 1 ? chunk : 1));
+        end = std::min(L - 1, end + (n == 1 ? chunk_after(end) : 1));
+    }
+}
+
+void context::begin_step() {
+    n_outputs = 0;
+    logits.clear();
+    out = nullptr;
+    exits.clear();
+}
+
+void check_tokens(const model & m, const int32_t * tokens, int n) {
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= m.hp.n_vocab) {
+            fail(PR_ERR_INVALID_ARG, "token id %d at index %d is out of range [0, %d)", tokens[i], i, m.hp.n_vocab);
+        }
     }
 }
 
@@ -401,22 +466,17 @@ int context::run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho
 // token flagged as one (a prompt's cache must not depend on how it was split into calls or
 // n_batch chunks). A prompt runs at full depth (or under the prefill exit rule); a decode step,
 // one token, applies token-level exits.
-void context::decode(const int32_t * tokens, int n, bool logits_all, bool prompt) {
+void context::decode(int s, const int32_t * tokens, int n, bool logits_all, bool prompt) {
     if (n < 1) fail(PR_ERR_INVALID_ARG, "decode needs at least one token");
     if (!tokens) fail(PR_ERR_INVALID_ARG, "tokens is NULL");
-    for (int i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab) {
-            fail(PR_ERR_INVALID_ARG, "token id %d at index %d is out of range [0, %d)", tokens[i], i, m->hp.n_vocab);
-        }
-    }
-    if ((int64_t) kv->n_used + n > params.n_ctx) {
-        fail(PR_ERR_CONTEXT_FULL, "%d tokens do not fit: %d of n_ctx %d are in use", n, kv->n_used, params.n_ctx);
+    if (s < 0 || s >= kv->n_seq) fail(PR_ERR_INVALID_ARG, "sequence %d is not in [0, %d)", s, kv->n_seq);
+    check_tokens(*m, tokens, n);
+    if ((int64_t) kv->used[s] + n > params.n_ctx) {
+        fail(PR_ERR_CONTEXT_FULL, "%d tokens do not fit: %d of n_ctx %d are in use", n, kv->used[s], params.n_ctx);
     }
     const bool decoding = n == 1 && !prompt;
-    n_outputs = 0;
-    logits.clear();
-    out = nullptr;
-    exits.clear();
+    seq = s;
+    begin_step();
     for (int done = 0; done < n;) {
         const int step = std::min(params.n_batch, n - done);
         const bool last = done + step == n;
@@ -425,9 +485,10 @@ void context::decode(const int32_t * tokens, int n, bool logits_all, bool prompt
     }
 }
 
-void context::truncate(int n_keep) {
-    if (n_keep < 0 || n_keep > kv->n_used) fail(PR_ERR_INVALID_ARG, "cannot truncate to %d: the cache holds %d tokens", n_keep, kv->n_used);
-    kv->n_used = n_keep;   // rows past n_keep are masked out and overwritten by later tokens
+void context::truncate(int s, int n_keep) {
+    if (s < 0 || s >= kv->n_seq) fail(PR_ERR_INVALID_ARG, "sequence %d is not in [0, %d)", s, kv->n_seq);
+    if (n_keep < 0 || n_keep > kv->used[s]) fail(PR_ERR_INVALID_ARG, "cannot truncate to %d: the cache holds %d tokens", n_keep, kv->used[s]);
+    kv->used[s] = n_keep;   // rows past n_keep are masked out and overwritten by later tokens
     n_outputs = 0;
     logits.clear();
     out = nullptr;

@@ -1,5 +1,5 @@
-// A context: one KV cache, ggml schedulers over the model's devices, graphs, logits, and the
-// River exit rule applied token by token.
+// A context: one KV cache (a region per sequence), ggml schedulers over the model's devices, graphs,
+// logits, and the River exit rule applied token by token.
 #pragma once
 
 #include "graph.h"
@@ -9,11 +9,15 @@
 
 namespace pr {
 
+// How the decode steps of several sequences in one step leave the backbone (pr_exit_params).
+enum class batch_rule { split = 0, minimum = 1, all_may_exit = 2 };
+
 struct exit_rule {
     float tau = 2.0f;          // exit when cos(block in, block out) >= tau; > 1 never exits
     int min_layer = 1;         // first block whose similarity is checked
     int force_layer = -1;      // >= 0: every token leaves the backbone after this block
     bool prefill = false;      // prompts exit too (sequence level: the minimum over the tokens)
+    batch_rule batch = batch_rule::split;
     int chunk = 0;             // blocks per graph after min_layer; 0: 2 on the CPU, 8 over RPC, 16 on a GPU
     int host_checks = -1;      // -1: single-token similarities on the host when blocks are on the CPU; 0: in the graph
     int carry = -1;            // -1: a token's hidden state stays on the device between segments (one non-CPU
@@ -37,6 +41,12 @@ struct handoff {
     int slot = -1;
 };
 
+// One token of a multi-sequence step (pr_batch), and where it is in the step.
+struct batch_token {
+    int32_t token = 0, seq = 0, pos = 0;
+    bool logits = false;
+};
+
 struct context {
     model * m = nullptr;
     pr_context_params params{};
@@ -51,6 +61,7 @@ struct context {
     exit_rule rule;
     std::unique_ptr<device_carry> carry;   // when every block is on one non-CPU device
     int prev_exit = -1;                    // exit block of the last single-token step
+    int seq = 0;                           // the sequence of the current single-sequence step
     std::vector<int32_t> exits;            // exit block of each token of the last decode (L-1: none)
     int64_t n_graph_runs = 0;              // graphs computed since creation (the cost of checks)
 
@@ -65,23 +76,44 @@ struct context {
     context(model * m, const pr_context_params & p);
     ~context();
 
-    void decode(const int32_t * tokens, int n, bool logits_all, bool prompt);
-    void truncate(int n_keep);
+    void decode(int seq, const int32_t * tokens, int n, bool logits_all, bool prompt);
+    void decode_batch(const std::vector<batch_token> & batch, const std::vector<uint8_t> & prompt);
+    void truncate(int seq, int n_keep);
     void set_rule(const exit_rule & r);
+    int used(int s) const { return kv->used[s]; }
+
+    // Shared by the single-sequence and the batch paths (context.cpp).
+    struct lane_feed {
+        const int32_t * tokens = nullptr;              // a lane that starts at block 0
+        const std::vector<float> * hidden = nullptr;   // other lanes (unless the device carry holds it)
+        std::vector<int32_t> out_ids;                  // the lane's token rows that get logits
+    };
+    segment base_segment() const;
+    seq_group group_of(int s, int n) const;
+    built_graph & compute(const segment & seg, const std::vector<lane_feed> & feeds);
+    bool on_cpu(int first, int last) const;
+    int chunk_after(int block) const;
+    void begin_step();
 
 private:
-    ggml_backend_sched_t new_sched();
+    ggml_backend_sched_t new_sched(size_t capacity);
     built_graph & graph_for(const segment & seg);
-    built_graph & run_segment(const segment & seg, const int32_t * tokens, const std::vector<float> * hidden, int n, int pos0);
-    void set_inputs(const built_graph & g, const int32_t * tokens, const std::vector<float> * hidden, int n, int pos0);
+    void set_lane_inputs(const built_graph & g, size_t i, const lane_feed & f);
     void take_logits(const built_graph & g);
     void run(const int32_t * tokens, int n, int n_out, bool decoding);
     void run_exiting(const int32_t * tokens, int n, int n_out);
     int run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho);
+    built_graph & run_segment(const segment & seg, const int32_t * tokens, const std::vector<float> * hidden, int n);
     segment chained(segment s, const handoff & ho) const;
     const std::vector<float> * input_of(const segment & s, const handoff & ho) const;
     void hand_on(const built_graph & g, int b, handoff & ho) const;
     segment make_segment(int n, int n_out, int first, int last, bool river_path, int check_first, int check_last) const;
 };
+
+// Similarities of the checked blocks of lane i of a graph, [n_checks][n_tokens]: computed on the
+// host from its hidden outputs, or read from the graph.
+std::vector<float> lane_similarities(const built_graph & g, size_t i);
+std::vector<float> read_tensor(ggml_tensor * t);   // an F32 tensor on the host
+void check_tokens(const model & m, const int32_t * tokens, int n);   // ids in the vocabulary
 
 } // namespace pr

@@ -1,6 +1,7 @@
 #include "graph.h"
 #include "river.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -29,8 +30,27 @@ device_carry::~device_carry() {
     if (ctx) ggml_free(ctx);
 }
 
-size_t graph_capacity(const model & m) {
-    return (size_t) 64 * m.hp.n_layer + 256;
+int lane::n_tokens() const {
+    int n = 0;
+    for (const seq_group & g : groups) n += g.n_tokens;
+    return n;
+}
+
+int segment::n_tokens() const {
+    int n = 0;
+    for (const lane & l : lanes) n += l.n_tokens();
+    return n;
+}
+
+int segment::n_outputs() const {
+    int n = 0;
+    for (const lane & l : lanes) n += l.n_outputs;
+    return n;
+}
+
+// A block costs about 40 nodes per lane, and each sequence group's attention a dozen more.
+size_t graph_capacity(const model & m, int n_lanes, int n_groups) {
+    return (size_t) m.hp.n_layer * (64 * n_lanes + 16 * n_groups) + 256 + 8 * n_lanes;
 }
 
 static ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {
@@ -63,7 +83,7 @@ static ggml_tensor * linear(ggml_context * ctx, const graph_shape & s, ggml_tens
 // sliding-window layers' own base, scale and YaRN settings where the arch has them.
 static ggml_tensor * rope(ggml_context * ctx, const model & m, const kv_cache & kv, ggml_tensor * x, ggml_tensor * pos, int il) {
     const hparams & hp = m.hp;
-    return ggml_rope_ext(ctx, x, pos, m.rope_factors(kv.n_ctx), hp.n_rot, m.arch->rope_type, hp.rope_n_ctx_orig,
+    return ggml_rope_ext(ctx, x, pos, m.rope_factors(kv.n_rows), hp.n_rot, m.arch->rope_type, hp.rope_n_ctx_orig,
                          hp.rope_base(il), hp.rope_scale(il), hp.rope_ext(il), hp.rope_attn(il),
                          hp.yarn_beta_fast, hp.yarn_beta_slow);
 }
@@ -102,15 +122,52 @@ static void project_qkv(ggml_context * ctx, const model & m, const graph_shape &
     if (!whole && w.k_norm) k = rms_norm(ctx, k, w.k_norm, hp.rms_eps);
 }
 
-// Attention of one block: writes this step's K/V rows into layer il's cache, then attends over
-// the first n_kv rows under the mask (the sliding-window mask on the arch's local layers).
+// The attention of one sequence group: its queries (tokens t0.. of the lane) over the first n_kv
+// rows of its sequence's region of the cache, under its mask.
+static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_shape & s,
+                                     const seq_group & g, int t0, ggml_tensor * q, ggml_tensor * k_all,
+                                     ggml_tensor * v_all, ggml_tensor * mask, float scale, float cap) {
+    const hparams & hp = m.hp;
+    const int hd = hp.n_embd_head, T = g.n_tokens, n_kv = g.n_kv;
+    const int E = hp.n_embd_k_gqa();
+    const size_t es = ggml_type_size(kv.type);
+    const int64_t base = kv.row(g.seq, 0);
+    q = ggml_view_3d(ctx, q, hd, hp.n_head, T, q->nb[1], q->nb[2], q->nb[2] * t0);
+    ggml_tensor * kk = ggml_view_3d(ctx, k_all, hd, n_kv, hp.n_head_kv, es * E, es * hd, es * E * base);
+    ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [hd, T, n_head]
+    if (!kv.v_trans) {
+        ggml_tensor * vv = ggml_view_3d(ctx, v_all, hd, n_kv, hp.n_head_kv, es * E, es * hd, es * E * base);
+        ggml_tensor * o = ggml_flash_attn_ext(ctx, qp, kk, vv, mask, scale, 0.0f, cap);
+        ggml_prec_set_acc(o, GGML_PREC_F32);
+        return ggml_reshape_2d(ctx, o, hd * hp.n_head, T);
+    }
+    // V is transposed in the cache: row d holds element d of every position.
+    const int64_t rows = kv.v[0]->ne[0];
+    ggml_tensor * vv = ggml_view_3d(ctx, v_all, n_kv, hd, hp.n_head_kv, es * rows, es * rows * hd, es * base);
+    if (s.invariant && T > 1) {
+        // One query per product (the tokens in dimension 3), as in a single-token step.
+        ggml_tensor * kq = ggml_mul_mat(ctx, kk, ggml_reshape_4d(ctx, q, hd, 1, hp.n_head, T));  // [n_kv, 1, n_head, T]
+        ggml_prec_set_acc(kq, GGML_PREC_F32);
+        if (cap > 0.0f) kq = softcap(ctx, kq, cap);
+        kq = ggml_soft_max_ext(ctx, kq, ggml_reshape_4d(ctx, mask, n_kv, 1, 1, T), scale, 0.0f);
+        return ggml_reshape_2d(ctx, ggml_mul_mat(ctx, vv, kq), hd * hp.n_head, T);              // [hd, 1, n_head, T]
+    }
+    ggml_tensor * kq = ggml_mul_mat(ctx, kk, qp);                          // [n_kv, T, n_head]
+    ggml_prec_set_acc(kq, GGML_PREC_F32);   // as llama.cpp: F32 accumulation (cuBLAS would use F16)
+    if (cap > 0.0f) kq = softcap(ctx, kq, cap);
+    kq = ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f);
+    ggml_tensor * kqv = ggml_mul_mat(ctx, vv, kq);                         // [hd, T, n_head]
+    return ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, T);
+}
+
+// Attention of one block: writes the lane's K/V rows into layer il's cache, then each sequence
+// group attends over its own region (the sliding-window mask on the arch's local layers).
 static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_inputs & in,
-                               const graph_shape & s, const block_weights & w, int il, ggml_tensor * xn) {
+                               const graph_shape & s, const std::vector<seq_group> & groups, const block_weights & w,
+                               int il, ggml_tensor * xn) {
     const hparams & hp = m.hp;
     const int T = (int) xn->ne[1];
-    const int hd = hp.n_embd_head;
 
-    const int n_kv = s.n_kv;
     ggml_tensor * q, * k, * v;
     project_qkv(ctx, m, s, w, xn, q, k, v);
     if (hp.uses_rope(il)) {   // SmolLM3 leaves every 4th layer unrotated
@@ -128,39 +185,25 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
 
     // The attention reads views of the set_rows results, so it is ordered after the writes.
     const int E = hp.n_embd_k_gqa();
-    const size_t es = ggml_type_size(kv.type);
     // A view, as llama.cpp writes K: ggml-cuda fuses rope + view + set_rows.
     ggml_tensor * k_all = ggml_set_rows(ctx, kv.k[il], ggml_view_2d(ctx, k, E, T, k->nb[2], 0), in.kv_idx);
-    ggml_tensor * kk = ggml_view_3d(ctx, k_all, hd, n_kv, hp.n_head_kv, es * E, es * hd, 0);
-    ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [hd, T, n_head]
-    ggml_tensor * o;
+    ggml_tensor * v_all;
     if (!kv.v_trans) {
-        ggml_tensor * v_all = ggml_set_rows(ctx, kv.v[il], v, in.kv_idx);
-        ggml_tensor * vv = ggml_view_3d(ctx, v_all, hd, n_kv, hp.n_head_kv, es * E, es * hd, 0);
-        o = ggml_flash_attn_ext(ctx, qp, kk, vv, mask, scale, 0.0f, cap);
-        ggml_prec_set_acc(o, GGML_PREC_F32);
-        o = ggml_reshape_2d(ctx, o, hd * hp.n_head, T);
-    } else {
-        // V is transposed in the cache: one element per row, scattered by v_idx.
-        const int64_t n_ctx = kv.v[il]->ne[0];
-        ggml_tensor * v_flat = ggml_reshape_2d(ctx, kv.v[il], 1, n_ctx * E);
-        ggml_tensor * v_all = ggml_set_rows(ctx, v_flat, ggml_reshape_2d(ctx, v, 1, (int64_t) E * T), in.v_idx);
-        ggml_tensor * vv = ggml_view_3d(ctx, v_all, n_kv, hd, hp.n_head_kv, es * n_ctx, es * n_ctx * hd, 0);
-        if (s.invariant && T > 1) {
-            // One query per product (the tokens in dimension 3), as in a single-token step.
-            ggml_tensor * kq = ggml_mul_mat(ctx, kk, ggml_reshape_4d(ctx, q, hd, 1, hp.n_head, T));  // [n_kv, 1, n_head, T]
-            ggml_prec_set_acc(kq, GGML_PREC_F32);
-            if (cap > 0.0f) kq = softcap(ctx, kq, cap);
-            kq = ggml_soft_max_ext(ctx, kq, ggml_reshape_4d(ctx, mask, mask->ne[0], 1, 1, T), scale, 0.0f);
-            o = ggml_reshape_2d(ctx, ggml_mul_mat(ctx, vv, kq), hd * hp.n_head, T);              // [hd, 1, n_head, T]
-        } else {
-            ggml_tensor * kq = ggml_mul_mat(ctx, kk, qp);                          // [n_kv, T, n_head]
-            ggml_prec_set_acc(kq, GGML_PREC_F32);   // as llama.cpp: F32 accumulation (cuBLAS would use F16)
-            if (cap > 0.0f) kq = softcap(ctx, kq, cap);
-            kq = ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f);
-            ggml_tensor * kqv = ggml_mul_mat(ctx, vv, kq);                         // [hd, T, n_head]
-            o = ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, T);
-        }
+        v_all = ggml_set_rows(ctx, kv.v[il], v, in.kv_idx);
+    } else {   // one element per row, scattered by v_idx
+        const int64_t rows = kv.v[il]->ne[0];
+        v_all = ggml_set_rows(ctx, ggml_reshape_2d(ctx, kv.v[il], 1, rows * E), ggml_reshape_2d(ctx, v, 1, (int64_t) E * T), in.v_idx);
+        v_all = ggml_reshape_2d(ctx, v_all, rows, E);
+    }
+    ggml_tensor * o = nullptr;
+    int t0 = 0;
+    size_t moff = 0;   // the groups' masks lie back to back in one input
+    for (const seq_group & g : groups) {
+        ggml_tensor * gm = ggml_view_2d(ctx, mask, g.n_kv, g.n_tokens, sizeof(ggml_fp16_t) * g.n_kv, moff);
+        ggml_tensor * og = group_attention(ctx, m, kv, s, g, t0, q, k_all, v_all, gm, scale, cap);
+        o = o ? ggml_concat(ctx, o, og, 1) : og;
+        t0 += g.n_tokens;
+        moff += sizeof(ggml_fp16_t) * g.n_kv * g.n_tokens;
     }
     return linear(ctx, s, w.wo, o, w.bo);
 }
@@ -170,10 +213,10 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
 // post-norms where the arch has them (OLMo 2 has only post-norms).
 // With out_ids, only those token rows continue after attention (the last block before the head).
 static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_inputs & in,
-                                 const graph_shape & s, const block_weights & w, int il, ggml_tensor * x,
-                                 ggml_tensor * out_ids) {
+                                 const graph_shape & s, const std::vector<seq_group> & groups, const block_weights & w,
+                                 int il, ggml_tensor * x, ggml_tensor * out_ids) {
     const float eps = m.hp.rms_eps;
-    ggml_tensor * a = attention(ctx, m, kv, in, s, w, il, w.attn_norm ? rms_norm(ctx, x, w.attn_norm, eps) : x);
+    ggml_tensor * a = attention(ctx, m, kv, in, s, groups, w, il, w.attn_norm ? rms_norm(ctx, x, w.attn_norm, eps) : x);
     if (out_ids) {
         a = ggml_get_rows(ctx, a, out_ids);
         x = ggml_get_rows(ctx, x, out_ids);
@@ -194,8 +237,94 @@ static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_c
     return ggml_add(ctx, h, f);
 }
 
+static ggml_tensor * new_input(ggml_context * ctx, ggml_type type, int64_t n, const char * name) {
+    ggml_tensor * t = ggml_new_tensor_1d(ctx, type, n);
+    ggml_set_input(t);
+    ggml_set_name(t, name);
+    return t;
+}
+
+// The inputs of one lane, and the hidden state it starts from.
+static ggml_tensor * lane_inputs(ggml_context * ctx, const model & m, const kv_cache & kv, const segment & seg,
+                                 const lane & ln, lane_io & io, const device_carry * carry) {
+    graph_inputs & in = io.in;
+    const int T = ln.n_tokens();
+    ggml_tensor * x = nullptr;
+    if (ln.first == 0) {
+        in.tokens = new_input(ctx, GGML_TYPE_I32, T, "inp_tokens");
+        x = ggml_get_rows(ctx, m.tok_embd, in.tokens);
+        if (m.hp.embd_scale != 1.0f) x = ggml_scale(ctx, x, m.hp.embd_scale);
+    } else if (seg.carry_in >= 0) {
+        x = io.hidden_in = ggml_view_2d(ctx, carry->t, m.hp.n_embd, 1, carry->t->nb[1], carry->t->nb[2] * seg.carry_in);
+    } else {
+        x = io.hidden_in = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, m.hp.n_embd, T);
+        ggml_set_input(io.hidden_in);
+        ggml_set_name(io.hidden_in, "inp_hidden");
+    }
+    in.kv_idx = new_input(ctx, GGML_TYPE_I64, T, "inp_kv_idx");
+    // Each mask, and the positions, only when a block of the lane reads them: an unused input gets
+    // no memory (SmolLM3's unrotated layers read no positions).
+    bool any_swa = false, any_global = false, any_rope = false;
+    for (int il = ln.first; il <= ln.last; il++) {
+        (m.hp.is_swa(il) ? any_swa : any_global) = true;
+        any_rope = any_rope || m.hp.uses_rope(il);
+    }
+    if (any_rope) in.pos = new_input(ctx, GGML_TYPE_I32, T, "inp_pos");
+    if (m.hp.attn_temp_scale != 0.0f) {
+        in.attn_scale = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, 1, T);
+        ggml_set_input(in.attn_scale);
+        ggml_set_name(in.attn_scale, "inp_attn_scale");
+    }
+    int64_t n_mask = 0;
+    for (const seq_group & g : ln.groups) n_mask += (int64_t) g.n_kv * g.n_tokens;
+    if (any_global) in.mask = new_input(ctx, GGML_TYPE_F16, n_mask, "inp_mask");
+    if (any_swa) in.mask_swa = new_input(ctx, GGML_TYPE_F16, n_mask, "inp_mask_swa");
+    if (kv.v_trans) in.v_idx = new_input(ctx, GGML_TYPE_I64, (int64_t) m.hp.n_embd_k_gqa() * T, "inp_v_idx");
+    if (ln.head() && ln.n_outputs < T) in.out_ids = new_input(ctx, GGML_TYPE_I32, ln.n_outputs, "inp_out_ids");
+    return x;
+}
+
+// Cosines of the checked blocks of a lane, in the graph. The hidden states around them are stacked as
+// [n_embd, T, n_checks + 1], so that all checked blocks cost a handful of ops at the end rather than
+// several each (every op is a thread barrier on the CPU).
+static ggml_tensor * stacked_checks(ggml_context * ctx, ggml_tensor * stack, int n) {
+    const size_t nb2 = stack->nb[2];
+    ggml_tensor * a = ggml_view_3d(ctx, stack, stack->ne[0], stack->ne[1], n, stack->nb[1], nb2, 0);
+    ggml_tensor * b = ggml_view_3d(ctx, stack, stack->ne[0], stack->ne[1], n, stack->nb[1], nb2, nb2);
+    ggml_tensor * dot = ggml_sum_rows(ctx, ggml_mul(ctx, a, b));              // [1, T, n]
+    ggml_tensor * sq = ggml_sum_rows(ctx, ggml_sqr(ctx, stack));              // [1, T, n + 1]
+    ggml_tensor * na = ggml_view_3d(ctx, sq, 1, sq->ne[1], n, sq->nb[1], sq->nb[2], 0);
+    ggml_tensor * nb = ggml_view_3d(ctx, sq, 1, sq->ne[1], n, sq->nb[1], sq->nb[2], sq->nb[2]);
+    ggml_tensor * c = ggml_div(ctx, dot, ggml_sqrt(ctx, ggml_mul(ctx, na, nb)));   // cos, [1, T, n]
+    ggml_set_name(c, "checks");
+    ggml_set_output(c);
+    return c;
+}
+
+static void check_segment(const model & m, const segment & seg, const device_carry * carry) {
+    const int L = m.hp.n_layer;
+    if (seg.lanes.empty()) fail(PR_ERR_INTERNAL, "a segment without lanes");
+    for (const lane & ln : seg.lanes) {
+        if (ln.first < 0 || ln.last >= L || ln.first > ln.last || (ln.head() && ln.last != L - 1) || (ln.river && !m.river) ||
+            ln.groups.empty()) {
+            fail(PR_ERR_INTERNAL, "bad lane [%d, %d] head %d", ln.first, ln.last, (int) ln.head());
+        }
+    }
+    if ((seg.carry_in >= 0 || seg.carry_out) &&
+        (!carry || seg.lanes.size() != 1 || seg.n_tokens() != 1 || (seg.carry_out && seg.head()))) {
+        fail(PR_ERR_INTERNAL, "a carry segment needs a carry and one token, and a head ends the step");
+    }
+}
+
 built_graph * build_graph(const model & m, const kv_cache & kv, const segment & seg, const device_carry * carry) {
-    const size_t cap = graph_capacity(m);
+    check_segment(m, seg, carry);
+    int n_groups = 0, lo = m.hp.n_layer, hi = 0;
+    for (const lane & ln : seg.lanes) {
+        n_groups += (int) ln.groups.size();
+        lo = std::min(lo, ln.first);
+        hi = std::max(hi, ln.last);
+    }
+    const size_t cap = graph_capacity(m, (int) seg.lanes.size(), n_groups);
     ggml_init_params ip = {ggml_tensor_overhead() * cap + ggml_graph_overhead_custom(cap, false), nullptr, true};
     std::unique_ptr<built_graph> g(new built_graph());
     g->seg = seg;
@@ -205,125 +334,63 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     g->gf = ggml_new_graph_custom(ctx, cap, false);
     const graph_shape & s = seg.shape;
     const int L = m.hp.n_layer;
-    if (seg.first < 0 || seg.last >= L || seg.first > seg.last || (seg.head() && seg.last != L - 1) || (seg.river && !m.river)) {
-        fail(PR_ERR_INTERNAL, "bad segment [%d, %d] head %d", seg.first, seg.last, (int) seg.head());
-    }
 
-    graph_inputs & in = g->in;
-    const int T = s.n_tokens;
-    if ((seg.carry_in >= 0 || seg.carry_out) && (!carry || T != 1 || (seg.carry_out && seg.head()))) {
-        fail(PR_ERR_INTERNAL, "a carry segment needs a carry and one token, and a head ends the step");
+    const size_t nl = seg.lanes.size();
+    g->lanes.resize(nl);
+    std::vector<ggml_tensor *> x(nl), stack(nl, nullptr);
+    for (size_t i = 0; i < nl; i++) x[i] = lane_inputs(ctx, m, kv, seg, seg.lanes[i], g->lanes[i], carry);
+    // Block by block, every lane that runs the block (lanes may start at different blocks).
+    for (int il = lo; il <= hi; il++) {
+        for (size_t i = 0; i < nl; i++) {
+            const lane & ln = seg.lanes[i];
+            lane_io & io = g->lanes[i];
+            if (il < ln.first || il > ln.last) continue;
+            const bool check = il >= ln.check_first && il <= ln.check_last;
+            if (check && !io.check_in) {
+                io.check_in = x[i];
+                ggml_set_output(x[i]);   // also when x is the input: the allocator may reuse an input's memory
+                if (!seg.host_checks) stack[i] = ggml_reshape_3d(ctx, x[i], x[i]->ne[0], x[i]->ne[1], 1);
+            }
+            ggml_tensor * sel = (ln.head() && il == L - 1) ? io.in.out_ids : nullptr;
+            const block_weights & w = ln.river ? m.river->blocks[il] : m.blocks[il];
+            ggml_tensor * y = build_block(ctx, m, kv, io.in, s, ln.groups, w, il, x[i], sel);
+            if (check) {
+                if (stack[i]) stack[i] = ggml_concat(ctx, stack[i], ggml_reshape_3d(ctx, y, y->ne[0], y->ne[1], 1), 2);
+                ggml_set_output(y);
+                io.hidden_out.push_back(y);
+            }
+            x[i] = y;
+        }
     }
-    if (seg.first == 0) {
-        in.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
-        ggml_set_input(in.tokens);
-        ggml_set_name(in.tokens, "inp_tokens");
-    } else if (seg.carry_in >= 0) {
-        g->hidden_in = ggml_view_2d(ctx, carry->t, m.hp.n_embd, 1, carry->t->nb[1], carry->t->nb[2] * seg.carry_in);
-    } else {
-        g->hidden_in = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, m.hp.n_embd, T);
-        ggml_set_input(g->hidden_in);
-        ggml_set_name(g->hidden_in, "inp_hidden");
-    }
-    // Each mask, and the positions, only when a block of the segment reads them: an unused input
-    // gets no memory (SmolLM3's unrotated layers read no positions).
-    bool any_swa = false, any_global = false, any_rope = false;
-    for (int il = seg.first; il <= seg.last; il++) {
-        (m.hp.is_swa(il) ? any_swa : any_global) = true;
-        any_rope = any_rope || m.hp.uses_rope(il);
-    }
-    if (any_rope) {
-        in.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, T);
-        ggml_set_input(in.pos);
-        ggml_set_name(in.pos, "inp_pos");
-    }
-    in.kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, T);
-    ggml_set_input(in.kv_idx);
-    if (any_global) {
-        in.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.n_kv, T);
-        ggml_set_input(in.mask);
-        ggml_set_name(in.mask, "inp_mask");
-    }
-    if (any_swa) {
-        in.mask_swa = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.n_kv, T);
-        ggml_set_input(in.mask_swa);
-        ggml_set_name(in.mask_swa, "inp_mask_swa");
-    }
-    if (m.hp.attn_temp_scale != 0.0f) {
-        in.attn_scale = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, 1, T);
-        ggml_set_input(in.attn_scale);
-        ggml_set_name(in.attn_scale, "inp_attn_scale");
-    }
-    if (kv.v_trans) {
-        in.v_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, (int64_t) m.hp.n_embd_k_gqa() * T);
-        ggml_set_input(in.v_idx);
-        ggml_set_name(in.v_idx, "inp_v_idx");
-    }
-    ggml_set_name(in.kv_idx, "inp_kv_idx");
-    if (seg.head() && s.n_outputs < T) {
-        in.out_ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, s.n_outputs);
-        ggml_set_input(in.out_ids);
-        ggml_set_name(in.out_ids, "inp_out_ids");
-    }
-
-    ggml_tensor * x = g->hidden_in;
     ggml_tensor * carry_src = nullptr;   // what the carry keeps: the check stack, else the last hidden state
-    if (seg.first == 0) {
-        x = ggml_get_rows(ctx, m.tok_embd, in.tokens);
-        if (m.hp.embd_scale != 1.0f) x = ggml_scale(ctx, x, m.hp.embd_scale);
-    }
-    // Hidden states around the checked blocks are outputs. For the in-graph similarities they are
-    // stacked as [n_embd, T, n_checks + 1], so that all checked blocks cost a handful of ops at
-    // the end rather than several each (every op is a thread barrier on the CPU).
-    ggml_tensor * stack = nullptr;
-    for (int il = seg.first; il <= seg.last; il++) {
-        const bool check = il >= seg.check_first && il <= seg.check_last;
-        if (check && !g->check_in) {
-            g->check_in = x;
-            ggml_set_output(x);   // also when x is the input: the allocator may reuse an input's memory
-            if (!seg.host_checks) stack = ggml_reshape_3d(ctx, x, x->ne[0], x->ne[1], 1);
+    ggml_tensor * head_in = nullptr;     // the output rows of the lanes with a head, in lane order
+    for (size_t i = 0; i < nl; i++) {
+        lane_io & io = g->lanes[i];
+        for (ggml_tensor * h : io.hidden_out) ggml_build_forward_expand(g->gf, h);
+        if (stack[i]) {
+            io.checks = stacked_checks(ctx, stack[i], seg.lanes[i].n_checks());
+            ggml_build_forward_expand(g->gf, io.checks);
+            carry_src = stack[i];
         }
-        ggml_tensor * sel = (seg.head() && il == L - 1) ? in.out_ids : nullptr;
-        const block_weights & w = seg.river ? m.river->blocks[il] : m.blocks[il];
-        ggml_tensor * y = build_block(ctx, m, kv, in, s, w, il, x, sel);
-        if (check) {
-            if (stack) stack = ggml_concat(ctx, stack, ggml_reshape_3d(ctx, y, y->ne[0], y->ne[1], 1), 2);
-            ggml_set_output(y);
-            g->hidden_out.push_back(y);
+        if (seg.lanes[i].head()) {
+            head_in = head_in ? ggml_concat(ctx, head_in, x[i], 1) : x[i];
+        } else {
+            io.last_hidden = x[i];
+            ggml_set_output(x[i]);
+            ggml_build_forward_expand(g->gf, x[i]);
         }
-        x = y;
     }
-    for (ggml_tensor * h : g->hidden_out) ggml_build_forward_expand(g->gf, h);
-    if (stack) {
-        const int n = seg.n_checks();
-        const size_t nb2 = stack->nb[2];
-        ggml_tensor * a = ggml_view_3d(ctx, stack, stack->ne[0], stack->ne[1], n, stack->nb[1], nb2, 0);
-        ggml_tensor * b = ggml_view_3d(ctx, stack, stack->ne[0], stack->ne[1], n, stack->nb[1], nb2, nb2);
-        ggml_tensor * dot = ggml_sum_rows(ctx, ggml_mul(ctx, a, b));              // [1, T, n]
-        ggml_tensor * sq = ggml_sum_rows(ctx, ggml_sqr(ctx, stack));              // [1, T, n + 1]
-        ggml_tensor * na = ggml_view_3d(ctx, sq, 1, sq->ne[1], n, sq->nb[1], sq->nb[2], 0);
-        ggml_tensor * nb = ggml_view_3d(ctx, sq, 1, sq->ne[1], n, sq->nb[1], sq->nb[2], sq->nb[2]);
-        g->checks = ggml_div(ctx, dot, ggml_sqrt(ctx, ggml_mul(ctx, na, nb)));   // cos, [1, T, n]
-        ggml_set_name(g->checks, "checks");
-        ggml_set_output(g->checks);
-        ggml_build_forward_expand(g->gf, g->checks);
-        carry_src = stack;
-    }
-    if (seg.head()) {
-        x = rms_norm(ctx, x, m.output_norm, m.hp.rms_eps);
-        g->logits = linear(ctx, s, m.output, x, m.output_b);
+    if (head_in) {
+        ggml_tensor * h = rms_norm(ctx, head_in, m.output_norm, m.hp.rms_eps);
+        g->logits = linear(ctx, s, m.output, h, m.output_b);
         if (m.hp.final_softcap > 0.0f) g->logits = softcap(ctx, g->logits, m.hp.final_softcap);
         ggml_set_name(g->logits, "logits");
         ggml_set_output(g->logits);
         ggml_build_forward_expand(g->gf, g->logits);
-    } else {
-        g->last_hidden = x;
-        ggml_set_output(x);
-        ggml_build_forward_expand(g->gf, x);
     }
     if (seg.carry_out) {
         // One copy of every hidden state the next segment may start from, into the carry.
-        if (!carry_src) carry_src = ggml_reshape_3d(ctx, x, x->ne[0], 1, 1);
+        if (!carry_src) carry_src = ggml_reshape_3d(ctx, x[0], x[0]->ne[0], 1, 1);
         ggml_tensor * dst = ggml_view_3d(ctx, carry->t, carry_src->ne[0], 1, carry_src->ne[2], carry->t->nb[1], carry->t->nb[2], 0);
         ggml_build_forward_expand(g->gf, ggml_cpy(ctx, carry_src, dst));
     }

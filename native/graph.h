@@ -1,22 +1,63 @@
-// Compute graphs. A block is one unit (build_block); a graph is a path of blocks, one per layer,
-// each taken from the backbone or, once River exits, from the river. Graphs are reused while their
-// shape and path stay the same: only the input tensors change between tokens.
+// Compute graphs. A block is one unit (build_block); a graph runs one or more lanes, each a set of
+// tokens going through a range of blocks of the backbone or of the river (with several sequences
+// in a step, tokens that left the backbone run beside those that did not). Graphs are reused while
+// their shape stays the same: only the input tensors change between steps.
 #pragma once
 
 #include "kv_cache.h"
 
 namespace pr {
 
+// One sequence's tokens in a lane: consecutive token rows, at consecutive positions at the end of
+// the sequence. Their attention reads the first n_kv rows of the sequence's region only.
+struct seq_group {
+    int seq = 0;
+    int n_tokens = 0;
+    int n_kv = 0;       // rows attended to (a multiple of kv_pad, or the region's length)
+    bool operator==(const seq_group & o) const { return seq == o.seq && n_tokens == o.n_tokens && n_kv == o.n_kv; }
+};
+
+// Tokens that run blocks first..last of the backbone or of the river together, starting from the
+// token embeddings (first == 0) or from a hidden state given as input; with the exit similarity of
+// blocks check_first..check_last; the final norm and LM head when the lane has outputs (last == L-1).
+struct lane {
+    std::vector<seq_group> groups;
+    int first = 0, last = -1;
+    bool river = false;
+    int check_first = 0, check_last = -1;
+    int n_outputs = 0;  // rows of logits; 0 = no head
+    bool operator==(const lane & o) const {
+        return groups == o.groups && first == o.first && last == o.last && river == o.river &&
+               check_first == o.check_first && check_last == o.check_last && n_outputs == o.n_outputs;
+    }
+    int n_tokens() const;
+    int n_checks() const { return check_last >= check_first ? check_last - check_first + 1 : 0; }
+    bool head() const { return n_outputs > 0; }
+};
+
 struct graph_shape {
     bool flash_attn = false;
-    bool invariant = false;  // every product is one token's (see token_products in graph.cpp)
-    int n_tokens = 0;
-    int n_kv = 0;       // cache rows attended to (a multiple of kv_pad, or n_ctx)
-    int n_outputs = 0;  // rows of logits; 0 = no head
-    bool operator==(const graph_shape & o) const {
-        return flash_attn == o.flash_attn && invariant == o.invariant && n_tokens == o.n_tokens && n_kv == o.n_kv &&
-               n_outputs == o.n_outputs;
+    bool invariant = false;  // every product is one token's (see linear in graph.cpp)
+    bool operator==(const graph_shape & o) const { return flash_attn == o.flash_attn && invariant == o.invariant; }
+};
+
+// What one graph computes: its lanes (one for a single-sequence step). Device carry (one lane of one
+// token on one device): the hidden state stays in a device buffer between segments instead of a
+// round trip through the host.
+struct segment {
+    graph_shape shape;
+    std::vector<lane> lanes;
+    bool host_checks = false;        // similarities computed by the caller from hidden outputs
+    int carry_in = -1;               // >= 0: start from this slot of the carry (first > 0)
+    bool carry_out = false;          // write the hidden states the next segment may start from
+    bool operator==(const segment & o) const {
+        return shape == o.shape && lanes == o.lanes && host_checks == o.host_checks && carry_in == o.carry_in &&
+               carry_out == o.carry_out;
     }
+    int n_tokens() const;
+    int n_outputs() const;
+    bool head() const { return n_outputs() > 0; }
+    const lane & one() const { return lanes[0]; }   // the lane of a single-lane segment
 };
 
 struct graph_inputs {
@@ -24,45 +65,28 @@ struct graph_inputs {
     ggml_tensor * pos = nullptr;     // I32 [n_tokens]
     ggml_tensor * kv_idx = nullptr;  // I64 [n_tokens]: cache row each token writes
     ggml_tensor * v_idx = nullptr;   // I64 [n_embd_v * n_tokens]: element index in a transposed V
-    ggml_tensor * mask = nullptr;    // F16 [n_kv, n_tokens]: 0 or -inf
+    ggml_tensor * mask = nullptr;    // F16, the groups' masks back to back ([n_kv, n_tokens] each): 0 or -inf
     ggml_tensor * mask_swa = nullptr; // the same within the sliding window (models with one)
     ggml_tensor * out_ids = nullptr; // I32 [n_outputs]: token rows that get logits
     ggml_tensor * attn_scale = nullptr; // F32 [1, 1, n_tokens]: Q's temperature factor (Mistral 3 tuning)
 };
 
-// What one graph computes: blocks first..last of the backbone or of the river, starting from the token embeddings
-// (first == 0) or from a hidden state given as input; the exit similarity of blocks
-// check_first..check_last; the final norm and LM head when it has outputs (needs last == L-1).
-struct segment {
-    graph_shape shape;
-    int first = 0, last = -1;
-    bool river = false;              // blocks first..last are the river's (else the backbone's)
-    int check_first = 0, check_last = -1;
-    bool host_checks = false;        // similarities computed by the caller from hidden outputs
-    // Device carry (single-token segments on one device): the hidden state stays in a device
-    // buffer between segments instead of a round trip through the host.
-    int carry_in = -1;               // >= 0: start from this slot of the carry (first > 0)
-    bool carry_out = false;          // write the hidden states the next segment may start from
-    bool operator==(const segment & o) const {
-        return shape == o.shape && first == o.first && last == o.last && check_first == o.check_first &&
-               check_last == o.check_last && host_checks == o.host_checks && river == o.river &&
-               carry_in == o.carry_in && carry_out == o.carry_out;
-    }
-    int n_checks() const { return check_last >= check_first ? check_last - check_first + 1 : 0; }
-    bool head() const { return shape.n_outputs > 0; }
-};
-
-struct built_graph {
-    segment seg;
-    ggml_context * ctx = nullptr;
-    ggml_cgraph * gf = nullptr;
+// One lane's tensors in a built graph.
+struct lane_io {
     graph_inputs in;
     ggml_tensor * hidden_in = nullptr;       // F32 [n_embd, n_tokens] when first > 0
     ggml_tensor * checks = nullptr;          // F32 [1, n_tokens, n_checks]: cos(block input, output)
     std::vector<ggml_tensor *> hidden_out;   // F32 [n_embd, n_tokens] after each checked block
     ggml_tensor * check_in = nullptr;        // F32 [n_embd, n_tokens] into the first checked block
     ggml_tensor * last_hidden = nullptr;     // F32 [n_embd, n_tokens] after block last (no head)
-    ggml_tensor * logits = nullptr;          // F32 [n_vocab, n_outputs]
+};
+
+struct built_graph {
+    segment seg;
+    ggml_context * ctx = nullptr;
+    ggml_cgraph * gf = nullptr;
+    std::vector<lane_io> lanes;
+    ggml_tensor * logits = nullptr;          // F32 [n_vocab, n_outputs]: the lanes' outputs in lane order
     ~built_graph();
 };
 
@@ -81,7 +105,8 @@ struct device_carry {
     device_carry & operator=(const device_carry &) = delete;
 };
 
-size_t graph_capacity(const model & m);
+// Nodes a graph of n_lanes lanes over n_groups sequence groups in all may need.
+size_t graph_capacity(const model & m, int n_lanes, int n_groups);
 built_graph * build_graph(const model & m, const kv_cache & kv, const segment & seg, const device_carry * carry);
 
 } // namespace pr

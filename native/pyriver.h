@@ -78,6 +78,8 @@ typedef struct {
                                  prompt is split, prefix reuse, batching); 0: llama.cpp's kernels for
                                  multi-token steps; -1: 1 when every block and the head are on the CPU
                                  and flash_attn is off (the default), else 0. 1 with flash_attn is refused */
+    int32_t n_seq_max;        /* sequences the cache holds (0..n_seq_max-1), n_ctx tokens each; the
+                                 single-sequence calls work on sequence 0 */
 } pr_context_params;
 
 PR_API const char * pr_last_error(void);
@@ -122,6 +124,19 @@ PR_API int32_t   pr_n_ctx(const pr_context * ctx);
 PR_API pr_status pr_kv_truncate(pr_context * ctx, int32_t n_keep); /* keep the first n_keep */
 PR_API pr_status pr_kv_clear(pr_context * ctx);
 
+/* ---- Several sequences in one step ----------------------------------------------------------
+ * n tokens of any sequences: token i belongs to sequence seq[i] at position pos[i], which must be
+ * the next free position of that sequence (its cached count plus its earlier tokens in this call).
+ * logits[i] != 0 keeps token i's logits: pr_logits rows 0.. in batch order of those tokens.
+ * prompt[i] != 0 marks a prompt token (full depth unless prefill_exit); a sequence with exactly one
+ * token that is not a prompt token is a decode step and may exit (under batch_rule). Nothing is
+ * computed when any token is invalid. pr_exit_layers then gives each token's exit block. */
+PR_API pr_status pr_decode_batch(pr_context * ctx, const int32_t * tokens, const int32_t * seq, const int32_t * pos,
+                                 const int32_t * logits, const int32_t * prompt, int32_t n);
+PR_API int32_t   pr_n_seq_max(const pr_context * ctx);
+PR_API int32_t   pr_seq_pos(const pr_context * ctx, int32_t seq);                    /* tokens of seq cached; -1: bad seq */
+PR_API pr_status pr_seq_truncate(pr_context * ctx, int32_t seq, int32_t n_keep);     /* keep its first n_keep */
+
 /* ---- River ---------------------------------------------------------------------------------
  * A river is a requantized copy of every block's matrices, kept in a sidecar GGUF bound to its
  * backbone by the backbone file's sha256 and size. */
@@ -142,6 +157,11 @@ typedef struct {
     float   exit_threshold;   /* tau: exit when cos(block input, block output) >= tau; > 1 never */
     int32_t min_exit_layer;   /* first block whose similarity is checked */
     int32_t prefill_exit;     /* prompts exit too, at the first block where all tokens reach tau */
+    int32_t batch_rule;       /* how a pr_decode_batch step over several sequences exits: 0 split (each
+                                 sequence leaves at its own block, the river runs beside the backbone in
+                                 the same graphs), 1 minimum (the whole step leaves at the first block
+                                 where every sequence reaches tau), 2 all (each keeps the backbone until
+                                 every sequence has reached tau once, then all leave there) */
 } pr_exit_params;
 
 PR_API pr_exit_params pr_exit_default_params(void);

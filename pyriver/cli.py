@@ -18,6 +18,8 @@ TOOLS = {
               "uniformly requantized models; Pareto frontier, PNG, markdown"),
     "calibrate": ("pyriver.tools.calibrate", "store the fastest River setting meeting a fidelity target in the sidecar"),
     "bench": ("pyriver.tools.bench", "pyriver vs llama.cpp on one GGUF: prefill, decode, RSS"),
+    # not a tool: the server extra, which depends on the runtime (imported by name only when it runs)
+    "serve": ("pyriver.server", "OpenAI-compatible server, many requests decoded in one batch (pyriver[server])"),
 }
 
 

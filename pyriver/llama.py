@@ -76,6 +76,7 @@ class Llama:
         self._kinds: List[int] = []      # for each: PROMPT_LIKE, or STEP (see _step_kind)
         self._version = 0                # counts the changes of the cache, whoever made them
         self._exiting = False            # an exit rule is on (set_exit)
+        self.exit_params = None          # the native exit rule of the last set_exit
         self.last_exits: List[int] = []  # exit block of each token of the last eval
         self.exit_threshold = DEFAULT_TAU if exit_threshold is None else float(exit_threshold)
         # The default first checked block, kept inside shallow (synthetic) models.
@@ -159,6 +160,7 @@ class Llama:
         out = ffi.new("pr_context **")
         check(lib.pr_context_new(self._model, cp, out))
         self._ctx = out[0]
+        self.context_params = cp   # what a BatchDecoder (pyriver.batch) on this model starts from
         # True when a token's logits do not depend on the step it was computed in (the CPU's
         # default; see pr_context_params.batch_invariant).
         self.batch_invariant = bool(lib.pr_context_batch_invariant(self._ctx))
@@ -196,6 +198,7 @@ class Llama:
             d.device_carry = -1 if device_carry else 0
             d.predict = 1 if predict else 0
             default = lib.pr_exit_debug_default_params()
+            self.exit_params = (p, d)   # a BatchDecoder on this model applies the same rule
             if all(getattr(d, k) == getattr(default, k) for k in dir(default)):
                 check(lib.pr_context_set_exit(self._ctx, p))
             else:   # the testing and benchmark knobs (pyriver_debug.h)
@@ -498,15 +501,17 @@ class Llama:
         """Tokens the last completion generated (streamed ones as far as they were read)."""
         return self._n_generated
 
-    def river_stats(self) -> Optional[Dict]:
-        """Exit statistics of the decode steps of the last generation, and in lossless mode its
-        draft statistics under "lossless" (generated tokens then all ran at full depth, so the
-        exit statistics count none). None without a river and lossless mode."""
-        if self.river_path is None and self._spec is None:
+    def river_stats(self, exits: Optional[Sequence[int]] = None) -> Optional[Dict]:
+        """Exit statistics of the decode steps of the last generation, or of the given exit blocks
+        (the server's requests); for the last generation in lossless mode also its draft statistics
+        under "lossless" (its tokens then all ran at full depth, so the exit statistics count none).
+        None without a river and lossless mode."""
+        if self.river_path is None and (self._spec is None or exits is not None):
             return None
-        d = exit_stats(self.last_stats.get("exits", []), self.info["n_layer"])
+        d = exit_stats(self.last_stats.get("exits", []) if exits is None else exits, self.info["n_layer"])
         d.update(river=self.river_path, exit_threshold=self.exit_threshold, min_exit_layer=self.min_exit_layer,
-                 calibrated=self.calibration is not None, lossless=lossless_stats(self.last_stats.get("lossless")))
+                 calibrated=self.calibration is not None,
+                 lossless=lossless_stats(self.last_stats.get("lossless")) if exits is None else None)
         return d
 
     def _events(self, prompt_tokens, sampler, max_tokens, stops, logprobs=None):
@@ -549,13 +554,20 @@ class Llama:
         prompt = self._template.render(messages, add_generation_prompt=True)
         return self.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
 
+    def chat_stops(self, stop: Optional[Union[str, List[str]]]) -> List[str]:
+        """A chat's stop strings: the caller's and the template's EOS text (templates that spell EOS as text)."""
+        if self._template is None:
+            self._template = chat.template_for(self)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if self._template.eos_token and self._template.eos_token not in stops:
+            stops.append(self._template.eos_token)
+        return stops
+
     def create_chat_completion(self, messages: List[Dict], *, stream: bool = False,
                                stop: Optional[Union[str, List[str]]] = None, max_tokens: Optional[int] = None,
                                **kwargs):
         tokens = self.chat_tokens(messages)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if self._template.eos_token and self._template.eos_token not in stops:
-            stops.append(self._template.eos_token)   # templates that spell EOS as text
+        stops = self.chat_stops(stop)
         cid, created = C.new_id("chatcmpl"), C.now()
         res = self.create_completion(tokens, stop=stops, max_tokens=max_tokens, stream=stream, **kwargs)
         if stream:

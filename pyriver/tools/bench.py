@@ -64,6 +64,10 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--prompts", type=int, default=6, help="lossless: chat prompts per repeat")
     b.add_argument("--not-batch-invariant", action="store_true",
                    help="lossless: pyriver with batch_invariant=False (llama.cpp's multi-token kernels verify; not bit-exact)")
+    b.add_argument("--serve", action="store_true", help="servers under 1/2/4/8 concurrent streams: pyriver's (River "
+                   "off, and on under each --batch-rules with --river) and, with --competitor, llama-cpp-python's")
+    b.add_argument("--streams", type=int, nargs="+", default=[1, 2, 4, 8], help="--serve: concurrent streams")
+    b.add_argument("--batch-rules", nargs="+", default=["split", "minimum", "all"], help="--serve: batch exit rules")
     b.add_argument("--chat-turns", action="store_true", help="second chat turn's time to first token, with and without prefix reuse")
     b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")
     b.add_argument("--systems-dtype", default="q8_0", choices=["f16", "q8_0"], help="backbone type of the synthetic model")
@@ -156,6 +160,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         a.tau = [DEFAULT_TAU]
     if a.systems:
         return systems.main(a)
+    if a.serve:
+        from . import serve_bench
+        return serve_bench.main(a)
     if a.overhead:
         return inprocess.overhead(a)
     if a.chat_turns:

@@ -47,6 +47,13 @@ def test_runtime_never_imports_tools():
     assert not {m: d for m, d in bad.items() if d}
 
 
+def test_runtime_never_imports_the_server():
+    """pyriver.server depends on the runtime, never the reverse (the CLI names it as a string only)."""
+    bad = {m: sorted(i for i in deps if i.startswith("pyriver.server")) for m, deps in _graph().items()
+           if not m.startswith(("pyriver.server", "pyriver.tools"))}
+    assert not {m: d for m, d in bad.items() if d}
+
+
 def _cycle(graph):
     """A cycle of the graph as a list of modules, or None."""
     state, stack = {}, []

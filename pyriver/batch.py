@@ -1,0 +1,106 @@
+"""Several sequences decoded together: one native context with n_seq slots (a KV region each) on a
+Llama's model, and one step over the tokens of any of them (pr_decode_batch). The Llama keeps its
+own single-sequence context; this one has the same parameters and exit rule."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from .native import check, ffi, last_error, lib
+from .errors import PyriverError
+
+# How a step over several sequences leaves the backbone (pr_exit_params.batch_rule).
+BATCH_RULES = {"split": 0, "minimum": 1, "all": 2}
+
+
+@dataclass
+class Feed:
+    """Tokens of one sequence in a step: a prompt chunk (full depth) or one decode-step token."""
+    seq: int
+    tokens: Sequence[int]
+    prompt: bool = False
+    logits: bool = True   # the logits of its last token are wanted
+
+
+class BatchDecoder:
+    def __init__(self, llm, n_seq: int, batch_rule: str = "split"):
+        if n_seq < 1:
+            raise ValueError(f"n_seq must be >= 1, got {n_seq}")
+        if batch_rule not in BATCH_RULES:
+            raise ValueError(f"batch_rule must be one of {', '.join(BATCH_RULES)}, got {batch_rule!r}")
+        self.llm = llm
+        self.n_seq = n_seq
+        self.n_vocab = llm.n_vocab()
+        cp = ffi.new("pr_context_params *", llm.context_params[0])
+        cp.n_seq_max = n_seq
+        out = ffi.new("pr_context **")
+        check(lib.pr_context_new(llm._model, cp, out))
+        self._ctx = out[0]
+        self.n_ctx = lib.pr_n_ctx(self._ctx)
+        self.n_batch = cp.n_batch
+        self.batch_rule = batch_rule
+        self.exiting = False
+        if llm.exit_params is not None:
+            p, d = llm.exit_params
+            ep = ffi.new("pr_exit_params *", p[0])
+            ep.batch_rule = BATCH_RULES[batch_rule]
+            check(lib.pr_context_set_exit_debug(self._ctx, ep, d))
+            self.exiting = d.force_exit_layer >= 0 or ep.exit_threshold <= 1.0
+
+    def close(self) -> None:
+        if self._ctx:
+            lib.pr_context_free(self._ctx)
+            self._ctx = ffi.NULL
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def pos(self, seq: int) -> int:
+        """Tokens of sequence seq in the cache."""
+        n = lib.pr_seq_pos(self._ctx, int(seq))
+        if n < 0:
+            raise ValueError(last_error())
+        return n
+
+    def truncate(self, seq: int, n_keep: int) -> None:
+        check(lib.pr_seq_truncate(self._ctx, int(seq), int(n_keep)))
+
+    def step(self, feeds: List[Feed]) -> Dict[int, tuple]:
+        """Runs one step over the feeds (one per sequence, at most n_batch tokens in all). Returns
+        {seq: (logits of its last token or None, exit block of each of its tokens)}."""
+        if not self._ctx:
+            raise RuntimeError("this BatchDecoder is closed")
+        toks, seqs, pos, want, prompt = [], [], [], [], []
+        for f in feeds:
+            if not f.tokens:
+                raise ValueError(f"sequence {f.seq}: a feed needs at least one token")
+            p0 = self.pos(f.seq)
+            n = len(f.tokens)
+            toks.extend(int(t) for t in f.tokens)
+            seqs.extend([int(f.seq)] * n)
+            pos.extend(range(p0, p0 + n))
+            want.extend([0] * (n - 1) + [1 if f.logits else 0])
+            prompt.extend([1 if f.prompt else 0] * n)
+        n = len(toks)
+        arr = lambda v: ffi.new("int32_t[]", v)   # noqa: E731
+        check(lib.pr_decode_batch(self._ctx, arr(toks), arr(seqs), arr(pos), arr(want), arr(prompt), n))
+        exits = ffi.new("int32_t[]", n)
+        lib.pr_exit_layers(self._ctx, exits, n)
+        out, row, at = {}, 0, 0
+        for f in feeds:
+            k = len(f.tokens)
+            logits = None
+            if f.logits:
+                ptr = lib.pr_logits(self._ctx, row)
+                if ptr == ffi.NULL:
+                    raise PyriverError(last_error())
+                logits = np.frombuffer(ffi.buffer(ptr, 4 * self.n_vocab), dtype=np.float32).copy()
+                row += 1
+            out[f.seq] = (logits, list(exits[at:at + k]))
+            at += k
+        return out

@@ -1,0 +1,281 @@
+"""The ASGI app (Starlette): OpenAI-compatible endpoints over the scheduler. The model loads in a
+thread after the server starts listening, so /health answers 503 until it is ready. Results are
+shaped by the runtime's own completion and chat helpers."""
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import threading
+from typing import Dict, Iterator, List, Optional
+
+from starlette.applications import Starlette
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .. import chat
+from .. import completion as C
+from ..errors import ContextFullError
+from ..logprobs import as_dict as logprobs_dict
+from ..sampling import Sampler
+from .metrics import Metrics
+from .scheduler import QueueFull, Request, Scheduler
+from .schema import CHAT, COMPLETION, APIError, parse
+
+
+class Server:
+    """What the endpoints share: settings, the model and scheduler once loaded, the metrics."""
+
+    def __init__(self, settings: Dict):
+        self.settings = settings
+        self.llm = None
+        self.sched: Optional[Scheduler] = None
+        self.error: Optional[str] = None
+        self.metrics = Metrics()
+        self.model_id = settings.get("alias") or None
+
+    def load(self) -> None:
+        try:
+            from ..llama import Llama
+            s = self.settings
+            llm = Llama(s["model"], n_ctx=s["n_ctx"], n_threads=s["threads"], n_threads_batch=s["threads"],
+                        verbose=s.get("verbose", False), **s.get("llama_kwargs", {}))
+            llm.chat_stops(None)   # compiles the chat template once, before any request thread
+            self.model_id = self.model_id or llm.model_path.rsplit("/", 1)[-1]
+            self.sched = Scheduler(llm, s["parallel"], batch_rule=s["batch_rule"], queue_max=s["queue"],
+                                   prompt_chunk=s["prompt_chunk"], metrics=self.metrics)
+            self.metrics.n_slots = s["parallel"]
+            self.metrics.sched = self.sched
+            self.llm = llm
+        except Exception as e:   # /health tells; the process stays up to say so
+            self.error = f"{type(e).__name__}: {e}"
+
+    # -- checks shared by the endpoints ----------------------------------------------------
+    def check_key(self, req: HTTPRequest) -> None:
+        key = self.settings.get("api_key")
+        if not key:
+            return
+        got = req.headers.get("authorization", "")
+        token = got[7:] if got.lower().startswith("bearer ") else ""
+        if not hmac.compare_digest(token.encode(), key.encode()):
+            raise APIError(401, "a missing or wrong API key (Authorization: Bearer KEY)", type_="authentication_error",
+                           code="invalid_api_key")
+
+    def ready(self):
+        if self.llm is None:
+            raise APIError(503, self.error or "the model is loading", type_="server_error")
+        return self.llm
+
+    def check_model(self, name: Optional[str]) -> None:
+        if name is not None and name not in (self.model_id, self.llm.model_path):
+            raise APIError(404, f"the model '{name}' does not exist; this server serves '{self.model_id}'",
+                           param="model", type_="invalid_request_error", code="model_not_found")
+
+    def prompt_tokens(self, toks: List[int]) -> List[int]:
+        n_ctx = self.sched.n_ctx
+        if not toks:
+            raise APIError(400, "the prompt is empty", param="prompt")
+        bad = [t for t in toks if not 0 <= t < self.llm.n_vocab()]
+        if bad:
+            raise APIError(400, f"token id {bad[0]} is out of range [0, {self.llm.n_vocab()})", param="prompt")
+        if len(toks) >= n_ctx:
+            raise APIError(400, f"the prompt has {len(toks)} tokens but the context holds {n_ctx} "
+                           f"(at least one more is needed to generate)", param="prompt", code="context_length_exceeded")
+        return toks
+
+    def submit(self, f: Dict, toks: List[int], logprobs: Optional[int]) -> Request:
+        max_tokens = f["max_tokens"] or self.sched.n_ctx - len(toks)
+        r = Request(prompt=toks, sampler=Sampler(f["sampling"], f["seed"]), max_tokens=max_tokens, logprobs=logprobs)
+        try:
+            self.sched.submit(r)
+        except QueueFull as e:
+            raise APIError(503, f"the server is busy: {e}", type_="server_error", code="queue_full") from None
+        self.metrics.requests += 1
+        return r
+
+    def river(self, r: Request) -> Optional[Dict]:
+        return self.llm.river_stats(r.exits)
+
+
+def events(r: Request, stops: List[str]) -> Iterator[tuple]:
+    """(text, finish reason or None) of a request as its tokens arrive; the last carries the reason.
+    Stop strings through the runtime's text_events; a stop string or a closed stream cancels it."""
+    state = {"reason": "length"}
+
+    def pieces():
+        try:
+            while True:
+                item = r.out.get()
+                if item[0] == "end":
+                    state["reason"] = item[1]
+                    return
+                yield item[2]
+        finally:
+            r.cancel()
+
+    for text, stopped in C.text_events(pieces(), [s.encode("utf-8") for s in stops if s]):
+        if stopped:
+            yield text, "stop"
+            return
+        if text:
+            yield text, None
+    if state["reason"].startswith("error"):
+        raise RuntimeError(state["reason"])
+    yield "", "stop" if state["reason"] == "stop" else "length"
+
+
+def _error(e: APIError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+def _sse(chunks: Iterator[dict], r: Request) -> StreamingResponse:
+    async def body():
+        try:
+            async for ch in iterate_in_threadpool(chunks):
+                yield f"data: {json.dumps(ch)}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:   # the client went away (or the stream ended): the slot frees at the next step
+            r.cancel()
+            r.out.put(("end", "cancelled"))   # wakes the reader thread if it waits
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def build_app(srv: Server) -> Starlette:
+    async def guarded(req: HTTPRequest, handler):
+        try:
+            srv.check_key(req)
+            srv.ready()
+            return await handler(req)
+        except APIError as e:
+            return _error(e)
+        except ContextFullError as e:
+            return _error(APIError(400, str(e), code="context_length_exceeded"))
+
+    async def completions(req: HTTPRequest):
+        return await guarded(req, _completions)
+
+    async def _completions(req: HTTPRequest):
+        f = parse(await req.body(), COMPLETION, "prompt")
+        srv.check_model(f["model"])
+        p = f["prompt"]
+        p = p[0] if isinstance(p, list) and isinstance(p[0], str) else p
+        toks = srv.prompt_tokens(await run_in_threadpool(_tokenize, srv, p) if isinstance(p, str) else list(p))
+        r = srv.submit(f, toks, f["logprobs"])
+        cid, created, model = C.new_id("cmpl"), C.now(), srv.model_id
+        if f["stream"]:
+            return _sse(_completion_chunks(srv, r, f, cid, created, model), r)
+        text, finish = await run_in_threadpool(_collect, r, f["stops"])
+        lp = logprobs_dict(srv.llm.vocab, r.logprob_entries, text, len(p) if isinstance(p, str) else 0) \
+            if f["logprobs"] is not None else None
+        d = C.completion_dict(cid, created, model, text, finish, C.usage_dict(len(toks), r.n_generated), logprobs=lp)
+        d["river"] = srv.river(r)   # null when River is off
+        return JSONResponse(d)
+
+    async def chat_completions(req: HTTPRequest):
+        return await guarded(req, _chat)
+
+    async def _chat(req: HTTPRequest):
+        f = parse(await req.body(), CHAT, "messages")
+        srv.check_model(f["model"])
+        try:
+            toks = await run_in_threadpool(_chat_tokens, srv, f["messages"])
+        except ValueError as e:
+            raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
+        srv.prompt_tokens(toks)
+        r = srv.submit(f, toks, None)
+        stops = srv.llm.chat_stops(f["stops"])
+        cid, created, model = C.new_id("chatcmpl"), C.now(), srv.model_id
+        if f["stream"]:
+            return _sse(_chat_chunks(srv, r, f, stops, cid, created, model), r)
+        text, finish = await run_in_threadpool(_collect, r, stops)
+        d = chat.chat_dict(cid, created, model, text, finish, C.usage_dict(len(toks), r.n_generated))
+        d["river"] = srv.river(r)
+        return JSONResponse(d)
+
+    async def models(req: HTTPRequest):
+        async def h(_):
+            return JSONResponse({"object": "list", "data": [
+                {"id": srv.model_id, "object": "model", "created": C.now(), "owned_by": "pyriver"}]})
+        return await guarded(req, h)
+
+    async def health(_req: HTTPRequest):
+        if srv.llm is None:
+            return JSONResponse({"status": "error" if srv.error else "loading", "error": srv.error}, status_code=503)
+        return JSONResponse({"status": "ok", "slots": srv.settings["parallel"]})
+
+    async def metrics(_req: HTTPRequest):
+        return PlainTextResponse(srv.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def not_found(req: HTTPRequest, exc):
+        return _error(APIError(getattr(exc, "status_code", 404), f"{req.method} {req.url.path}: "
+                               f"{getattr(exc, 'detail', 'not found')}"))
+
+    routes = [Route("/v1/completions", completions, methods=["POST"]),
+              Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+              Route("/v1/models", models, methods=["GET"]),
+              Route("/health", health, methods=["GET"]),
+              Route("/metrics", metrics, methods=["GET"])]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        # The model loads while the server listens: /health is 503 until it is ready.
+        threading.Thread(target=srv.load, name="pyriver-load", daemon=True).start()
+        yield
+        if srv.sched is not None:
+            srv.sched.stop()
+
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan)
+
+
+def _tokenize(srv: Server, text: str) -> List[int]:
+    with srv.sched.vocab_lock:
+        return srv.llm.tokenize(text.encode("utf-8"), add_bos=True, special=True) if text else [srv.llm.token_bos()]
+
+
+def _chat_tokens(srv: Server, messages: List[Dict]) -> List[int]:
+    with srv.sched.vocab_lock:
+        return srv.llm.chat_tokens(messages)
+
+
+def _collect(r: Request, stops: List[str]):
+    parts, finish = [], "length"
+    for text, fin in events(r, stops):
+        parts.append(text)
+        finish = fin or finish
+    return "".join(parts), finish
+
+
+def _usage_chunk(d: dict, r: Request) -> dict:
+    d = dict(d, choices=[])
+    d["usage"] = C.usage_dict(len(r.prompt), r.n_generated)
+    return d
+
+
+def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created: int, model: str) -> Iterator[dict]:
+    for text, fin in events(r, f["stops"]):
+        if text:
+            yield C.completion_dict(cid, created, model, text, None, None)
+        if fin:
+            yield dict(C.completion_dict(cid, created, model, "", fin, None), river=srv.river(r))
+    if f["include_usage"]:
+        yield _usage_chunk(C.completion_dict(cid, created, model, "", None, None), r)
+
+
+def _chat_chunks(srv: Server, r: Request, f: Dict, stops: List[str], cid: str, created: int,
+                 model: str) -> Iterator[dict]:
+    last = None
+    for ch in chat.chat_stream(cid, created, model, _as_completion_chunks(r, stops)):
+        if last is not None:
+            yield last
+        last = ch
+    last["river"] = srv.river(r)
+    yield last
+    if f["include_usage"]:
+        yield _usage_chunk(chat.chunk_dict(cid, created, model, {}, None), r)
+
+
+def _as_completion_chunks(r: Request, stops: List[str]) -> Iterator[dict]:
+    for text, fin in events(r, stops):
+        yield C.completion_dict("", 0, "", text, fin, None)

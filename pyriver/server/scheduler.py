@@ -1,0 +1,208 @@
+"""Continuous batching over slots: one thread owns the BatchDecoder. Each step it admits waiting
+requests into free slots, frees the slots of finished or abandoned requests, feeds every decoding
+slot its last token and the prompts of new requests in chunks (so one long prompt does not stall
+the other streams), then samples each slot's next token and hands it to the request's queue."""
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from ..batch import BatchDecoder, Feed
+from ..logprobs import entry as logprob_entry
+from ..sampling import Sampler
+
+
+class QueueFull(Exception):
+    """Every slot is busy and the waiting queue is full."""
+
+
+@dataclass
+class Request:
+    prompt: List[int]
+    sampler: Sampler
+    max_tokens: int
+    logprobs: Optional[int] = None
+    # What the scheduler hands back: ("token", id, piece bytes, logprob entry or None), then one ("end", reason)
+    # with reason "stop" (end of generation), "length" (max_tokens or the context) or "error: ..."
+    out: "queue.Queue" = field(default_factory=queue.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    exits: List[int] = field(default_factory=list)   # exit block of each generated token after the first
+    t_submit: float = field(default_factory=time.perf_counter)
+    t_first: Optional[float] = None
+    n_generated: int = 0
+    logprob_entries: list = field(default_factory=list)   # logprobs.entry of each generated token (logprobs)
+
+    def cancel(self) -> None:
+        """The client is gone or has what it wants (a stop string): the slot frees at the next step."""
+        self.cancelled.set()
+
+
+class Slot:
+    def __init__(self, seq: int):
+        self.seq = seq
+        self.req: Optional[Request] = None
+        self.cached: List[int] = []    # prompt tokens in this sequence's cache (reused by the next request)
+        self.pending: List[int] = []   # prompt tokens still to feed
+        self.history: List[int] = []   # prompt and generated tokens (penalties)
+        self.next_tok: Optional[int] = None
+
+
+class Scheduler:
+    def __init__(self, llm, n_slots: int, batch_rule: str = "split", queue_max: int = 64, prompt_chunk: int = 64,
+                 metrics=None):
+        self.llm = llm
+        self.dec = BatchDecoder(llm, n_slots, batch_rule)
+        self.n_ctx = self.dec.n_ctx
+        self.slots = [Slot(i) for i in range(n_slots)]
+        self.waiting: "collections.deque[Request]" = collections.deque()
+        self.queue_max = queue_max
+        self.prompt_chunk = max(1, min(prompt_chunk, self.dec.n_batch - n_slots)) if self.dec.n_batch > n_slots else 1
+        self.metrics = metrics
+        self.cond = threading.Condition()
+        self.vocab_lock = threading.Lock()   # the Vocab's piece buffer is shared: one caller at a time
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, name="pyriver-scheduler", daemon=True)
+        self.thread.start()
+
+    # -- the HTTP side ----------------------------------------------------------------------
+    def submit(self, req: Request) -> None:
+        with self.cond:
+            if len(self.waiting) >= self.queue_max and not any(s.req is None for s in self.slots):
+                raise QueueFull(f"all {len(self.slots)} slots are busy and {len(self.waiting)} requests wait")
+            self.waiting.append(req)
+            self.cond.notify()
+
+    def queue_length(self) -> int:
+        return len(self.waiting)
+
+    def busy_slots(self) -> int:
+        return sum(1 for s in self.slots if s.req is not None)
+
+    def stop(self) -> None:
+        with self.cond:
+            self._stop = True
+            self.cond.notify()
+        self.thread.join(timeout=30)
+        self.dec.close()
+
+    # -- the scheduler thread ----------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self._stop and not self.waiting and all(s.req is None for s in self.slots):
+                    self.cond.wait()
+                if self._stop:
+                    break
+                self._admit()
+            try:
+                self._step()
+            except Exception as e:   # a failed step ends the requests in it, never the thread
+                for s in self.slots:
+                    if s.req is not None:
+                        self._finish(s, f"error: {e}")
+                        self.dec.truncate(s.seq, 0)
+                        s.cached = []
+        for s in self.slots:
+            if s.req is not None:
+                self._finish(s, "error: the server is shutting down")
+        for r in self.waiting:
+            r.out.put(("end", "error: the server is shutting down"))
+
+    def _admit(self) -> None:
+        for s in self.slots:
+            if s.req is not None and s.req.cancelled.is_set():
+                self._finish(s, "cancelled")
+        for s in self.slots:
+            while s.req is None and self.waiting:
+                r = self.waiting.popleft()
+                if r.cancelled.is_set():
+                    r.out.put(("end", "cancelled"))
+                    continue
+                self._start(s, r)
+
+    def _start(self, s: Slot, r: Request) -> None:
+        # Prefix reuse: the cached prompt tokens this prompt starts with (at least its last token runs).
+        n = 0
+        limit = min(len(s.cached), len(r.prompt) - 1)
+        while n < limit and s.cached[n] == r.prompt[n]:
+            n += 1
+        self.dec.truncate(s.seq, n)
+        s.cached = r.prompt[:n]
+        s.pending = r.prompt[n:]
+        s.history = list(r.prompt)
+        s.next_tok = None
+        s.req = r
+
+    def _finish(self, s: Slot, reason: str) -> None:
+        """Ends the slot's request; its prompt stays cached for the next one (generated tokens do not:
+        under an exit rule they were computed as decode steps, not as a prompt computes them)."""
+        s.req.out.put(("end", reason))
+        if self.metrics:
+            self.metrics.request_done(s.req, self.llm.info["n_layer"])
+        s.req = None
+        s.next_tok = None
+        self.dec.truncate(s.seq, len(s.cached))
+
+    def _feeds(self) -> List[Feed]:
+        feeds, budget = [], self.dec.n_batch
+        for s in self.slots:
+            if s.req is not None and s.next_tok is not None:
+                feeds.append(Feed(s.seq, [s.next_tok]))
+                budget -= 1
+        for s in self.slots:
+            if s.req is not None and s.pending and budget > 0:
+                k = min(len(s.pending), self.prompt_chunk, budget)
+                chunk = s.pending[:k]
+                feeds.append(Feed(s.seq, chunk, prompt=True, logits=k == len(s.pending)))
+                budget -= k
+        return feeds
+
+    def _step(self) -> None:
+        feeds = self._feeds()
+        if not feeds:
+            return
+        t0 = time.perf_counter()
+        res = self.dec.step(feeds)
+        dt = time.perf_counter() - t0
+        n_decode = 0
+        for f in feeds:
+            s = self.slots[f.seq]
+            logits, exits = res[f.seq]
+            if f.prompt:
+                s.pending = s.pending[len(f.tokens):]
+                s.cached.extend(f.tokens)
+            else:
+                n_decode += 1
+                s.req.exits.extend(exits)
+            if logits is not None:
+                self._sample(s, logits)
+        if self.metrics:
+            self.metrics.step(n_decode, dt)
+
+    def _sample(self, s: Slot, logits) -> None:
+        r = s.req
+        if r.cancelled.is_set():
+            self._finish(s, "cancelled")
+            return
+        tok = r.sampler.sample(logits, s.history)
+        if self.llm.vocab.is_eog(tok):
+            self._finish(s, "stop")
+            return
+        lp = logprob_entry(logits, tok, r.logprobs) if r.logprobs is not None else None
+        with self.vocab_lock:
+            piece = self.llm.vocab.piece(tok)
+        if r.t_first is None:
+            r.t_first = time.perf_counter()
+        r.n_generated += 1
+        if lp is not None:
+            r.logprob_entries.append(lp)
+        r.out.put(("token", tok, piece, lp))
+        s.history.append(tok)
+        if r.n_generated >= r.max_tokens or len(s.history) >= self.n_ctx:
+            self._finish(s, "length")
+        else:
+            s.next_tok = tok

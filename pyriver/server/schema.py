@@ -1,0 +1,107 @@
+"""Request bodies of /v1/completions and /v1/chat/completions: every field's type checked, the
+OpenAI-shaped error for what is wrong. Defaults are pyriver.Llama's, so a request gives the text
+Llama.create_completion gives for the same arguments."""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Optional
+
+from ..sampling import SamplingParams
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: Optional[str] = None, type_: str = "invalid_request_error",
+                 code: Optional[str] = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.type, self.code = status, message, param, type_, code
+
+    def body(self) -> Dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def _num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _stop(v):
+    return v is None or isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v))
+
+
+def _prompt(v):
+    return isinstance(v, str) or (isinstance(v, list) and len(v) > 0 and all(_int(t) for t in v)) or \
+        (isinstance(v, list) and len(v) == 1 and isinstance(v[0], str))
+
+
+def _messages(v):
+    return isinstance(v, list) and len(v) > 0 and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content", ""), str) for m in v)
+
+
+# name: (check, what it must be, default). Fields the API has that change nothing here (user, n=1 ...) pass.
+_COMMON = {
+    "model": (lambda v: v is None or isinstance(v, str), "a string", None),
+    "max_tokens": (lambda v: v is None or _int(v), "an integer", None),
+    "max_completion_tokens": (lambda v: v is None or _int(v), "an integer", None),
+    "temperature": (_num, "a number", 0.8),
+    "top_p": (_num, "a number", 0.95),
+    "top_k": (_int, "an integer", 40),
+    "min_p": (_num, "a number", 0.05),
+    "typical_p": (_num, "a number", 1.0),
+    "stop": (_stop, "a string or a list of strings", None),
+    "seed": (lambda v: v is None or _int(v), "an integer", None),
+    "presence_penalty": (_num, "a number", 0.0),
+    "frequency_penalty": (_num, "a number", 0.0),
+    "repeat_penalty": (_num, "a number", 1.0),
+    "stream": (lambda v: isinstance(v, bool), "a boolean", False),
+    "stream_options": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("include_usage", False), bool)),
+                       "an object {include_usage: boolean}", None),
+    "n": (lambda v: v is None or v == 1, "1 (one choice per request)", 1),
+}
+COMPLETION = dict(_COMMON, prompt=(_prompt, "a string or a list of token ids", None),
+                  logprobs=(lambda v: v is None or (_int(v) and v >= 0), "an integer >= 0", None),
+                  echo=(lambda v: v is False, "false (echo is not supported)", False))
+CHAT = dict(_COMMON, messages=(_messages, "a list of {role, content} objects", None),
+            logprobs=(lambda v: v is None or isinstance(v, bool), "a boolean", False),
+            top_logprobs=(lambda v: v is None or (_int(v) and 0 <= v <= 20), "an integer in [0, 20]", None))
+
+
+def parse(raw: bytes, fields: Dict, required: str) -> Dict[str, Any]:
+    """The request's fields with defaults filled in; APIError 400 for malformed JSON, a missing
+    required field, a wrong type or a value out of range."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise APIError(400, f"the request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    if body.get(required) is None:
+        raise APIError(400, f"'{required}' is required", param=required)
+    out = {}
+    for name, (ok, what, default) in fields.items():
+        if name in body and body[name] is not None or name == required:
+            if not ok(body[name]):
+                raise APIError(400, f"'{name}' must be {what}, got {json.dumps(body[name])[:80]}", param=name)
+            out[name] = body[name]
+        else:
+            out[name] = default
+    if out["max_tokens"] is None:
+        out["max_tokens"] = out["max_completion_tokens"]
+    if out["max_tokens"] is not None and out["max_tokens"] <= 0:
+        raise APIError(400, f"'max_tokens' must be > 0, got {out['max_tokens']}", param="max_tokens")
+    params = SamplingParams(temperature=float(out["temperature"]), top_k=int(out["top_k"]), top_p=float(out["top_p"]),
+                            min_p=float(out["min_p"]), typical_p=float(out["typical_p"]),
+                            repeat_penalty=float(out["repeat_penalty"]),
+                            frequency_penalty=float(out["frequency_penalty"]),
+                            presence_penalty=float(out["presence_penalty"]))
+    try:
+        params.validate()
+    except ValueError as e:
+        raise APIError(400, str(e)) from None
+    out["sampling"] = params
+    out["stops"] = [out["stop"]] if isinstance(out["stop"], str) else list(out["stop"] or [])
+    out["include_usage"] = bool((out["stream_options"] or {}).get("include_usage", False))
+    return out

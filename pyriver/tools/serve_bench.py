@@ -1,0 +1,202 @@
+"""`pyriver bench --serve`: OpenAI-compatible servers under 1, 2, 4 and 8 concurrent streams, same
+model and threads: pyriver's server (River off, and River on under each batch rule when --river is
+given) against llama-cpp-python's server (`python -m llama_cpp.server`, which answers one request
+at a time). Every server runs in its own process on a loopback port; within each repeat the servers
+rotate, so machine noise falls on all. Reported per server and stream count, medians over repeats:
+aggregate decode tok/s (all streams' tokens over the wall time from the first request to the last
+token), time to first token and inter-token latency p50 and p95 (over every stream's gaps)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List
+
+import http.client
+import urllib.error
+import urllib.request
+
+# Plain-completion openings (the chat prompts of tools/prompts.py end at once without a template).
+PROMPTS = ["The history of the river begins in the mountains, where", "def quicksort(items):",
+           "Once upon a time, in a small village by the sea,", "The three laws of motion state that",
+           "Dear hiring manager, I am writing to apply for", "import json\n\ndef load_config(path):",
+           "The recipe for a simple bread needs flour, water,", "In the year 1850, the town of"]
+
+
+def _get(url: str, body=None, timeout=600):
+    """(status, text) of a GET, or of a POST with a JSON body."""
+    req = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _lines(url: str, body: dict):
+    """The lines of a streamed POST as they arrive."""
+    host, port = url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=600)
+    try:
+        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        for line in iter(r.readline, b""):
+            yield line.decode().strip()
+    finally:
+        conn.close()
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Server:
+    def __init__(self, name: str, argv: List[str], port: int):
+        self.name, self.port = name, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        end = time.time() + 300
+        while time.time() < end:
+            try:
+                if _get(self.url + "/v1/models", timeout=2)[0] == 200:
+                    return
+            except (OSError, urllib.error.URLError):
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{name}: the server exited ({self.proc.returncode})")
+            time.sleep(0.2)
+        raise TimeoutError(f"{name}: not ready after 300 s")
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def servers(a, path: str) -> List[_Server]:
+    out = []
+    base = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "1024",
+            "--parallel", str(max(a.streams))]
+    out.append(_Server("pyriver", base + ["--port", str(p := _port())], p))
+    if a.river:
+        for rule in a.batch_rules:
+            argv = base + ["--river", a.river, "--batch-rule", rule, "--port", str(p := _port())]
+            if a.tau:
+                argv += ["--tau", str(a.tau[0])]
+            out.append(_Server(f"pyriver river {rule}", argv, p))
+    if a.competitor:
+        argv = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--n_threads", str(a.threads),
+                "--n_threads_batch", str(a.threads), "--n_ctx", "1024", "--interrupt_requests", "False",
+                "--port", str(p := _port())]
+        out.append(_Server("llama-cpp-python server", argv, p))
+    return out
+
+
+def _stream(url: str, prompt: str, n: int, t0: float, rec: Dict) -> None:
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0.0, "stream": True}
+    times = []
+    for line in _lines(url, body):
+        if line.startswith("data: ") and line != "data: [DONE]":
+            ch = json.loads(line[6:])
+            if ch.get("choices") and ch["choices"][0].get("text"):
+                times.append(time.perf_counter())
+    rec["ttft"] = times[0] - t0 if times else float("nan")
+    rec["gaps"] = [b - a for a, b in zip(times, times[1:])]
+    rec["tokens"] = len(times)
+    rec["end"] = times[-1] if times else t0
+
+
+def run_level(srv: _Server, k: int, n: int) -> Dict:
+    recs = [dict() for _ in range(k)]
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=_stream, args=(srv.url, PROMPTS[i % len(PROMPTS)], n, t0, recs[i]))
+               for i in range(k)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gaps = sorted(g for r in recs for g in r["gaps"])
+    pct = lambda q: gaps[min(len(gaps) - 1, int(q * len(gaps)))] if gaps else float("nan")   # noqa: E731
+    return {"tok_s": sum(r["tokens"] for r in recs) / (max(r["end"] for r in recs) - t0),
+            "ttft_p50": statistics.median(r["ttft"] for r in recs), "ttft_p95": max(r["ttft"] for r in recs),
+            "itl_p50": pct(0.5), "itl_p95": pct(0.95)}
+
+
+def _texts(srv: _Server, n: int) -> List[str]:
+    """Greedy texts of the first 8 prompts, requested together."""
+    out = [""] * 8
+
+    def one(i):
+        _, text = _get(srv.url + "/v1/completions", {"prompt": PROMPTS[i], "max_tokens": n, "temperature": 0.0})
+        out[i] = json.loads(text)["choices"][0]["text"]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def _metric(srv: _Server, name: str) -> float:
+    for line in _get(srv.url + "/metrics", timeout=10)[1].splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return float("nan")
+
+
+def fidelity(srvs: List[_Server], n: int) -> Dict[str, Dict]:
+    """River servers against pyriver's River off on the same 8 greedy requests: texts equal, the
+    mean share of the full-depth text each keeps before it first differs, the exits (/metrics)."""
+    ref = _texts(srvs[0], n)
+    out = {}
+    for s in srvs[1:]:
+        if not s.name.startswith("pyriver river"):
+            continue
+        got = _texts(s, n)
+        prefix = [len(os.path.commonprefix([a, b])) / max(1, len(a)) for a, b in zip(ref, got)]
+        out[s.name] = {"texts_equal": sum(a == b for a, b in zip(ref, got)) / len(ref),
+                       "prefix_share": statistics.mean(prefix),
+                       "mean_exit_block": _metric(s, "pyriver_mean_exit_block"),
+                       "river_work_share": _metric(s, "pyriver_river_work_share")}
+    return out
+
+
+def main(a) -> int:
+    from pyriver import models
+    path = str(models.resolve(a.model))
+    srvs = servers(a, path)
+    res: Dict[str, Dict[int, List[Dict]]] = {s.name: {k: [] for k in a.streams} for s in srvs}
+    try:
+        for s in srvs:   # warm-up
+            run_level(s, 1, 8)
+        for rep in range(a.repeats):
+            order = srvs[rep % len(srvs):] + srvs[:rep % len(srvs)]
+            for k in a.streams:
+                for s in order:
+                    res[s.name][k].append(run_level(s, k, a.gen_tokens))
+        fid = fidelity(srvs, a.gen_tokens)
+    finally:
+        for s in srvs:
+            s.close()
+    med = {name: {k: {m: statistics.median(r[m] for r in runs) for m in runs[0]} for k, runs in lv.items()}
+           for name, lv in res.items()}
+    print(f"{'server':<28}{'streams':>8}{'tok/s':>9}{'TTFT p50':>10}{'p95':>8}{'ITL p50 ms':>12}{'p95':>8}")
+    for name, lv in med.items():
+        for k, m in lv.items():
+            print(f"{name:<28}{k:>8}{m['tok_s']:>9.1f}{m['ttft_p50']:>10.3f}{m['ttft_p95']:>8.3f}"
+                  f"{1000 * m['itl_p50']:>12.1f}{1000 * m['itl_p95']:>8.1f}")
+    print(f"medians over {a.repeats} repeats; {a.gen_tokens} tokens a stream, greedy; {a.threads} threads")
+    for name, f in fid.items():
+        print(f"{name}: texts equal to River off {f['texts_equal']:.2f}, text kept before the first difference "
+              f"{f['prefix_share']:.2f}, mean exit block {f['mean_exit_block']:.1f}, river work {f['river_work_share']:.2f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"medians": med, "runs": res, "fidelity": fid}, f, indent=1)
+    return 0

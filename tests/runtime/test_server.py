@@ -1,0 +1,279 @@
+"""The OpenAI-compatible server: a real server process on a free loopback port, the real `openai`
+client. Texts equal pyriver.Llama's for the same request (greedy), concurrent clients get their
+texts alone, a disconnect frees its slot, bad input gets an OpenAI-shaped error and nothing else."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+import openai
+import pytest
+
+from helpers import PROMPTS, pyriver_cli
+from pyriver import Llama
+from server_proc import ServerProcess, http, sse
+
+KEY = "sk-test-key"
+N = 20
+
+
+@pytest.fixture(scope="module")
+def server(smol_path):
+    s = ServerProcess(smol_path, "--parallel", "8", "--ctx", "512", "--threads", "2", "--api-key", KEY,
+                      "--prompt-chunk", "16")
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def solo(smol_path):
+    """The texts pyriver.Llama gives alone (greedy), by prompt."""
+    with Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, river=None) as llm:
+        texts = {p: llm.create_completion(p, max_tokens=N, temperature=0.0)["choices"][0]["text"] for p in PROMPTS}
+        msgs = [{"role": "user", "content": "Name three rivers."}]
+        texts["chat"] = llm.create_chat_completion(msgs, max_tokens=N, temperature=0.0)["choices"][0]["message"]["content"]
+        texts["logprobs"] = llm.create_completion(PROMPTS[3], max_tokens=6, temperature=0.0, logprobs=2)["choices"][0]["logprobs"]
+    return texts
+
+
+def test_completion_and_chat_equal_llama(client, solo):
+    p = PROMPTS[0]
+    r = client.completions.create(prompt=p, max_tokens=N, temperature=0.0, model=_model(client))
+    assert r.choices[0].text == solo[p]
+    assert r.usage.completion_tokens > 0 and r.model_extra["river"] is None
+    streamed = client.completions.create(prompt=p, max_tokens=N, temperature=0.0, stream=True, model=_model(client),
+                                         stream_options={"include_usage": True})
+    chunks = list(streamed)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == solo[p]
+    assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+    msgs = [{"role": "user", "content": "Name three rivers."}]
+    c = client.chat.completions.create(model=_model(client), messages=msgs, max_tokens=N, temperature=0.0)
+    assert c.choices[0].message.content == solo["chat"]
+    s = client.chat.completions.create(model=_model(client), messages=msgs, max_tokens=N, temperature=0.0, stream=True)
+    assert "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices) == solo["chat"]
+
+
+def test_logprobs_equal_llama(client, solo):
+    r = client.completions.create(prompt=PROMPTS[3], max_tokens=6, temperature=0.0, logprobs=2, model=_model(client))
+    lp = r.choices[0].logprobs
+    want = solo["logprobs"]
+    assert lp.tokens == want["tokens"] and lp.text_offset == want["text_offset"]
+    assert lp.token_logprobs == pytest.approx(want["token_logprobs"], abs=1e-6)
+
+
+def test_pyriver_serve_command():
+    r = pyriver_cli("serve", "--help")
+    assert r.returncode == 0
+    for flag in ("--host", "--port", "--parallel", "--river", "--tau", "--api-key", "--batch-rule", "--queue"):
+        assert flag in r.stdout
+    bad = pyriver_cli("serve", "--parallel", "0")
+    assert bad.returncode == 2 and "--parallel" in bad.stderr
+
+
+def _model(client):
+    return client.models.list().data[0].id
+
+
+def test_eight_concurrent_clients_get_their_texts_alone(client, solo):
+    out, errors = {}, []
+
+    def one(p):
+        try:
+            s = client.completions.create(prompt=p, max_tokens=N, temperature=0.0, stream=True, model=_model(client))
+            out[p] = "".join(c.choices[0].text for c in s)
+        except Exception as e:   # reported below
+            errors.append(e)
+    threads = [threading.Thread(target=one, args=(p,)) for p in PROMPTS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors
+    assert out == {p: solo[p] for p in PROMPTS}
+
+
+def _metric(server, name):
+    _, text = http("GET", server.url + "/metrics")
+    return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
+
+
+def test_disconnect_mid_stream_frees_the_slot(server, client, solo):
+    done_before = _metric(server, "pyriver_requests_finished_total")
+    tokens_before = _metric(server, "pyriver_tokens_generated_total")
+    lines = sse(server.url, "/v1/completions", {"prompt": PROMPTS[2], "max_tokens": 400, "temperature": 0.0,
+                                                "stream": True}, {"Authorization": f"Bearer {KEY}"})
+    got = [next(lines) for _ in range(3)]
+    assert all(x.startswith("data: {") for x in got)
+    assert _metric(server, "pyriver_slots_busy") == 1
+    lines.close()
+    end = time.time() + 60
+    while _metric(server, "pyriver_slots_busy") > 0 and time.time() < end:
+        time.sleep(0.1)
+    assert _metric(server, "pyriver_slots_busy") == 0
+    assert _metric(server, "pyriver_requests_finished_total") == done_before + 1
+    # cut short: far fewer than the 400 tokens asked for (it would take seconds to generate them)
+    assert 3 <= _metric(server, "pyriver_tokens_generated_total") - tokens_before < 100
+    r = client.completions.create(prompt=PROMPTS[1], max_tokens=N, temperature=0.0, model=_model(client))
+    assert r.choices[0].text == solo[PROMPTS[1]]
+
+
+@pytest.mark.parametrize("body, status, words", [
+    (b"{not json", 400, "not valid JSON"),
+    ({"prompt": "Hi", "max_tokens": "ten"}, 400, "'max_tokens' must be an integer"),
+    ({"prompt": "Hi", "temperature": [1]}, 400, "'temperature' must be a number"),
+    ({"prompt": "Hi", "max_tokens": 0}, 400, "'max_tokens' must be > 0"),
+    ({"prompt": "Hi", "max_tokens": -3}, 400, "'max_tokens' must be > 0"),
+    ({"prompt": "word " * 600, "max_tokens": 4}, 400, r"the prompt has \d+ tokens but the context holds 512"),
+    ({"prompt": "Hi", "model": "gpt-17"}, 404, "'gpt-17' does not exist"),
+    ({"max_tokens": 4}, 400, "'prompt' is required"),
+    ({"prompt": [1, -4]}, 400, "out of range"),
+])
+def test_bad_input_gets_an_openai_error(server, client, solo, body, status, words):
+    code, got = http("POST", server.url + "/v1/completions", body, {"Authorization": f"Bearer {KEY}"})
+    assert code == status
+    assert re.search(words, got["error"]["message"]), got
+    assert set(got["error"]) == {"message", "type", "param", "code"}
+    r = client.completions.create(prompt=PROMPTS[0], max_tokens=4, temperature=0.0, model=_model(client))
+    assert solo[PROMPTS[0]].startswith(r.choices[0].text)
+    assert _metric(server, "pyriver_slots_busy") == 0
+
+
+def test_chat_bad_messages(server):
+    code, got = http("POST", server.url + "/v1/chat/completions", {"messages": "hello"},
+                     {"Authorization": f"Bearer {KEY}"})
+    assert code == 400 and "'messages' must be" in got["error"]["message"]
+
+
+def test_api_key(server):
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        code, got = http("POST", server.url + "/v1/completions", {"prompt": "Hi"}, headers)
+        assert code == 401 and got["error"]["code"] == "invalid_api_key"
+    code, got = http("GET", server.url + "/v1/models", None, {"Authorization": f"Bearer {KEY}"})
+    assert code == 200 and got["data"][0]["object"] == "model"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server.url + "/v1", api_key="nope", max_retries=0).models.list()
+
+
+def test_health_and_metrics(server, smol_path):
+    assert http("GET", server.url + "/health")[0] == 200
+    names = ["pyriver_requests_total", "pyriver_tokens_generated_total", "pyriver_decode_tokens_per_second",
+             "pyriver_queue_length", "pyriver_slots_busy", "pyriver_mean_exit_block", "pyriver_river_work_share"]
+    for n in names:
+        assert _metric(server, n) >= 0
+    # A model that cannot load: /health says so with 503 and the API answers 503, the process stays up.
+    bad = ServerProcess(smol_path + ".missing", wait=False)
+    try:
+        bad.wait(503)
+        time.sleep(0.5)
+        code, got = http("GET", bad.url + "/health")
+        assert code == 503 and "not found" in got["error"]
+        assert http("POST", bad.url + "/v1/completions", {"prompt": "Hi"})[0] == 503
+    finally:
+        bad.close()
+
+
+def test_queue_limit(smol_path):
+    s = ServerProcess(smol_path, "--parallel", "1", "--queue", "1", "--ctx", "256", "--threads", "2")
+    try:
+        results = []
+        body = {"prompt": PROMPTS[0], "max_tokens": 60, "temperature": 0.0}
+        threads = [threading.Thread(target=lambda: results.append(http("POST", s.url + "/v1/completions", body)))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+            time.sleep(0.3)
+        for t in threads:
+            t.join(300)
+        codes = sorted(c for c, _ in results)
+        assert codes.count(200) >= 2 and 503 in codes, codes
+        busy = [g for c, g in results if c == 503][0]
+        assert busy["error"]["code"] == "queue_full"
+        assert http("POST", s.url + "/v1/completions", dict(body, max_tokens=2))[0] == 200
+    finally:
+        s.close()
+
+
+def test_river_streams_report_exits(smol_path):
+    s = ServerProcess(smol_path, "--parallel", "4", "--ctx", "256", "--threads", "2", "--river", "q4_0",
+                      "--tau", "0.95", "--min-exit-layer", "2")
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+        out = {}
+
+        def one(p):
+            out[p] = c.completions.create(prompt=p, max_tokens=N, temperature=0.0, model=_model(c))
+        threads = [threading.Thread(target=one, args=(p,)) for p in PROMPTS[:4]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        for r in out.values():
+            river = r.model_extra["river"]
+            # one exit per decode step: every generated token but the first (the prompt's)
+            assert river["tokens"] == r.usage.completion_tokens - 1
+            assert all(2 <= e <= 29 for e in river["exit_layers"])
+        assert any(e < 29 for r in out.values() for e in r.model_extra["river"]["exit_layers"])
+        assert 0 < _metric(s, "pyriver_river_work_share") < 1
+    finally:
+        s.close()
+
+
+@pytest.mark.slow
+def test_load_200_requests_16_clients(smol_path):
+    """200 requests from 16 concurrent clients, mixed lengths, every 10th dropped mid-stream: no
+    failure that was not asked for, every finished stream's text is its text alone (no lost or
+    repeated token), the slots all free at the end, and RSS flat after warm-up."""
+    s = ServerProcess(smol_path, "--parallel", "8", "--ctx", "512", "--threads", "2", "--queue", "256")
+    try:
+        lengths = [4, 16, 48]
+        ref = {}
+        for p in PROMPTS:
+            for n in lengths:
+                ref[p, n] = http("POST", s.url + "/v1/completions",
+                                 {"prompt": p, "max_tokens": n, "temperature": 0.0})[1]["choices"][0]["text"]
+        rss_warm = s.rss_kb()
+        jobs = [(PROMPTS[i % 8], lengths[i % 3], i % 10 == 9) for i in range(200)]
+        failures, lock = [], threading.Lock()
+
+        def client(k):
+            for i in range(k, len(jobs), 16):
+                p, n, drop = jobs[i]
+                try:
+                    lines = sse(s.url, "/v1/completions", {"prompt": p, "max_tokens": n, "temperature": 0.0,
+                                                           "stream": True})
+                    text, done = "", False
+                    for j, line in enumerate(lines):
+                        if drop and j == 2:
+                            lines.close()
+                            break
+                        if line == "data: [DONE]":
+                            done = True
+                            break
+                        text += json.loads(line[6:])["choices"][0]["text"]
+                    if not drop and (not done or text != ref[p, n]):
+                        with lock:
+                            failures.append((i, text, ref[p, n]))
+                except Exception as e:   # reported below
+                    with lock:
+                        failures.append((i, repr(e)))
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(900)
+        assert not failures, failures[:3]
+        end = time.time() + 60
+        while _metric(s, "pyriver_slots_busy") > 0 and time.time() < end:
+            time.sleep(0.1)
+        assert _metric(s, "pyriver_slots_busy") == 0 and _metric(s, "pyriver_queue_length") == 0
+        assert _metric(s, "pyriver_requests_finished_total") == 24 + 200
+        assert s.rss_kb() < rss_warm * 1.15 + 20_000, (rss_warm, s.rss_kb())
+    finally:
+        s.close()

@@ -1,0 +1,92 @@
+"""A pyriver server as users start it (`python -m pyriver.server ... --port P`) on a free loopback
+port, for the server tests."""
+from __future__ import annotations
+
+import http.client as httpclient
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method: str, url: str, body=None, headers=None, timeout=120):
+    """(status, parsed JSON or text) of one request; HTTP errors are results, not exceptions."""
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json",
+                                                                         **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, raw = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        status, raw = e.code, e.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode()
+
+
+def sse(url: str, path: str, body: dict, headers=None):
+    """The lines of a streamed response, read as they come; closing the generator drops the
+    connection (a client that goes away)."""
+    host, port = url.split("//")[1].split(":")
+    conn = httpclient.HTTPConnection(host, int(port), timeout=120)
+    try:
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json", **(headers or {})})
+        r = conn.getresponse()
+        while True:
+            line = r.readline()
+            if not line:
+                return
+            if line.strip():
+                yield line.decode().rstrip("\n")
+    finally:
+        conn.close()
+
+
+class ServerProcess:
+    def __init__(self, *args: str, wait: bool = True):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "pyriver.server", *args, "--port", str(self.port)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.seen = set()   # /health statuses seen while waiting
+        if wait:
+            self.wait(200)
+
+    def wait(self, want: int, timeout: float = 180.0) -> None:
+        end = time.time() + timeout
+        while time.time() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited: {self.proc.stdout.read()}")
+            try:
+                status, _ = http("GET", self.url + "/health", timeout=5)
+                self.seen.add(status)
+                if status == want:
+                    return
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"/health never answered {want}")
+
+    def rss_kb(self) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
