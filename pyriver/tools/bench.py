@@ -158,20 +158,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parser().parse_args(argv)
     if a.tau is None and a.inprocess:
         a.tau = [DEFAULT_TAU]
-    if a.systems:
-        return systems.main(a)
-    if a.serve:
-        from . import serve_bench
-        return serve_bench.main(a)
-    if a.overhead:
-        return inprocess.overhead(a)
-    if a.chat_turns:
-        return inprocess.chat_turns(a)
-    if a.lossless:
-        return specbench.main(a)
-    if a.inprocess:
-        return inprocess.inprocess(a)
+    modes = (("systems", systems.main), ("serve", _serve), ("overhead", inprocess.overhead),
+             ("chat_turns", inprocess.chat_turns), ("lossless", specbench.main), ("inprocess", inprocess.inprocess))
+    for flag, run in modes:   # the first mode asked for; else engines in their own processes
+        if getattr(a, flag):
+            return run(a)
     return processes(a)
+
+
+def _serve(a) -> int:
+    from . import serve_bench   # imports the server's dependencies (the [server] extra)
+    return serve_bench.main(a)
 
 
 if __name__ == "__main__":
