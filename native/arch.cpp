@@ -15,6 +15,10 @@ static tensor_spec vec(const char * name, M m, dim d, need r = need::required) {
 static tensor_spec mat(const char * name, M m, dim d0, dim d1, need r = need::required) {
     return {name, m, d0, d1, r, true};
 }
+// The experts of a mixture: one matrix of d0 x d1 per expert, stacked (ffn_*_exps).
+static tensor_spec experts(const char * name, M m, dim d0, dim d1) {
+    return {name, m, d0, d1, need::required, true, dim::expert};
+}
 
 // One block as llama.cpp's create_tensor_qkv and FFN loaders read it, in file order: the
 // attention's Q/K/V either fused (attn_qkv, split by views in the graph) or separate, each with
@@ -42,6 +46,17 @@ static std::vector<tensor_spec> block(ffn_kind ffn, bool pre_norms = true) {
             v.push_back(mat("ffn_up.weight", &B::ffn_up, dim::embd, dim::ff2));
             v.push_back(mat("ffn_down.weight", &B::ffn_down, dim::ff, dim::embd));
             break;
+        case ffn_kind::moe: {
+            // The router stays the backbone's in a river: a river token picks the experts the
+            // backbone would pick from the same input, and the router is a sliver of the bytes.
+            tensor_spec router = mat("ffn_gate_inp.weight", &B::ffn_gate_inp, dim::embd, dim::expert);
+            router.river = false;
+            v.push_back(router);
+            v.push_back(experts("ffn_gate_exps.weight", &B::ffn_gate_exps, dim::embd, dim::ff_exp));
+            v.push_back(experts("ffn_down_exps.weight", &B::ffn_down_exps, dim::ff_exp, dim::embd));
+            v.push_back(experts("ffn_up_exps.weight", &B::ffn_up_exps, dim::embd, dim::ff_exp));
+            break;
+        }
     }
     if (fused) v.push_back(vec("attn_qkv.bias", &B::bqkv, dim::qkv, need::optional));
     v.push_back(vec("attn_q.bias", &B::bq, dim::q, need::optional));
@@ -163,6 +178,12 @@ static std::vector<arch_info> make_table() {
     // Phi's sliding window ("Phi SWA is currently disabled"): the key is ignored, here too.
     t.push_back(entry("phi3", NEOX, block(ffn_kind::fused)));
     t.back().q_prescale = t.back().q_is_embd = t.back().rope_long_short = true;
+
+    // qwen3moe (Qwen3-30B-A3B, Qwen3-235B-A22B): qwen3's attention; the FFN is a mixture of
+    // experts: a softmax router picks expert_used_count of expert_count SwiGLU experts per token,
+    // their weights normalized to sum to 1, as llama.cpp's build_moe_ffn for this arch.
+    t.push_back(entry("qwen3moe", NEOX, with(block(ffn_kind::moe), {qk_norm_head[0], qk_norm_head[1]})));
+    t.back().rot_is_head = t.back().moe = true;
     return t;
 }
 

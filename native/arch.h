@@ -15,10 +15,11 @@ enum class ffn_act { silu, gelu };                    // gated FFN: SwiGLU or Ge
 enum class ffn_kind {
     gated,    // ffn_gate and ffn_up, n_ff wide each
     fused,    // one ffn_up of 2 x n_ff, gate first (Phi-3: llama.cpp's ggml_swiglu of the whole)
+    moe,      // a router and n_expert SwiGLU experts of n_ff_exp, n_expert_used of them per token (Qwen3-MoE)
 };
 // Tensor extents, resolved from the hparams: q = n_head * head, kv = n_head_kv * head, qkv = q + 2 kv,
-// ff2 = 2 n_ff.
-enum class dim { one, embd, q, kv, ff, head, qkv, ff2 };
+// ff2 = 2 n_ff; expert = n_expert, ff_exp = an expert's n_ff_exp.
+enum class dim { one, embd, q, kv, ff, head, qkv, ff2, expert, ff_exp };
 enum class need {
     required,
     optional,
@@ -36,7 +37,9 @@ struct tensor_spec {
     ggml_tensor * block_weights::* member;
     dim ne0, ne1;                                     // ne1 == dim::one: a vector
     need req;
-    bool matrix;                                      // used by mul_mat (any type, requantized in a river), else F32 only
+    bool matrix;                                      // used by mul_mat (any type), else F32 only
+    dim ne2 = dim::one;                               // the experts of a mixture (dim::expert), else one
+    bool river = true;                                // a matrix the river requantizes (not a MoE router)
 };
 
 struct arch_info {
@@ -65,6 +68,7 @@ struct arch_info {
     int nope_interval = 0;      // every nope_interval-th layer has no RoPE (SmolLM3: 4, fixed in llama.cpp)
     bool attn_temp = false;     // reads attention.temperature_scale (Llama 4 / Mistral 3 temperature tuning)
     bool yarn_keys = false;     // reads rope.scaling.yarn_beta_fast/slow and yarn_log_multiplier (Mistral 3)
+    bool moe = false;           // reads expert_count, expert_used_count, expert_feed_forward_length (ffn_kind::moe)
     std::vector<tensor_spec> block;
 };
 

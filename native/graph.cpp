@@ -48,9 +48,11 @@ int segment::n_outputs() const {
     return n;
 }
 
-// A block costs about 40 nodes per lane, and each sequence group's attention a dozen more.
+// A block costs about 40 nodes per lane, and each sequence group's attention a dozen more; a
+// mixture of experts some 20 more, and a view and an add per expert used.
 size_t graph_capacity(const model & m, int n_lanes, int n_groups) {
-    return (size_t) m.hp.n_layer * (64 * n_lanes + 16 * n_groups) + 256 + 8 * n_lanes;
+    const size_t per_lane = 64 + (m.hp.n_expert_used > 0 ? 24 + 2 * (size_t) m.hp.n_expert_used : 0);
+    return (size_t) m.hp.n_layer * (per_lane * n_lanes + 16 * n_groups) + 256 + 8 * n_lanes;
 }
 
 static ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {
@@ -208,9 +210,35 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
     return linear(ctx, s, w.wo, o, w.bo);
 }
 
+// A mixture of experts (Qwen3-MoE), as llama.cpp's build_moe_ffn computes it for that arch: a
+// softmax over the router's logits, the n_expert_used most probable experts, their probabilities
+// normalized to sum 1 (the sum clamped away from 0), each expert's SwiGLU by ggml_mul_mat_id, and
+// the weighted expert outputs added in rank order. Every op works per token, and the CPU's
+// mul_mat_id takes one dot product per row whatever the batch: batch-invariant as it stands.
+static ggml_tensor * moe_ffn(ggml_context * ctx, const model & m, const graph_shape & s, const block_weights & w, ggml_tensor * x) {
+    const int64_t n_embd = x->ne[0], T = x->ne[1], E = m.hp.n_expert, K = m.hp.n_expert_used;
+    ggml_tensor * probs = ggml_soft_max(ctx, linear(ctx, s, w.ffn_gate_inp, x, nullptr));        // [E, T]
+    ggml_tensor * sel = ggml_argsort_top_k(ctx, probs, (int) K);                                   // [K, T]
+    ggml_tensor * wt = ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, E, T), sel);              // [1, K, T]
+    wt = ggml_reshape_2d(ctx, wt, K, T);
+    ggml_tensor * sum = ggml_clamp(ctx, ggml_sum_rows(ctx, wt), 6.103515625e-5f, INFINITY);         // F16's smallest normal
+    wt = ggml_reshape_3d(ctx, ggml_div(ctx, wt, sum), 1, K, T);
+    ggml_tensor * xe = ggml_reshape_3d(ctx, x, n_embd, 1, T);
+    ggml_tensor * up = ggml_mul_mat_id(ctx, w.ffn_up_exps, xe, sel);                               // [n_ff_exp, K, T]
+    ggml_tensor * gate = ggml_mul_mat_id(ctx, w.ffn_gate_exps, xe, sel);
+    ggml_tensor * out = ggml_mul_mat_id(ctx, w.ffn_down_exps, ggml_swiglu_split(ctx, gate, up), sel);   // [n_embd, K, T]
+    out = ggml_mul(ctx, out, wt);
+    ggml_tensor * f = nullptr;
+    for (int64_t i = 0; i < K; i++) {
+        ggml_tensor * e = ggml_view_2d(ctx, out, n_embd, T, out->nb[2], i * out->nb[1]);
+        f = f ? ggml_add(ctx, f, e) : e;
+    }
+    return K == 1 ? ggml_cont(ctx, f) : f;
+}
+
 // One decoder block, the same unit for every architecture: attention and gated FFN (SwiGLU or
-// GeGLU, two products or Phi-3's one fused product), each with a residual, the pre-norms and
-// post-norms where the arch has them (OLMo 2 has only post-norms).
+// GeGLU, two products or Phi-3's one fused product, or a mixture of experts), each with a
+// residual, the pre-norms and post-norms where the arch has them (OLMo 2 has only post-norms).
 // With out_ids, only those token rows continue after attention (the last block before the head).
 static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_inputs & in,
                                  const graph_shape & s, const std::vector<seq_group> & groups, const block_weights & w,
@@ -224,15 +252,19 @@ static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_c
     if (w.attn_post_norm) a = rms_norm(ctx, a, w.attn_post_norm, eps);
     ggml_tensor * h = ggml_add(ctx, x, a);
     ggml_tensor * hn = w.ffn_norm ? rms_norm(ctx, h, w.ffn_norm, eps) : h;
-    ggml_tensor * up = linear(ctx, s, w.ffn_up, hn, w.ffn_up_b);
     ggml_tensor * f;
-    if (!w.ffn_gate) {
-        f = ggml_swiglu(ctx, up);   // gate and up in one product, gate first
+    if (w.ffn_gate_inp) {
+        f = moe_ffn(ctx, m, s, w, hn);
     } else {
-        ggml_tensor * gate = linear(ctx, s, w.ffn_gate, hn, w.ffn_gate_b);
-        f = m.arch->act == ffn_act::gelu ? ggml_geglu_split(ctx, gate, up) : ggml_swiglu_split(ctx, gate, up);
+        ggml_tensor * up = linear(ctx, s, w.ffn_up, hn, w.ffn_up_b);
+        if (!w.ffn_gate) {
+            f = ggml_swiglu(ctx, up);   // gate and up in one product, gate first
+        } else {
+            ggml_tensor * gate = linear(ctx, s, w.ffn_gate, hn, w.ffn_gate_b);
+            f = m.arch->act == ffn_act::gelu ? ggml_geglu_split(ctx, gate, up) : ggml_swiglu_split(ctx, gate, up);
+        }
+        f = linear(ctx, s, w.ffn_down, f, w.ffn_down_b);
     }
-    f = linear(ctx, s, w.ffn_down, f, w.ffn_down_b);
     if (w.ffn_post_norm) f = rms_norm(ctx, f, w.ffn_post_norm, eps);
     return ggml_add(ctx, h, f);
 }

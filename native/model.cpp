@@ -117,6 +117,23 @@ static void read_arch_keys(const gguf_context * g, const std::string & a, const 
     }
 }
 
+// A mixture of experts as llama.cpp reads it: expert_count and expert_used_count (both > 0), an
+// expert's width expert_feed_forward_length (else feed_forward_length / expert_used_count).
+// llama.cpp's Mistral 3 (and llama) loaders also read experts when expert_count > 0; pyriver runs
+// mixtures only for qwen3moe, so such a file is refused rather than read as a dense model.
+static void read_experts(const gguf_context * g, const std::string & a, const arch_info & ar, hparams & hp) {
+    const int64_t n_expert = meta_int(g, (a + "expert_count").c_str(), ar.moe ? -1 : 0, 0, 1024);   // LLAMA_MAX_EXPERTS
+    if (!ar.moe) {
+        if (n_expert > 0) fail(PR_ERR_MODEL, "%s with experts (expert_count %lld) is not supported", ar.name, (long long) n_expert);
+        return;
+    }
+    if (n_expert == 0) fail(PR_ERR_MODEL, "%s needs expert_count > 0", ar.name);
+    hp.n_expert = (int) n_expert;
+    hp.n_expert_used = (int) meta_int(g, (a + "expert_used_count").c_str(), -1, 1, n_expert);
+    hp.n_ff_exp = (int) meta_int(g, (a + "expert_feed_forward_length").c_str(), hp.n_ff / hp.n_expert_used, 0, 1 << 20);
+    if (hp.n_ff_exp == 0) fail(PR_ERR_MODEL, "%s: the experts' width is 0 (expert_feed_forward_length)", ar.name);
+}
+
 static void read_hparams(const gguf_context * g, hparams & hp, const arch_info & ar) {
     hp.name = meta_str(g, "general.name", "");
     const std::string a = hp.arch + ".";
@@ -154,10 +171,7 @@ static void read_hparams(const gguf_context * g, hparams & hp, const arch_info &
     const float freq_scale_train = read_rope_scaling(g, a, ar, hp);
     read_arch_keys(g, a, ar, freq_scale_train, hp);
 
-    // llama.cpp's Mistral 3 (and llama) loaders read a mixture of experts when expert_count > 0;
-    // pyriver runs none, so such a file is refused rather than read as a dense model.
-    const int64_t n_expert = meta_int(g, (a + "expert_count").c_str(), 0, 0, 1 << 16);
-    if (n_expert > 0) fail(PR_ERR_MODEL, "%s with experts (expert_count %lld) is not supported", ar.name, (long long) n_expert);
+    read_experts(g, a, ar, hp);
 
     // Gemma scales Q by 1/sqrt(head size), except the 27Bs: 1/sqrt(n_embd/n_head).
     const int scale_dim = ar.q_prescale && hp.n_layer == ar.q_scale_embd_layers ? hp.n_embd / hp.n_head : hp.n_embd_head;
@@ -172,6 +186,7 @@ struct expect {
     bool required;
     bool matrix;        // used by mul_mat: any quantized type; otherwise F32 only
     ggml_tensor * const * unless = nullptr;   // once this is bound, the tensor is not read (need::qkv)
+    int64_t ne2 = 1;    // experts of a mixture
 };
 
 static void check_tensor(const model & m, const expect & e, ggml_tensor * t) {
@@ -179,9 +194,10 @@ static void check_tensor(const model & m, const expect & e, ggml_tensor * t) {
     const int64_t * ne = gguf_get_tensor_ne(m.gguf, i);
     const ggml_type type = gguf_get_tensor_type(m.gguf, i);
     const int64_t want1 = e.ne1 ? e.ne1 : 1;
-    if (ne[0] != e.ne0 || ne[1] != want1 || ne[2] != 1 || ne[3] != 1) {
-        fail(PR_ERR_MODEL, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", e.name.c_str(),
-             (long long) ne[0], (long long) ne[1], (long long) ne[2], (long long) ne[3], (long long) e.ne0, (long long) want1);
+    if (ne[0] != e.ne0 || ne[1] != want1 || ne[2] != e.ne2 || ne[3] != 1) {
+        fail(PR_ERR_MODEL, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]", e.name.c_str(),
+             (long long) ne[0], (long long) ne[1], (long long) ne[2], (long long) ne[3], (long long) e.ne0, (long long) want1,
+             (long long) e.ne2);
     }
     if (!usable_type(type)) fail(PR_ERR_MODEL, "tensor '%s' has unsupported type %d", e.name.c_str(), (int) type);
     if (!e.matrix && type != GGML_TYPE_F32) fail(PR_ERR_MODEL, "tensor '%s' must be F32, is %s", e.name.c_str(), ggml_type_name(type));
@@ -228,6 +244,8 @@ static void validate_and_bind(model & m) {
             case dim::head: return hp.n_embd_head;
             case dim::qkv: return Q + 2 * KV;
             case dim::ff2: return 2 * F;
+            case dim::expert: return hp.n_expert;
+            case dim::ff_exp: return hp.n_ff_exp;
         }
         return 0;
     };
@@ -249,7 +267,7 @@ static void validate_and_bind(model & m) {
         const std::string p = "blk." + std::to_string(il) + ".";
         for (const tensor_spec & t : ar.block) {
             ex.push_back({&(b.*t.member), p + t.name, extent(t.ne0), extent(t.ne1), t.req != need::optional, t.matrix,
-                          t.req == need::qkv ? &b.wqkv : nullptr});
+                          t.req == need::qkv ? &b.wqkv : nullptr, t.ne2 == dim::one ? 1 : extent(t.ne2)});
         }
     }
 

@@ -26,6 +26,9 @@ struct hparams {
     int n_head_kv = 0;
     int n_embd_head = 0;   // per-head size of Q and K (= of V here)
     int n_ff = 0;
+    int n_expert = 0;      // mixture of experts: experts per block, used per token, an expert's n_ff
+    int n_expert_used = 0;
+    int n_ff_exp = 0;
     int n_vocab = 0;
     int n_ctx_train = 0;
     int n_rot = 0;         // rotated dims per head
@@ -81,6 +84,8 @@ struct block_weights {
     ggml_tensor * ffn_gate_b = nullptr, * ffn_up_b = nullptr, * ffn_down_b = nullptr;
     ggml_tensor * q_norm = nullptr, * k_norm = nullptr;                            // per head, or whole (OLMo 2)
     ggml_tensor * attn_post_norm = nullptr, * ffn_post_norm = nullptr;
+    ggml_tensor * ffn_gate_inp = nullptr;                                          // MoE router [n_embd, n_expert]
+    ggml_tensor * ffn_gate_exps = nullptr, * ffn_up_exps = nullptr, * ffn_down_exps = nullptr;   // [.., .., n_expert]
 };
 
 struct river_blocks;

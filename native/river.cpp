@@ -16,11 +16,12 @@ static const char * KEY_SIZE = "pyriver.river.backbone.size";
 static const char * KEY_NAME = "pyriver.river.backbone.name";
 static const char * KEY_TYPES = "pyriver.river.tensor_types";
 
-// The matrices a river requantizes: those its architecture's table marks as matrices.
+// The matrices a river requantizes: those its architecture's table marks as matrices, each
+// expert of a mixture (a stacked tensor's rows) included, its router not (river == false).
 static std::vector<const tensor_spec *> block_matrices(const model & m) {
     std::vector<const tensor_spec *> out;
     for (const tensor_spec & t : m.arch->block) {
-        if (t.matrix) out.push_back(&t);
+        if (t.matrix && t.river) out.push_back(&t);
     }
     return out;
 }
@@ -100,7 +101,7 @@ void build_river(const model & m, const char * river_type, bool force, const cha
     for (size_t ji = 0; ji < jobs.size(); ji++) {
         job & j = jobs[ji];
         const ggml_tensor * src = j.src;
-        const int64_t n_per_row = src->ne[0], nrows = src->ne[1];
+        const int64_t n_per_row = src->ne[0], nrows = ggml_nrows(src);   // all experts' rows
         const uint8_t * src_data = base + data_off + gguf_get_tensor_offset(m.gguf, m.file->index(ggml_get_name(src)));
         std::vector<float> f32((size_t) ggml_nelements(src));
         to_f32(src, src_data, f32.data());
@@ -135,7 +136,7 @@ void build_river(const model & m, const char * river_type, bool force, const cha
     for (auto & s : types) tp.push_back(s.c_str());
     gguf_set_arr_str(g, KEY_TYPES, tp.data(), tp.size());
     for (auto & j : jobs) {
-        ggml_tensor * t = ggml_new_tensor_2d(ctx, j.type, j.src->ne[0], j.src->ne[1]);
+        ggml_tensor * t = ggml_new_tensor_3d(ctx, j.type, j.src->ne[0], j.src->ne[1], j.src->ne[2]);
         ggml_set_name(t, j.name.c_str());
         t->data = j.data.data();
         gguf_add_tensor(g, t);
@@ -176,9 +177,10 @@ void attach_river(model & m, const char * path, const char * backbone_sha256, bo
             ggml_tensor * t = r->file->tensor(name);
             if (!t) fail(PR_ERR_MODEL, "river sidecar '%s' lacks tensor '%s'", path, name.c_str());
             if (!usable_type(t->type)) fail(PR_ERR_MODEL, "river tensor '%s' has unsupported type %d", name.c_str(), (int) t->type);
-            if (t->ne[0] != b->ne[0] || t->ne[1] != b->ne[1] || t->ne[2] != 1 || t->ne[3] != 1) {
-                fail(PR_ERR_MODEL, "river tensor '%s' has shape [%lld, %lld, %lld, %lld], the backbone's is [%lld, %lld]", name.c_str(),
-                     (long long) t->ne[0], (long long) t->ne[1], (long long) t->ne[2], (long long) t->ne[3], (long long) b->ne[0], (long long) b->ne[1]);
+            if (t->ne[0] != b->ne[0] || t->ne[1] != b->ne[1] || t->ne[2] != b->ne[2] || t->ne[3] != 1) {
+                fail(PR_ERR_MODEL, "river tensor '%s' has shape [%lld, %lld, %lld, %lld], the backbone's is [%lld, %lld, %lld]", name.c_str(),
+                     (long long) t->ne[0], (long long) t->ne[1], (long long) t->ne[2], (long long) t->ne[3], (long long) b->ne[0],
+                     (long long) b->ne[1], (long long) b->ne[2]);
             }
             if (t->ne[0] % ggml_blck_size(t->type) != 0) fail(PR_ERR_MODEL, "river tensor '%s': rows do not fit its type", name.c_str());
             rb.*(spec->member) = t;

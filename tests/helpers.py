@@ -69,6 +69,9 @@ ARCH_SPECS = {
     # Partial rotary (16 of 32), LongRoPE: long factors at n_ctx 512 (> 256), short ones at 256.
     "phi3": dict(arch="phi3", n_layer=3, n_embd=128, n_head=4, n_head_kv=2, n_ff=256, n_rot=16, tied_output=False,
                  seed=20, rope_scaling={"type": None, "original_context_length": 256, "attn_factor": 1.1}),
+    # A mixture of 8 experts of 96, 2 used per token; head size 48 (not n_embd / n_head), GQA.
+    "qwen3moe": dict(arch="qwen3moe", n_layer=4, n_embd=128, n_head=4, n_head_kv=2, n_embd_head=48, n_ff=192,
+                     n_expert=8, n_expert_used=2, n_ff_exp=96, tied_output=False, seed=21, rope_freq_base=1000000.0),
 }
 
 # Parity prompts (test_parity, test_rpc).

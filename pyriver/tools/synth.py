@@ -64,6 +64,7 @@ _DEFAULT_GAINS = {
     "ffn_gate": 1.0,
     "ffn_up": 1.0,
     "ffn_down": 1.0,
+    "ffn_gate_inp": 1.0,  # MoE router: logits ~ N(0, 1) per expert
     "norm": 0.1,  # std of the jitter around 1.0 for RMSNorm weights
 }
 
@@ -85,7 +86,7 @@ class _Block(NamedTuple):
     order), how it is drawn, and the group that adds it (None: every architecture)."""
     name: str
     ne: tuple
-    kind: str                   # "mat": N(0, (gain / sqrt(fan_in))^2); "norm": mean + jitter; "bias"
+    kind: str                   # "mat": N(0, (gain / sqrt(fan_in))^2), "router" the same in F32; "norm": mean + jitter; "bias"
     role: str = ""              # mat: its gain in weight_scale
     branch: bool = False        # output of a residual branch: scaled by the per-branch RMS
     group: Optional[str] = None
@@ -122,6 +123,13 @@ _BLOCK = (
     # Phi-3: Q/K/V in one product, gate and up in one (gate first).
     _Block("attn_qkv.weight", ("embd", "qkv"), "mat", "attn_q", group="fused"),
     _Block("ffn_up.weight", ("embd", "ff2"), "mat", "ffn_up", group="fused"),
+    # Qwen3-MoE: a router (F32, as converters write it) and the experts stacked in ne2. A token's
+    # FFN output is a weighted mean of its experts' outputs, drawn as a dense FFN's.
+    _Block("ffn_gate_inp.weight", ("embd", "expert"), "router", "ffn_gate_inp", group="moe"),
+    _Block("ffn_gate_exps.weight", ("embd", "ff_exp", "expert"), "mat", "ffn_gate", group="moe"),
+    _Block("ffn_down_exps.weight", ("ff_exp", "embd", "expert"), "mat", "ffn_down", branch=True, group="moe",
+           fan_var=_SWIGLU_VAR),
+    _Block("ffn_up_exps.weight", ("embd", "ff_exp", "expert"), "mat", "ffn_up", group="moe"),
 )
 
 
@@ -132,10 +140,12 @@ class _Arch(NamedTuple):
     drop: tuple = ()            # llama's block tensors this arch does not have
     head: str = "either"        # output.weight: "either" (tied_output decides), "tied" (never), "untied" (always)
     rope_factors: bool = False  # LongRoPE's rope_factors_long/short.weight (Phi-3)
+    moe: bool = False           # a mixture of experts: expert_count, expert_used_count, expert_feed_forward_length
 
 
 _NAME = {"phi3": "phi-mini"}   # general.name's arch part, where the arch's own name would not load
 _FUSED_DROP = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "ffn_gate.weight", "ffn_up.weight")
+_DENSE_FFN = ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
 _ARCHS = {
     "llama": _Arch(()),
     "qwen2": _Arch(("qkv_bias",), q_is_embd=True),
@@ -147,6 +157,7 @@ _ARCHS = {
     "olmo2": _Arch(("qk_norm_full", "post_norm"), q_is_embd=True, head="untied",
                    drop=("attn_norm.weight", "ffn_norm.weight")),
     "phi3": _Arch(("fused",), q_is_embd=True, drop=_FUSED_DROP, rope_factors=True),
+    "qwen3moe": _Arch(("qk_norm", "moe"), drop=_DENSE_FFN, moe=True),
 }
 #: Architectures :func:`write_model` writes.
 ARCHS = tuple(_ARCHS)
@@ -161,6 +172,8 @@ class _Dims(NamedTuple):
     head: int
     qkv: int
     ff2: int
+    expert: int
+    ff_exp: int
 
 
 # --------------------------------------------------------------------------
@@ -219,9 +232,10 @@ def _block_tensor(spec: _Block, prefix: str, dims: _Dims, wtype: GGMLQuantizatio
                   gains: dict, branch: float) -> Tensor:
     ne = tuple(getattr(dims, d) for d in spec.ne)
     scale = branch if spec.branch else 1.0
-    if spec.kind == "mat":
+    if spec.kind in ("mat", "router"):
         std = gains[spec.role] * scale / math.sqrt(ne[0] * spec.fan_var)
-        return _random_tensor(prefix + spec.name, ne, wtype, seed, std)
+        qtype = wtype if spec.kind == "mat" else GGMLQuantizationType.F32
+        return _random_tensor(prefix + spec.name, ne, qtype, seed, std)
     if spec.kind == "norm":
         return _random_tensor(prefix + spec.name, ne, GGMLQuantizationType.F32, seed, gains["norm"] * scale, scale)
     return _random_tensor(prefix + spec.name, ne, GGMLQuantizationType.F32, seed, 0.5 * scale)
@@ -236,7 +250,8 @@ _DEFAULTS = dict(arch="llama", n_layer=4, n_embd=128, n_head=4, n_head_kv=4, n_f
                  rope_freq_base=10000.0, rms_eps=1e-5, tied_output=True, dtype="f32", seed=0, tokenizer_from=None,
                  weight_scale=None, rope_scaling=None, n_embd_head=None, sliding_window=0, swa_pattern=None,
                  rope_freq_base_swa=None, final_logit_softcapping=None, biases=False,
-                 attn_logit_softcapping=None, attn_temperature_scale=None, n_rot=None)
+                 attn_logit_softcapping=None, attn_temperature_scale=None, n_rot=None,
+                 n_expert=8, n_expert_used=2, n_ff_exp=None)
 
 
 class _Model(SimpleNamespace):
@@ -274,12 +289,23 @@ class _Model(SimpleNamespace):
             raise ValueError(f"{self.arch} (as llama.cpp loads it) needs n_head * head_dim == n_embd")
         if self.n_rot is not None and (int(self.n_rot) % 2 or not 0 < int(self.n_rot) <= head_dim):
             raise ValueError(f"n_rot={self.n_rot} must be even and in (0, head_dim={head_dim}]")
+        if _ARCHS[self.arch].moe:
+            if not 0 < int(self.n_expert_used) <= int(self.n_expert):
+                raise ValueError(f"need 0 < n_expert_used <= n_expert, got {self.n_expert_used} of {self.n_expert}")
+            if int(self.n_ff_expert) <= 0:
+                raise ValueError(f"n_ff_exp must be positive, got {self.n_ff_exp}")
         block = gguf.GGML_QUANT_SIZES[_GGML_TYPES[self.dtype]][0]
-        if self.n_embd % block or self.n_ff % block or (head_dim * self.n_head) % block:
-            raise ValueError(f"dtype {self.dtype} needs n_embd, n_ff and n_head*head_dim to be multiples of {block}")
+        ff_exp = self.n_ff_expert if _ARCHS[self.arch].moe else 0
+        if self.n_embd % block or self.n_ff % block or ff_exp % block or (head_dim * self.n_head) % block:
+            raise ValueError(f"dtype {self.dtype} needs n_embd, n_ff, an expert's n_ff and n_head*head_dim to be multiples of {block}")
         if isinstance(self.swa_pattern, (list, tuple)) and len(self.swa_pattern) != self.n_layer:
             raise ValueError("swa_pattern as a list needs one entry per layer")
         return head_dim
+
+    @property
+    def n_ff_expert(self) -> int:
+        """An expert's width: n_ff_exp, else llama.cpp's default n_ff / n_expert_used."""
+        return int(self.n_ff_exp) if self.n_ff_exp is not None else self.n_ff // max(1, int(self.n_expert_used))
 
     def metadata(self, head_dim: int, tok_kv: dict[str, KV]) -> dict[str, KV]:
         U32, F32, STR = GGUFValueType.UINT32, GGUFValueType.FLOAT32, GGUFValueType.STRING
@@ -319,6 +345,10 @@ class _Model(SimpleNamespace):
             kv[A + "attn_logit_softcapping"] = KV(float(self.attn_logit_softcapping), F32)
         if self.attn_temperature_scale is not None:
             kv[A + "attention.temperature_scale"] = KV(float(self.attn_temperature_scale), F32)
+        if _ARCHS[self.arch].moe:
+            kv[A + "expert_count"] = KV(int(self.n_expert), U32)
+            kv[A + "expert_used_count"] = KV(int(self.n_expert_used), U32)
+            kv[A + "expert_feed_forward_length"] = KV(self.n_ff_expert, U32)
         kv.update(_rope_scaling_kv(A, self.rope_scaling))
         kv.update(tok_kv)
         return kv
@@ -328,7 +358,8 @@ class _Model(SimpleNamespace):
         wtype, seed, g = _GGML_TYPES[self.dtype], self.seed, _gains(self.weight_scale)
         arch = _ARCHS[self.arch]
         q, kvd = self.n_head * head_dim, self.n_head_kv * head_dim
-        dims = _Dims(self.n_embd, q, kvd, self.n_ff, head_dim, q + 2 * kvd, 2 * self.n_ff)
+        dims = _Dims(self.n_embd, q, kvd, self.n_ff, head_dim, q + 2 * kvd, 2 * self.n_ff, int(self.n_expert),
+                     self.n_ff_expert)
         groups = set(arch.groups) | (set(_BIASES) if self.biases else set())
         branch = RESIDUAL_STD / math.sqrt(2 * self.n_layer)  # per-branch output RMS
         emb_std = LOGIT_STD / math.sqrt(self.n_embd) * g["token_embd"]
@@ -409,7 +440,9 @@ def write_model(path: str | os.PathLike[str], **kw) -> pathlib.Path:
     sqrt(n_embd), which gemma3's graph multiplies back); gemma2 post-norms (always tied, drawn as
     gemma3); smollm3 and mistral3 llama's block; olmo2 post-norms only and Q/K norms over the whole
     projection (always untied); phi3 a fused attn_qkv, a fused gate/up ffn_up of 2 x n_ff and
-    LongRoPE factors.
+    LongRoPE factors; qwen3moe qwen3's attention and, instead of the dense FFN, a router and
+    ``n_expert`` experts of ``n_ff_exp`` (default ``n_ff // n_expert_used``), ``n_expert_used``
+    per token.
     """
     m = _Model(**kw)
     head_dim = m.check()
@@ -449,7 +482,7 @@ def write_llama(path: str | os.PathLike[str], *, n_layer: int = 4, n_embd: int =
             ``n_vocab`` is its token count. Default: ``pyriver.models.resolve(None)``.
         weight_scale: ``None``; a float multiplying the std of every matrix; or a
             dict of per-role multipliers with roles ``token_embd, output, attn_q,
-            attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down, norm``
+            attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down, ffn_gate_inp, norm``
             (``norm`` scales the jitter of the norm weights around 1).
         rope_scaling: e.g. ``{"type": "linear", "factor": 2.0}``; writes
             ``llama.rope.scaling.type`` / ``.factor`` (and
@@ -477,6 +510,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--heads-kv", type=int, default=None, help="default: --heads")
     ap.add_argument("--ff", type=int, default=352)
+    ap.add_argument("--experts", type=int, default=8, help="qwen3moe: experts per block")
+    ap.add_argument("--experts-used", type=int, default=2, help="qwen3moe: experts per token")
+    ap.add_argument("--ff-exp", type=int, default=None, help="qwen3moe: an expert's width (default: ff / experts-used)")
     ap.add_argument("--ctx", type=int, default=2048, help="n_ctx_train")
     ap.add_argument("--rope-base", type=float, default=10000.0)
     ap.add_argument("--rms-eps", type=float, default=1e-5)
@@ -500,7 +536,8 @@ def main(argv: list[str] | None = None) -> int:
                     n_head_kv=a.heads_kv or a.heads, n_ff=a.ff, n_ctx_train=a.ctx,
                     rope_freq_base=a.rope_base, rms_eps=a.rms_eps, tied_output=not a.untied,
                     dtype=a.dtype, seed=a.seed, tokenizer_from=a.tokenizer_from,
-                    weight_scale=a.weight_scale, rope_scaling=rs)
+                    weight_scale=a.weight_scale, rope_scaling=rs, n_expert=a.experts,
+                    n_expert_used=a.experts_used, n_ff_exp=a.ff_exp)
     print(p)
     if a.quantize:
         from .quantize import quantize   # llama.cpp only when asked for: writing needs none

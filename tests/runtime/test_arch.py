@@ -31,10 +31,10 @@ def _rewrite(src, dst, kv=None, drop=(), reshape=None):
 
 
 def test_unsupported_architecture_is_named(arch_paths, tmp_path):
-    p = _rewrite(arch_paths["qwen3"], tmp_path / "qwen3moe.gguf",
-                 kv={"general.architecture": ("qwen3moe", gguf.GGUFValueType.STRING)})
-    with pytest.raises(ModelLoadError, match=r"unsupported architecture 'qwen3moe' \(supported: llama, qwen2, qwen3, "
-                                             r"gemma3, mistral3, gemma2, smollm3, olmo2, phi3\)"):
+    p = _rewrite(arch_paths["qwen3"], tmp_path / "qwen3next.gguf",
+                 kv={"general.architecture": ("qwen3next", gguf.GGUFValueType.STRING)})
+    with pytest.raises(ModelLoadError, match=r"unsupported architecture 'qwen3next' \(supported: llama, qwen2, qwen3, "
+                                             r"gemma3, mistral3, gemma2, smollm3, olmo2, phi3, qwen3moe\)"):
         Llama(p, verbose=False)
 
 
@@ -49,6 +49,8 @@ def test_unsupported_architecture_is_named(arch_paths, tmp_path):
     ("olmo2", "output.weight"),                  # OLMo 2's head is never tied
     ("phi3", "blk.2.ffn_up.weight"),
     ("phi3", "blk.1.attn_qkv.weight"),           # neither fused nor separate Q/K/V: attn_q is missing
+    ("qwen3moe", "blk.0.ffn_gate_inp.weight"),   # the router
+    ("qwen3moe", "blk.3.ffn_down_exps.weight"),
 ])
 def test_missing_arch_tensor(arch_paths, tmp_path, name, tensor):
     p = _rewrite(arch_paths[name], tmp_path / "m.gguf", drop=[tensor])
@@ -67,6 +69,8 @@ def test_missing_arch_tensor(arch_paths, tmp_path, name, tensor):
     ("phi3", "blk.0.attn_qkv.weight"),
     ("phi3", "blk.1.ffn_up.weight"),             # 2 x n_ff
     ("phi3", "rope_factors_long.weight"),        # n_rot / 2
+    ("qwen3moe", "blk.2.ffn_up_exps.weight"),    # [n_embd, n_ff_exp, n_expert]
+    ("qwen3moe", "blk.1.ffn_gate_inp.weight"),   # [n_embd, n_expert]
 ])
 def test_wrong_arch_tensor_shape(arch_paths, tmp_path, name, tensor):
     p = _rewrite(arch_paths[name], tmp_path / "m.gguf", reshape=tensor)
@@ -127,6 +131,13 @@ def test_window_changes_the_result(smol_path, tmp_path):
     ("gemma2", "gemma2.attn_logit_softcapping", (0.0, gguf.GGUFValueType.FLOAT32), "attn_logit_softcapping"),
     ("gemma2", "gemma2.final_logit_softcapping", (0.0, gguf.GGUFValueType.FLOAT32), "final_logit_softcapping"),
     ("mistral3", "mistral3.attention.temperature_scale", (float("nan"), gguf.GGUFValueType.FLOAT32), "temperature_scale"),
+    ("qwen3moe", "qwen3moe.expert_used_count", (9, gguf.GGUFValueType.UINT32), r"expert_used_count' = 9 is out of range \[1, 8\]"),
+    ("qwen3moe", "qwen3moe.expert_used_count", (0, gguf.GGUFValueType.UINT32), "expert_used_count' = 0 is out of range"),
+    ("qwen3moe", "qwen3moe.expert_used_count", None, "expert_used_count' is missing"),
+    ("qwen3moe", "qwen3moe.expert_count", (0, gguf.GGUFValueType.UINT32), "needs expert_count > 0"),
+    # The tensors hold 8 experts: a file that says 4 (or another width) is caught at its shapes.
+    ("qwen3moe", "qwen3moe.expert_count", (4, gguf.GGUFValueType.UINT32), r"'blk.0.ffn_gate_inp.weight' has shape \[128, 8, 1, 1\], expected \[128, 4, 1\]"),
+    ("qwen3moe", "qwen3moe.expert_feed_forward_length", (64, gguf.GGUFValueType.UINT32), "'blk.0.ffn_gate_exps.weight' has shape"),
 ])
 def test_bad_arch_key(arch_paths, tmp_path, name, key, value, match):
     """Keys llama.cpp would divide by or misread are refused before any graph."""

@@ -21,7 +21,7 @@ LONG_PROMPT = (TESTS / "data" / "long_prompt.txt").read_text()
 #   llama.cpp's own batched prompt: top-1 agreement and identical greedy continuations.
 # On a GPU only batched runs (batch invariance re-reads the weights per token there); on the CPU
 # batched runs for the models below.
-BATCHED_ON_CPU = {"smollm2", "mha", "gemma3", "gemma3_270m"}
+BATCHED_ON_CPU = {"smollm2", "mha", "gemma3", "gemma3_270m", "qwen3moe"}
 
 
 def _modes(gpu_layers, name):

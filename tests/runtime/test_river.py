@@ -15,7 +15,7 @@ from pyriver import river as R
 # The River invariants hold for every architecture: SmolLM2 (llama), the synthetic qwen2, qwen3,
 # gemma3 (sliding window 16, shorter than PROMPT + 24 tokens), Mistral-style llama files and llama
 # files with biases, and the real Gemma 3 270M.
-NEW_ARCHS = ["mistral3", "gemma2", "smollm3", "olmo2", "phi3"]   # issue 16
+NEW_ARCHS = ["mistral3", "gemma2", "smollm3", "olmo2", "phi3", "qwen3moe"]   # issue 16
 ARCH_MODELS = ["smol", "qwen2", "qwen3", "gemma3", "mistral_swa", "llama_biases", "gemma3_270m"] + NEW_ARCHS
 
 

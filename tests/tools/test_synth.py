@@ -207,6 +207,10 @@ def test_bad_arguments(tmp_path, tokenizer_gguf):
                           n_embd=48, n_head=4, n_ff=96)
     with pytest.raises(ValueError):
         synth.write_llama(tmp_path / "d.gguf", tokenizer_from=tokenizer_gguf, dtype="q4_0")
+    with pytest.raises(ValueError, match="n_expert_used <= n_expert"):
+        synth.write_model(tmp_path / "e.gguf", arch="qwen3moe", tokenizer_from=tokenizer_gguf, n_expert=2, n_expert_used=3)
+    with pytest.raises(ValueError, match="multiples of 32"):   # an expert's width (40) does not fit q8_0's blocks
+        synth.write_model(tmp_path / "f.gguf", arch="qwen3moe", tokenizer_from=tokenizer_gguf, dtype="q8_0", n_ff_exp=40)
 
 
 @pytest.fixture(scope="module")
