@@ -22,6 +22,7 @@ class Feed:
     tokens: Sequence[int]
     prompt: bool = False
     logits: bool = True   # the logits of its last token are wanted
+    all_logits: bool = False   # the logits of every token (a lossless verify step), [n, n_vocab]
 
 
 class BatchDecoder:
@@ -72,7 +73,8 @@ class BatchDecoder:
 
     def step(self, feeds: List[Feed]) -> Dict[int, tuple]:
         """Runs one step over the feeds (one per sequence, at most n_batch tokens in all). Returns
-        {seq: (logits of its last token or None, exit block of each of its tokens)}."""
+        {seq: (logits of its last token or None, or of every token with all_logits, exit block of
+        each of its tokens)}."""
         if not self._ctx:
             raise RuntimeError("this BatchDecoder is closed")
         toks, seqs, pos, want, prompt = [], [], [], [], []
@@ -84,7 +86,7 @@ class BatchDecoder:
             toks.extend(int(t) for t in f.tokens)
             seqs.extend([int(f.seq)] * n)
             pos.extend(range(p0, p0 + n))
-            want.extend([0] * (n - 1) + [1 if f.logits else 0])
+            want.extend([1 if f.all_logits else 0] * (n - 1) + [1 if f.logits or f.all_logits else 0])
             prompt.extend([1 if f.prompt else 0] * n)
         n = len(toks)
         arr = lambda v: ffi.new("int32_t[]", v)   # noqa: E731
@@ -95,12 +97,16 @@ class BatchDecoder:
         for f in feeds:
             k = len(f.tokens)
             logits = None
-            if f.logits:
-                ptr = lib.pr_logits(self._ctx, row)
-                if ptr == ffi.NULL:
-                    raise PyriverError(last_error())
-                logits = np.frombuffer(ffi.buffer(ptr, 4 * self.n_vocab), dtype=np.float32).copy()
-                row += 1
+            if f.logits or f.all_logits:
+                n_rows = k if f.all_logits else 1
+                logits = np.stack([self._row(row + i) for i in range(n_rows)]) if f.all_logits else self._row(row)
+                row += n_rows
             out[f.seq] = (logits, list(exits[at:at + k]))
             at += k
         return out
+
+    def _row(self, row: int) -> np.ndarray:
+        ptr = lib.pr_logits(self._ctx, row)
+        if ptr == ffi.NULL:
+            raise PyriverError(last_error())
+        return np.frombuffer(ffi.buffer(ptr, 4 * self.n_vocab), dtype=np.float32).copy()

@@ -230,6 +230,11 @@ class Llama:
     def lossless(self) -> bool:
         return self._spec is not None
 
+    @property
+    def speculator(self) -> Optional[Speculator]:
+        """Lossless mode's draft-and-verify rules (draft length, acceptance), or None."""
+        return self._spec
+
     @classmethod
     def from_pretrained(cls, repo_id: str, filename: str, **kwargs) -> "Llama":
         """A GGUF from the Hugging Face hub (through huggingface_hub; a clear error offline)."""
@@ -501,9 +506,9 @@ class Llama:
         """Tokens the last completion generated (streamed ones as far as they were read)."""
         return self._n_generated
 
-    def river_stats(self, exits: Optional[Sequence[int]] = None) -> Optional[Dict]:
+    def river_stats(self, exits: Optional[Sequence[int]] = None, lossless: Optional[Dict] = None) -> Optional[Dict]:
         """Exit statistics of the decode steps of the last generation, or of the given exit blocks
-        (the server's requests); for the last generation in lossless mode also its draft statistics
+        and draft statistics (the server's requests); in lossless mode also the draft statistics
         under "lossless" (its tokens then all ran at full depth, so the exit statistics count none).
         None without a river and lossless mode."""
         if self.river_path is None and (self._spec is None or exits is not None):
@@ -511,7 +516,7 @@ class Llama:
         d = exit_stats(self.last_stats.get("exits", []) if exits is None else exits, self.info["n_layer"])
         d.update(river=self.river_path, exit_threshold=self.exit_threshold, min_exit_layer=self.min_exit_layer,
                  calibrated=self.calibration is not None,
-                 lossless=lossless_stats(self.last_stats.get("lossless")) if exits is None else None)
+                 lossless=lossless_stats(self.last_stats.get("lossless") if exits is None else lossless))
         return d
 
     def _events(self, prompt_tokens, sampler, max_tokens, stops, logprobs=None):

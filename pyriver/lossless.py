@@ -48,6 +48,53 @@ def accept_or_resample(p: np.ndarray, q: Optional[np.ndarray], d: int, rng: np.r
     return int(rng.choice(rest.size, p=rest / total))
 
 
+def draft_token(sampler: Sampler, logits: np.ndarray, hist: List[int]) -> Tuple[int, np.ndarray]:
+    """A river draft: the sampler's distribution q of the draft logits and the token drawn from it
+    (its argmax when greedy)."""
+    q = sampler.distribution(logits, hist)
+    d = int(np.argmax(q)) if sampler.p.temperature <= 0.0 else int(sampler.rng.choice(q.size, p=q))
+    return d, q
+
+
+def decide(rows: np.ndarray, drafts: List[int], qs: List[Optional[np.ndarray]], hist: List[int], sampler: Sampler,
+           rule: Callable = accept_or_resample) -> List[Tuple[int, np.ndarray]]:
+    """What a verify step emits: rows are the full-depth logits of the newest token (the last of
+    hist) and of each draft. Drafts are kept while the rule keeps them; the first rejected one is
+    replaced by the rule's token; after all are kept, one more token from the last row. Each
+    token comes with the logits that chose it."""
+    hist = list(hist)
+    out: List[Tuple[int, np.ndarray]] = []
+    for i, d in enumerate(drafts):
+        r = rule(sampler.distribution(rows[i], hist), qs[i], d, sampler.rng)
+        out.append((d if r is None else r, rows[i]))
+        if r is not None:
+            return out
+        hist.append(d)
+    out.append((sampler.sample(rows[len(drafts)], hist), rows[len(drafts)]))
+    return out
+
+
+def next_draft_len(k: int, n_drafted: int, n_kept: int, draft_max: int) -> int:
+    """The draft length after a step: one shorter after a rejection, one longer (up to draft_max)
+    after a step that kept all of its k drafts."""
+    if n_kept < n_drafted:
+        return max(1, k - 1)
+    if n_drafted == k > 0:
+        return min(draft_max, k + 1)
+    return k
+
+
+def new_stats(source: str) -> Dict:
+    """The draft statistics of one generation (filled by a Speculator or the server's scheduler)."""
+    return {"draft": source, "drafted": 0, "accepted": 0, "verify_steps": 0, "draft_exits": []}
+
+
+def count_step(ls: Dict, n_drafted: int, n_kept: int) -> None:
+    ls["drafted"] += n_drafted
+    ls["accepted"] += n_kept
+    ls["verify_steps"] += 1
+
+
 class Speculator:
     """The draft-and-verify loop of one Llama. draft_model: None drafts on the River path (the
     Llama's exit rule), else a callable as llama-cpp-python's draft models. The draft length
@@ -77,8 +124,7 @@ class Speculator:
         decided by one step are yielded one by one; between steps the cache is re-synced when
         another caller used it."""
         n_prompt = len(seq)
-        ls = st["lossless"] = {"draft": self.source, "drafted": 0, "accepted": 0, "verify_steps": 0,
-                               "draft_exits": []}
+        ls = st["lossless"] = new_stats(self.source)
         k = self.draft_max   # each call starts afresh: its result never depends on earlier calls
         ready: List[Tuple[int, np.ndarray]] = []   # decided tokens, each with the logits that chose it
         mine = -1   # the cache version when this generation last left the cache
@@ -99,10 +145,7 @@ class Speculator:
                             st["prompt_s"] += t0 - t1
                         room = min(max_new - emitted, llm.n_ctx() - len(seq))
                         ready, n_drafted = self._step(llm, seq, sampler, min(k, room - 1), ls)
-                        if len(ready) - 1 < n_drafted:
-                            k = max(1, k - 1)
-                        elif n_drafted == k > 0:
-                            k = min(self.draft_max, k + 1)
+                        k = next_draft_len(k, n_drafted, len(ready) - 1, self.draft_max)
                         st["decode_tokens"] += len(ready)
                         st["decode_s"] += time.perf_counter() - t0
                     mine = llm._version
@@ -122,21 +165,10 @@ class Speculator:
         n0 = len(seq) - 1
         drafts, qs = self._draft(llm, seq, sampler, k, ls) if k > 0 else ([], [])
         rows = llm.eval([seq[-1]] + drafts, logits_all=True, prompt=True)   # full depth
-        hist = list(seq)
-        out: List[Tuple[int, np.ndarray]] = []
-        for i, d in enumerate(drafts):
-            r = self.rule(sampler.distribution(rows[i], hist), qs[i], d, sampler.rng)
-            out.append((d if r is None else r, rows[i]))
-            if r is not None:
-                break
-            hist.append(d)
-        else:
-            out.append((sampler.sample(rows[len(drafts)], hist), rows[len(drafts)]))
+        out = decide(rows, drafts, qs, seq, sampler, self.rule)
         m = len(out) - 1   # drafts kept
         llm._truncate(n0 + 1 + m)
-        ls["drafted"] += len(drafts)
-        ls["accepted"] += m
-        ls["verify_steps"] += 1
+        count_step(ls, len(drafts), m)
         return out, len(drafts)
 
     def _draft(self, llm, seq: List[int], sampler: Sampler, k: int, ls: Dict):
@@ -154,15 +186,18 @@ class Speculator:
         for _ in range(k):
             logits = llm.eval([hist[-1]])[-1]   # a decode step under the exit rule
             ls["draft_exits"].append(llm.last_exits[0])
-            q = sampler.distribution(logits, hist)
-            d = int(np.argmax(q)) if sampler.p.temperature <= 0.0 else int(sampler.rng.choice(q.size, p=q))
+            d, q = draft_token(sampler, logits, hist)
             drafts.append(d)
             qs.append(q)
             hist.append(d)
-            if llm.vocab.is_eog(d) or (self.draft_p_min > 0.0 and _top_prob(logits) < self.draft_p_min):
+            if self.draft_stops(llm.vocab, d, logits):
                 break
         llm._truncate(n0)   # the verify step rewrites these rows at full depth
         return drafts, qs
+
+    def draft_stops(self, vocab, d: int, logits: np.ndarray) -> bool:
+        """A river draft ends at an end-of-generation token or when its top token is unsure."""
+        return vocab.is_eog(d) or (self.draft_p_min > 0.0 and _top_prob(logits) < self.draft_p_min)
 
 
 def _top_prob(logits: np.ndarray) -> float:

@@ -34,11 +34,11 @@ def http(method: str, url: str, body=None, headers=None, timeout=120):
         return status, raw.decode()
 
 
-def sse(url: str, path: str, body: dict, headers=None):
+def sse(url: str, path: str, body: dict, headers=None, timeout: float = 120):
     """The lines of a streamed response, read as they come; closing the generator drops the
-    connection (a client that goes away)."""
+    connection (a client that goes away). timeout: seconds any one read may wait."""
     host, port = url.split("//")[1].split(":")
-    conn = httpclient.HTTPConnection(host, int(port), timeout=120)
+    conn = httpclient.HTTPConnection(host, int(port), timeout=timeout)
     try:
         conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json", **(headers or {})})
         r = conn.getresponse()

@@ -21,6 +21,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--river", default=None, help="river type (q4_0, ...) or sidecar path; off by default")
     p.add_argument("--tau", type=float, default=None, help="exit threshold")
     p.add_argument("--min-exit-layer", type=int, default=None)
+    p.add_argument("--lossless", action="store_true",
+                   help="the river drafts, the backbone verifies: every stream's tokens are full depth's (needs --river)")
+    p.add_argument("--draft-max", type=int, default=None, help="lossless: most tokens drafted per step")
     p.add_argument("--batch-rule", choices=["split", "minimum", "all"], default="split",
                    help="how a step of several sequences exits (see README: Server)")
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
@@ -35,8 +38,12 @@ def settings(a: argparse.Namespace) -> dict:
     kw = {"river": None}
     if a.river is not None:
         kw = dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer)
-    elif a.tau is not None or a.min_exit_layer is not None:
-        raise ValueError("--tau and --min-exit-layer need --river")
+    elif a.tau is not None or a.min_exit_layer is not None or a.lossless:
+        raise ValueError("--tau, --min-exit-layer and --lossless need --river")
+    if a.lossless:
+        kw.update(lossless=True, **({} if a.draft_max is None else {"draft_max": a.draft_max}))
+    elif a.draft_max is not None:
+        raise ValueError("--draft-max needs --lossless")
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
                 prompt_chunk=a.prompt_chunk, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
                 verbose=a.verbose, llama_kwargs=kw)

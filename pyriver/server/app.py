@@ -96,7 +96,7 @@ class Server:
         return r
 
     def river(self, r: Request) -> Optional[Dict]:
-        return self.llm.river_stats(r.exits)
+        return self.llm.river_stats(r.exits, r.lossless)
 
 
 def events(r: Request, stops: List[str]) -> Iterator[tuple]:

@@ -1,7 +1,12 @@
 """Continuous batching over slots: one thread owns the BatchDecoder. Each step it admits waiting
 requests into free slots, frees the slots of finished or abandoned requests, feeds every decoding
 slot its last token and the prompts of new requests in chunks (so one long prompt does not stall
-the other streams), then samples each slot's next token and hands it to the request's queue."""
+the other streams), then samples each slot's next token and hands it to the request's queue.
+
+In lossless mode (a Llama made with lossless=True) each decoding slot drafts first: up to k decode
+steps on the River path, every drafting slot in one step each; then its newest token and drafts
+run at full depth in the step with the prompt chunks, and each slot keeps what pyriver.lossless's
+rule keeps (its own drafts, its own draft length): the tokens of a stream are full depth's."""
 from __future__ import annotations
 
 import collections
@@ -11,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from .. import lossless
 from ..batch import BatchDecoder, Feed
 from ..logprobs import entry as logprob_entry
 from ..sampling import Sampler
@@ -35,6 +41,7 @@ class Request:
     t_first: Optional[float] = None
     n_generated: int = 0
     logprob_entries: list = field(default_factory=list)   # logprobs.entry of each generated token (logprobs)
+    lossless: Optional[dict] = None   # draft statistics in lossless mode (pyriver.lossless.new_stats)
 
     def cancel(self) -> None:
         """The client is gone or has what it wants (a stop string): the slot frees at the next step."""
@@ -49,12 +56,18 @@ class Slot:
         self.pending: List[int] = []   # prompt tokens still to feed
         self.history: List[int] = []   # prompt and generated tokens (penalties)
         self.next_tok: Optional[int] = None
+        self.k = 0                     # lossless: the draft length of the next step
+        self.drafts: List[int] = []    # lossless: this step's drafts and the distributions they came from
+        self.qs: list = []
 
 
 class Scheduler:
     def __init__(self, llm, n_slots: int, batch_rule: str = "split", queue_max: int = 64, prompt_chunk: int = 64,
                  metrics=None):
         self.llm = llm
+        self.spec = llm.speculator   # lossless mode, or None
+        if self.spec is not None and self.spec.draft_model is not None:
+            raise ValueError("the server drafts on the River path; a draft_model is not supported")
         self.dec = BatchDecoder(llm, n_slots, batch_rule)
         self.n_ctx = self.dec.n_ctx
         self.slots = [Slot(i) for i in range(n_slots)]
@@ -136,6 +149,9 @@ class Scheduler:
         s.history = list(r.prompt)
         s.next_tok = None
         s.req = r
+        if self.spec is not None:
+            s.k = self.spec.draft_max   # each request starts afresh, as Llama's lossless calls do
+            r.lossless = lossless.new_stats("river")
 
     def _finish(self, s: Slot, reason: str) -> None:
         """Ends the slot's request; its prompt stays cached for the next one (generated tokens do not:
@@ -147,12 +163,59 @@ class Scheduler:
         s.next_tok = None
         self.dec.truncate(s.seq, len(s.cached))
 
+    def _draft(self) -> None:
+        """Lossless: each decoding slot drafts up to its k tokens (no further than its max_tokens,
+        the context, or its share of a step), all drafting slots in one decode step per token
+        under the exit rule; their rows are cut again, the verify step rewrites them."""
+        decoding = [s for s in self.slots if s.req is not None and s.next_tok is not None]
+        share = max(1, self.dec.n_batch // len(self.slots)) - 1
+        limit = {}
+        for s in decoding:
+            s.drafts, s.qs = [], []
+            room = min(s.req.max_tokens - s.req.n_generated, self.n_ctx - len(s.history))
+            limit[s.seq] = min(s.k, room - 1, share)
+        active = [s for s in decoding if limit[s.seq] > 0]
+        n0 = {s.seq: self.dec.pos(s.seq) for s in active}
+        while active:
+            res = self.dec.step([Feed(s.seq, [s.drafts[-1] if s.drafts else s.next_tok]) for s in active])
+            going = []
+            for s in active:
+                logits, exits = res[s.seq]
+                d, q = lossless.draft_token(s.req.sampler, logits, s.history + s.drafts)
+                s.drafts.append(d)
+                s.qs.append(q)
+                s.req.lossless["draft_exits"].extend(exits)
+                if len(s.drafts) < limit[s.seq] and not self.spec.draft_stops(self.llm.vocab, d, logits):
+                    going.append(s)
+            active = going
+        for seq, n in n0.items():
+            self.dec.truncate(seq, n)
+
+    def _verify(self, s: Slot, rows) -> int:
+        """Lossless: emits what the verify step decides for slot s; returns the tokens emitted."""
+        out = lossless.decide(rows, s.drafts, s.qs, s.history, s.req.sampler, self.spec.rule)
+        kept = len(out) - 1
+        self.dec.truncate(s.seq, self.dec.pos(s.seq) - len(s.drafts) + kept)
+        lossless.count_step(s.req.lossless, len(s.drafts), kept)
+        s.k = lossless.next_draft_len(s.k, len(s.drafts), kept, self.spec.draft_max)
+        n = 0
+        for tok, logits in out:
+            if s.req is None:
+                break
+            self._emit(s, tok, logits)
+            n += 1
+        return n
+
     def _feeds(self) -> List[Feed]:
         feeds, budget = [], self.dec.n_batch
         for s in self.slots:
             if s.req is not None and s.next_tok is not None:
-                feeds.append(Feed(s.seq, [s.next_tok]))
-                budget -= 1
+                if self.spec is not None:   # the newest token and the drafts, at full depth
+                    feeds.append(Feed(s.seq, [s.next_tok] + s.drafts, prompt=True, all_logits=True))
+                    budget -= 1 + len(s.drafts)
+                else:
+                    feeds.append(Feed(s.seq, [s.next_tok]))
+                    budget -= 1
         for s in self.slots:
             if s.req is not None and s.pending and budget > 0:
                 k = min(len(s.pending), self.prompt_chunk, budget)
@@ -162,16 +225,21 @@ class Scheduler:
         return feeds
 
     def _step(self) -> None:
+        t0 = time.perf_counter()
+        if self.spec is not None:
+            self._draft()
         feeds = self._feeds()
         if not feeds:
             return
-        t0 = time.perf_counter()
         res = self.dec.step(feeds)
         dt = time.perf_counter() - t0
         n_decode = 0
         for f in feeds:
             s = self.slots[f.seq]
             logits, exits = res[f.seq]
+            if f.all_logits:
+                n_decode += self._verify(s, logits)
+                continue
             if f.prompt:
                 s.pending = s.pending[len(f.tokens):]
                 s.cached.extend(f.tokens)
@@ -184,11 +252,14 @@ class Scheduler:
             self.metrics.step(n_decode, dt)
 
     def _sample(self, s: Slot, logits) -> None:
+        self._emit(s, s.req.sampler.sample(logits, s.history), logits)
+
+    def _emit(self, s: Slot, tok: int, logits) -> None:
+        """Hands token tok (chosen from logits) to the request, or ends it."""
         r = s.req
         if r.cancelled.is_set():
             self._finish(s, "cancelled")
             return
-        tok = r.sampler.sample(logits, s.history)
         if self.llm.vocab.is_eog(tok):
             self._finish(s, "stop")
             return

@@ -98,6 +98,22 @@ def test_same_type_river_exits_are_identical_on_two_servers(smol_path, two):
         assert len(set(exits)) > 1
 
 
+def test_lossless_on_two_servers_is_full_depth(smol_path, two):
+    """Lossless mode on RPC devices: drafts on the river (exits on both servers), verify steps at
+    full depth; the greedy texts are those of river=None on the same servers, token for token."""
+    eps = ",".join(s.endpoint for s in two)
+    with _rpc_llama(smol_path, eps, batch_invariant=True) as base:
+        ref = [base.create_completion(p, max_tokens=N_GEN, temperature=0.0)["choices"][0]["text"] for p in PARITY_PROMPTS[:2]]
+    with _rpc_llama(smol_path, eps, batch_invariant=True, river="q4_0", exit_threshold=0.95, min_exit_layer=2,
+                    lossless=True, draft_max=3) as llm:
+        got, ls = [], []
+        for p in PARITY_PROMPTS[:2]:
+            got.append(llm.create_completion(p, max_tokens=N_GEN, temperature=0.0)["choices"][0]["text"])
+            ls.append(llm.river_stats()["lossless"])
+    assert got == ref
+    assert all(x["verify_steps"] > 0 for x in ls) and sum(x["drafted"] for x in ls) > sum(x["accepted"] for x in ls) > 0
+
+
 def test_similarity_exits_match_the_cpu(smol_path, two):
     """The exit decisions made from the servers' in-graph similarities (a few floats read back per
     check) are the CPU's host-side ones. Logits differ a little: the CPU runs the river's q4_0
