@@ -203,20 +203,26 @@ def test_queue_limit(smol_path):
         s.close()
 
 
+def _four_streams(s):
+    """The greedy completions of PROMPTS[:4] sent together to server s, by prompt."""
+    c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+    out = {}
+
+    def one(p):
+        out[p] = c.completions.create(prompt=p, max_tokens=N, temperature=0.0, model=_model(c))
+    threads = [threading.Thread(target=one, args=(p,)) for p in PROMPTS[:4]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    return out
+
+
 def test_river_streams_report_exits(smol_path):
     s = ServerProcess(smol_path, "--parallel", "4", "--ctx", "256", "--threads", "2", "--river", "q4_0",
                       "--tau", "0.95", "--min-exit-layer", "2")
     try:
-        c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
-        out = {}
-
-        def one(p):
-            out[p] = c.completions.create(prompt=p, max_tokens=N, temperature=0.0, model=_model(c))
-        threads = [threading.Thread(target=one, args=(p,)) for p in PROMPTS[:4]]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(300)
+        out = _four_streams(s)
         for r in out.values():
             river = r.model_extra["river"]
             # one exit per decode step: every generated token but the first (the prompt's)
@@ -235,16 +241,7 @@ def test_lossless_streams_are_full_depth(smol_path, solo):
     s = ServerProcess(smol_path, "--parallel", "4", "--ctx", "512", "--threads", "2", "--river", "q4_0",
                       "--tau", "0.9", "--min-exit-layer", "2", "--lossless", "--draft-max", "3")
     try:
-        c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
-        out = {}
-
-        def one(p):
-            out[p] = c.completions.create(prompt=p, max_tokens=N, temperature=0.0, model=_model(c))
-        threads = [threading.Thread(target=one, args=(p,)) for p in PROMPTS[:4]]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(300)
+        out = _four_streams(s)
         assert {p: r.choices[0].text for p, r in out.items()} == {p: solo[p] for p in PROMPTS[:4]}
         ls = [r.model_extra["river"]["lossless"] for r in out.values()]
         assert all(x["draft"] == "river" and x["verify_steps"] > 0 for x in ls)
