@@ -11,7 +11,7 @@ import time
 import openai
 import pytest
 
-from helpers import PROMPTS, pyriver_cli
+from helpers import PROMPTS, TESTS, pyriver_cli
 from pyriver import Llama
 from server_proc import ServerProcess, http, sse
 
@@ -182,22 +182,36 @@ def test_health_and_metrics(server, smol_path):
         bad.close()
 
 
+def _wait_metric(s, name, value):
+    end = time.time() + 120
+    while _metric(s, name) != value:
+        assert time.time() < end, f"{name} never reached {value}"
+        time.sleep(0.01)
+
+
 def test_queue_limit(smol_path):
-    s = ServerProcess(smol_path, "--parallel", "1", "--queue", "1", "--ctx", "256", "--threads", "2")
+    """One slot and a queue of one: a third request is refused with 503 while the first holds the
+    slot and the second waits. The first holds it by its prompt, fed one token per step (a prompt
+    cannot end early, as a generation can at an end token), and the test moves on only when the
+    server's own metrics say the slot is busy and the queue full: no sleeps, no race."""
+    s = ServerProcess(smol_path, "--parallel", "1", "--queue", "1", "--ctx", "1024", "--threads", "2",
+                      "--prompt-chunk", "1")
     try:
+        long_prompt = (TESTS / "data" / "long_prompt.txt").read_text()[:2000]
+        body = {"prompt": PROMPTS[0], "max_tokens": 8, "temperature": 0.0}
         results = []
-        body = {"prompt": PROMPTS[0], "max_tokens": 60, "temperature": 0.0}
-        threads = [threading.Thread(target=lambda: results.append(http("POST", s.url + "/v1/completions", body)))
-                   for _ in range(4)]
-        for t in threads:
-            t.start()
-            time.sleep(0.3)
-        for t in threads:
-            t.join(300)
-        codes = sorted(c for c, _ in results)
-        assert codes.count(200) >= 2 and 503 in codes, codes
-        busy = [g for c, g in results if c == 503][0]
-        assert busy["error"]["code"] == "queue_full"
+        first = threading.Thread(target=lambda: results.append(http("POST", s.url + "/v1/completions",
+                                                                    dict(body, prompt=long_prompt, max_tokens=1))))
+        first.start()
+        _wait_metric(s, "pyriver_slots_busy", 1)
+        second = threading.Thread(target=lambda: results.append(http("POST", s.url + "/v1/completions", body)))
+        second.start()
+        _wait_metric(s, "pyriver_queue_length", 1)
+        code, busy = http("POST", s.url + "/v1/completions", body)
+        first.join(300)
+        second.join(300)
+        assert code == 503 and busy["error"]["code"] == "queue_full", (code, busy)
+        assert [c for c, _ in results] == [200, 200]
         assert http("POST", s.url + "/v1/completions", dict(body, max_tokens=2))[0] == 200
     finally:
         s.close()
