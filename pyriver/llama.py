@@ -242,13 +242,15 @@ class Llama:
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
+        # Each handle is cleared before it is freed: a Ctrl-C (KeyboardInterrupt between two
+        # bytecodes) inside close must leave at worst a leak, never a handle that __del__ frees again.
         with self._lock:
-            if self._ctx:
-                lib.pr_context_free(self._ctx)
-                self._ctx = ffi.NULL
-            if self._model:
-                lib.pr_model_free(self._model)
-                self._model = ffi.NULL
+            ctx, self._ctx = self._ctx, ffi.NULL
+            if ctx:
+                lib.pr_context_free(ctx)
+            model, self._model = self._model, ffi.NULL
+            if model:
+                lib.pr_model_free(model)
             if getattr(self, "vocab", None):
                 self.vocab.close()
 

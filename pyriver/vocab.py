@@ -24,9 +24,9 @@ class Vocab:
         self._buf = ctypes.create_string_buffer(256)
 
     def close(self) -> None:
-        if self._model:
-            llama_cpp.llama_model_free(self._model)
-            self._model = None
+        model, self._model = self._model, None   # cleared first, as Llama.close
+        if model:
+            llama_cpp.llama_model_free(model)
 
     def __del__(self):
         try:
