@@ -51,9 +51,9 @@ class BatchDecoder:
             self.exiting = d.force_exit_layer >= 0 or ep.exit_threshold <= 1.0
 
     def close(self) -> None:
-        if self._ctx:
-            lib.pr_context_free(self._ctx)
-            self._ctx = ffi.NULL
+        ctx, self._ctx = self._ctx, ffi.NULL   # cleared first, as Llama.close
+        if ctx:
+            lib.pr_context_free(ctx)
 
     def __del__(self):
         try:
@@ -97,10 +97,12 @@ class BatchDecoder:
         for f in feeds:
             k = len(f.tokens)
             logits = None
-            if f.logits or f.all_logits:
-                n_rows = k if f.all_logits else 1
-                logits = np.stack([self._row(row + i) for i in range(n_rows)]) if f.all_logits else self._row(row)
-                row += n_rows
+            if f.all_logits:
+                logits = np.stack([self._row(row + i) for i in range(k)])
+                row += k
+            elif f.logits:
+                logits = self._row(row)
+                row += 1
             out[f.seq] = (logits, list(exits[at:at + k]))
             at += k
         return out

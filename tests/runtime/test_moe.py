@@ -52,13 +52,12 @@ def _with_q4_0_experts(src, dst):
     """A copy of the F32 qwen3moe file whose expert tensors are Q4_0 (attention stays F32)."""
     reader = gguf.GGUFReader(src, "r")
     plan = gguf_io.plan_from_file(reader)
-    for rt in reader.tensors:
+    for i, rt in enumerate(reader.tensors):
         if rt.name.startswith("blk.") and rt.name.split(".")[2] in EXPERT_TENSORS:
             q = gguf.quants.quantize(np.asarray(rt.data, dtype=np.float32).reshape(-1, int(rt.shape[0])),
                                      gguf.GGMLQuantizationType.Q4_0)
-            t = plan.tensor(rt.name)
-            t.ggml_type, t.nbytes, t.chunks = gguf.GGMLQuantizationType.Q4_0, 0, (lambda q=q: iter([q]))
-            t.__post_init__()
+            plan.tensors[i] = gguf_io.Tensor(rt.name, plan.tensors[i].ne, gguf.GGMLQuantizationType.Q4_0,
+                                             lambda q=q: iter([q]))
     plan.kv["general.file_type"] = gguf_io.KV(2, gguf.GGUFValueType.UINT32)
     return str(gguf_io.write_plan(dst, plan))
 
