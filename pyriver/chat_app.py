@@ -165,7 +165,9 @@ def run(a) -> int:
         print(f"pyriver chat: {llm.info['name'] or llm.model_path}; /help for commands, Ctrl-D to quit", file=out)
         if llm.calibration is not None:
             c = llm.calibration["setting"]
-            print(f"[River on from calibration: {c['river']} tau {c['tau']} min layer {c['min_exit_layer']}; /river off]", file=out)
+            tau = f"lossless k {c['draft_max']}, drafts at tau" if c.get("lossless") else "tau"
+            print(f"[River on from calibration: {c['river']} {tau} {c['tau']} min layer {c['min_exit_layer']}; /river off]",
+                  file=out)
     while True:
         try:
             line = input("> " if interactive else "")

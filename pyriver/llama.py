@@ -47,7 +47,7 @@ class Llama:
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
                  river_rebuild: bool = False, batch_invariant: Optional[bool] = None,
-                 lossless: Optional[bool] = None, draft_model=None, draft_max: int = DEFAULT_DRAFT_MAX,
+                 lossless: Optional[bool] = None, draft_model=None, draft_max: Optional[int] = None,
                  chat_format: Optional[str] = None, verbose: bool = True, **unsupported):
         if unsupported.pop("chat_handler", None) is not None:
             raise TypeError("pyriver.Llama does not support chat_handler; it renders the GGUF's chat template")
@@ -66,7 +66,7 @@ class Llama:
 
         self._load(n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers, rpc_timeout)
         exit_threshold, min_exit_layer = self._bind_river(river, exit_threshold, min_exit_layer, river_force,
-                                                          river_rebuild, use_mmap, verbose)
+                                                          river_rebuild, use_mmap, verbose, lossless)
         self.vocab = Vocab(self.model_path)
         if self.vocab.n_vocab != self.info["n_vocab"]:
             raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
@@ -91,8 +91,11 @@ class Llama:
         self._template = None
         self.prefill_exit = prefill_exit
         self._spec: Optional[Speculator] = None   # lossless mode (set_lossless)
-        if lossless is None:   # on with a draft model, as llama-cpp-python's draft_model is
-            lossless = draft_model is not None
+        cal = self.calibration["setting"] if self.calibration is not None else {}
+        if lossless is None:   # on with a draft model, as llama-cpp-python's draft_model is, or as calibrated
+            lossless = draft_model is not None or (cal.get("lossless", False) and not prefill_exit)
+        if draft_max is None and cal.get("lossless"):
+            draft_max = cal["draft_max"]
         self.set_lossless(bool(lossless), draft_model=draft_model, draft_max=draft_max)
 
     def _load(self, n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers, rpc_timeout) -> None:
@@ -117,24 +120,28 @@ class Llama:
         self.info = {k: (ffi.string(getattr(info, k)).decode() if k in ("arch", "name") else getattr(info, k))
                      for k in dir(info)}
 
-    def _bind_river(self, river, exit_threshold, min_exit_layer, force, rebuild, use_mmap, verbose):
+    def _bind_river(self, river, exit_threshold, min_exit_layer, force, rebuild, use_mmap, verbose, lossless):
         """river="auto" (the default): the setting `pyriver calibrate` stored in a sidecar of this
-        model, if any; River off otherwise. river=None is always full depth. Returns the exit
-        threshold and min exit layer to use (None: the defaults)."""
+        model, if any; River off otherwise. river=None is always full depth, and so is a lossless
+        calibration with lossless=False (its tau was chosen for drafts, not for lossy fidelity).
+        Returns the exit threshold and min exit layer to use (None: the defaults)."""
         self.river_path = None
         self.calibration = None
         if river == "auto":
             river = None
             cal = find_calibration(self.model_path)
-            if cal is not None:
+            if cal is not None and not (cal["setting"].get("lossless") and lossless is False):
                 self.calibration = cal
                 river = cal["sidecar"]
                 exit_threshold = cal["setting"]["tau"] if exit_threshold is None else exit_threshold
                 min_exit_layer = cal["setting"]["min_exit_layer"] if min_exit_layer is None else min_exit_layer
                 if verbose:
-                    print(f"pyriver: River on from calibration: {cal['setting']['river']} tau {exit_threshold} "
-                          f"min layer {min_exit_layer} (top-1 {cal['candidate']['top1_agreement']:.4f} >= "
-                          f"{cal['target_fidelity']}; {cal['sidecar']}); river=None turns it off", file=sys.stderr)
+                    s = cal["setting"]
+                    how = (f"lossless, drafts at tau {exit_threshold} min layer {min_exit_layer} k {s['draft_max']}"
+                           if s.get("lossless") else f"tau {exit_threshold} min layer {min_exit_layer} (top-1 "
+                           f"{cal['candidate']['top1_agreement']:.4f} >= {cal['target_fidelity']})")
+                    print(f"pyriver: River on from calibration: {s['river']} {how}; {cal['sidecar']}; "
+                          f"river=None turns it off", file=sys.stderr)
         if river is not None:
             try:
                 self.river_path = str(prepare(self._model, self.model_path, river, force=force, rebuild=rebuild,

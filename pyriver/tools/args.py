@@ -45,7 +45,8 @@ def apply_calibration(a, model_path: str, tau_list: bool) -> None:
         if a.min_exit_layer is None:
             a.min_exit_layer = [s["min_exit_layer"]] if tau_list else s["min_exit_layer"]
         print(f"using the calibrated setting: river {s['river']} tau {s['tau']} min layer {s['min_exit_layer']} "
-              f"({cal['sidecar']})", file=sys.stderr)
+              f"({cal['sidecar']})" + (" (a lossless calibration: its tau is the drafts', measured here lossy)"
+                                       if s.get("lossless") else ""), file=sys.stderr)
     if a.tau is None:
         a.tau = [DEFAULT_TAU]
     if tau_list and a.min_exit_layer is None:

@@ -3,25 +3,34 @@ set, measured, and stored in the river sidecar's metadata (`pyriver.calibration.
 `Llama(MODEL)` (river="auto", the default) and `pyriver chat MODEL` use it (reading it back is the
 runtime's: pyriver.sidecar).
 
-River stays off (every tried sidecar records enabled = false) when no setting meeting the target
-is faster than full depth, or when llama.cpp running the model uniformly requantized to a river
-type meets the target and is at least as fast."""
+The candidates: lossy River settings of the grid whose top-1 agreement meets the target (sweep's
+teacher-forced points), and lossless mode on each river type (drafts under --draft-tau, verified at
+full depth), which meets any target when its greedy answers equalled full depth's on every prompt;
+it is timed on those answers against full depth in the same process, interleaved. The candidate
+with the largest speedup over full depth wins. River stays off (every tried sidecar records
+enabled = false) when that speedup is not above --min-speedup, or when llama.cpp running the model
+uniformly requantized to a river type meets the target and is at least as fast."""
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from typing import Dict, List, Optional
 
 from gguf import GGUFValueType as T
 
+from pyriver.args import device_kwargs, positive
 from pyriver.cli import TOOLS, guarded
+from pyriver.llama import DEFAULT_DRAFT_MAX, Llama
 from pyriver.sidecar import CALIBRATION_PREFIX as PREFIX
 
 from . import datasets, sweep
 from .args import add_grid_args, add_set_args
+from .engine import progress
+from .generation import greedy_answers
 from .gguf_io import rewrite_kv
-from .results import write_json
+from .results import summary, write_json
 
 
 def store(sidecar: str, record: Dict) -> None:
@@ -29,37 +38,96 @@ def store(sidecar: str, record: Dict) -> None:
     vals = {PREFIX + "enabled": (bool(record["enabled"]), T.BOOL),
             PREFIX + "report": (json.dumps(record, sort_keys=True), T.STRING)}
     if record["enabled"]:
-        vals[PREFIX + "exit_threshold"] = (float(record["setting"]["tau"]), T.FLOAT32)
-        vals[PREFIX + "min_exit_layer"] = (int(record["setting"]["min_exit_layer"]), T.INT32)
+        s = record["setting"]
+        vals[PREFIX + "exit_threshold"] = (float(s["tau"]), T.FLOAT32)
+        vals[PREFIX + "min_exit_layer"] = (int(s["min_exit_layer"]), T.INT32)
+        vals[PREFIX + "lossless"] = (bool(s["lossless"]), T.BOOL)
+        if s["lossless"]:
+            vals[PREFIX + "draft_max"] = (int(s["draft_max"]), T.INT32)
     rewrite_kv(sidecar, vals, drop_prefix=PREFIX)
 
 
-def decide(points: List[Dict], target: float, min_speedup: float, against_uniform: bool) -> Dict:
-    """The choice from measured sweep points (see the module doc); pure, so tests can recheck it."""
-    full = next(p for p in points if p["kind"] == "full")
-    meets = [p for p in points if p["kind"] == "river" and p["top1_agreement"] >= target]
-    if not meets:
-        return {"enabled": False, "reason": f"no River setting reaches top-1 agreement {target}"}
-    best = max(meets, key=lambda p: p["decode_tok_s"]["median"])
-    speed = best["decode_tok_s"]["median"]
-    setting = {k: best[k] for k in ("river", "tau", "min_exit_layer")}
-    out = {"candidate": dict(setting, top1_agreement=best["top1_agreement"], decode_tok_s=speed,
-                             speedup=best["speedup"])}
-    if speed <= full["decode_tok_s"]["median"] * min_speedup:
-        return dict(out, enabled=False, reason=(f"the fastest setting meeting the target ({_label(best)}, {speed:.1f} tok/s) "
-                                                f"is not faster than full depth ({full['decode_tok_s']['median']:.1f} tok/s) "
+def measure_lossless(a, model_path: str) -> List[Dict]:
+    """One lossless point per river type: greedy answers to the calibration prompts in lossless mode
+    and at full depth, each repeat running every setting once in turn; medians."""
+    prompts = datasets.subset(datasets.load_prompts(a.prompts), a.limit)
+    mn = a.min_exit_layer[0]
+    llms = []
+    try:
+        for rt in a.river:
+            llms.append(Llama(model_path, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
+                              river=rt, river_force=a.river_force, exit_threshold=2.0, **device_kwargs(a)))
+        full: List[Dict] = []
+        runs: List[List[Dict]] = [[] for _ in llms]
+        bar = progress(a.repeats * (len(llms) + 1) * len(prompts), "lossless (prompts)")
+        for _ in range(a.repeats):
+            llms[0].set_lossless(False)
+            llms[0].set_exit(2.0, mn)
+            full.append(greedy_answers(llms[0], prompts, a.n))
+            bar.update(len(prompts))
+            for llm, rr in zip(llms, runs):
+                llm.set_exit(a.draft_tau, mn)
+                llm.set_lossless(True, draft_max=a.draft_max)
+                rr.append(greedy_answers(llm, prompts, a.n))
+                llm.set_lossless(False)
+                bar.update(len(prompts))
+        bar.close()
+    finally:
+        for llm in llms:
+            llm.close()
+    full_tok_s = [x["tok_s"] for x in full if x["tok_s"] is not None]
+    points = []
+    for rt, llm, rr in zip(a.river, llms, runs):
+        tok_s = [x["tok_s"] for x in rr if x["tok_s"] is not None]
+        if not tok_s or not full_tok_s:   # every answer ended at once: nothing to time
+            print(f"lossless {rt}: no token generated on the calibration prompts, not a candidate", file=sys.stderr)
+            continue
+        dr, ac, st = rr[0]["drafted"], rr[0]["accepted"], rr[0]["verify_steps"]
+        points.append({"name": f"lossless {rt} tau {a.draft_tau} min {mn} k {a.draft_max}", "kind": "lossless",
+                       "river": rt, "tau": a.draft_tau, "min_exit_layer": mn, "draft_max": a.draft_max,
+                       "sidecar": llm.river_path, "decode_tok_s": summary(tok_s),
+                       "full_depth_tok_s": summary(full_tok_s),
+                       "speedup": statistics.median(tok_s) / statistics.median(full_tok_s),
+                       "text_equals_full_depth": all(x["texts"] == full[0]["texts"] for x in rr + full),
+                       "drafted": dr, "accepted": ac, "verify_steps": st,
+                       "acceptance_rate": ac / dr if dr else None, "mean_accepted_length": ac / st if st else None})
+    return points
+
+
+def decide(points: List[Dict], target: float, min_speedup: float, against_uniform: bool,
+           lossless: List[Dict] = ()) -> Dict:
+    """The choice from measured points (see the module doc); pure, so tests can recheck it."""
+    cands = [dict(river=p["river"], tau=p["tau"], min_exit_layer=p["min_exit_layer"], lossless=False,
+                  top1_agreement=p["top1_agreement"], decode_tok_s=p["decode_tok_s"]["median"], speedup=p["speedup"])
+             for p in points if p["kind"] == "river" and p["top1_agreement"] >= target]
+    cands += [dict(river=p["river"], tau=p["tau"], min_exit_layer=p["min_exit_layer"], lossless=True,
+                   draft_max=p["draft_max"], top1_agreement=1.0, decode_tok_s=p["decode_tok_s"]["median"],
+                   speedup=p["speedup"])
+              for p in lossless if p["text_equals_full_depth"]]
+    if not cands:
+        why = f"no River setting reaches top-1 agreement {target}"
+        return {"enabled": False, "reason": why + (" and no lossless run gave full depth's text" if lossless else "")}
+    best = max(cands, key=lambda c: c["speedup"])
+    setting = {k: best[k] for k in ("river", "tau", "min_exit_layer", "lossless", "draft_max") if k in best}
+    out = {"candidate": best}
+    if best["speedup"] <= min_speedup:
+        return dict(out, enabled=False, reason=(f"the fastest setting meeting the target ({_label(best)}, "
+                                                f"{best['speedup']:.3f}x full depth) is not faster than full depth "
                                                 f"by the required factor {min_speedup}"))
     if against_uniform:
         for u in points:
-            if u["kind"] == "uniform" and u["top1_agreement"] >= target and u["decode_tok_s"]["median"] >= speed:
+            if u["kind"] == "uniform" and u["top1_agreement"] >= target and u["speedup"] >= best["speedup"]:
                 return dict(out, enabled=False, reason=(f"llama.cpp on the model uniformly requantized to {u['river']} "
                                                         f"meets the target ({u['top1_agreement']:.4f}) at "
-                                                        f"{u['decode_tok_s']['median']:.1f} tok/s, at least River's {speed:.1f}"))
+                                                        f"{u['speedup']:.3f}x full depth, at least River's "
+                                                        f"{best['speedup']:.3f}x"))
     return dict(out, enabled=True, setting=setting, reason=f"{_label(best)}: {best['speedup']:.3f}x full depth")
 
 
-def _label(p: Dict) -> str:
-    return f"river {p['river']} tau {p['tau']} min layer {p['min_exit_layer']}"
+def _label(c: Dict) -> str:
+    if c.get("lossless"):
+        return f"lossless on river {c['river']}, drafts at tau {c['tau']} min layer {c['min_exit_layer']}, k {c['draft_max']}"
+    return f"river {c['river']} tau {c['tau']} min layer {c['min_exit_layer']}"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -70,6 +138,9 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--min-speedup", type=float, default=1.05,
                    help="River must be faster than full depth by more than this factor (measured medians; the "
                    "default margin is above the run-to-run spread measured on a shared 2-core machine)")
+    k.add_argument("--draft-tau", type=float, default=0.975, help="exit threshold of lossless mode's drafts")
+    k.add_argument("--draft-max", type=positive, default=DEFAULT_DRAFT_MAX, help="lossless mode's longest draft")
+    k.add_argument("--no-lossless", action="store_true", help="leave lossless mode out of the candidates")
     return k
 
 
@@ -79,16 +150,24 @@ def main(argv: Optional[List[str]] = None) -> int:
         raise ValueError("--target-fidelity must be in (0, 1]")
     res = sweep.measure(a, kind="calibrate")
     points = res["points"]
+    res["lossless_points"] = []
+    if not res["interrupted"] and not a.no_lossless:
+        try:
+            res["lossless_points"] = measure_lossless(a, res["conditions"]["model"])
+        except KeyboardInterrupt:
+            res["interrupted"] = True
     if res["interrupted"]:
         print("interrupted: nothing stored (a calibration needs the whole grid)", file=sys.stderr)
         res["decision"] = {"enabled": False, "reason": "interrupted", "stored": []}
         if a.json:
             write_json(a.json, res)
         return 130
-    d = decide(points, a.target_fidelity, a.min_speedup, not a.no_uniform)
+    d = decide(points, a.target_fidelity, a.min_speedup, not a.no_uniform, res["lossless_points"])
     record = dict(d, target_fidelity=a.target_fidelity, min_speedup=a.min_speedup, against_uniform=not a.no_uniform,
                   calibration_set=datasets.set_name(a.prompts, a.limit), tokens_per_prompt=a.n,
-                  threads=a.threads, model_sha256=res["conditions"]["model_sha256"], utc=res["conditions"]["utc"])
+                  threads=a.threads, model_sha256=res["conditions"]["model_sha256"], utc=res["conditions"]["utc"],
+                  lossless_measured=[{k: p[k] for k in ("river", "tau", "draft_max", "speedup", "acceptance_rate",
+                                                        "text_equals_full_depth")} for p in res["lossless_points"]])
     stored = []
     for p in points:
         sc = p.get("sidecar")
@@ -97,11 +176,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             store(sc, dict(record, enabled=chosen))
             stored.append(sc)
     res["decision"] = dict(record, stored=stored)
+    for p in res["lossless_points"]:
+        acc = "-" if p["acceptance_rate"] is None else f"{100 * p['acceptance_rate']:.0f}%"
+        print(f"{p['name']}: {p['decode_tok_s']['median']:.1f} vs {p['full_depth_tok_s']['median']:.1f} tok/s at full "
+              f"depth ({p['speedup']:.2f}x), {acc} of the drafts kept, text equal to full depth: "
+              f"{p['text_equals_full_depth']}")
     if d["enabled"]:
         s = d["setting"]
         where = next(p["sidecar"] for p in points if p["kind"] == "river" and p["river"] == s["river"])
-        print(f"calibrated: river {s['river']} tau {s['tau']} min layer {s['min_exit_layer']} "
-              f"(top-1 {d['candidate']['top1_agreement']:.4f} >= {a.target_fidelity}; {d['reason']}); stored in {where}")
+        fid = "exact" if s["lossless"] else f"top-1 {d['candidate']['top1_agreement']:.4f} >= {a.target_fidelity}"
+        print(f"calibrated: {_label(s)} ({fid}; {d['reason']}); stored in {where}")
     else:
         print(f"River stays off: {d['reason']}" + ("; stored in " + ", ".join(stored) if stored else ""))
     if a.json:

@@ -6,13 +6,13 @@ was full depth's on every prompt."""
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Dict, List
 
 from pyriver import models
 from pyriver.args import device_kwargs
 from pyriver.llama import DEFAULT_RIVER, Llama
 
+from .generation import greedy_answers
 from .prompts import PROMPTS
 from .results import write_json
 
@@ -35,25 +35,6 @@ def _llama_cpp(a, path):
                            n_gpu_layers=a.n_gpu_layers)
 
 
-def _run(llm, prompts, n) -> Dict:
-    """Greedy answers to every prompt; the prompt's prefill is timed apart (it is cached)."""
-    toks = secs = 0.0
-    texts, drafted, accepted, steps = [], 0, 0, 0
-    for p in prompts:
-        msgs = [{"role": "user", "content": p}]
-        llm.create_chat_completion(msgs, max_tokens=1, temperature=0)   # the prompt is cached now
-        t0 = time.perf_counter()
-        r = llm.create_chat_completion(msgs, max_tokens=n, temperature=0)
-        secs += time.perf_counter() - t0
-        toks += r["usage"]["completion_tokens"]
-        texts.append(r["choices"][0]["message"]["content"])
-        ls = (llm.river_stats() or {}).get("lossless") if isinstance(llm, Llama) else None
-        if ls:
-            drafted, accepted, steps = drafted + ls["drafted"], accepted + ls["accepted"], steps + ls["verify_steps"]
-    # None: no token generated (llama-cpp-python's chat handler may end at once, e.g. on Gemma 3)
-    return {"tok_s": toks / secs if toks else None, "texts": texts, "drafted": drafted, "accepted": accepted, "verify_steps": steps}
-
-
 def main(a) -> int:
     path = str(models.resolve(a.model, progress=True))
     llm = Llama(path, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
@@ -61,7 +42,7 @@ def main(a) -> int:
                 batch_invariant=False if a.not_batch_invariant else None, **device_kwargs(a))
     ref = _llama_cpp(a, path)
     settings = _settings(a)
-    prompts = [p for _, p in PROMPTS[:a.prompts]]
+    prompts = [{"prompt": p, "chat": True} for _, p in PROMPTS[:a.prompts]]
     runs: Dict[str, List[Dict]] = {s["name"]: [] for s in settings + [dict(name="llama.cpp")]}
     for r in range(a.repeats):
         for s in settings:
@@ -69,8 +50,8 @@ def main(a) -> int:
             llm.set_exit(s["tau"], a.min_exit_layer)
             if s["lossless"]:
                 llm.set_lossless(True, draft_max=s["k"])
-            runs[s["name"]].append(_run(llm, prompts, a.gen_tokens))
-        runs["llama.cpp"].append(_run(ref, prompts, a.gen_tokens))
+            runs[s["name"]].append(greedy_answers(llm, prompts, a.gen_tokens))
+        runs["llama.cpp"].append(greedy_answers(ref, prompts, a.gen_tokens))
     full = runs["full depth"][0]["texts"]
     base = statistics.median(x["tok_s"] for x in runs["full depth"])
     res = {"schema": "pyriver.bench.lossless/1", "model": path, "threads": a.threads, "river": llm.river_path,

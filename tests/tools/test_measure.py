@@ -145,7 +145,7 @@ def test_calibrate_stores_setting_that_eval_confirms(tiny, tmp_path, capfd):
     # min-speedup 0: choose the fastest setting meeting the target even where the tiny model's
     # speeds are within noise, so that the choice itself is exercised.
     r = _pyriver("calibrate", model, *GRID, "-r", "1", "--target-fidelity", "0.9", "--min-speedup", "0", "--no-uniform",
-                 "--json", str(out))
+                 "--no-lossless", "--json", str(out))
     assert r.returncode == 0, r.stderr
     d = _valid(out, "calibrate")
     dec = d["decision"]
@@ -180,13 +180,47 @@ def test_calibrate_stores_setting_that_eval_confirms(tiny, tmp_path, capfd):
     # `pyriver chat MODEL` too.
     r = _pyriver("chat", model, "-n", "4", input="Hi\n/stats\n", timeout=120)
     assert r.returncode == 0 and "mean exit block" in r.stdout, r.stdout + r.stderr
-    # A calibration that finds nothing worth it turns River off again.
-    r = _pyriver("calibrate", model, *GRID, "-r", "1", "--target-fidelity", "0.9", "--min-speedup", "1000", "--no-uniform")
+    # A calibration that finds nothing worth it (lossless mode measured too) turns River off again.
+    r = _pyriver("calibrate", model, *GRID, "-r", "1", "--target-fidelity", "0.9", "--min-speedup", "1000", "--no-uniform",
+                 "--json", str(out))
     assert r.returncode == 0, r.stderr
-    assert "River stays off" in r.stdout
+    assert "River stays off" in r.stdout and "lossless q4_0 tau 0.975 min 2 k 2:" in r.stdout
+    assert len(_valid(out, "calibrate")["lossless_points"]) == 1
     assert read_calibration(dec["stored"][0])["enabled"] is False
     with Llama(model, n_ctx=64, verbose=False) as llm:
         assert llm.river_path is None
+
+
+def test_calibrate_chooses_lossless_mode_that_llama_then_runs(tiny, tmp_path, capfd):
+    """Where no lossy setting meets the target, lossless mode (full depth's text) is the candidate;
+    Llama(MODEL) then runs it, with the calibrated draft length, and its text is full depth's."""
+    from pyriver import Llama
+    model = str(tmp_path / "cal.gguf")
+    shutil.copy(tiny, model)
+    out = tmp_path / "c.json"
+    # tau 0: every token leaves the backbone at block 2, which misses a target of 1.0.
+    r = _pyriver("calibrate", model, "--river", "q4_0", "--tau", "0.0", "--min-exit-layer", "2", "--limit", "4", "-n", "12",
+                 "-r", "1", "--target-fidelity", "1.0", "--min-speedup", "0", "--no-uniform", "--draft-tau", "0.9",
+                 "--draft-max", "3", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    d = _valid(out, "calibrate")
+    assert [p["top1_agreement"] < 1.0 for p in d["points"] if p["kind"] == "river"] == [True]
+    lp, = d["lossless_points"]
+    assert lp["text_equals_full_depth"] and lp["drafted"] > 0
+    dec = d["decision"]
+    assert dec["enabled"] and dec["setting"] == {"river": "q4_0", "tau": 0.9, "min_exit_layer": 2, "lossless": True,
+                                                 "draft_max": 3}
+    assert "calibrated: lossless on river q4_0" in r.stdout
+    capfd.readouterr()
+    with Llama(model, n_ctx=256, n_threads=2) as llm, Llama(model, n_ctx=256, n_threads=2, verbose=False, river=None) as ref:
+        assert llm.lossless and llm.speculator.draft_max == 3 and abs(llm.exit_threshold - 0.9) < 1e-6
+        got = llm("Rivers", max_tokens=24, temperature=0)
+        assert got["choices"][0]["text"] == ref("Rivers", max_tokens=24, temperature=0)["choices"][0]["text"]
+        assert got["river"]["lossless"]["drafted"] > 0
+    assert "River on from calibration: q4_0 lossless" in capfd.readouterr().err
+    # lossless=False: the drafts' tau was never checked for lossy fidelity, so River stays off.
+    with Llama(model, n_ctx=64, verbose=False, lossless=False) as llm:
+        assert llm.river_path is None and not llm.lossless
 
 
 @pytest.mark.parametrize("cmd", ["bench", "eval", "sweep", "calibrate"])

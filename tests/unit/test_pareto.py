@@ -27,7 +27,7 @@ def test_calibrate_rule_against_uniform_and_target():
     pts = [{"kind": "full", "top1_agreement": 1.0, "decode_tok_s": {"median": 100.0}},
            {"kind": "river", "river": "q4_0", "tau": 0.98, "min_exit_layer": 4, "top1_agreement": 0.95,
             "decode_tok_s": {"median": 110.0}, "speedup": 1.1},
-           {"kind": "uniform", "river": "q4_0", "top1_agreement": 0.96, "decode_tok_s": {"median": 120.0}}]
+           {"kind": "uniform", "river": "q4_0", "top1_agreement": 0.96, "decode_tok_s": {"median": 120.0}, "speedup": 1.2}]
     assert decide(pts, 0.9, 1.0, True)["enabled"] is False
     assert "uniformly requantized" in decide(pts, 0.9, 1.0, True)["reason"]
     assert decide(pts, 0.9, 1.0, False)["enabled"] is True
@@ -40,7 +40,36 @@ def test_calibrate_needs_the_speedup():
             "decode_tok_s": {"median": 104.0}, "speedup": 1.04}]
     assert decide(pts, 0.9, 1.05, False)["enabled"] is False
     d = decide(pts, 0.9, 1.03, False)
-    assert d["enabled"] is True and d["setting"] == {"river": "q4_0", "tau": 0.98, "min_exit_layer": 4}
+    assert d["enabled"] is True and d["setting"] == {"river": "q4_0", "tau": 0.98, "min_exit_layer": 4, "lossless": False}
+
+
+def _lossless(speedup, exact=True):
+    return {"kind": "lossless", "river": "iq4_nl", "tau": 0.975, "min_exit_layer": 4, "draft_max": 3,
+            "decode_tok_s": {"median": 100.0 * speedup}, "speedup": speedup, "text_equals_full_depth": exact}
+
+
+def test_calibrate_lossless_candidates():
+    """Lossless mode meets any target when its text was full depth's; it wins only when faster
+    than the lossy candidates, and the speedup and uniform rules apply to it as to them."""
+    full = {"kind": "full", "top1_agreement": 1.0, "decode_tok_s": {"median": 100.0}}
+    lossy = {"kind": "river", "river": "q4_0", "tau": 0.98, "min_exit_layer": 4, "top1_agreement": 0.95,
+             "decode_tok_s": {"median": 110.0}, "speedup": 1.1}
+    d = decide([full, lossy], 0.99, 1.05, False, [_lossless(1.2)])   # the lossy point misses the target
+    assert d["enabled"] and d["setting"] == {"river": "iq4_nl", "tau": 0.975, "min_exit_layer": 4, "lossless": True,
+                                             "draft_max": 3}
+    assert d["candidate"]["top1_agreement"] == 1.0 and "lossless on river iq4_nl" in d["reason"]
+    assert decide([full, lossy], 0.9, 1.05, False, [_lossless(1.2)])["setting"]["lossless"] is True
+    assert decide([full, lossy], 0.9, 1.05, False, [_lossless(1.08)])["setting"] == \
+        {"river": "q4_0", "tau": 0.98, "min_exit_layer": 4, "lossless": False}
+    # A lossless run whose text was not full depth's is no candidate.
+    d = decide([full, lossy], 0.99, 1.05, False, [_lossless(1.2, exact=False)])
+    assert d["enabled"] is False and "no lossless run gave full depth's text" in d["reason"]
+    # Slower than full depth (as on every model measured on the CPU): kept off, saying so.
+    d = decide([full, lossy], 0.99, 1.05, False, [_lossless(0.6)])
+    assert d["enabled"] is False and "0.600x full depth" in d["reason"] and d["candidate"]["lossless"] is True
+    uni = {"kind": "uniform", "river": "q4_0", "top1_agreement": 0.995, "decode_tok_s": {"median": 125.0}, "speedup": 1.25}
+    assert decide([full, lossy, uni], 0.99, 1.05, True, [_lossless(1.2)])["enabled"] is False
+    assert decide([full, lossy, uni], 0.99, 1.05, True, [_lossless(1.3)])["enabled"] is True
 
 
 def test_uniform_competitor_file_types():
