@@ -26,6 +26,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-max", type=int, default=None, help="lossless: most tokens drafted per step")
     p.add_argument("--batch-rule", choices=["split", "minimum", "all"], default="split",
                    help="how a step of several sequences exits (see README: Server)")
+    p.add_argument("--not-batch-invariant", action="store_true",
+                   help="multi-token products as llama.cpp runs them (faster with several streams on the CPU); a "
+                   "stream's text may then depend on its batch-mates where two logits nearly tie")
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
     p.add_argument("--alias", default=None, help="the model name /v1/models reports (default: the file name)")
     p.add_argument("--verbose", action="store_true")
@@ -44,6 +47,8 @@ def settings(a: argparse.Namespace) -> dict:
         kw.update(lossless=True, **({} if a.draft_max is None else {"draft_max": a.draft_max}))
     elif a.draft_max is not None:
         raise ValueError("--draft-max needs --lossless")
+    if a.not_batch_invariant:
+        kw["batch_invariant"] = False
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
                 prompt_chunk=a.prompt_chunk, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
                 verbose=a.verbose, llama_kwargs=kw)

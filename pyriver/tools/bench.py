@@ -63,9 +63,11 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--draft-max", type=int, nargs="+", default=None, help="lossless: longest drafts to run (default 2 4)")
     b.add_argument("--prompts", type=int, default=6, help="lossless: chat prompts per repeat")
     b.add_argument("--not-batch-invariant", action="store_true",
-                   help="lossless: pyriver with batch_invariant=False (llama.cpp's multi-token kernels verify; not bit-exact)")
+                   help="lossless: pyriver with batch_invariant=False (llama.cpp's multi-token kernels verify; not bit-exact); "
+                   "serve: also pyriver's server with --not-batch-invariant")
     b.add_argument("--serve", action="store_true", help="servers under 1/2/4/8 concurrent streams: pyriver's (River "
-                   "off, and on under each --batch-rules with --river) and, with --competitor, llama-cpp-python's")
+                   "off, and on under each --batch-rules with --river) and, with --competitor, llama-cpp-python's and "
+                   "llama.cpp's llama-server (built once into the cache)")
     b.add_argument("--streams", type=int, nargs="+", default=[1, 2, 4, 8], help="--serve: concurrent streams")
     b.add_argument("--batch-rules", nargs="+", default=["split", "minimum", "all"], help="--serve: batch exit rules")
     b.add_argument("--chat-turns", action="store_true", help="second chat turn's time to first token, with and without prefix reuse")

@@ -1,10 +1,12 @@
 """`pyriver bench --serve`: OpenAI-compatible servers under 1, 2, 4 and 8 concurrent streams, same
 model and threads: pyriver's server (River off, and River on under each batch rule when --river is
-given) against llama-cpp-python's server (`python -m llama_cpp.server`, which answers one request
-at a time). Every server runs in its own process on a loopback port; within each repeat the servers
-rotate, so machine noise falls on all. Reported per server and stream count, medians over repeats:
-aggregate decode tok/s (all streams' tokens over the wall time from the first request to the last
-token), time to first token and inter-token latency p50 and p95 (over every stream's gaps)."""
+given) against, with --competitor, llama-cpp-python's server (`python -m llama_cpp.server`, which
+answers one request at a time) and llama.cpp's `llama-server --parallel N` (continuous batching;
+built once into the cache: llama_server.py). Every server runs in its own process on a loopback
+port; within each repeat the servers rotate, so machine noise falls on all. Reported per server
+and stream count, medians over repeats: aggregate decode tok/s (all streams' tokens over the wall
+time from the first request to the last token), time to first token and inter-token latency p50
+and p95 (over every stream's gaps)."""
 from __future__ import annotations
 
 import json
@@ -85,6 +87,8 @@ def servers(a, path: str) -> List[_Server]:
     base = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "1024",
             "--parallel", str(max(a.streams))]
     out.append(_Server("pyriver", base + ["--port", str(p := _port())], p))
+    if a.not_batch_invariant:
+        out.append(_Server("pyriver not batch-invariant", base + ["--not-batch-invariant", "--port", str(p := _port())], p))
     if a.river:
         for rule in a.batch_rules:
             argv = base + ["--river", a.river, "--batch-rule", rule, "--port", str(p := _port())]
@@ -96,6 +100,13 @@ def servers(a, path: str) -> List[_Server]:
                 "--n_threads_batch", str(a.threads), "--n_ctx", "1024", "--interrupt_requests", "False",
                 "--port", str(p := _port())]
         out.append(_Server("llama-cpp-python server", argv, p))
+        # llama.cpp's own batching server, as pyriver's: --parallel slots of 1024 positions each
+        # (-c is shared among slots), the same threads, flash attention off as in the others.
+        from .llama_server import ensure
+        n = max(a.streams)
+        argv = [str(ensure(a.threads)), "-m", path, "-t", str(a.threads), "-tb", str(a.threads), "-c", str(1024 * n),
+                "--parallel", str(n), "-fa", "off", "--host", "127.0.0.1", "--port", str(p := _port())]
+        out.append(_Server("llama-server", argv, p))
     return out
 
 

@@ -72,8 +72,11 @@ def test_pyriver_serve_command():
     r = pyriver_cli("serve", "--help")
     assert r.returncode == 0
     for flag in ("--host", "--port", "--parallel", "--river", "--tau", "--api-key", "--batch-rule", "--queue",
-                 "--lossless", "--draft-max"):
+                 "--lossless", "--draft-max", "--not-batch-invariant"):
         assert flag in r.stdout
+    from pyriver.server import parser, settings
+    assert settings(parser().parse_args(["--not-batch-invariant"]))["llama_kwargs"] == {"river": None, "batch_invariant": False}
+    assert "batch_invariant" not in settings(parser().parse_args([]))["llama_kwargs"]
     bad = pyriver_cli("serve", "--parallel", "0")
     assert bad.returncode == 2 and "--parallel" in bad.stderr
     bad = pyriver_cli("serve", "--lossless")

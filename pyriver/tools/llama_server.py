@@ -1,0 +1,63 @@
+"""llama.cpp's `llama-server`, the batching anchor of `pyriver bench --serve`: built once, from the
+llama.cpp source inside the sdist of the installed llama-cpp-python, against the libggml that
+llama-cpp-python installed (LLAMA_USE_SYSTEM_GGML: the kernels pyriver itself runs), into the
+cache (`<cache>/llama-server/<version>/`)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from pyriver.cache import cache_dir
+
+
+def _site() -> Path:
+    import llama_cpp
+    return Path(llama_cpp.__file__).resolve().parent.parent
+
+
+def binary() -> Path:
+    import llama_cpp
+    return cache_dir() / "llama-server" / llama_cpp.__version__ / "build" / "bin" / "llama-server"
+
+
+def _source(root: Path, version: str) -> Path:
+    """The sdist's vendor/llama.cpp, downloaded (pip, from the index pip is set up for) and unpacked once."""
+    src = root / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
+    if src.is_dir():
+        return src
+    dl = root / "sdist"
+    subprocess.run([sys.executable, "-m", "pip", "download", f"llama-cpp-python=={version}", "--no-binary", ":all:",
+                    "--no-deps", "--no-build-isolation", "-q", "-d", str(dl)], check=True)
+    tar = next(dl.glob("llama_cpp_python-*.tar.gz"))
+    with tarfile.open(tar) as t:
+        t.extractall(root, filter="data")
+    return src
+
+
+def ensure(jobs: int = 2) -> Path:
+    """The llama-server binary, built first when the cache has none (minutes; progress on stderr)."""
+    import llama_cpp
+    exe = binary()
+    if exe.is_file():
+        return exe
+    root = exe.parents[2]
+    root.mkdir(parents=True, exist_ok=True)
+    src = _source(root, llama_cpp.__version__)
+    build = root / "build"
+    print(f"building llama-server {llama_cpp.__version__} into {build} (once)", file=sys.stderr)
+    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+    subprocess.run(["cmake", "-S", str(src), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=Release",
+                    f"-DCMAKE_PREFIX_PATH={_site()}", "-DLLAMA_USE_SYSTEM_GGML=ON", "-DLLAMA_BUILD_SERVER=ON",
+                    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF",
+                    "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
+                    f"-DCMAKE_BUILD_RPATH={_site() / 'llama_cpp' / 'lib'}"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)], check=True,
+                   stdout=subprocess.DEVNULL)
+    if not exe.is_file():
+        raise RuntimeError(f"llama-server build finished without {exe}")
+    os.chmod(exe, 0o755)
+    return exe
