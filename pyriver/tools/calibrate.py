@@ -61,8 +61,7 @@ def measure_lossless(a, model_path: str) -> List[Dict]:
         runs: List[List[Dict]] = [[] for _ in llms]
         bar = progress(a.repeats * (len(llms) + 1) * len(prompts), "lossless (prompts)")
         for _ in range(a.repeats):
-            llms[0].set_lossless(False)
-            llms[0].set_exit(2.0, mn)
+            llms[0].set_exit(2.0, mn)   # full depth; each Llama leaves lossless mode after its own run
             full.append(greedy_answers(llms[0], prompts, a.n))
             bar.update(len(prompts))
             for llm, rr in zip(llms, runs):

@@ -4,7 +4,6 @@ llama-cpp-python installed (LLAMA_USE_SYSTEM_GGML: the kernels pyriver itself ru
 cache (`<cache>/llama-server/<version>/`)."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -59,5 +58,4 @@ def ensure(jobs: int = 2) -> Path:
                    stdout=subprocess.DEVNULL)
     if not exe.is_file():
         raise RuntimeError(f"llama-server build finished without {exe}")
-    os.chmod(exe, 0o755)
     return exe
