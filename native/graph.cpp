@@ -124,6 +124,29 @@ static void project_qkv(ggml_context * ctx, const model & m, const graph_shape &
     if (!whole && w.k_norm) k = rms_norm(ctx, k, w.k_norm, hp.rms_eps);
 }
 
+// The attention of n_seq one-token groups of consecutive sequences with the same n_kv (a decode
+// step of several slots) in one product each for KQ and KQV, the sequences in dimension 3: the
+// regions lie n_rows apart, so one 4-d view takes them all. Per sequence it is the one-query
+// product a group of its own computes (the same kernel and order, so the same bits), with a
+// graph of a few nodes a layer instead of a few per sequence.
+static ggml_tensor * run_attention(ggml_context * ctx, const model & m, const kv_cache & kv, const seq_group & g,
+                                   int n_seq, int t0, ggml_tensor * q, ggml_tensor * k_all, ggml_tensor * v_all,
+                                   ggml_tensor * mask, size_t moff, float scale, float cap) {
+    const hparams & hp = m.hp;
+    const int hd = hp.n_embd_head, n_kv = g.n_kv, E = hp.n_embd_k_gqa();
+    const size_t es = ggml_type_size(kv.type);
+    const int64_t base = kv.row(g.seq, 0), stride = kv.row(g.seq + 1, 0) - base, rows = kv.v[0]->ne[0];
+    ggml_tensor * qq = ggml_view_4d(ctx, q, hd, 1, hp.n_head, n_seq, q->nb[2], q->nb[1], q->nb[2], q->nb[2] * t0);
+    ggml_tensor * kk = ggml_view_4d(ctx, k_all, hd, n_kv, hp.n_head_kv, n_seq, es * E, es * hd, es * E * stride, es * E * base);
+    ggml_tensor * kq = ggml_mul_mat(ctx, kk, qq);                                           // [n_kv, 1, n_head, n_seq]
+    ggml_prec_set_acc(kq, GGML_PREC_F32);
+    if (cap > 0.0f) kq = softcap(ctx, kq, cap);
+    const size_t ms = sizeof(ggml_fp16_t) * n_kv;
+    kq = ggml_soft_max_ext(ctx, kq, ggml_view_4d(ctx, mask, n_kv, 1, 1, n_seq, ms, ms, ms, moff), scale, 0.0f);
+    ggml_tensor * vv = ggml_view_4d(ctx, v_all, n_kv, hd, hp.n_head_kv, n_seq, es * rows, es * rows * hd, es * stride, es * base);
+    return ggml_reshape_2d(ctx, ggml_mul_mat(ctx, vv, kq), hd * hp.n_head, n_seq);           // [hd, 1, n_head, n_seq]
+}
+
 // The attention of one sequence group: its queries (tokens t0.. of the lane) over the first n_kv
 // rows of its sequence's region of the cache, under its mask.
 static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_shape & s,
@@ -200,12 +223,24 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
     ggml_tensor * o = nullptr;
     int t0 = 0;
     size_t moff = 0;   // the groups' masks lie back to back in one input
-    for (const seq_group & g : groups) {
-        ggml_tensor * gm = ggml_view_2d(ctx, mask, g.n_kv, g.n_tokens, sizeof(ggml_fp16_t) * g.n_kv, moff);
-        ggml_tensor * og = group_attention(ctx, m, kv, s, g, t0, q, k_all, v_all, gm, scale, cap);
+    for (size_t i = 0; i < groups.size();) {
+        const seq_group & g = groups[i];
+        size_t n = 1;   // one-token groups of the next sequences with the same n_kv join g's run
+        while (kv.v_trans && g.n_tokens == 1 && i + n < groups.size() && groups[i + n].n_tokens == 1 &&
+               groups[i + n].n_kv == g.n_kv && groups[i + n].seq == g.seq + (int) n) {
+            n++;
+        }
+        ggml_tensor * og;
+        if (n > 1) {
+            og = run_attention(ctx, m, kv, g, (int) n, t0, q, k_all, v_all, mask, moff, scale, cap);
+        } else {
+            ggml_tensor * gm = ggml_view_2d(ctx, mask, g.n_kv, g.n_tokens, sizeof(ggml_fp16_t) * g.n_kv, moff);
+            og = group_attention(ctx, m, kv, s, g, t0, q, k_all, v_all, gm, scale, cap);
+        }
         o = o ? ggml_concat(ctx, o, og, 1) : og;
-        t0 += g.n_tokens;
-        moff += sizeof(ggml_fp16_t) * g.n_kv * g.n_tokens;
+        t0 += g.n_tokens * (int) n;
+        moff += sizeof(ggml_fp16_t) * g.n_kv * g.n_tokens * n;
+        i += n;
     }
     return linear(ctx, s, w.wo, o, w.bo);
 }

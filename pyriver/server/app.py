@@ -3,6 +3,7 @@ thread after the server starts listening, so /health answers 503 until it is rea
 shaped by the runtime's own completion and chat helpers."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
@@ -10,7 +11,7 @@ import threading
 from typing import Dict, Iterator, List, Optional
 
 from starlette.applications import Starlette
-from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -131,14 +132,36 @@ def _error(e: APIError) -> JSONResponse:
 
 
 def _sse(chunks: Iterator[dict], r: Request) -> StreamingResponse:
+    """The chunks as server-sent events. One thread per stream reads them as the scheduler hands
+    tokens over and passes each line to the event loop: a token costs two thread wake-ups, where a
+    thread-pool call per chunk cost three (each one steals a core from the decode step on a small
+    machine)."""
     async def body():
+        loop = asyncio.get_running_loop()
+        lines: asyncio.Queue = asyncio.Queue()
+
+        def put(item) -> None:
+            with contextlib.suppress(RuntimeError):   # the loop is closed: the server is shutting down
+                loop.call_soon_threadsafe(lines.put_nowait, item)
+
+        def pump() -> None:
+            try:
+                for ch in chunks:
+                    put(f"data: {json.dumps(ch)}\n\n")
+                put("data: [DONE]\n\n")
+            except Exception as e:   # raised in the response below, as the chunks' own error
+                put(e)
+            put(None)
+
+        threading.Thread(target=pump, name="pyriver-sse", daemon=True).start()
         try:
-            async for ch in iterate_in_threadpool(chunks):
-                yield f"data: {json.dumps(ch)}\n\n"
-            yield "data: [DONE]\n\n"
+            while (item := await lines.get()) is not None:
+                if isinstance(item, Exception):
+                    raise item
+                yield item
         finally:   # the client went away (or the stream ended): the slot frees at the next step
             r.cancel()
-            r.out.put(("end", "cancelled"))   # wakes the reader thread if it waits
+            r.out.put(("end", "cancelled"))   # wakes the pump if it waits
     return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
@@ -170,7 +193,7 @@ def build_app(srv: Server) -> Starlette:
         text, finish = await run_in_threadpool(_collect, r, f["stops"])
         lp = logprobs_dict(srv.llm.vocab, r.logprob_entries, text, len(p) if isinstance(p, str) else 0) \
             if f["logprobs"] is not None else None
-        d = C.completion_dict(cid, created, model, text, finish, C.usage_dict(len(toks), r.n_generated), logprobs=lp)
+        d = C.completion_dict(cid, created, model, text, finish, _usage(r), logprobs=lp)
         d["river"] = srv.river(r)   # null when River is off
         return JSONResponse(d)
 
@@ -191,7 +214,7 @@ def build_app(srv: Server) -> Starlette:
         if f["stream"]:
             return _sse(_chat_chunks(srv, r, f, stops, cid, created, model), r)
         text, finish = await run_in_threadpool(_collect, r, stops)
-        d = chat.chat_dict(cid, created, model, text, finish, C.usage_dict(len(toks), r.n_generated))
+        d = chat.chat_dict(cid, created, model, text, finish, _usage(r))
         d["river"] = srv.river(r)
         return JSONResponse(d)
 
@@ -248,9 +271,14 @@ def _collect(r: Request, stops: List[str]):
     return "".join(parts), finish
 
 
+def _usage(r: Request) -> dict:
+    """OpenAI's usage, with the prompt tokens a slot's cache already held (cached_tokens)."""
+    return dict(C.usage_dict(len(r.prompt), r.n_generated), prompt_tokens_details={"cached_tokens": r.n_cached})
+
+
 def _usage_chunk(d: dict, r: Request) -> dict:
     d = dict(d, choices=[])
-    d["usage"] = C.usage_dict(len(r.prompt), r.n_generated)
+    d["usage"] = _usage(r)
     return d
 
 

@@ -42,6 +42,7 @@ class Request:
     n_generated: int = 0
     logprob_entries: list = field(default_factory=list)   # logprobs.entry of each generated token (logprobs)
     lossless: Optional[dict] = None   # draft statistics in lossless mode (pyriver.lossless.new_stats)
+    n_cached: int = 0   # prompt tokens found in the slot's cache (not computed again)
 
     def cancel(self) -> None:
         """The client is gone or has what it wants (a stop string): the slot frees at the next step."""
@@ -59,6 +60,7 @@ class Slot:
         self.k = 0                     # lossless: the draft length of the next step
         self.drafts: List[int] = []    # lossless: this step's drafts and the distributions they came from
         self.qs: list = []
+        self.last_start = 0            # when it last took a request (the scheduler's count of starts)
 
 
 class Scheduler:
@@ -72,6 +74,7 @@ class Scheduler:
         self.n_ctx = self.dec.n_ctx
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: "collections.deque[Request]" = collections.deque()
+        self.n_starts = 0
         self.queue_max = queue_max
         self.prompt_chunk = max(1, min(prompt_chunk, self.dec.n_batch - n_slots)) if self.dec.n_batch > n_slots else 1
         self.metrics = metrics
@@ -129,26 +132,41 @@ class Scheduler:
         for s in self.slots:
             if s.req is not None and s.req.cancelled.is_set():
                 self._finish(s, "cancelled")
-        for s in self.slots:
-            while s.req is None and self.waiting:
-                r = self.waiting.popleft()
-                if r.cancelled.is_set():
-                    r.out.put(("end", "cancelled"))
-                    continue
-                self._start(s, r)
+        while self.waiting:
+            free = [s for s in self.slots if s.req is None]
+            if not free:
+                break
+            r = self.waiting.popleft()
+            if r.cancelled.is_set():
+                r.out.put(("end", "cancelled"))
+                continue
+            self._start(self._slot_for(r, free), r)
+
+    @staticmethod
+    def _reusable(cached: List[int], prompt: List[int]) -> int:
+        """Cached tokens a prompt can keep: their common prefix, short of the prompt's last token
+        (which runs again for its logits)."""
+        n, limit = 0, min(len(cached), len(prompt) - 1)
+        while n < limit and cached[n] == prompt[n]:
+            n += 1
+        return n
+
+    def _slot_for(self, r: Request, free: List[Slot]) -> Slot:
+        """The free slot whose cache holds most of the prompt (as llama-server picks one), else the
+        least recently started, which keeps the caches other prompts may come back to."""
+        return max(free, key=lambda s: (self._reusable(s.cached, r.prompt), -s.last_start))
 
     def _start(self, s: Slot, r: Request) -> None:
-        # Prefix reuse: the cached prompt tokens this prompt starts with (at least its last token runs).
-        n = 0
-        limit = min(len(s.cached), len(r.prompt) - 1)
-        while n < limit and s.cached[n] == r.prompt[n]:
-            n += 1
+        n = self._reusable(s.cached, r.prompt)
         self.dec.truncate(s.seq, n)
         s.cached = r.prompt[:n]
         s.pending = r.prompt[n:]
         s.history = list(r.prompt)
         s.next_tok = None
         s.req = r
+        r.n_cached = n
+        self.n_starts += 1
+        s.last_start = self.n_starts
         if self.spec is not None:
             s.k = self.spec.draft_max   # each request starts afresh, as Llama's lossless calls do
             r.lossless = lossless.new_stats("river")

@@ -52,19 +52,23 @@ def test_eight_sequences_together_give_their_texts_alone(request, model):
         assert [t for t, _ in together] == alone
         # Logits: a step of three sequences (a decode token, a 4-token prompt chunk, one more token)
         # against each alone.
+        # Then a decode step of all three (one attention product for the three regions, graph.cpp's
+        # run_attention) against each alone.
         dec = BatchDecoder(llm, 3)
         try:
             dec.step([Feed(0, prompts[0], prompt=True), Feed(2, prompts[2], prompt=True)])
             got = dec.step([Feed(0, [alone[0][0]]), Feed(1, prompts[1][:4], prompt=True), Feed(2, [alone[2][0]])])
+            run = dec.step([Feed(0, [alone[0][1]]), Feed(1, [prompts[1][4]]), Feed(2, [alone[2][1]])])
         finally:
             dec.close()
-        for seq, before, last in ((0, prompts[0], [alone[0][0]]), (1, [], prompts[1][:4]),
-                                  (2, prompts[2], [alone[2][0]])):
+        for seq, before, last, nxt in ((0, prompts[0], [alone[0][0]], alone[0][1]), (1, [], prompts[1][:4], prompts[1][4]),
+                                       (2, prompts[2], [alone[2][0]], alone[2][1])):
             llm.reset()
             if before:
                 llm.eval(before, prompt=True)
             ref = llm.eval(last, prompt=len(last) > 1)[-1]
             assert np.array_equal(got[seq][0], ref), seq
+            assert np.array_equal(run[seq][0], llm.eval([nxt])[-1]), seq
 
 
 def test_sequences_reuse_and_truncate_independently(llm):

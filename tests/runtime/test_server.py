@@ -105,6 +105,20 @@ def test_eight_concurrent_clients_get_their_texts_alone(client, solo):
     assert out == {p: solo[p] for p in PROMPTS}
 
 
+
+def test_a_prompt_returns_to_the_slot_that_cached_it(client):
+    """A request goes to the free slot whose cache holds most of its prompt (an unrelated request
+    in between takes another slot), and usage says how many prompt tokens were not computed again."""
+    p = "A slot keeps this prompt for the next request that starts with it: the river, the delta, the sea"
+    first = client.completions.create(prompt=p, max_tokens=4, temperature=0.0, model=_model(client))
+    other = client.completions.create(prompt="Something else entirely.", max_tokens=4, temperature=0.0,
+                                      model=_model(client))
+    again = client.completions.create(prompt=p, max_tokens=4, temperature=0.0, model=_model(client))
+    assert first.usage.prompt_tokens_details.cached_tokens < first.usage.prompt_tokens - 1
+    assert other.usage.prompt_tokens_details.cached_tokens < other.usage.prompt_tokens - 1
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+    assert again.choices[0].text == first.choices[0].text
+
 def _metric(server, name):
     _, text = http("GET", server.url + "/metrics")
     return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
