@@ -124,6 +124,16 @@ static void project_qkv(ggml_context * ctx, const model & m, const graph_shape &
     if (!whole && w.k_norm) k = rms_norm(ctx, k, w.k_norm, hp.rms_eps);
 }
 
+// softmax(scale * KQ + mask) over the cache rows, accumulated in F32 as llama.cpp does (cuBLAS
+// would use F16), soft-capped where the arch caps.
+static ggml_tensor * attn_weights(ggml_context * ctx, ggml_tensor * kk, ggml_tensor * q, ggml_tensor * mask,
+                                  float scale, float cap) {
+    ggml_tensor * kq = ggml_mul_mat(ctx, kk, q);
+    ggml_prec_set_acc(kq, GGML_PREC_F32);
+    if (cap > 0.0f) kq = softcap(ctx, kq, cap);
+    return ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f);
+}
+
 // The attention of n_seq one-token groups of consecutive sequences with the same n_kv (a decode
 // step of several slots) in one product each for KQ and KQV, the sequences in dimension 3: the
 // regions lie n_rows apart, so one 4-d view takes them all. Per sequence it is the one-query
@@ -138,11 +148,9 @@ static ggml_tensor * run_attention(ggml_context * ctx, const model & m, const kv
     const int64_t base = kv.row(g.seq, 0), stride = kv.row(g.seq + 1, 0) - base, rows = kv.v[0]->ne[0];
     ggml_tensor * qq = ggml_view_4d(ctx, q, hd, 1, hp.n_head, n_seq, q->nb[2], q->nb[1], q->nb[2], q->nb[2] * t0);
     ggml_tensor * kk = ggml_view_4d(ctx, k_all, hd, n_kv, hp.n_head_kv, n_seq, es * E, es * hd, es * E * stride, es * E * base);
-    ggml_tensor * kq = ggml_mul_mat(ctx, kk, qq);                                           // [n_kv, 1, n_head, n_seq]
-    ggml_prec_set_acc(kq, GGML_PREC_F32);
-    if (cap > 0.0f) kq = softcap(ctx, kq, cap);
     const size_t ms = sizeof(ggml_fp16_t) * n_kv;
-    kq = ggml_soft_max_ext(ctx, kq, ggml_view_4d(ctx, mask, n_kv, 1, 1, n_seq, ms, ms, ms, moff), scale, 0.0f);
+    ggml_tensor * kq = attn_weights(ctx, kk, qq, ggml_view_4d(ctx, mask, n_kv, 1, 1, n_seq, ms, ms, ms, moff),
+                                    scale, cap);                                            // [n_kv, 1, n_head, n_seq]
     ggml_tensor * vv = ggml_view_4d(ctx, v_all, n_kv, hd, hp.n_head_kv, n_seq, es * rows, es * rows * hd, es * stride, es * base);
     return ggml_reshape_2d(ctx, ggml_mul_mat(ctx, vv, kq), hd * hp.n_head, n_seq);           // [hd, 1, n_head, n_seq]
 }
@@ -171,16 +179,11 @@ static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const 
     ggml_tensor * vv = ggml_view_3d(ctx, v_all, n_kv, hd, hp.n_head_kv, es * rows, es * rows * hd, es * base);
     if (s.invariant && T > 1) {
         // One query per product (the tokens in dimension 3), as in a single-token step.
-        ggml_tensor * kq = ggml_mul_mat(ctx, kk, ggml_reshape_4d(ctx, q, hd, 1, hp.n_head, T));  // [n_kv, 1, n_head, T]
-        ggml_prec_set_acc(kq, GGML_PREC_F32);
-        if (cap > 0.0f) kq = softcap(ctx, kq, cap);
-        kq = ggml_soft_max_ext(ctx, kq, ggml_reshape_4d(ctx, mask, n_kv, 1, 1, T), scale, 0.0f);
+        ggml_tensor * kq = attn_weights(ctx, kk, ggml_reshape_4d(ctx, q, hd, 1, hp.n_head, T),
+                                        ggml_reshape_4d(ctx, mask, n_kv, 1, 1, T), scale, cap);   // [n_kv, 1, n_head, T]
         return ggml_reshape_2d(ctx, ggml_mul_mat(ctx, vv, kq), hd * hp.n_head, T);              // [hd, 1, n_head, T]
     }
-    ggml_tensor * kq = ggml_mul_mat(ctx, kk, qp);                          // [n_kv, T, n_head]
-    ggml_prec_set_acc(kq, GGML_PREC_F32);   // as llama.cpp: F32 accumulation (cuBLAS would use F16)
-    if (cap > 0.0f) kq = softcap(ctx, kq, cap);
-    kq = ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f);
+    ggml_tensor * kq = attn_weights(ctx, kk, qp, mask, scale, cap);        // [n_kv, T, n_head]
     ggml_tensor * kqv = ggml_mul_mat(ctx, vv, kq);                         // [hd, T, n_head]
     return ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, T);
 }

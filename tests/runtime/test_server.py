@@ -105,7 +105,6 @@ def test_eight_concurrent_clients_get_their_texts_alone(client, solo):
     assert out == {p: solo[p] for p in PROMPTS}
 
 
-
 def test_a_prompt_returns_to_the_slot_that_cached_it(client):
     """A request goes to the free slot whose cache holds most of its prompt (an unrelated request
     in between takes another slot), and usage says how many prompt tokens were not computed again."""
@@ -118,6 +117,7 @@ def test_a_prompt_returns_to_the_slot_that_cached_it(client):
     assert other.usage.prompt_tokens_details.cached_tokens < other.usage.prompt_tokens - 1
     assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
     assert again.choices[0].text == first.choices[0].text
+
 
 def _metric(server, name):
     _, text = http("GET", server.url + "/metrics")
