@@ -57,10 +57,21 @@ def chunk_dict(cid: str, created: int, model: str, delta: dict, finish: Optional
 
 
 def chat_stream(cid: str, created: int, model: str, completion_chunks: Iterator[dict]) -> Iterator[dict]:
-    yield chunk_dict(cid, created, model, {"role": "assistant"}, None)
+    yield role_chunk(cid, created, model)
     for ch in completion_chunks:
-        c = ch["choices"][0]
-        if c["text"]:
-            yield chunk_dict(cid, created, model, {"content": c["text"]}, None)
-        if c["finish_reason"]:
-            yield chunk_dict(cid, created, model, {}, c["finish_reason"])
+        yield from delta_chunks(cid, created, model, ch["choices"][0]["text"], ch["choices"][0]["finish_reason"])
+
+
+def role_chunk(cid: str, created: int, model: str) -> dict:
+    """The first chunk of a streamed chat completion."""
+    return chunk_dict(cid, created, model, {"role": "assistant"}, None)
+
+
+def delta_chunks(cid: str, created: int, model: str, text: str, finish: Optional[str]) -> List[dict]:
+    """The chat chunks of a piece of text and of the finish reason that may come with it."""
+    out = []
+    if text:
+        out.append(chunk_dict(cid, created, model, {"content": text}, None))
+    if finish:
+        out.append(chunk_dict(cid, created, model, {}, finish))
+    return out

@@ -30,30 +30,53 @@ def _held_suffix(text: bytes, stops: List[bytes]) -> int:
     return held
 
 
+class TextStream:
+    """The push form of the text rule: feed(piece) gives (text, stopped), the text safe to show
+    now and whether a stop string ended it (the text before the stop is that text); finish()
+    gives what is left when the pieces end. text_events is its pull form."""
+
+    def __init__(self, stops: List[bytes]):
+        self.stops = stops
+        self.buf = b""
+        self.sent = 0
+
+    def feed(self, piece: bytes) -> Tuple[str, bool]:
+        self.buf += piece
+        buf, sent = self.buf, self.sent
+        hits = [i for i in (buf.find(s, max(0, sent - len(s))) for s in self.stops) if i >= 0]
+        if hits:
+            end = min(hits)
+            self.sent = max(sent, end)
+            return buf[sent:end].decode("utf-8", "ignore") if end > sent else "", True
+        safe = utf8_complete_len(buf[: len(buf) - _held_suffix(buf, self.stops)])
+        if safe <= sent:
+            return "", False
+        self.sent = safe
+        return buf[sent:safe].decode("utf-8", "ignore"), False
+
+    def finish(self) -> str:
+        rest, self.sent = self.buf[self.sent:], len(self.buf)
+        return rest.decode("utf-8", "ignore")
+
+
 def text_events(pieces: Iterable[bytes], stops: List[bytes]) -> Iterator[Tuple[str, bool]]:
     """From token pieces, yield (text, stopped): text safe to show so far; stopped when a stop
     string ended the text. The pieces iterator is closed when a stop is found."""
-    buf = b""
-    sent = 0
+    ts = TextStream(stops)
     it = iter(pieces)
     for piece in it:
-        buf += piece
-        hits = [i for i in (buf.find(s, max(0, sent - len(s))) for s in stops) if i >= 0]
-        if hits:
-            end = min(hits)
-            if end > sent:
-                yield buf[sent:end].decode("utf-8", "ignore"), False
+        text, stopped = ts.feed(piece)
+        if text:
+            yield text, False
+        if stopped:
             yield "", True
             close = getattr(it, "close", None)
             if close:
                 close()
             return
-        safe = utf8_complete_len(buf[: len(buf) - _held_suffix(buf, stops)])
-        if safe > sent:
-            yield buf[sent:safe].decode("utf-8", "ignore"), False
-            sent = safe
-    if len(buf) > sent:
-        yield buf[sent:].decode("utf-8", "ignore"), False
+    rest = ts.finish()
+    if rest:
+        yield rest, False
 
 
 def new_id(prefix: str) -> str:

@@ -8,7 +8,7 @@ import contextlib
 import hmac
 import json
 import threading
-from typing import Dict, Iterator, List, Optional
+from typing import AsyncIterator, Dict, List, Optional, Tuple
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -21,6 +21,7 @@ from .. import completion as C
 from ..errors import ContextFullError
 from ..logprobs import as_dict as logprobs_dict
 from ..sampling import Sampler
+from .inbox import Inbox
 from .metrics import Metrics
 from .scheduler import QueueFull, Request, Scheduler
 from .schema import CHAT, COMPLETION, APIError, parse
@@ -36,6 +37,7 @@ class Server:
         self.error: Optional[str] = None
         self.metrics = Metrics()
         self.model_id = settings.get("alias") or None
+        self.inbox: Optional[Inbox] = None   # made on the event loop, at start-up
 
     def load(self) -> None:
         try:
@@ -88,7 +90,8 @@ class Server:
 
     def submit(self, f: Dict, toks: List[int], logprobs: Optional[int]) -> Request:
         max_tokens = f["max_tokens"] or self.sched.n_ctx - len(toks)
-        r = Request(prompt=toks, sampler=Sampler(f["sampling"], f["seed"]), max_tokens=max_tokens, logprobs=logprobs)
+        r = Request(prompt=toks, sampler=Sampler(f["sampling"], f["seed"]), max_tokens=max_tokens, logprobs=logprobs,
+                    out=self.inbox.out())
         try:
             self.sched.submit(r)
         except QueueFull as e:
@@ -100,68 +103,51 @@ class Server:
         return self.llm.river_stats(r.exits, r.lossless)
 
 
-def events(r: Request, stops: List[str]) -> Iterator[tuple]:
-    """(text, finish reason or None) of a request as its tokens arrive; the last carries the reason.
-    Stop strings through the runtime's text_events; a stop string or a closed stream cancels it."""
-    state = {"reason": "length"}
+class Events:
+    """(text, finish reason or None) pairs of a request from what the scheduler hands it; the last
+    pair carries the reason. Stop strings through the runtime's TextStream; a stop string cancels it."""
 
-    def pieces():
-        try:
-            while True:
-                item = r.out.get()
-                if item[0] == "end":
-                    state["reason"] = item[1]
-                    return
-                yield item[2]
-        finally:
-            r.cancel()
+    def __init__(self, r: Request, stops: List[str]):
+        self.r = r
+        self.text = C.TextStream([s.encode("utf-8") for s in stops if s])
+        self.done = False
 
-    for text, stopped in C.text_events(pieces(), [s.encode("utf-8") for s in stops if s]):
-        if stopped:
-            yield text, "stop"
-            return
-        if text:
-            yield text, None
-    if state["reason"].startswith("error"):
-        raise RuntimeError(state["reason"])
-    yield "", "stop" if state["reason"] == "stop" else "length"
+    def feed(self, item: tuple) -> List[Tuple[str, Optional[str]]]:
+        if item[0] == "token":
+            text, stopped = self.text.feed(item[2])
+            if stopped:
+                self.done = True
+                self.r.cancel()
+                return [(text, "stop")]
+            return [(text, None)] if text else []
+        self.done = True
+        reason = item[1]
+        if reason.startswith("error"):
+            raise RuntimeError(reason)
+        rest = self.text.finish()
+        return ([(rest, None)] if rest else []) + [("", "stop" if reason == "stop" else "length")]
+
+
+async def events(r: Request, stops: List[str]) -> AsyncIterator[Tuple[str, Optional[str]]]:
+    ev = Events(r, stops)
+    while not ev.done:
+        for pair in ev.feed(await r.out.get()):
+            yield pair
 
 
 def _error(e: APIError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status)
 
 
-def _sse(chunks: Iterator[dict], r: Request) -> StreamingResponse:
-    """The chunks as server-sent events. One thread per stream reads them as the scheduler hands
-    tokens over and passes each line to the event loop: a token costs two thread wake-ups, where a
-    thread-pool call per chunk cost three (each one steals a core from the decode step on a small
-    machine)."""
+def _sse(chunks: AsyncIterator[dict], r: Request) -> StreamingResponse:
+    """The chunks as server-sent events, made on the event loop as the scheduler hands tokens over."""
     async def body():
-        loop = asyncio.get_running_loop()
-        lines: asyncio.Queue = asyncio.Queue()
-
-        def put(item) -> None:
-            with contextlib.suppress(RuntimeError):   # the loop is closed: the server is shutting down
-                loop.call_soon_threadsafe(lines.put_nowait, item)
-
-        def pump() -> None:
-            try:
-                for ch in chunks:
-                    put(f"data: {json.dumps(ch)}\n\n")
-                put("data: [DONE]\n\n")
-            except Exception as e:   # raised in the response below, as the chunks' own error
-                put(e)
-            put(None)
-
-        threading.Thread(target=pump, name="pyriver-sse", daemon=True).start()
         try:
-            while (item := await lines.get()) is not None:
-                if isinstance(item, Exception):
-                    raise item
-                yield item
+            async for ch in chunks:
+                yield f"data: {json.dumps(ch)}\n\n"
+            yield "data: [DONE]\n\n"
         finally:   # the client went away (or the stream ended): the slot frees at the next step
             r.cancel()
-            r.out.put(("end", "cancelled"))   # wakes the pump if it waits
     return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
@@ -190,7 +176,7 @@ def build_app(srv: Server) -> Starlette:
         cid, created, model = C.new_id("cmpl"), C.now(), srv.model_id
         if f["stream"]:
             return _sse(_completion_chunks(srv, r, f, cid, created, model), r)
-        text, finish = await run_in_threadpool(_collect, r, f["stops"])
+        text, finish = await _collect(r, f["stops"])
         lp = logprobs_dict(srv.llm.vocab, r.logprob_entries, text, len(p) if isinstance(p, str) else 0) \
             if f["logprobs"] is not None else None
         d = C.completion_dict(cid, created, model, text, finish, _usage(r), logprobs=lp)
@@ -213,7 +199,7 @@ def build_app(srv: Server) -> Starlette:
         cid, created, model = C.new_id("chatcmpl"), C.now(), srv.model_id
         if f["stream"]:
             return _sse(_chat_chunks(srv, r, f, stops, cid, created, model), r)
-        text, finish = await run_in_threadpool(_collect, r, stops)
+        text, finish = await _collect(r, stops)
         d = chat.chat_dict(cid, created, model, text, finish, _usage(r))
         d["river"] = srv.river(r)
         return JSONResponse(d)
@@ -244,6 +230,7 @@ def build_app(srv: Server) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
+        srv.inbox = Inbox(asyncio.get_running_loop())
         # The model loads while the server listens: /health is 503 until it is ready.
         threading.Thread(target=srv.load, name="pyriver-load", daemon=True).start()
         yield
@@ -263,9 +250,9 @@ def _chat_tokens(srv: Server, messages: List[Dict]) -> List[int]:
         return srv.llm.chat_tokens(messages)
 
 
-def _collect(r: Request, stops: List[str]):
+async def _collect(r: Request, stops: List[str]):
     parts, finish = [], "length"
-    for text, fin in events(r, stops):
+    async for text, fin in events(r, stops):
         parts.append(text)
         finish = fin or finish
     return "".join(parts), finish
@@ -282,8 +269,9 @@ def _usage_chunk(d: dict, r: Request) -> dict:
     return d
 
 
-def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created: int, model: str) -> Iterator[dict]:
-    for text, fin in events(r, f["stops"]):
+async def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created: int,
+                             model: str) -> AsyncIterator[dict]:
+    async for text, fin in events(r, f["stops"]):
         if text:
             yield C.completion_dict(cid, created, model, text, None, None)
         if fin:
@@ -292,19 +280,14 @@ def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created: int,
         yield _usage_chunk(C.completion_dict(cid, created, model, "", None, None), r)
 
 
-def _chat_chunks(srv: Server, r: Request, f: Dict, stops: List[str], cid: str, created: int,
-                 model: str) -> Iterator[dict]:
-    last = None
-    for ch in chat.chat_stream(cid, created, model, _as_completion_chunks(r, stops)):
-        if last is not None:
+async def _chat_chunks(srv: Server, r: Request, f: Dict, stops: List[str], cid: str, created: int,
+                       model: str) -> AsyncIterator[dict]:
+    last = chat.role_chunk(cid, created, model)
+    async for text, fin in events(r, stops):
+        for ch in chat.delta_chunks(cid, created, model, text, fin):
             yield last
-        last = ch
+            last = ch
     last["river"] = srv.river(r)
     yield last
     if f["include_usage"]:
         yield _usage_chunk(chat.chunk_dict(cid, created, model, {}, None), r)
-
-
-def _as_completion_chunks(r: Request, stops: List[str]) -> Iterator[dict]:
-    for text, fin in events(r, stops):
-        yield C.completion_dict("", 0, "", text, fin, None)

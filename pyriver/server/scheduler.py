@@ -33,7 +33,8 @@ class Request:
     max_tokens: int
     logprobs: Optional[int] = None
     # What the scheduler hands back: ("token", id, piece bytes, logprob entry or None), then one ("end", reason)
-    # with reason "stop" (end of generation), "length" (max_tokens or the context) or "error: ..."
+    # with reason "stop" (end of generation), "length" (max_tokens or the context) or "error: ..."; out is
+    # anything with put(item): a queue.Queue, or on the server's event loop an inbox.Out
     out: "queue.Queue" = field(default_factory=queue.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     exits: List[int] = field(default_factory=list)   # exit block of each generated token after the first
@@ -173,13 +174,17 @@ class Scheduler:
 
     def _finish(self, s: Slot, reason: str) -> None:
         """Ends the slot's request; its prompt stays cached for the next one (generated tokens do not:
-        under an exit rule they were computed as decode steps, not as a prompt computes them)."""
-        s.req.out.put(("end", reason))
-        if self.metrics:
-            self.metrics.request_done(s.req, self.llm.info["n_layer"])
-        s.req = None
+        under an exit rule they were computed as decode steps, not as a prompt computes them). The
+        slot is free and counted before the request hears it ended: a client that has its answer
+        sees it so in /metrics."""
+        r, s.req = s.req, None
         s.next_tok = None
-        self.dec.truncate(s.seq, len(s.cached))
+        try:
+            self.dec.truncate(s.seq, len(s.cached))
+            if self.metrics:
+                self.metrics.request_done(r, self.llm.info["n_layer"])
+        finally:   # whatever fails here, the request ends
+            r.out.put(("end", reason))
 
     def _draft(self) -> None:
         """Lossless: each decoding slot drafts up to its k tokens (no further than its max_tokens,

@@ -40,6 +40,9 @@ def solo(smol_path):
         msgs = [{"role": "user", "content": "Name three rivers."}]
         texts["chat"] = llm.create_chat_completion(msgs, max_tokens=N, temperature=0.0)["choices"][0]["message"]["content"]
         texts["logprobs"] = llm.create_completion(PROMPTS[3], max_tokens=6, temperature=0.0, logprobs=2)["choices"][0]["logprobs"]
+        texts["stop"] = texts[PROMPTS[0]].split()[3]   # a word from inside the greedy text
+        texts["stopped"] = llm.create_completion(PROMPTS[0], max_tokens=N, temperature=0.0,
+                                                 stop=[texts["stop"]])["choices"][0]
     return texts
 
 
@@ -58,6 +61,17 @@ def test_completion_and_chat_equal_llama(client, solo):
     assert c.choices[0].message.content == solo["chat"]
     s = client.chat.completions.create(model=_model(client), messages=msgs, max_tokens=N, temperature=0.0, stream=True)
     assert "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices) == solo["chat"]
+
+
+def test_a_stop_string_ends_the_text_as_in_llama(client, solo):
+    want = solo["stopped"]
+    assert want["finish_reason"] == "stop" and len(want["text"]) < len(solo[PROMPTS[0]])
+    kw = dict(prompt=PROMPTS[0], max_tokens=N, temperature=0.0, stop=[solo["stop"]], model=_model(client))
+    r = client.completions.create(**kw)
+    assert (r.choices[0].text, r.choices[0].finish_reason) == (want["text"], "stop")
+    chunks = [c.choices[0] for c in client.completions.create(stream=True, **kw)]
+    assert "".join(c.text for c in chunks) == want["text"]
+    assert [c.finish_reason for c in chunks if c.finish_reason] == ["stop"]
 
 
 def test_logprobs_equal_llama(client, solo):
