@@ -140,6 +140,12 @@ def run_level(srv: _Server, k: int, n: int) -> Dict:
             "itl_p50": pct(0.5), "itl_p95": pct(0.95)}
 
 
+def paired_ratio(runs: List[Dict], ref: List[Dict], key: str) -> float:
+    """The median over repeats of runs[i][key] / ref[i][key]: each ratio from one repeat, where the
+    two servers ran seconds apart, so the shared machine's slow and fast spells fall on both."""
+    return statistics.median(a[key] / b[key] for a, b in zip(runs, ref))
+
+
 def _texts(srv: _Server, n: int) -> List[str]:
     """Greedy texts of the first 8 prompts, requested together."""
     out = [""] * 8
@@ -204,10 +210,18 @@ def main(a) -> int:
             print(f"{name:<28}{k:>8}{m['tok_s']:>9.1f}{m['ttft_p50']:>10.3f}{m['ttft_p95']:>8.3f}"
                   f"{1000 * m['itl_p50']:>12.1f}{1000 * m['itl_p95']:>8.1f}")
     print(f"medians over {a.repeats} repeats; {a.gen_tokens} tokens a stream, greedy; {a.threads} threads")
+    ratios = {}
+    if "llama-server" in res:
+        ref = res["llama-server"]
+        ratios = {name: {k: {m: paired_ratio(runs, ref[k], m) for m in ("tok_s", "itl_p95")} for k, runs in lv.items()}
+                  for name, lv in res.items() if name != "llama-server"}
+        print("against llama-server, medians of the ratios within each repeat (tok/s, ITL p95):")
+        for name, lv in ratios.items():
+            print(f"  {name:<26}" + "  ".join(f"{k}: {r['tok_s']:.3f}x {r['itl_p95']:.3f}x" for k, r in lv.items()))
     for name, f in fid.items():
         print(f"{name}: texts equal to River off {f['texts_equal']:.2f}, text kept before the first difference "
               f"{f['prefix_share']:.2f}, mean exit block {f['mean_exit_block']:.1f}, river work {f['river_work_share']:.2f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"medians": med, "runs": res, "fidelity": fid}, f, indent=1)
+            json.dump({"medians": med, "ratios_to_llama_server": ratios, "runs": res, "fidelity": fid}, f, indent=1)
     return 0
