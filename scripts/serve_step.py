@@ -15,11 +15,8 @@ import pyriver.batch as batch
 from pyriver import Llama
 from pyriver.sampling import Sampler, SamplingParams
 from pyriver.server.scheduler import Request, Scheduler
+from pyriver.tools.serve_bench import PROMPTS   # the bench's prompts, so the two measure alike
 
-PROMPTS = ["The history of the river begins in the mountains, where", "def quicksort(items):",
-           "Once upon a time, in a small village by the sea,", "The three laws of motion state that",
-           "Dear hiring manager, I am writing to apply for", "import json\n\ndef load_config(path):",
-           "The recipe for a simple bread needs flour, water,", "In the year 1850, the town of"]
 T = {"native": [], "decoder": [], "scheduler": []}
 
 

@@ -13,7 +13,7 @@ from typing import AsyncIterator, Dict, List, Optional, Tuple
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
 from .. import chat
