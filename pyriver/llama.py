@@ -1,29 +1,26 @@
 """`pyriver.Llama`: the high-level API, shaped like llama-cpp-python's `Llama`, over the native
-model and context (pyriver's own ggml graphs) and llama.cpp's tokenizer."""
+model and context (pyriver's own ggml graphs) and llama.cpp's tokenizer. This module holds
+construction, loading, the context and the River / lossless settings; the rest is composed from
+mixins: generation.py (eval, the decode loop, the cache bookkeeping), completion_api.py
+(create_completion) and chat_api.py (create_chat_completion)."""
 from __future__ import annotations
 
 import multiprocessing
 import os
 import sys
 import threading
-import time
 import warnings
-from typing import Dict, Iterator, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence
 
 import llama_cpp._logger as _lg
-import numpy as np
 
-from . import chat
-from . import completion as C
 from . import models
-from .errors import ContextFullError, PyriverError
-from .logprobs import as_dict as logprobs_dict
-from .logprobs import entry as logprob_entry
-from .native import check, ffi, last_error, lib, read_text
+from .chat_api import ChatMixin
+from .completion_api import CompletionMixin
+from .generation import GenerationMixin
+from .native import check, ffi, lib, read_text
 from .lossless import Speculator
-from .lossless import stats as lossless_stats
-from .river import exit_stats, prepare
-from .sampling import Sampler, SamplingParams
+from .river import prepare
 from .sidecar import find_calibration
 from .vocab import Vocab
 
@@ -37,7 +34,7 @@ DEFAULT_RIVER = "q4_0"
 DEFAULT_DRAFT_MAX = 2
 
 
-class Llama:
+class Llama(GenerationMixin, CompletionMixin, ChatMixin):
     def __init__(self, model_path: Optional[str] = None, *, n_ctx: int = 512, n_batch: int = 512,
                  n_threads: Optional[int] = None, n_threads_batch: Optional[int] = None,
                  n_gpu_layers: int = 0, split_mode: int = 1, main_gpu: int = 0,
@@ -309,282 +306,3 @@ class Llama:
                    special: bool = False) -> bytes:
         return self.vocab.detokenize(list(tokens), prev_tokens, special)
 
-    # -- evaluation -------------------------------------------------------------------------
-    def reset(self) -> None:
-        with self._lock:
-            self._live()
-            self._version += 1   # before the change: an interrupt after it must not hide it
-            check(lib.pr_kv_clear(self._ctx))
-            self.input_ids = []
-            self._kinds = []
-
-    def _reconcile(self) -> None:
-        """Make input_ids agree with the native cache again: a KeyboardInterrupt can land between
-        a native step (decode, truncate) and the bookkeeping after it. The shorter side wins."""
-        n = lib.pr_kv_pos(self._ctx)
-        del self._kinds[len(self.input_ids):]
-        if len(self.input_ids) > n:
-            self._version += 1
-            del self.input_ids[n:]
-            del self._kinds[n:]
-        elif len(self.input_ids) < n:
-            self._version += 1
-            check(lib.pr_kv_truncate(self._ctx, len(self.input_ids)))
-
-    def _truncate(self, n_keep: int) -> None:
-        self._version += 1
-        check(lib.pr_kv_truncate(self._ctx, n_keep))
-        del self.input_ids[n_keep:]
-        del self._kinds[n_keep:]
-
-    # How a cached token was computed. PROMPT_LIKE: as a prompt computes it, at full depth. STEP: a
-    # decode step whose K/V a prompt would not reproduce bit for bit: one that ran under an exit
-    # rule (a prompt runs at full depth), or any decode step of a context that is not
-    # batch-invariant (its kernels depend on the number of tokens in a step).
-    PROMPT_LIKE, STEP = 0, 1
-
-    def _step_kind(self) -> int:
-        return self.STEP if self._exiting or not self.batch_invariant else self.PROMPT_LIKE
-
-    def eval(self, tokens: Sequence[int], logits_all: bool = False, prompt: bool = False) -> np.ndarray:
-        """Append tokens to the cache and run them. Returns logits [n_outputs, n_vocab]: every
-        token's with logits_all, else the last token's. prompt marks a single token as a prompt
-        (pr_decode's prompt rule: a prompt runs at full depth, a decode step under the exits)."""
-        with self._lock:
-            self._live()
-            toks = [int(t) for t in tokens]
-            if not toks:
-                raise ValueError("eval needs at least one token")
-            self._reconcile()
-            arr = ffi.new("int32_t[]", toks)
-            self._version += 1
-            check(lib.pr_decode(self._ctx, arr, len(toks), 1 if logits_all else 0, 1 if prompt else 0))
-            self.input_ids.extend(toks)
-            step = len(toks) == 1 and not prompt   # pr_decode's prompt rule
-            self._kinds.extend([self._step_kind() if step else self.PROMPT_LIKE] * len(toks))
-            buf = ffi.new("int32_t[]", len(toks))
-            n_ex = lib.pr_exit_layers(self._ctx, buf, len(toks))
-            self.last_exits = list(buf[0:min(n_ex, len(toks))])
-            n_out = lib.pr_n_outputs(self._ctx)
-            n_vocab = self.info["n_vocab"]
-            ptr = lib.pr_logits(self._ctx, 0)
-            if ptr == ffi.NULL:
-                raise PyriverError(last_error())
-            return np.frombuffer(ffi.buffer(ptr, 4 * n_vocab * n_out), dtype=np.float32).reshape(n_out, n_vocab).copy()
-
-    def _sync_prefix(self, tokens: List[int], n_prompt: int, need_logits: bool = True):
-        """Bring the cache to hold exactly `tokens`: the first n_prompt a prompt, the rest this
-        generation's own tokens. Returns the last token's logits (with need_logits, the last token
-        is run again when cached; else None when nothing ran), how many tokens were evaluated and
-        the exit blocks of those evaluated as decode steps.
-        A cached token is reused only when it was computed as it would be now (a prompt token as
-        a prompt computes it, a generated one as a decode step), so that the result never depends
-        on what else used the cache: on a batch-invariant context, the same tokens give the same
-        logits bit for bit however they were reached."""
-        self._reconcile()
-        step_kind = self._step_kind()
-        want = lambda i: self.PROMPT_LIKE if i < n_prompt else step_kind   # noqa: E731
-        n = 0
-        limit = min(len(tokens), len(self.input_ids)) - need_logits   # keep >= 1 token to recompute logits
-        while n < limit and self.input_ids[n] == tokens[n] and self._kinds[n] == want(n):
-            n += 1
-        self._truncate(n)
-        # Generated tokens are decode steps again, unless a decode step computes what a prompt does.
-        split = len(tokens) if step_kind == self.PROMPT_LIKE else max(n_prompt, n)
-        logits = self.eval(tokens[n:split], prompt=True)[-1] if split > n else None
-        step_exits = []   # (index in tokens, exit block) of the decode steps
-        for i in range(split, len(tokens)):
-            logits = self.eval([tokens[i]])[-1]
-            step_exits.append((i, self.last_exits[0]))
-        return logits, len(tokens) - n, step_exits
-
-    # -- generation -------------------------------------------------------------------------
-    def generate(self, tokens: Sequence[int], sampler: Sampler, max_new: int, logprobs: Optional[int] = None) -> Iterator[int]:
-        """Yield sampled tokens after the prompt `tokens`, until max_new or the context ends.
-        Each step holds the lock and re-syncs the cache, so interleaved users stay correct.
-        Timings of the call go to self.last_stats."""
-        seq = [int(t) for t in tokens]
-        if len(seq) > self._n_ctx:
-            raise ContextFullError(f"Requested tokens ({len(seq)}) exceed context window of {self._n_ctx}")
-        st = self.last_stats = {"prompt_tokens": len(seq), "prompt_eval_tokens": 0, "prompt_s": 0.0,
-                                "decode_tokens": 0, "decode_s": 0.0, "exits": [], "logprobs": []}
-        if self._spec is not None:
-            yield from self._spec.generate(self, seq, sampler, max_new, logprobs, st)
-            return
-        n_prompt = len(seq)
-        gen_exits = st["exits"]   # exit block of each generated token, by position
-        logits = None
-        mine = -1   # the cache version when this generation last had the cache as it left it
-        for _ in range(max_new):
-            with self._lock:
-                self._live()
-                if logits is None or self._version != mine:   # another caller used the cache
-                    t0 = time.perf_counter()
-                    logits, n_eval, step_exits = self._sync_prefix(seq, n_prompt)
-                    st["prompt_s"] += time.perf_counter() - t0
-                    st["prompt_eval_tokens"] += n_eval
-                    for i, e in step_exits:
-                        self._note_exit(gen_exits, i - n_prompt, e)
-                tok = sampler.sample(logits, seq)
-                if self.vocab.is_eog(tok):
-                    return
-                if logprobs is not None:
-                    st["logprobs"].append(logprob_entry(logits, tok, logprobs))
-                mine = self._version
-                yield tok
-                # Another generation on this thread may have used the cache while this one was
-                # suspended (the lock is reentrant): then the token runs with the next re-sync.
-                seq.append(tok)
-                if len(seq) >= self._n_ctx:
-                    return
-                if self._version != mine:
-                    continue
-                t0 = time.perf_counter()
-                logits = self.eval([tok])[-1]
-                mine = self._version
-                st["decode_s"] += time.perf_counter() - t0
-                st["decode_tokens"] += 1
-                self._note_exit(gen_exits, len(seq) - 1 - n_prompt, self.last_exits[0])
-
-    @staticmethod
-    def _note_exit(exits: List[int], j: int, e: int) -> None:
-        """The exit block of generated token j (a re-run token gets its first exit again)."""
-        if j == len(exits):
-            exits.append(e)
-        elif j < len(exits):
-            exits[j] = e
-
-    def _prompt_tokens(self, prompt: Union[str, List[int]]) -> List[int]:
-        if isinstance(prompt, str):
-            toks = self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True) if prompt else [self.token_bos()]
-        else:
-            toks = [int(t) for t in prompt]
-            bad = [t for t in toks if not 0 <= t < self.n_vocab()]
-            if bad:
-                raise ValueError(f"token id {bad[0]} is out of range [0, {self.n_vocab()})")
-        if not toks:
-            raise ValueError("the prompt is empty")
-        if len(toks) > self._n_ctx:
-            raise ContextFullError(f"Requested tokens ({len(toks)}) exceed context window of {self._n_ctx}")
-        return toks
-
-    def create_completion(self, prompt: Union[str, List[int]], max_tokens: Optional[int] = 16,
-                          temperature: float = 0.8, top_p: float = 0.95, min_p: float = 0.05,
-                          typical_p: float = 1.0, stop: Optional[Union[str, List[str]]] = None,
-                          frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
-                          repeat_penalty: float = 1.0, top_k: int = 40, stream: bool = False,
-                          seed: Optional[int] = None, echo: bool = False, logprobs: Optional[int] = None,
-                          **unsupported):
-        if unsupported:
-            raise TypeError(f"create_completion does not support: {', '.join(sorted(unsupported))}")
-        if logprobs is not None and (stream or echo):
-            raise NotImplementedError("logprobs is supported without stream and echo")
-        if logprobs is not None and logprobs < 0:
-            raise ValueError("logprobs must be >= 0")
-        prompt_tokens = self._prompt_tokens(prompt)
-        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-                                repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                                presence_penalty=presence_penalty)
-        sampler = Sampler(params, seed if seed is not None else self._seed)
-        if max_tokens is None or max_tokens <= 0:
-            max_tokens = self._n_ctx - len(prompt_tokens)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        stops_b = [s.encode("utf-8") for s in stops if s]
-        events = self._events(prompt_tokens, sampler, max_tokens, stops_b, logprobs)
-        cid, created = C.new_id("cmpl"), C.now()
-        prefix = self.detokenize(prompt_tokens).decode("utf-8", "ignore") if echo else ""
-        if stream:
-            return self._stream(events, cid, created, prefix, len(prompt_tokens))
-        parts = [prefix]
-        finish = "length"
-        for text, fin in events:
-            parts.append(text)
-            if fin:
-                finish = fin
-        text = "".join(parts)
-        lp = (logprobs_dict(self.vocab, self.last_stats["logprobs"], text, len(prompt) if isinstance(prompt, str) else 0)
-              if logprobs is not None else None)
-        return C.completion_dict(cid, created, self.model_path, text, finish,
-                                 C.usage_dict(len(prompt_tokens), self._n_generated), logprobs=lp,
-                                 river=self.river_stats())
-
-    __call__ = create_completion
-
-    @property
-    def n_generated(self) -> int:
-        """Tokens the last completion generated (streamed ones as far as they were read)."""
-        return self._n_generated
-
-    def river_stats(self, exits: Optional[Sequence[int]] = None, lossless: Optional[Dict] = None) -> Optional[Dict]:
-        """Exit statistics of the decode steps of the last generation, or of the given exit blocks
-        and draft statistics (the server's requests); in lossless mode also the draft statistics
-        under "lossless" (its tokens then all ran at full depth, so the exit statistics count none).
-        None without a river and lossless mode."""
-        if self.river_path is None and (self._spec is None or exits is not None):
-            return None
-        d = exit_stats(self.last_stats.get("exits", []) if exits is None else exits, self.info["n_layer"])
-        d.update(river=self.river_path, exit_threshold=self.exit_threshold, min_exit_layer=self.min_exit_layer,
-                 calibrated=self.calibration is not None,
-                 lossless=lossless_stats(self.last_stats.get("lossless") if exits is None else lossless))
-        return d
-
-    def _events(self, prompt_tokens, sampler, max_tokens, stops, logprobs=None):
-        """(text, finish_reason or None) pairs; the last pair carries the finish reason."""
-        self._n_generated = 0
-        state = {"eog": False}
-
-        def pieces():
-            n = 0
-            for tok in self.generate(prompt_tokens, sampler, max_tokens, logprobs):
-                n += 1
-                self._n_generated = n
-                yield self.vocab.piece(tok)
-            # generate() ends by itself on EOG (stop) or on max_tokens / context end (length)
-            state["eog"] = n < max_tokens and len(prompt_tokens) + n < self._n_ctx
-
-        for text, stopped in C.text_events(pieces(), stops):
-            if stopped:
-                yield text, "stop"
-                return
-            if text:
-                yield text, None
-        yield "", "stop" if state["eog"] else "length"
-
-    def _stream(self, events, cid, created, prefix, n_prompt):
-        if prefix:
-            yield C.completion_dict(cid, created, self.model_path, prefix, None, None)
-        for text, fin in events:
-            if text:
-                yield C.completion_dict(cid, created, self.model_path, text, None, None)
-            if fin:
-                yield C.completion_dict(cid, created, self.model_path, "", fin, None)
-
-    # -- chat -------------------------------------------------------------------------------
-    def chat_tokens(self, messages: List[Dict]) -> List[int]:
-        """The prompt of a chat, rendered by the GGUF's template (compiled once per Llama) with
-        the generation prompt; special tokens are parsed and BOS comes from the template itself."""
-        if self._template is None:
-            self._template = chat.template_for(self)
-        prompt = self._template.render(messages, add_generation_prompt=True)
-        return self.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
-
-    def chat_stops(self, stop: Optional[Union[str, List[str]]]) -> List[str]:
-        """A chat's stop strings: the caller's and the template's EOS text (templates that spell EOS as text)."""
-        if self._template is None:
-            self._template = chat.template_for(self)
-        stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if self._template.eos_token and self._template.eos_token not in stops:
-            stops.append(self._template.eos_token)
-        return stops
-
-    def create_chat_completion(self, messages: List[Dict], *, stream: bool = False,
-                               stop: Optional[Union[str, List[str]]] = None, max_tokens: Optional[int] = None,
-                               **kwargs):
-        tokens = self.chat_tokens(messages)
-        stops = self.chat_stops(stop)
-        cid, created = C.new_id("chatcmpl"), C.now()
-        res = self.create_completion(tokens, stop=stops, max_tokens=max_tokens, stream=stream, **kwargs)
-        if stream:
-            return chat.chat_stream(cid, created, self.model_path, res)
-        c = res["choices"][0]
-        return chat.chat_dict(cid, created, self.model_path, c["text"], c["finish_reason"], res["usage"])

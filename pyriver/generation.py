@@ -1,0 +1,161 @@
+"""Evaluation and token generation of `pyriver.Llama` (a mixin): the KV cache bookkeeping
+(which tokens are cached and how each was computed), eval, and the decode loop."""
+from __future__ import annotations
+
+import time
+from typing import Iterator, List, Optional, Sequence
+
+import numpy as np
+
+from .errors import ContextFullError, PyriverError
+from .logprobs import entry as logprob_entry
+from .native import check, ffi, last_error, lib
+from .sampling import Sampler
+
+
+class GenerationMixin:
+    # -- evaluation -------------------------------------------------------------------------
+    def reset(self) -> None:
+        with self._lock:
+            self._live()
+            self._version += 1   # before the change: an interrupt after it must not hide it
+            check(lib.pr_kv_clear(self._ctx))
+            self.input_ids = []
+            self._kinds = []
+
+    def _reconcile(self) -> None:
+        """Make input_ids agree with the native cache again: a KeyboardInterrupt can land between
+        a native step (decode, truncate) and the bookkeeping after it. The shorter side wins."""
+        n = lib.pr_kv_pos(self._ctx)
+        del self._kinds[len(self.input_ids):]
+        if len(self.input_ids) > n:
+            self._version += 1
+            del self.input_ids[n:]
+            del self._kinds[n:]
+        elif len(self.input_ids) < n:
+            self._version += 1
+            check(lib.pr_kv_truncate(self._ctx, len(self.input_ids)))
+
+    def _truncate(self, n_keep: int) -> None:
+        self._version += 1
+        check(lib.pr_kv_truncate(self._ctx, n_keep))
+        del self.input_ids[n_keep:]
+        del self._kinds[n_keep:]
+
+    # How a cached token was computed. PROMPT_LIKE: as a prompt computes it, at full depth. STEP: a
+    # decode step whose K/V a prompt would not reproduce bit for bit: one that ran under an exit
+    # rule (a prompt runs at full depth), or any decode step of a context that is not
+    # batch-invariant (its kernels depend on the number of tokens in a step).
+    PROMPT_LIKE, STEP = 0, 1
+
+    def _step_kind(self) -> int:
+        return self.STEP if self._exiting or not self.batch_invariant else self.PROMPT_LIKE
+
+    def eval(self, tokens: Sequence[int], logits_all: bool = False, prompt: bool = False) -> np.ndarray:
+        """Append tokens to the cache and run them. Returns logits [n_outputs, n_vocab]: every
+        token's with logits_all, else the last token's. prompt marks a single token as a prompt
+        (pr_decode's prompt rule: a prompt runs at full depth, a decode step under the exits)."""
+        with self._lock:
+            self._live()
+            toks = [int(t) for t in tokens]
+            if not toks:
+                raise ValueError("eval needs at least one token")
+            self._reconcile()
+            arr = ffi.new("int32_t[]", toks)
+            self._version += 1
+            check(lib.pr_decode(self._ctx, arr, len(toks), 1 if logits_all else 0, 1 if prompt else 0))
+            self.input_ids.extend(toks)
+            step = len(toks) == 1 and not prompt   # pr_decode's prompt rule
+            self._kinds.extend([self._step_kind() if step else self.PROMPT_LIKE] * len(toks))
+            buf = ffi.new("int32_t[]", len(toks))
+            n_ex = lib.pr_exit_layers(self._ctx, buf, len(toks))
+            self.last_exits = list(buf[0:min(n_ex, len(toks))])
+            n_out = lib.pr_n_outputs(self._ctx)
+            n_vocab = self.info["n_vocab"]
+            ptr = lib.pr_logits(self._ctx, 0)
+            if ptr == ffi.NULL:
+                raise PyriverError(last_error())
+            return np.frombuffer(ffi.buffer(ptr, 4 * n_vocab * n_out), dtype=np.float32).reshape(n_out, n_vocab).copy()
+
+    def _sync_prefix(self, tokens: List[int], n_prompt: int, need_logits: bool = True):
+        """Bring the cache to hold exactly `tokens`: the first n_prompt a prompt, the rest this
+        generation's own tokens. Returns the last token's logits (with need_logits, the last token
+        is run again when cached; else None when nothing ran), how many tokens were evaluated and
+        the exit blocks of those evaluated as decode steps.
+        A cached token is reused only when it was computed as it would be now (a prompt token as
+        a prompt computes it, a generated one as a decode step), so that the result never depends
+        on what else used the cache: on a batch-invariant context, the same tokens give the same
+        logits bit for bit however they were reached."""
+        self._reconcile()
+        step_kind = self._step_kind()
+        want = lambda i: self.PROMPT_LIKE if i < n_prompt else step_kind   # noqa: E731
+        n = 0
+        limit = min(len(tokens), len(self.input_ids)) - need_logits   # keep >= 1 token to recompute logits
+        while n < limit and self.input_ids[n] == tokens[n] and self._kinds[n] == want(n):
+            n += 1
+        self._truncate(n)
+        # Generated tokens are decode steps again, unless a decode step computes what a prompt does.
+        split = len(tokens) if step_kind == self.PROMPT_LIKE else max(n_prompt, n)
+        logits = self.eval(tokens[n:split], prompt=True)[-1] if split > n else None
+        step_exits = []   # (index in tokens, exit block) of the decode steps
+        for i in range(split, len(tokens)):
+            logits = self.eval([tokens[i]])[-1]
+            step_exits.append((i, self.last_exits[0]))
+        return logits, len(tokens) - n, step_exits
+
+    # -- generation -------------------------------------------------------------------------
+    def generate(self, tokens: Sequence[int], sampler: Sampler, max_new: int, logprobs: Optional[int] = None) -> Iterator[int]:
+        """Yield sampled tokens after the prompt `tokens`, until max_new or the context ends.
+        Each step holds the lock and re-syncs the cache, so interleaved users stay correct.
+        Timings of the call go to self.last_stats."""
+        seq = [int(t) for t in tokens]
+        if len(seq) > self._n_ctx:
+            raise ContextFullError(f"Requested tokens ({len(seq)}) exceed context window of {self._n_ctx}")
+        st = self.last_stats = {"prompt_tokens": len(seq), "prompt_eval_tokens": 0, "prompt_s": 0.0,
+                                "decode_tokens": 0, "decode_s": 0.0, "exits": [], "logprobs": []}
+        if self._spec is not None:
+            yield from self._spec.generate(self, seq, sampler, max_new, logprobs, st)
+            return
+        n_prompt = len(seq)
+        gen_exits = st["exits"]   # exit block of each generated token, by position
+        logits = None
+        mine = -1   # the cache version when this generation last had the cache as it left it
+        for _ in range(max_new):
+            with self._lock:
+                self._live()
+                if logits is None or self._version != mine:   # another caller used the cache
+                    t0 = time.perf_counter()
+                    logits, n_eval, step_exits = self._sync_prefix(seq, n_prompt)
+                    st["prompt_s"] += time.perf_counter() - t0
+                    st["prompt_eval_tokens"] += n_eval
+                    for i, e in step_exits:
+                        self._note_exit(gen_exits, i - n_prompt, e)
+                tok = sampler.sample(logits, seq)
+                if self.vocab.is_eog(tok):
+                    return
+                if logprobs is not None:
+                    st["logprobs"].append(logprob_entry(logits, tok, logprobs))
+                mine = self._version
+                yield tok
+                # Another generation on this thread may have used the cache while this one was
+                # suspended (the lock is reentrant): then the token runs with the next re-sync.
+                seq.append(tok)
+                if len(seq) >= self._n_ctx:
+                    return
+                if self._version != mine:
+                    continue
+                t0 = time.perf_counter()
+                logits = self.eval([tok])[-1]
+                mine = self._version
+                st["decode_s"] += time.perf_counter() - t0
+                st["decode_tokens"] += 1
+                self._note_exit(gen_exits, len(seq) - 1 - n_prompt, self.last_exits[0])
+
+    @staticmethod
+    def _note_exit(exits: List[int], j: int, e: int) -> None:
+        """The exit block of generated token j (a re-run token gets its first exit again)."""
+        if j == len(exits):
+            exits.append(e)
+        elif j < len(exits):
+            exits[j] = e
+
