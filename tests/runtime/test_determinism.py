@@ -164,21 +164,20 @@ def test_default_chat_turns_are_llama_cpps(smol_path):
     same calls, bit for bit. Both reuse the cached prefix, the first answer included (decode steps,
     not recomputed as a prompt), and neither runs the last token max_tokens ended on."""
     import llama_cpp
-    n = 16
     ref = llama_cpp.Llama(smol_path, n_ctx=512, n_threads=2, verbose=False)
     with Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, river=None) as llm:
-        p1 = llm.tokenize(b"<|im_start|>user\nName a river in Europe.<|im_end|>\n<|im_start|>assistant\n", special=True)
+        p1 = llm.tokenize(b"<|im_start|>user\nWrite a poem about a river.<|im_end|>\n<|im_start|>assistant\n", special=True)
         rec = _Recorder()
-        g1 = list(llm.generate(p1, rec, n))
-        want1, seen1 = _llama_cpp_greedy(ref, p1, n)
-        assert g1 == want1 and len(g1) == n
+        g1 = list(llm.generate(p1, rec, 8))
+        want1, seen1 = _llama_cpp_greedy(ref, p1, 8)
+        assert g1 == want1 and len(g1) == 8   # ended by max_tokens: its last token was not run
         assert all(np.array_equal(a, b) for a, b in zip(rec.seen, seen1))
-        p2 = p1 + g1 + llm.tokenize(b"<|im_end|>\n<|im_start|>user\nAnd one in Asia?<|im_end|>\n<|im_start|>assistant\n",
+        p2 = p1 + g1 + llm.tokenize(b"<|im_end|>\n<|im_start|>user\nAnd one about the sea?<|im_end|>\n<|im_start|>assistant\n",
                                     add_bos=False, special=True)
         rec = _Recorder()
-        g2 = list(llm.generate(p2, rec, n))
-        assert llm.last_stats["prompt_eval_tokens"] == len(p2) - (len(p1) + n - 1)   # the answer was reused
-        want2, seen2 = _llama_cpp_greedy(ref, p2, n)
+        g2 = list(llm.generate(p2, rec, 16))
+        assert llm.last_stats["prompt_eval_tokens"] == len(p2) - (len(p1) + 7)   # the first answer was reused
+        want2, seen2 = _llama_cpp_greedy(ref, p2, 16)
         assert g2 == want2
         assert len(rec.seen) == len(seen2) and all(np.array_equal(a, b) for a, b in zip(rec.seen, seen2))
     ref.close()
