@@ -35,7 +35,7 @@ DEFAULT_DRAFT_MAX = 2
 
 
 class Llama(GenerationMixin, CompletionMixin, ChatMixin):
-    def __init__(self, model_path: Optional[str] = None, *, n_ctx: int = 512, n_batch: int = 512,
+    def __init__(self, model_path: Optional[str] = None, *, n_ctx: int = 512, n_batch: int = 512, n_ubatch: int = 512,
                  n_threads: Optional[int] = None, n_threads_batch: Optional[int] = None,
                  n_gpu_layers: int = 0, split_mode: int = 1, main_gpu: int = 0,
                  tensor_split: Optional[Sequence[float]] = None, rpc_servers: Optional[str] = None,
@@ -67,7 +67,7 @@ class Llama(GenerationMixin, CompletionMixin, ChatMixin):
         self.vocab = Vocab(self.model_path)
         if self.vocab.n_vocab != self.info["n_vocab"]:
             raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
-        self._new_context(n_ctx, n_batch, n_threads, n_threads_batch, flash_attn, batch_invariant)
+        self._new_context(n_ctx, min(n_batch, n_ubatch), n_threads, n_threads_batch, flash_attn, batch_invariant)
         self._seed = seed
         self.input_ids: List[int] = []   # the tokens whose K/V are in the cache, in order
         self._kinds: List[int] = []      # for each: PROMPT_LIKE, or STEP (see _step_kind)
@@ -165,8 +165,10 @@ class Llama(GenerationMixin, CompletionMixin, ChatMixin):
         check(lib.pr_context_new(self._model, cp, out))
         self._ctx = out[0]
         self.context_params = cp   # what a BatchDecoder (pyriver.batch) on this model starts from
-        # True when a token's logits do not depend on the step it was computed in (the CPU's
-        # default; see pr_context_params.batch_invariant).
+        # The default (False) computes each step as llama.cpp does, so the same steps give llama.cpp's
+        # bits: a prompt in steps of min(n_batch, n_ubatch) tokens, as llama_cpp.Llama's decode
+        # splits it. True: a token's logits do not depend on the step it was computed in, at a cost
+        # in prompt speed (docs/bench/default-cpu.md; pr_context_params.batch_invariant).
         self.batch_invariant = bool(lib.pr_context_batch_invariant(self._ctx))
         self._n_ctx = lib.pr_n_ctx(self._ctx)
         self.n_batch = cp.n_batch
