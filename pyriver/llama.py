@@ -17,6 +17,8 @@ from . import chat
 from . import completion as C
 from . import models
 from .errors import ContextFullError, PyriverError
+from .grammar import constrain
+from .structured import ChatPlan
 from .logprobs import as_dict as logprobs_dict
 from .logprobs import entry as logprob_entry
 from .native import check, ffi, last_error, lib, read_text
@@ -474,7 +476,7 @@ class Llama:
                           frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                           repeat_penalty: float = 1.0, top_k: int = 40, stream: bool = False,
                           seed: Optional[int] = None, echo: bool = False, logprobs: Optional[int] = None,
-                          **unsupported):
+                          grammar=None, **unsupported):
         if unsupported:
             raise TypeError(f"create_completion does not support: {', '.join(sorted(unsupported))}")
         if logprobs is not None and (stream or echo):
@@ -485,7 +487,8 @@ class Llama:
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                                 repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                                 presence_penalty=presence_penalty)
-        sampler = Sampler(params, seed if seed is not None else self._seed)
+        sampler = constrain(Sampler(params, seed if seed is not None else self._seed), self.vocab, grammar,
+                            len(prompt_tokens))   # grammar: pyriver.grammar
         if max_tokens is None or max_tokens <= 0:
             max_tokens = self._n_ctx - len(prompt_tokens)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
@@ -560,12 +563,13 @@ class Llama:
                 yield C.completion_dict(cid, created, self.model_path, "", fin, None)
 
     # -- chat -------------------------------------------------------------------------------
-    def chat_tokens(self, messages: List[Dict]) -> List[int]:
+    def chat_tokens(self, messages: List[Dict], **extra) -> List[int]:
         """The prompt of a chat, rendered by the GGUF's template (compiled once per Llama) with
-        the generation prompt; special tokens are parsed and BOS comes from the template itself."""
+        the generation prompt; special tokens are parsed and BOS comes from the template itself.
+        extra: more template variables (tools)."""
         if self._template is None:
             self._template = chat.template_for(self)
-        prompt = self._template.render(messages, add_generation_prompt=True)
+        prompt = self._template.render(messages, add_generation_prompt=True, **extra)
         return self.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
 
     def chat_stops(self, stop: Optional[Union[str, List[str]]]) -> List[str]:
@@ -579,12 +583,19 @@ class Llama:
 
     def create_chat_completion(self, messages: List[Dict], *, stream: bool = False,
                                stop: Optional[Union[str, List[str]]] = None, max_tokens: Optional[int] = None,
-                               **kwargs):
-        tokens = self.chat_tokens(messages)
+                               response_format: Optional[Dict] = None, grammar=None, tools: Optional[List] = None,
+                               tool_choice=None, parallel_tool_calls: Optional[bool] = None, **kwargs):
+        if self._template is None:
+            self._template = chat.template_for(self)
+        # response_format / grammar / tools: pyriver.structured and pyriver.toolcall
+        plan = ChatPlan(self._template.source, messages, response_format, grammar, None, tools, tool_choice,
+                        parallel_tool_calls)
+        tokens = self.chat_tokens(plan.messages, **plan.extra)
         stops = self.chat_stops(stop)
         cid, created = C.new_id("chatcmpl"), C.now()
-        res = self.create_completion(tokens, stop=stops, max_tokens=max_tokens, stream=stream, **kwargs)
+        res = self.create_completion(tokens, stop=stops, max_tokens=max_tokens, stream=stream, grammar=plan.grammar,
+                                     **kwargs)
         if stream:
-            return chat.chat_stream(cid, created, self.model_path, res)
+            return chat.chat_stream(cid, created, self.model_path, res, plan.tools)
         c = res["choices"][0]
-        return chat.chat_dict(cid, created, self.model_path, c["text"], c["finish_reason"], res["usage"])
+        return chat.chat_dict(cid, created, self.model_path, c["text"], c["finish_reason"], res["usage"], plan.tools)
