@@ -11,7 +11,7 @@ allowed it (llama.cpp aborts the process on accepting a token its grammar forbid
 from __future__ import annotations
 
 import ctypes
-from typing import Dict, Optional, Sequence, Union
+from typing import Dict, Sequence, Union
 
 import llama_cpp
 import numpy as np

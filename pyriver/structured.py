@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from llama_cpp import llama_grammar
 
+from . import toolcall
 from .grammar import GrammarError
 
 
@@ -71,7 +72,6 @@ class ChatPlan:
 
     def __init__(self, template_source: str, messages, response_format=None, grammar=None, json_schema=None,
                  tools=None, tool_choice=None, parallel_tool_calls=None):
-        from . import toolcall
         self.tools = toolcall.plan(tools, tool_choice, parallel_tool_calls, template_source)
         self.messages, self.extra = toolcall.render_messages(messages, self.tools, template_source)
         forced = toolcall.call_grammar(self.tools) if self.tools is not None else None
