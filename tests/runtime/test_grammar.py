@@ -203,3 +203,29 @@ def test_chat_content_parts(llm):
     with pytest.raises(ValueError, match="not in tools"):
         llm.create_chat_completion([{"role": "user", "content": "x"}], tools=[WEATHER],
                                    tool_choice={"type": "function", "function": {"name": "nope"}})
+
+
+CITY_WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+QWEN = "/root/.cache/pyriver/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("os").path.exists(QWEN), reason="Qwen2.5-Coder-1.5B-Instruct not fetched")
+def test_qwen_calls_tools_by_itself():
+    """A model trained for tools (Hermes syntax in its template), tool_choice auto: it calls the
+    tool, the call is parsed (streamed too), and it answers from the tool's result."""
+    with Llama(QWEN, n_ctx=2048, n_threads=2, verbose=False, river=None) as q:
+        msgs = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
+        r = q.create_chat_completion(msgs, tools=[CITY_WEATHER], temperature=0.0, max_tokens=60)
+        assert r["choices"][0]["finish_reason"] == "tool_calls"
+        calls = r["choices"][0]["message"]["tool_calls"]
+        jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), CITY_WEATHER["function"]["parameters"])
+        assert json.loads(calls[0]["function"]["arguments"])["city"] == "Paris"
+        chunks = list(q.create_chat_completion(msgs, tools=[CITY_WEATHER], temperature=0.0, max_tokens=60, stream=True))
+        streamed = [tc for ch in chunks for tc in ch["choices"][0]["delta"].get("tool_calls", [])]
+        assert [c["function"] for c in streamed] == [c["function"] for c in calls]
+        turn = msgs + [{"role": "assistant", "content": None, "tool_calls": calls},
+                       {"role": "tool", "tool_call_id": calls[0]["id"], "content": "23 C and sunny"}]
+        a = q.create_chat_completion(turn, tools=[CITY_WEATHER], temperature=0.0, max_tokens=40)
+        assert a["choices"][0]["finish_reason"] == "stop" and "23" in a["choices"][0]["message"]["content"]
