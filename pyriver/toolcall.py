@@ -209,6 +209,7 @@ def call_grammar(tp: ToolPlan) -> Optional[str]:
 
 # -- parsing model output ---------------------------------------------------------------------
 _HERMES_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+_FENCE_RE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 
 
 def _call(obj: Any, names: List[str]) -> Optional[Dict]:
@@ -265,8 +266,9 @@ def parse(text: str, tp: ToolPlan) -> Tuple[Optional[str], List[Dict]]:
                 if c:
                     calls.append(c)
         content = head
-    else:   # Llama 3.x and the generic fallback: the answer is JSON call(s) alone
-        body = text.replace("<|python_tag|>", "")
+    else:   # Llama 3.x and the generic fallback: the answer is JSON call(s) alone (in a code fence, as
+        # Qwen2.5-Coder writes them; llama.cpp's Hermes parser takes those too)
+        body = _FENCE_RE.sub(r"\1", text.replace("<|python_tag|>", "").strip())
         vals = _json_values(body)
         if vals:
             items = [x for v in vals for x in (v if isinstance(v, list) else [v])]
@@ -284,7 +286,7 @@ def parse(text: str, tp: ToolPlan) -> Tuple[Optional[str], List[Dict]]:
 def may_start_call(text: str) -> int:
     """Where in streamed text a tool call may begin (text from there is held back), or -1."""
     stripped = text.lstrip()
-    if stripped[:1] in ("{", "[") or stripped.startswith("<|python_tag|>"):
+    if stripped[:1] in ("{", "[") or stripped.startswith(("<|python_tag|>", "`")):
         return 0
     for marker in ("<tool_call>", "[TOOL_CALLS]"):
         i = text.find(marker)
@@ -330,7 +332,7 @@ class DeltaStream:
             return [{"content": buf}]
         whole = buf[i:]
         self.holding = any(whole.lstrip().startswith(m) for m in ("<tool_call>", "[TOOL_CALLS]", "{", "[",
-                                                                  "<|python_tag|>"))
+                                                                  "<|python_tag|>", "`"))
         self.held = whole
         return [{"content": buf[:i]}] if i > 0 else []
 

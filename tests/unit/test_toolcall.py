@@ -36,6 +36,9 @@ def _names_args(calls):
     # Mistral
     ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Rome"}}, {"name": "get_time", "arguments": {}}]',
      "[TOOL_CALLS]", None, [("get_weather", {"city": "Rome"}), ("get_time", {})]),
+    # Qwen2.5-Coder with tools: the call in a code fence
+    ('```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```', "<tool_call>", None,
+     [("get_weather", {"city": "Paris"})]),
     # generic fallback: a bare JSON call; arguments given as a JSON string
     ('{"name": "get_weather", "arguments": "{\\"city\\": \\"Lima\\"}"}', "", None, [("get_weather", {"city": "Lima"})]),
 ])
