@@ -6,6 +6,7 @@ from typing import Dict, List, Optional, Sequence, Union
 
 from . import completion as C
 from .errors import ContextFullError
+from .grammar import constrain
 from .logprobs import as_dict as logprobs_dict
 from .lossless import stats as lossless_stats
 from .river import exit_stats
@@ -34,7 +35,7 @@ class CompletionMixin:
                           frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                           repeat_penalty: float = 1.0, top_k: int = 40, stream: bool = False,
                           seed: Optional[int] = None, echo: bool = False, logprobs: Optional[int] = None,
-                          **unsupported):
+                          grammar=None, **unsupported):
         if unsupported:
             raise TypeError(f"create_completion does not support: {', '.join(sorted(unsupported))}")
         if logprobs is not None and (stream or echo):
@@ -45,7 +46,8 @@ class CompletionMixin:
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                                 repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                                 presence_penalty=presence_penalty)
-        sampler = Sampler(params, seed if seed is not None else self._seed)
+        sampler = constrain(Sampler(params, seed if seed is not None else self._seed), self.vocab, grammar,
+                            len(prompt_tokens))   # grammar: pyriver.grammar
         if max_tokens is None or max_tokens <= 0:
             max_tokens = self._n_ctx - len(prompt_tokens)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
