@@ -60,6 +60,7 @@ _COMMON = {
     "stream_options": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("include_usage", False), bool)),
                        "an object {include_usage: boolean}", None),
     "n": (lambda v: v is None or v == 1, "1 (one choice per request)", 1),
+    "river_tokens": (lambda v: isinstance(v, bool), "a boolean", False),   # pyriver: exits per token (river_tokens.py)
 }
 COMPLETION = dict(_COMMON, prompt=(_prompt, "a string or a list of token ids", None),
                   logprobs=(lambda v: v is None or (_int(v) and v >= 0), "an integer >= 0", None),
