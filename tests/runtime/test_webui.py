@@ -201,11 +201,12 @@ def test_the_answer_streams_in_with_its_exit_colours(browser, river_server):
     _settings(browser, **{"s-temperature": 0, "s-max-tokens": 120})
     _send(browser, "Write a short poem about a river.")
     # seen mid-stream: the answer is busy and already has text
-    partial = _wait(lambda: [a.text for a in _answers(browser) if a.get_attribute("aria-busy") == "true"
-                             and a.find_element(By.CSS_SELECTOR, ".msg-body").text.strip(" …")], what="streamed text")
+    body = lambda: _answers(browser)[-1].find_element(By.CSS_SELECTOR, ".msg-body").text.strip(" …")   # noqa: E731
+    partial = _wait(lambda: _answers(browser) and _answers(browser)[-1].get_attribute("aria-busy") == "true" and body(),
+                    what="streamed text")
     _wait(lambda: _done(browser), what="the end of the answer")
     answer = _answers(browser)[-1]
-    assert len(answer.text) > len(partial[0]) - 30   # it grew (the final one has buttons and a summary)
+    assert body().startswith(partial.strip()) and len(body()) > len(partial), "the answer came in pieces"
     toks = answer.find_elements(By.CSS_SELECTOR, ".msg-body.tokens span.tok")
     assert len(toks) > 3
     blocks = [int(b) for t in toks for b in t.get_attribute("data-exit").split(",")]
@@ -227,9 +228,12 @@ def test_the_answer_streams_in_with_its_exit_colours(browser, river_server):
     assert _answers(browser)[-1].find_element(By.CSS_SELECTOR, ".msg-body").text == text
     assert "a river" in browser.find_element(By.CSS_SELECTOR, "article.msg.user").text
     # regenerate: greedy, the same answer again
+    stored = "return JSON.parse(localStorage.getItem('pyriver.webui.v1')).convs[0].messages.map(m => m.content)"
+    before = browser.execute_script(stored)
     _answers(browser)[-1].find_element(By.XPATH, ".//button[text()='Regenerate']").click()
     _wait(lambda: _done(browser) and len(_answers(browser)) == 1 and "tok/s" in _answers(browser)[0].text,
           what="the regenerated answer")
+    assert browser.execute_script(stored) == before and len(before) == 2
     _answers(browser)[-1].find_element(By.XPATH, ".//button[text()='Exits']").click()
     assert _answers(browser)[-1].find_elements(By.CSS_SELECTOR, "span.tok")
 

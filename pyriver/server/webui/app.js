@@ -157,6 +157,7 @@ async function run(conv) {
     renderList();
     renderMessages();
     setStatus(msg.error ? "Error: " + msg.error : msg.stopped ? "Stopped." : "Answer complete.");
+    if (msg.content) $("announce").textContent = "pyriver: " + msg.content;
   }
 }
 
