@@ -170,6 +170,17 @@ def _answers(browser):
     return browser.find_elements(By.CSS_SELECTOR, "article.msg.assistant")
 
 
+def _body(browser) -> str:
+    """The text of the newest answer, read in one go (while it streams, its body is redrawn)."""
+    return browser.execute_script("const a = document.querySelectorAll('article.msg.assistant');"
+                                  "return a.length ? a[a.length - 1].querySelector('.msg-body').innerText : ''"
+                                  ).strip(" …\n")
+
+
+def _busy(browser) -> bool:
+    return browser.execute_script("return !!document.querySelector('article.msg.assistant[aria-busy=\"true\"]')")
+
+
 def _done(browser):
     return browser.find_element("id", "stop").get_attribute("hidden") is not None and _answers(browser)
 
@@ -201,12 +212,10 @@ def test_the_answer_streams_in_with_its_exit_colours(browser, river_server):
     _settings(browser, **{"s-temperature": 0, "s-max-tokens": 120})
     _send(browser, "Write a short poem about a river.")
     # seen mid-stream: the answer is busy and already has text
-    body = lambda: _answers(browser)[-1].find_element(By.CSS_SELECTOR, ".msg-body").text.strip(" …")   # noqa: E731
-    partial = _wait(lambda: _answers(browser) and _answers(browser)[-1].get_attribute("aria-busy") == "true" and body(),
-                    what="streamed text")
+    partial = _wait(lambda: _busy(browser) and _body(browser), what="streamed text")
     _wait(lambda: _done(browser), what="the end of the answer")
     answer = _answers(browser)[-1]
-    assert body().startswith(partial.strip()) and len(body()) > len(partial), "the answer came in pieces"
+    assert _body(browser).startswith(partial) and len(_body(browser)) > len(partial), "the answer came in pieces"
     toks = answer.find_elements(By.CSS_SELECTOR, ".msg-body.tokens span.tok")
     assert len(toks) > 3
     blocks = [int(b) for t in toks for b in t.get_attribute("data-exit").split(",")]
@@ -234,8 +243,7 @@ def test_the_answer_streams_in_with_its_exit_colours(browser, river_server):
     _wait(lambda: _done(browser) and len(_answers(browser)) == 1 and "tok/s" in _answers(browser)[0].text,
           what="the regenerated answer")
     assert browser.execute_script(stored) == before and len(before) == 2
-    _answers(browser)[-1].find_element(By.XPATH, ".//button[text()='Exits']").click()
-    assert _answers(browser)[-1].find_elements(By.CSS_SELECTOR, "span.tok")
+    assert _answers(browser)[-1].find_elements(By.CSS_SELECTOR, "span.tok")   # a new answer: exits shown
 
 
 @pytest.mark.slow
@@ -245,17 +253,17 @@ def test_stop_cuts_the_stream_and_frees_the_slot(browser, river_server):
     _wait(lambda: browser.find_element(By.ID, "river-badge").text.startswith("River"), what="/river")
     _settings(browser, **{"s-max-tokens": 400, "s-system": "You write very long stories."})
     _send(browser, "Tell me a very long story about a river and a boat.")
-    _wait(lambda: [a for a in _answers(browser) if a.find_element(By.CSS_SELECTOR, ".msg-body").text.strip(" …")],
-          what="streamed text")
+    _wait(lambda: _busy(browser) and _body(browser), what="streamed text")
     assert _slots_busy(river_server.url) == 1
     browser.find_element(By.ID, "stop").click()
     _wait(lambda: _done(browser), what="the stop")
     answer = _answers(browser)[-1]
     assert "stopped" in answer.find_element(By.CSS_SELECTOR, ".summary").text
-    cut = answer.find_element(By.CSS_SELECTOR, ".msg-body").text
+    cut = _body(browser)
+    assert cut
     _wait(lambda: _slots_busy(river_server.url) == 0, timeout=10, what="the slot to free")
     time.sleep(0.5)
-    assert _answers(browser)[-1].find_element(By.CSS_SELECTOR, ".msg-body").text == cut
+    assert _body(browser) == cut
 
 
 @pytest.mark.slow

@@ -469,9 +469,11 @@ function showServer() {
   const r = server.river;
   b.hidden = false;
   b.className = "badge " + (r.on ? "on" : "off");
-  b.textContent = !r.on ? "River off" : r.lossless ? "River lossless" : "River on · τ " + r.exit_threshold;
+  b.textContent = !r.on ? "River off" : r.lossless ? "River lossless" : "River on · τ " + tau(r.exit_threshold);
   renderMessages();
 }
+
+function tau(x) { return String(+x.toFixed(4)); }   // the float32 the server holds, as it was typed
 
 function showLegend() {
   const conv = currentConv();
@@ -592,7 +594,7 @@ function openSettings() {
   $("s-river").disabled = !(r && r.on && !r.lossless);
   $("river-info").textContent = !r ? "" : !r.on
     ? "This server runs without River (start it with pyriver serve --river q4_0)."
-    : "The server's River: sidecar " + r.sidecar + ", exit threshold τ " + r.exit_threshold +
+    : "The server's River: sidecar " + r.sidecar + ", exit threshold τ " + tau(r.exit_threshold) +
       ", earliest exit block " + (r.min_exit_layer + 1) + " of " + server.n_layer +
       (r.lossless ? ", lossless (drafts up to " + r.draft_max + " tokens, every token verified at full depth)" : "") +
       ". Set when the server starts (--river, --tau, --lossless), the same for every request.";
@@ -671,6 +673,10 @@ function init() {
   $("messages").addEventListener("click", (e) => {
     const b = e.target.closest(".copy-code");
     if (b) copy(b.closest(".code").querySelector("code").textContent, b);
+  });
+  $("close-sidebar").addEventListener("click", () => { closeSidebar(); $("menu").focus(); });
+  document.querySelector(".main").addEventListener("click", (e) => {   // a tap beside the drawer closes it
+    if ($("sidebar").classList.contains("open") && !e.target.closest("#menu")) closeSidebar();
   });
   document.addEventListener("keydown", (e) => {
     if (e.key === "Escape" && $("sidebar").classList.contains("open")) closeSidebar();
