@@ -235,7 +235,7 @@ function inline(text) {
 function codeBlock(lang, code) {
   const l = (lang.match(/^[\w+#.-]{1,20}$/) || [""])[0];
   return '<div class="code"><div class="code-head"><span>' + esc(l || "code") + "</span>" +
-         '<button type="button" class="copy-code" aria-label="Copy the code">Copy</button></div>' +
+         '<button type="button" class="copy-code small" aria-label="Copy the code">Copy</button></div>' +
          "<pre><code>" + esc(code) + "</code></pre></div>";
 }
 
