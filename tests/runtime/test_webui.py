@@ -94,6 +94,22 @@ def test_without_a_river_there_is_nothing_per_token(plain_server):
     assert all("river" not in c["choices"][0] for c in chunks if c["choices"])
 
 
+def test_lossless_mode_has_drafts_kept_and_no_exits_per_token(smol_path):
+    s = ServerProcess(smol_path, "--parallel", "1", "--ctx", "256", "--threads", "2", "--river", "q4_0", "--lossless",
+                      "--draft-max", "3")
+    try:
+        status, info = http("GET", s.url + "/river")
+        assert status == 200 and info["river"]["lossless"] is True and info["river"]["draft_max"] == 3
+        chunks = _chunks(s.url, "/v1/chat/completions", {"messages": MSGS, "max_tokens": 16, "temperature": 0.0,
+                                                          "stream": True, "river_tokens": True})
+        assert any(c["choices"] and c["choices"][0]["delta"].get("content") for c in chunks)
+        assert all("river" not in c["choices"][0] for c in chunks if c["choices"])   # every token is full depth's
+        summary = next(c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"])["river"]["lossless"]
+        assert summary["drafted"] > 0 and 0 <= summary["accepted"] <= summary["drafted"]
+    finally:
+        s.close()
+
+
 def test_river_settings_and_the_static_page(river_server, plain_server, smol_path):
     status, info = http("GET", river_server.url + "/river")
     assert status == 200 and info["n_layer"] == 30
