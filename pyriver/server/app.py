@@ -26,8 +26,10 @@ from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream, ToolError
 from .inbox import Inbox
 from .metrics import Metrics
+from .river_tokens import TokenExits
 from .scheduler import QueueFull, Request, Scheduler
 from .schema import CHAT, COMPLETION, APIError, parse
+from .webui import webui_routes
 
 
 class Server:
@@ -120,9 +122,11 @@ class Events:
         self.r = r
         self.text = C.TextStream([s.encode("utf-8") for s in stops if s])
         self.done = False
+        self.n_tokens = 0   # token items read (river_tokens counts on it)
 
     def feed(self, item: tuple) -> List[Tuple[str, Optional[str]]]:
         if item[0] == "token":
+            self.n_tokens += 1
             text, stopped = self.text.feed(item[2])
             if stopped:
                 self.done = True
@@ -139,8 +143,8 @@ class Events:
         return ([(rest, None)] if rest else []) + [("", "stop" if reason == "stop" else "length")]
 
 
-async def events(r: Request, stops: List[str]) -> AsyncIterator[Tuple[str, Optional[str]]]:
-    ev = Events(r, stops)
+async def events(r: Request, stops: List[str], ev: Optional[Events] = None) -> AsyncIterator[Tuple[str, Optional[str]]]:
+    ev = ev or Events(r, stops)
     while not ev.done:
         for pair in ev.feed(await r.out.get()):
             yield pair
@@ -243,7 +247,7 @@ def build_app(srv: Server) -> Starlette:
               Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
-              Route("/metrics", metrics, methods=["GET"])]
+              Route("/metrics", metrics, methods=["GET"])] + webui_routes(srv, guarded)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -294,9 +298,12 @@ def _usage_chunk(d: dict, r: Request) -> dict:
 
 async def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created: int,
                              model: str) -> AsyncIterator[dict]:
-    async for text, fin in events(r, f["stops"]):
+    ev = Events(r, f["stops"])
+    tags = TokenExits.make(srv, r, ev, f["river_tokens"])
+    async for text, fin in events(r, f["stops"], ev):
         if text:
-            yield C.completion_dict(cid, created, model, text, None, None)
+            ch = C.completion_dict(cid, created, model, text, None, None)
+            yield tags.attach(ch) if tags else ch
         if fin:
             yield dict(C.completion_dict(cid, created, model, "", fin, None), river=srv.river(r))
     if f["include_usage"]:
@@ -307,10 +314,12 @@ async def _chat_chunks(srv: Server, r: Request, f: Dict, stops: List[str], cid: 
                        model: str, plan: ChatPlan) -> AsyncIterator[dict]:
     last = chat.role_chunk(cid, created, model)
     ds = DeltaStream(plan.tools)   # content, or tool calls parsed at the end
-    async for text, fin in events(r, stops):
+    ev = Events(r, stops)
+    tags = TokenExits.make(srv, r, ev, f["river_tokens"])
+    async for text, fin in events(r, stops, ev):
         for ch in chat.tool_delta_chunks(ds, cid, created, model, text, fin):
             yield last
-            last = ch
+            last = tags.attach(ch) if tags else ch
     last["river"] = srv.river(r)
     yield last
     if f["include_usage"]:
