@@ -25,7 +25,7 @@ def parser() -> argparse.ArgumentParser:
                    help="the river drafts, the backbone verifies: every stream's tokens are full depth's (needs --river)")
     p.add_argument("--draft-max", type=int, default=None, help="lossless: most tokens drafted per step")
     p.add_argument("--batch-rule", choices=["split", "minimum", "all"], default="split",
-                   help="how a step of several sequences exits (see README: Server)")
+                   help="how a step of several sequences exits (see docs/server.md)")
     p.add_argument("--not-batch-invariant", action="store_true",
                    help="multi-token products as llama.cpp runs them (faster with several streams on the CPU); a "
                    "stream's text may then depend on its batch-mates where two logits nearly tie")

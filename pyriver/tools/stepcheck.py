@@ -4,7 +4,7 @@ last tokens of a text computed in one multi-token step and in single-token steps
     python -m pyriver.tools.stepcheck [MODEL] [--n-gpu-layers N] [--flash-attn] [--batch-invariant auto|on|off]
 
 On the CPU pyriver's steps are batch-invariant by default (every position identical); on a GPU,
-ggml's kernels depend on the number of tokens in a step (README, GPU)."""
+ggml's kernels depend on the number of tokens in a step (docs/gpu.md)."""
 from __future__ import annotations
 
 import argparse

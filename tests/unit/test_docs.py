@@ -218,7 +218,7 @@ def _layout_paths() -> List[str]:
     for cell in rows:
         names = re.findall(r"`([^`]+)`", cell)
         folder = str(Path(names[0]).parent) if "/" in names[0] else ""
-        out += [names[0]] + [n if "/" in n else f"{folder}/{n}" for n in names[1:]]
+        out += [names[0]] + [n if "/" in n.rstrip("/") else f"{folder}/{n}" for n in names[1:]]
     return out
 
 
