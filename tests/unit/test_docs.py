@@ -93,10 +93,11 @@ def broken_links(page: Path, text: str) -> List[str]:
         if re.match(r"^[a-z][a-z0-9+.-]*:", target):   # http:, https:, mailto:
             continue
         path, _, frag = target.partition("#")
-        dest = (page.parent / path).resolve() if path else page
-        if not dest.exists():
+        dest = (page.parent / path).resolve() if path else None
+        if dest is not None and not dest.exists():
             bad.append(f"{page.name}: {target} (no such file)")
-        elif frag and dest.suffix == ".md" and frag not in anchors(dest.read_text()):
+        elif frag and (dest is None or dest.suffix == ".md") and \
+                frag not in anchors(text if dest is None else dest.read_text()):
             bad.append(f"{page.name}: {target} (no heading #{frag})")
     return bad
 
