@@ -261,16 +261,21 @@ def _fmt_size(n: Optional[int]) -> str:
     return f"{n / (1 << 20):.0f} MiB"
 
 
-def main_models(argv: list[str]) -> int:
-    """``pyriver models [list]`` / ``pyriver models fetch NAME [-q]``; returns an exit code."""
-    parser = argparse.ArgumentParser(prog="pyriver models", description="List or fetch registry models.")
-    sub = parser.add_subparsers(dest="cmd")
+def parser() -> argparse.ArgumentParser:
+    """The arguments of ``pyriver models [list]`` / ``pyriver models fetch NAME [-q]``."""
+    p = argparse.ArgumentParser(prog="pyriver models", description="List or fetch registry models.")
+    sub = p.add_subparsers(dest="cmd")
     sub.add_parser("list", help="list registry models and whether they are cached (default)")
     pf = sub.add_parser("fetch", help="download a registry model into the cache")
     pf.add_argument("name", help="registry model name")
     pf.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    return p
+
+
+def main_models(argv: list[str]) -> int:
+    """``pyriver models [list]`` / ``pyriver models fetch NAME [-q]``; returns an exit code."""
     try:
-        args = parser.parse_args(argv)
+        args = parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
 

@@ -4,8 +4,8 @@ process, rounds interleaved; prints the median ms per step of each and their rat
 
     python scripts/batch_step.py MODEL.gguf --seqs 4 [--steps 48 --rounds 3 --threads 2]
 
-It measures the kernels and graph of a step only: no scheduler, no HTTP (the serving section of
-the README quotes it beside `pyriver bench --serve`)."""
+It measures the kernels and graph of a step only: no scheduler, no HTTP (docs/benchmarks.md, Server,
+quotes it beside `pyriver bench --serve`)."""
 from __future__ import annotations
 
 import argparse

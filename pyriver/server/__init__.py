@@ -25,7 +25,7 @@ def parser() -> argparse.ArgumentParser:
                    help="the river drafts, the backbone verifies: every stream's tokens are full depth's (needs --river)")
     p.add_argument("--draft-max", type=int, default=None, help="lossless: most tokens drafted per step")
     p.add_argument("--batch-rule", choices=["split", "minimum", "all"], default="split",
-                   help="how a step of several sequences exits (see README: Server)")
+                   help="how a step of several sequences exits (see docs/server.md)")
     p.add_argument("--batch-invariant", action="store_true",
                    help="every product computed one token at a time, so that a stream's text never depends on its "
                    "batch-mates, prompt chunks or prefix reuse (slower: docs/bench/default-cpu.md)")

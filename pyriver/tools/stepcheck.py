@@ -4,7 +4,7 @@ last tokens of a text computed in one multi-token step and in single-token steps
     python -m pyriver.tools.stepcheck [MODEL] [--n-gpu-layers N] [--flash-attn] [--batch-invariant auto|on|off]
 
 By default ggml's kernels depend on the number of tokens in a step, as llama.cpp's do; with
---batch-invariant on (CPU) every position is identical (README, GPU for devices)."""
+--batch-invariant on (CPU) every position is identical (docs/gpu.md for devices)."""
 from __future__ import annotations
 
 import argparse
