@@ -16,6 +16,7 @@ import numpy as np
 from . import chat
 from . import completion as C
 from . import models
+from .embedding import EmbeddingMixin
 from .errors import ContextFullError, PyriverError
 from .logprobs import as_dict as logprobs_dict
 from .logprobs import entry as logprob_entry
@@ -37,7 +38,7 @@ DEFAULT_RIVER = "q4_0"
 DEFAULT_DRAFT_MAX = 2
 
 
-class Llama:
+class Llama(EmbeddingMixin):
     def __init__(self, model_path: Optional[str] = None, *, n_ctx: int = 512, n_batch: int = 512,
                  n_threads: Optional[int] = None, n_threads_batch: Optional[int] = None,
                  n_gpu_layers: int = 0, split_mode: int = 1, main_gpu: int = 0,
@@ -48,7 +49,8 @@ class Llama:
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
                  river_rebuild: bool = False, batch_invariant: Optional[bool] = None,
                  lossless: Optional[bool] = None, draft_model=None, draft_max: Optional[int] = None,
-                 chat_format: Optional[str] = None, verbose: bool = True, **unsupported):
+                 chat_format: Optional[str] = None, verbose: bool = True, embedding: bool = False,
+                 pooling_type: int = -1, **unsupported):
         if unsupported.pop("chat_handler", None) is not None:
             raise TypeError("pyriver.Llama does not support chat_handler; it renders the GGUF's chat template")
         if unsupported:
@@ -71,6 +73,7 @@ class Llama:
         if self.vocab.n_vocab != self.info["n_vocab"]:
             raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
         self._new_context(n_ctx, n_batch, n_threads, n_threads_batch, flash_attn, batch_invariant)
+        self._init_embedding(embedding, pooling_type)   # embed, create_embedding: pyriver/embedding.py
         self._seed = seed
         self.input_ids: List[int] = []   # the tokens whose K/V are in the cache, in order
         self._kinds: List[int] = []      # for each: PROMPT_LIKE, or STEP (see _step_kind)

@@ -21,6 +21,7 @@ from .. import completion as C
 from ..errors import ContextFullError
 from ..logprobs import as_dict as logprobs_dict
 from ..sampling import Sampler
+from . import embeddings
 from .inbox import Inbox
 from .metrics import Metrics
 from .scheduler import QueueFull, Request, Scheduler
@@ -226,7 +227,7 @@ def build_app(srv: Server) -> Starlette:
               Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
-              Route("/metrics", metrics, methods=["GET"])]
+              Route("/metrics", metrics, methods=["GET"])] + embeddings.routes(srv, guarded)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
