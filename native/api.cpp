@@ -231,6 +231,25 @@ const float * pr_logits(pr_context * ctx, int32_t i) {
     return ctx->c->out + (size_t) i * ctx->c->m->hp.n_vocab;
 }
 
+pr_status pr_embed(pr_context * ctx, const int32_t * tokens, int32_t n) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        if (!tokens || n < 1) pr::fail(PR_ERR_INVALID_ARG, "embed needs at least one token");
+        std::vector<int32_t> toks(tokens, tokens + n);   // copied, as in pr_decode
+        pr::context * c = ctx->c;
+        on_model(c->m, [c, toks] { c->embed(0, toks.data(), (int) toks.size()); });
+    });
+}
+
+const float * pr_embeddings(pr_context * ctx, int32_t i) {
+    if (!live(ctx, "ctx")) return nullptr;
+    if (i < 0 || i >= ctx->c->n_embd_rows) {
+        g_last_error = "embedding row " + std::to_string(i) + " is not in [0, " + std::to_string(ctx->c->n_embd_rows) + ")";
+        return nullptr;
+    }
+    return ctx->c->embd.data() + (size_t) i * ctx->c->m->hp.n_embd;
+}
+
 int32_t pr_n_outputs(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->n_outputs : 0; }
 int32_t pr_kv_pos(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->kv->used[0] : 0; }
 int32_t pr_n_ctx(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->params.n_ctx : 0; }

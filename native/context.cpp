@@ -451,6 +451,8 @@ void context::begin_step() {
     logits.clear();
     out = nullptr;
     exits.clear();
+    n_embd_rows = 0;
+    embd.clear();
 }
 
 void check_tokens(const model & m, const int32_t * tokens, int n) {
@@ -465,7 +467,8 @@ void check_tokens(const model & m, const int32_t * tokens, int n) {
 // token flagged as one (a prompt's cache must not depend on how it was split into calls or
 // n_batch chunks). A prompt runs at full depth (or under the prefill exit rule); a decode step,
 // one token, applies token-level exits.
-void context::decode(int s, const int32_t * tokens, int n, bool logits_all, bool prompt) {
+// What a call that appends n tokens to sequence s checks before any graph is built.
+void context::check_append(int s, const int32_t * tokens, int n) const {
     if (n < 1) fail(PR_ERR_INVALID_ARG, "decode needs at least one token");
     if (!tokens) fail(PR_ERR_INVALID_ARG, "tokens is NULL");
     if (s < 0 || s >= kv->n_seq) fail(PR_ERR_INVALID_ARG, "sequence %d is not in [0, %d)", s, kv->n_seq);
@@ -473,6 +476,10 @@ void context::decode(int s, const int32_t * tokens, int n, bool logits_all, bool
     if ((int64_t) kv->used[s] + n > params.n_ctx) {
         fail(PR_ERR_CONTEXT_FULL, "%d tokens do not fit: %d of n_ctx %d are in use", n, kv->used[s], params.n_ctx);
     }
+}
+
+void context::decode(int s, const int32_t * tokens, int n, bool logits_all, bool prompt) {
+    check_append(s, tokens, n);
     const bool decoding = n == 1 && !prompt;
     seq = s;
     begin_step();
@@ -484,6 +491,34 @@ void context::decode(int s, const int32_t * tokens, int n, bool logits_all, bool
     }
 }
 
+// Embeddings are a prompt's: every token at full depth, whatever the exit rule (exits are a
+// decode step's, and even prefill_exit would change what the model says a text means). Each
+// token's hidden state after the final norm is kept; the head is not computed. The step uses
+// llama.cpp's kernels for many tokens even in a batch-invariant context: an embedding is one step's
+// result (nothing decodes from it), and so equals llama.cpp's bit for bit on the CPU, where one-token
+// products were 0.4 away on SmolLM2 (tests/runtime/test_embeddings.py).
+void context::embed(int s, const int32_t * tokens, int n) {
+    check_append(s, tokens, n);
+    const int L = m->hp.n_layer;
+    const size_t E = m->hp.n_embd;
+    seq = s;
+    begin_step();
+    embd.reserve((size_t) n * E);
+    for (int done = 0; done < n;) {
+        const int step = std::min(params.n_batch, n - done);
+        segment seg = make_segment(step, step, 0, L - 1, false, 0, -1);
+        seg.embd = true;
+        seg.shape.invariant = false;
+        built_graph & g = run_segment(seg, tokens + done, nullptr, step);
+        embd.resize(embd.size() + (size_t) step * E);
+        ggml_backend_tensor_get(g.embd, embd.data() + (size_t) done * E, 0, (size_t) step * E * sizeof(float));
+        kv->used[seq] += step;
+        n_embd_rows += step;
+        for (int i = 0; i < step; i++) exits.push_back(L - 1);
+        done += step;
+    }
+}
+
 void context::truncate(int s, int n_keep) {
     if (s < 0 || s >= kv->n_seq) fail(PR_ERR_INVALID_ARG, "sequence %d is not in [0, %d)", s, kv->n_seq);
     if (n_keep < 0 || n_keep > kv->used[s]) fail(PR_ERR_INVALID_ARG, "cannot truncate to %d: the cache holds %d tokens", n_keep, kv->used[s]);
@@ -491,6 +526,8 @@ void context::truncate(int s, int n_keep) {
     n_outputs = 0;
     logits.clear();
     out = nullptr;
+    n_embd_rows = 0;
+    embd.clear();
 }
 
 } // namespace pr

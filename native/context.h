@@ -68,6 +68,8 @@ struct context {
     std::vector<float> logits;             // n_outputs x n_vocab (several rows)
     int n_outputs = 0;
     const float * out = nullptr;           // the rows of the last decode: logits, or one row in pinned memory
+    std::vector<float> embd;               // n_embd_rows x n_embd: the last embed's hidden states after the final norm
+    int n_embd_rows = 0;
     // With a GPU: its pinned host memory holds the scheduler's host-side buffers (inputs are copied
     // from it) and one row of logits, as llama.cpp does; copies to and from pageable memory are slower.
     ggml_backend_buffer_type_t host_buft = nullptr;
@@ -77,6 +79,7 @@ struct context {
     ~context();
 
     void decode(int seq, const int32_t * tokens, int n, bool logits_all, bool prompt);
+    void embed(int seq, const int32_t * tokens, int n);
     void decode_batch(const std::vector<batch_token> & batch, const std::vector<uint8_t> & prompt);
     void truncate(int seq, int n_keep);
     void set_rule(const exit_rule & r);
@@ -94,6 +97,7 @@ struct context {
     bool on_cpu(int first, int last) const;
     int chunk_after(int block) const;
     void begin_step();
+    void check_append(int s, const int32_t * tokens, int n) const;
 
 private:
     ggml_backend_sched_t new_sched(size_t capacity);

@@ -380,6 +380,7 @@ static void check_segment(const model & m, const segment & seg, const device_car
             fail(PR_ERR_INTERNAL, "bad lane [%d, %d] head %d", ln.first, ln.last, (int) ln.head());
         }
     }
+    if (seg.embd && !seg.head()) fail(PR_ERR_INTERNAL, "an embedding segment needs the head's rows");
     if ((seg.carry_in >= 0 || seg.carry_out) &&
         (!carry || seg.lanes.size() != 1 || seg.n_tokens() != 1 || (seg.carry_out && seg.head()))) {
         fail(PR_ERR_INTERNAL, "a carry segment needs a carry and one token, and a head ends the step");
@@ -450,7 +451,14 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
             ggml_build_forward_expand(g->gf, x[i]);
         }
     }
-    if (head_in) {
+    if (head_in && seg.embd) {
+        // llama.cpp's t_embd ("result_norm"): the embeddings are the hidden states after the final
+        // norm; the head's matrix, the largest of a small model, is skipped.
+        g->embd = rms_norm(ctx, head_in, m.output_norm, m.hp.rms_eps);
+        ggml_set_name(g->embd, "embd");
+        ggml_set_output(g->embd);
+        ggml_build_forward_expand(g->gf, g->embd);
+    } else if (head_in) {
         ggml_tensor * h = rms_norm(ctx, head_in, m.output_norm, m.hp.rms_eps);
         g->logits = linear(ctx, s, m.output, h, m.output_b);
         if (m.hp.final_softcap > 0.0f) g->logits = softcap(ctx, g->logits, m.hp.final_softcap);

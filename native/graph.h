@@ -50,9 +50,10 @@ struct segment {
     bool host_checks = false;        // similarities computed by the caller from hidden outputs
     int carry_in = -1;               // >= 0: start from this slot of the carry (first > 0)
     bool carry_out = false;          // write the hidden states the next segment may start from
+    bool embd = false;               // the head stops at the final norm: its output rows are embeddings, no logits
     bool operator==(const segment & o) const {
         return shape == o.shape && lanes == o.lanes && host_checks == o.host_checks && carry_in == o.carry_in &&
-               carry_out == o.carry_out;
+               carry_out == o.carry_out && embd == o.embd;
     }
     int n_tokens() const;
     int n_outputs() const;
@@ -87,6 +88,7 @@ struct built_graph {
     ggml_cgraph * gf = nullptr;
     std::vector<lane_io> lanes;
     ggml_tensor * logits = nullptr;          // F32 [n_vocab, n_outputs]: the lanes' outputs in lane order
+    ggml_tensor * embd = nullptr;            // F32 [n_embd, n_outputs] instead, after the final norm (seg.embd)
     ~built_graph();
 };
 

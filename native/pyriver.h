@@ -118,6 +118,15 @@ PR_API pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, 
  * NULL (with a message) for a row that is not there. */
 PR_API const float * pr_logits(pr_context * ctx, int32_t i);
 PR_API int32_t   pr_n_outputs(const pr_context * ctx);
+/* Embeddings: appends n tokens at the end of the cache and runs them as a prompt at full depth,
+ * whatever the exit rule (no exits, not even prefill_exit), with llama.cpp's kernels for many tokens
+ * (also in a batch-invariant context), keeping every token's hidden state after the final norm
+ * (llama.cpp's "result_norm", its embeddings before pooling). The head is not computed: pr_logits
+ * has no rows afterwards. */
+PR_API pr_status pr_embed(pr_context * ctx, const int32_t * tokens, int32_t n);
+/* The hidden state of token i of the last pr_embed: n_embd floats, valid until the next decode,
+ * embed or cache change; NULL (with a message) for a row that is not there. */
+PR_API const float * pr_embeddings(pr_context * ctx, int32_t i);
 
 PR_API int32_t   pr_kv_pos(const pr_context * ctx);        /* tokens in the cache */
 PR_API int32_t   pr_n_ctx(const pr_context * ctx);

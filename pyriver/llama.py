@@ -17,6 +17,7 @@ import llama_cpp._logger as _lg
 from . import models
 from .chat_api import ChatMixin
 from .completion_api import CompletionMixin
+from .embedding import EmbeddingMixin
 from .generation import GenerationMixin
 from .native import check, ffi, lib, read_text
 from .lossless import Speculator
@@ -34,7 +35,7 @@ DEFAULT_RIVER = "q4_0"
 DEFAULT_DRAFT_MAX = 2
 
 
-class Llama(GenerationMixin, CompletionMixin, ChatMixin):
+class Llama(GenerationMixin, CompletionMixin, ChatMixin, EmbeddingMixin):
     def __init__(self, model_path: Optional[str] = None, *, n_ctx: int = 512, n_batch: int = 512, n_ubatch: int = 512,
                  n_threads: Optional[int] = None, n_threads_batch: Optional[int] = None,
                  n_gpu_layers: int = 0, split_mode: int = 1, main_gpu: int = 0,
@@ -45,7 +46,8 @@ class Llama(GenerationMixin, CompletionMixin, ChatMixin):
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
                  river_rebuild: bool = False, batch_invariant: Optional[bool] = None,
                  lossless: Optional[bool] = None, draft_model=None, draft_max: Optional[int] = None,
-                 chat_format: Optional[str] = None, verbose: bool = True, **unsupported):
+                 chat_format: Optional[str] = None, verbose: bool = True, embedding: bool = False,
+                 pooling_type: int = -1, **unsupported):
         if unsupported.pop("chat_handler", None) is not None:
             raise TypeError("pyriver.Llama does not support chat_handler; it renders the GGUF's chat template")
         if unsupported:
@@ -68,6 +70,7 @@ class Llama(GenerationMixin, CompletionMixin, ChatMixin):
         if self.vocab.n_vocab != self.info["n_vocab"]:
             raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
         self._new_context(n_ctx, min(n_batch, n_ubatch), n_threads, n_threads_batch, flash_attn, batch_invariant)
+        self._init_embedding(embedding, pooling_type)   # embed, create_embedding: pyriver/embedding.py
         self._seed = seed
         self.input_ids: List[int] = []   # the tokens whose K/V are in the cache, in order
         self._kinds: List[int] = []      # for each: PROMPT_LIKE, or STEP (see _step_kind)

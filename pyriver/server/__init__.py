@@ -34,6 +34,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
     p.add_argument("--alias", default=None, help="the model name /v1/models reports (default: the file name)")
     p.add_argument("--no-webui", action="store_true", help="do not serve the chat page at /")
+    p.add_argument("--embedding", "--embeddings", action="store_true", help="serve /v1/embeddings and /embeddings")
+    p.add_argument("--pooling", choices=["none", "mean", "cls", "last"], default=None,
+                   help="embeddings' pooling (default: the model's, else none, which /v1/embeddings refuses)")
     p.add_argument("--verbose", action="store_true")
     return p
 
@@ -54,6 +57,11 @@ def settings(a: argparse.Namespace) -> dict:
         raise ValueError("--batch-invariant and --not-batch-invariant exclude each other")
     if a.batch_invariant or a.not_batch_invariant:
         kw["batch_invariant"] = bool(a.batch_invariant)
+    if a.embedding:
+        from .embeddings import POOLINGS
+        kw.update(embedding=True, pooling_type=-1 if a.pooling is None else POOLINGS[a.pooling])
+    elif a.pooling is not None:
+        raise ValueError("--pooling needs --embedding")
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
                 prompt_chunk=a.prompt_chunk, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
                 verbose=a.verbose, webui=not a.no_webui, llama_kwargs=kw)

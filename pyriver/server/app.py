@@ -24,6 +24,7 @@ from ..logprobs import as_dict as logprobs_dict
 from ..sampling import Sampler
 from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream, ToolError
+from . import embeddings
 from .inbox import Inbox
 from .metrics import Metrics
 from .river_tokens import TokenExits
@@ -247,7 +248,7 @@ def build_app(srv: Server) -> Starlette:
               Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
-              Route("/metrics", metrics, methods=["GET"])] + webui_routes(srv, guarded)
+              Route("/metrics", metrics, methods=["GET"])] + webui_routes(srv, guarded) + embeddings.routes(srv, guarded)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):

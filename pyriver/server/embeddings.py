@@ -1,0 +1,102 @@
+"""POST /v1/embeddings (OpenAI's shape) and /embeddings (llama-server's), as llama-server serves them
+when started with --embedding: the Llama's own context computes them (the scheduler decodes in
+another), at full depth, normalized (L2) when pooled. OpenAI's endpoint needs a pooling other than
+none, as llama-server's does (`--pooling mean` for a chat model whose GGUF declares none)."""
+from __future__ import annotations
+
+import base64
+import json
+from typing import Dict, List
+
+import numpy as np
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from ..embedding import LLAMA_POOLING_TYPE_NONE
+from .schema import APIError
+
+POOLINGS = {"none": 0, "mean": 1, "cls": 2, "last": 3}
+
+
+def routes(srv, guarded) -> List[Route]:
+    async def oai(req: HTTPRequest):
+        return await guarded(req, lambda r: _handle(srv, r, True))
+
+    async def native(req: HTTPRequest):
+        return await guarded(req, lambda r: _handle(srv, r, False))
+
+    return [Route("/v1/embeddings", oai, methods=["POST"]), Route("/embeddings", native, methods=["POST"])]
+
+
+def _inputs(body: Dict) -> list:
+    """input (or llama-server's content): a string, a list of strings, token ids, or lists of them."""
+    v = body.get("input", body.get("content"))
+    if v is None:
+        raise APIError(400, "\"input\" or \"content\" must be provided", param="input")
+    if isinstance(v, str) or (isinstance(v, list) and v and all(isinstance(t, int) for t in v)):
+        v = [v]
+    if not isinstance(v, list) or not v:
+        raise APIError(400, "\"input\" must be a string, a list of strings or token ids, and not empty", param="input")
+    for x in v:
+        if not (isinstance(x, str) or (isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool)
+                                                                  for t in x))):
+            raise APIError(400, "each input must be a string or a list of token ids", param="input")
+    return v
+
+
+def _tokens(srv, inputs: list) -> List[List[int]]:
+    llm = srv.llm
+    limit = min(llm.n_batch, llm.n_ctx())
+    out = []
+    with srv.sched.vocab_lock:
+        for x in inputs:
+            toks = llm.tokenize(x.encode("utf-8"), add_bos=True, special=True) if isinstance(x, str) else list(x)
+            if not toks:
+                raise APIError(400, "Input content cannot be empty", param="input")
+            bad = [t for t in toks if not 0 <= t < llm.n_vocab()]
+            if bad:
+                raise APIError(400, f"token id {bad[0]} is out of range [0, {llm.n_vocab()})", param="input")
+            if len(toks) > limit:
+                raise APIError(400, f"an input has {len(toks)} tokens; at most {limit} (n_batch) can be embedded",
+                               param="input", code="context_length_exceeded")
+            out.append(toks)
+    return out
+
+
+async def _handle(srv, req: HTTPRequest, oai: bool) -> JSONResponse:
+    llm = srv.llm
+    if not getattr(llm, "_embedding", False):
+        raise APIError(501, "This server does not support embeddings. Start it with `--embedding`",
+                       type_="not_supported_error")
+    pooled = llm.pooling_type() != LLAMA_POOLING_TYPE_NONE
+    if oai and not pooled:
+        raise APIError(400, "Pooling type 'none' is not OAI compatible. Please use a different pooling type (--pooling)")
+    try:
+        body = json.loads(await req.body())
+    except ValueError as e:
+        raise APIError(400, f"the body is not JSON: {e}")
+    if not isinstance(body, dict):
+        raise APIError(400, "the body must be a JSON object")
+    fmt = body.get("encoding_format", "float")
+    if fmt not in ("float", "base64"):
+        raise APIError(400, "The format to return the embeddings in. Can be either float or base64",
+                       param="encoding_format")
+    if oai:
+        srv.check_model(body.get("model"))
+    batches = await run_in_threadpool(_tokens, srv, _inputs(body))
+    # llama-server normalizes pooled vectors (Euclidean, its embd_normalize 2) and leaves per-token ones
+    vecs = await run_in_threadpool(llm.embed_tokens, batches, pooled)
+    if not oai:
+        return JSONResponse([{"index": i, "embedding": v if not pooled else [v]} for i, v in enumerate(vecs)])
+    n = sum(len(t) for t in batches)
+    data = []
+    for i, v in enumerate(vecs):
+        if fmt == "base64":
+            data.append({"embedding": base64.b64encode(np.asarray(v, dtype=np.float32).tobytes()).decode(),
+                         "index": i, "object": "embedding", "encoding_format": "base64"})
+        else:
+            data.append({"embedding": v, "index": i, "object": "embedding"})
+    return JSONResponse({"model": body.get("model") or srv.model_id, "object": "list",
+                         "usage": {"prompt_tokens": n, "total_tokens": n}, "data": data})
