@@ -136,7 +136,9 @@ def test_unsupported_arguments_are_errors(smol_path):
     with pytest.raises(ValueError, match="chat_format"):
         Llama(smol_path, chat_format="llama-2", verbose=False)
     with Llama(smol_path, n_ctx=64, chat_handler=None, verbose=False) as llm:
-        with pytest.raises(TypeError, match="grammar"):
+        with pytest.raises(TypeError, match="no_such_argument"):
+            llm("hi", no_such_argument=1)
+        with pytest.raises(ValueError, match="does not parse"):   # grammars are supported (pyriver.grammar)
             llm("hi", grammar="root ::= x")
 
 

