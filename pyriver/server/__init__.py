@@ -15,6 +15,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--parallel", "-np", type=int, default=4, help="slots: requests decoded together")
     p.add_argument("--ctx", type=int, default=2048, help="context length of each slot")
+    p.add_argument("--ctx-size", "-c", type=int, default=None,
+                   help="llama-server's: the whole context, split evenly over the slots (overrides --ctx)")
     p.add_argument("--threads", "-t", type=int, default=None)
     p.add_argument("--queue", type=int, default=64, help="requests that may wait for a slot; beyond: 503")
     p.add_argument("--prompt-chunk", type=int, default=64, help="prompt tokens per slot and step")
@@ -32,10 +34,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
     p.add_argument("--alias", default=None, help="the model name /v1/models reports (default: the file name)")
     p.add_argument("--verbose", action="store_true")
+    # llama-server's names, same meaning: its command line starts this server unchanged where it can
+    p.add_argument("--seed", "-s", type=int, default=-1, help="default seed of requests (-1: random)")
+    p.add_argument("--temp", type=float, default=None, help="default temperature of requests (default 0.8)")
+    p.add_argument("--n-predict", "-n", "--predict", type=int, default=-1,
+                   help="most tokens a request generates (-1: until the context ends)")
+    p.add_argument("--n-gpu-layers", "-ngl", "--gpu-layers", type=int, default=0,
+                   help="last blocks (and the head) on devices; -1 = all")
+    p.add_argument("--chat-template-file", default=None, help="a jinja chat template used instead of the GGUF's")
+    p.add_argument("--cors-origins", default="*", help="'*' (default), 'localhost' or an origin: CORS as llama-server")
+    p.add_argument("--jinja", action="store_true", help="accepted: chat templates always render with jinja2")
+    p.add_argument("--no-jinja", action="store_true", help="accepted: chat templates always render with jinja2")
+    p.add_argument("--metrics", action="store_true", help="accepted: /metrics is always on")
+    p.add_argument("--cont-batching", "-cb", action="store_true", help="accepted: batching is always continuous")
     return p
 
 
 def settings(a: argparse.Namespace) -> dict:
+    if a.ctx_size is not None:
+        if a.ctx_size < 0:
+            raise ValueError("--ctx-size must be >= 0")
+        a.ctx = a.ctx_size // max(a.parallel, 1)
     if a.parallel < 1 or a.queue < 0 or a.prompt_chunk < 1 or a.ctx < 16:
         raise ValueError("--parallel and --prompt-chunk must be >= 1, --queue >= 0, --ctx >= 16")
     kw = {"river": None}
@@ -49,9 +68,15 @@ def settings(a: argparse.Namespace) -> dict:
         raise ValueError("--draft-max needs --lossless")
     if a.not_batch_invariant:
         kw["batch_invariant"] = False
+    if a.n_gpu_layers:
+        kw["n_gpu_layers"] = a.n_gpu_layers
+    if a.cors_origins == "":
+        raise ValueError("--cors-origins must not be empty")
+    defaults = {k: v for k, v in (("temperature", a.temp), ("seed", a.seed if a.seed >= 0 else None)) if v is not None}
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
                 prompt_chunk=a.prompt_chunk, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
-                verbose=a.verbose, llama_kwargs=kw)
+                verbose=a.verbose, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
+                chat_template_file=a.chat_template_file, cors_origins=a.cors_origins)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -11,6 +11,7 @@ import threading
 from typing import AsyncIterator, Dict, List, Optional, Tuple
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
@@ -21,6 +22,8 @@ from .. import completion as C
 from ..errors import ContextFullError
 from ..logprobs import as_dict as logprobs_dict
 from ..sampling import Sampler
+from . import llamacpp_api as L
+from .cors import CORS
 from .inbox import Inbox
 from .metrics import Metrics
 from .scheduler import QueueFull, Request, Scheduler
@@ -46,6 +49,9 @@ class Server:
             llm = Llama(s["model"], n_ctx=s["n_ctx"], n_threads=s["threads"], n_threads_batch=s["threads"],
                         verbose=s.get("verbose", False), **s.get("llama_kwargs", {}))
             llm.chat_stops(None)   # compiles the chat template once, before any request thread
+            if s.get("chat_template_file"):   # --chat-template-file: the file's template instead of the GGUF's
+                with open(s["chat_template_file"], encoding="utf-8") as fh:
+                    llm._template = chat.ChatTemplate(fh.read(), llm._template.bos_token, llm._template.eos_token)
             self.model_id = self.model_id or llm.model_path.rsplit("/", 1)[-1]
             self.sched = Scheduler(llm, s["parallel"], batch_rule=s["batch_rule"], queue_max=s["queue"],
                                    prompt_chunk=s["prompt_chunk"], metrics=self.metrics)
@@ -60,9 +66,9 @@ class Server:
         key = self.settings.get("api_key")
         if not key:
             return
-        got = req.headers.get("authorization", "")
-        token = got[7:] if got.lower().startswith("bearer ") else ""
-        if not hmac.compare_digest(token.encode(), key.encode()):
+        got = req.headers.get("authorization") or req.headers.get("x-api-key", "")   # X-Api-Key as llama-server
+        token = got[7:] if got.lower().startswith("bearer ") else got
+        if not any([hmac.compare_digest(token.encode(), k.encode()) for k in key.split(",")]):
             raise APIError(401, "a missing or wrong API key (Authorization: Bearer KEY)", type_="authentication_error",
                            code="invalid_api_key")
 
@@ -72,9 +78,8 @@ class Server:
         return self.llm
 
     def check_model(self, name: Optional[str]) -> None:
-        if name is not None and name not in (self.model_id, self.llm.model_path):
-            raise APIError(404, f"the model '{name}' does not exist; this server serves '{self.model_id}'",
-                           param="model", type_="invalid_request_error", code="model_not_found")
+        """Any name is the one model, as llama-server (one model) takes it: clients that name
+        theirs (gpt-3.5-turbo ...) work unchanged."""
 
     def prompt_tokens(self, toks: List[int]) -> List[int]:
         n_ctx = self.sched.n_ctx
@@ -90,8 +95,14 @@ class Server:
 
     def submit(self, f: Dict, toks: List[int], logprobs: Optional[int]) -> Request:
         max_tokens = f["max_tokens"] or self.sched.n_ctx - len(toks)
-        r = Request(prompt=toks, sampler=Sampler(f["sampling"], f["seed"]), max_tokens=max_tokens, logprobs=logprobs,
-                    out=self.inbox.out())
+        bias = L.logit_bias(self, f.get("logit_bias"))
+        sampler = L.BiasedSampler(f["sampling"], f["seed"], bias) if bias else Sampler(f["sampling"], f["seed"])
+        return self.submit_request(toks, sampler, max_tokens, logprobs)
+
+    def submit_request(self, toks: List[int], sampler: Sampler, max_tokens: int, logprobs: Optional[int]) -> Request:
+        cap = self.settings.get("n_predict", -1)   # --n-predict caps every request, as llama-server's
+        max_tokens = min(max_tokens, cap) if cap and cap > 0 else max_tokens
+        r = Request(prompt=toks, sampler=sampler, max_tokens=max_tokens, logprobs=logprobs, out=self.inbox.out())
         try:
             self.sched.submit(r)
         except QueueFull as e:
@@ -167,7 +178,7 @@ def build_app(srv: Server) -> Starlette:
         return await guarded(req, _completions)
 
     async def _completions(req: HTTPRequest):
-        f = parse(await req.body(), COMPLETION, "prompt")
+        f = parse(await req.body(), COMPLETION, "prompt", srv.settings.get("defaults"))
         srv.check_model(f["model"])
         p = f["prompt"]
         p = p[0] if isinstance(p, list) and isinstance(p[0], str) else p
@@ -180,6 +191,7 @@ def build_app(srv: Server) -> Starlette:
         lp = logprobs_dict(srv.llm.vocab, r.logprob_entries, text, len(p) if isinstance(p, str) else 0) \
             if f["logprobs"] is not None else None
         d = C.completion_dict(cid, created, model, text, finish, _usage(r), logprobs=lp)
+        d.update(system_fingerprint=L.fingerprint(), timings=L.timings(r))
         d["river"] = srv.river(r)   # null when River is off
         return JSONResponse(d)
 
@@ -187,20 +199,23 @@ def build_app(srv: Server) -> Starlette:
         return await guarded(req, _chat)
 
     async def _chat(req: HTTPRequest):
-        f = parse(await req.body(), CHAT, "messages")
+        f = parse(await req.body(), CHAT, "messages", srv.settings.get("defaults"))
         srv.check_model(f["model"])
         try:
             toks = await run_in_threadpool(_chat_tokens, srv, f["messages"])
         except ValueError as e:
             raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
         srv.prompt_tokens(toks)
-        r = srv.submit(f, toks, None)
+        r = srv.submit(f, toks, (f["top_logprobs"] or 0) if f["logprobs"] else None)
         stops = srv.llm.chat_stops(f["stops"])
         cid, created, model = C.new_id("chatcmpl"), C.now(), srv.model_id
         if f["stream"]:
             return _sse(_chat_chunks(srv, r, f, stops, cid, created, model), r)
         text, finish = await _collect(r, stops)
         d = chat.chat_dict(cid, created, model, text, finish, _usage(r))
+        d.update(system_fingerprint=L.fingerprint(), timings=L.timings(r))
+        if f["logprobs"]:
+            d["choices"][0]["logprobs"] = L.chat_logprobs(srv.llm.vocab, r.logprob_entries[:_n_tokens(srv, r, text)])
         d["river"] = srv.river(r)
         return JSONResponse(d)
 
@@ -210,7 +225,7 @@ def build_app(srv: Server) -> Starlette:
                 {"id": srv.model_id, "object": "model", "created": C.now(), "owned_by": "pyriver"}]})
         return await guarded(req, h)
 
-    async def health(_req: HTTPRequest):
+    async def health(_req: HTTPRequest):   # public, as llama-server's
         if srv.llm is None:
             return JSONResponse({"status": "error" if srv.error else "loading", "error": srv.error}, status_code=503)
         return JSONResponse({"status": "ok", "slots": srv.settings["parallel"]})
@@ -224,9 +239,13 @@ def build_app(srv: Server) -> Starlette:
 
     routes = [Route("/v1/completions", completions, methods=["POST"]),
               Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+              Route("/chat/completions", chat_completions, methods=["POST"]),   # llama-server's aliases
               Route("/v1/models", models, methods=["GET"]),
+              Route("/models", models, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
-              Route("/metrics", metrics, methods=["GET"])]
+              Route("/v1/health", health, methods=["GET"]),
+              Route("/metrics", metrics, methods=["GET"]),
+              *L.routes(srv, guarded)]
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -237,7 +256,8 @@ def build_app(srv: Server) -> Starlette:
         if srv.sched is not None:
             srv.sched.stop()
 
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan)
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan,
+                     middleware=[Middleware(CORS, origins=srv.settings.get("cors_origins", "*"))])
 
 
 def _tokenize(srv: Server, text: str) -> List[int]:
@@ -266,7 +286,21 @@ def _usage(r: Request) -> dict:
 def _usage_chunk(d: dict, r: Request) -> dict:
     d = dict(d, choices=[])
     d["usage"] = _usage(r)
+    d["timings"] = L.timings(r)
     return d
+
+
+def _n_tokens(srv: Server, r: Request, text: str) -> int:
+    """How many of r's tokens make up text (text may stop short of them: a stop string)."""
+    n, got = 0, 0
+    want = len(text.encode("utf-8"))
+    with srv.sched.vocab_lock:
+        for tok, _lp, _top in r.logprob_entries:
+            if got >= want:
+                break
+            got += len(srv.llm.vocab.piece(tok))
+            n += 1
+    return n
 
 
 async def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created: int,
@@ -283,11 +317,30 @@ async def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created
 async def _chat_chunks(srv: Server, r: Request, f: Dict, stops: List[str], cid: str, created: int,
                        model: str) -> AsyncIterator[dict]:
     last = chat.role_chunk(cid, created, model)
+    lp = _LogprobCursor(srv, r) if f["logprobs"] else None
     async for text, fin in events(r, stops):
         for ch in chat.delta_chunks(cid, created, model, text, fin):
+            if lp is not None and ch["choices"][0]["delta"].get("content"):
+                ch["choices"][0]["logprobs"] = lp.take(ch["choices"][0]["delta"]["content"])
             yield last
             last = ch
     last["river"] = srv.river(r)
     yield last
     if f["include_usage"]:
         yield _usage_chunk(chat.chunk_dict(cid, created, model, {}, None), r)
+
+
+class _LogprobCursor:
+    """Streamed chat logprobs: each chunk takes the entries of the tokens that make up its text."""
+
+    def __init__(self, srv: Server, r: Request):
+        self.srv, self.r, self.used, self.have, self.sent = srv, r, 0, 0, 0
+
+    def take(self, text: str) -> Optional[dict]:
+        self.sent += len(text.encode("utf-8"))
+        start = self.used
+        with self.srv.sched.vocab_lock:
+            while self.have < self.sent and self.used < len(self.r.logprob_entries):
+                self.have += len(self.srv.llm.vocab.piece(self.r.logprob_entries[self.used][0]))
+                self.used += 1
+        return L.chat_logprobs(self.srv.llm.vocab, self.r.logprob_entries[start:self.used])

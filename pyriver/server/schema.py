@@ -67,11 +67,14 @@ COMPLETION = dict(_COMMON, prompt=(_prompt, "a string or a list of token ids", N
 CHAT = dict(_COMMON, messages=(_messages, "a list of {role, content} objects", None),
             logprobs=(lambda v: v is None or isinstance(v, bool), "a boolean", False),
             top_logprobs=(lambda v: v is None or (_int(v) and 0 <= v <= 20), "an integer in [0, 20]", None))
+_LOGIT_BIAS = (lambda v: isinstance(v, (dict, list)), "an object {token: bias}", None)   # checked in llamacpp_api
+COMPLETION["logit_bias"] = CHAT["logit_bias"] = _LOGIT_BIAS
 
 
-def parse(raw: bytes, fields: Dict, required: str) -> Dict[str, Any]:
-    """The request's fields with defaults filled in; APIError 400 for malformed JSON, a missing
-    required field, a wrong type or a value out of range."""
+def parse(raw: bytes, fields: Dict, required: str, defaults: Optional[Dict] = None) -> Dict[str, Any]:
+    """The request's fields with defaults filled in (`defaults`: the server's, from its command
+    line, before the table's); APIError 400 for malformed JSON, a missing required field, a wrong
+    type or a value out of range."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
@@ -87,7 +90,9 @@ def parse(raw: bytes, fields: Dict, required: str) -> Dict[str, Any]:
                 raise APIError(400, f"'{name}' must be {what}, got {json.dumps(body[name])[:80]}", param=name)
             out[name] = body[name]
         else:
-            out[name] = default
+            out[name] = (defaults or {}).get(name, default)
+    if out["seed"] is not None and out["seed"] < 0:   # -1: a random seed, as llama.cpp's
+        out["seed"] = None
     if out["max_tokens"] is None:
         out["max_tokens"] = out["max_completion_tokens"]
     if out["max_tokens"] is not None and out["max_tokens"] <= 0:

@@ -165,7 +165,6 @@ def test_disconnect_mid_stream_frees_the_slot(server, client, solo):
     ({"prompt": "Hi", "max_tokens": 0}, 400, "'max_tokens' must be > 0"),
     ({"prompt": "Hi", "max_tokens": -3}, 400, "'max_tokens' must be > 0"),
     ({"prompt": "word " * 600, "max_tokens": 4}, 400, r"the prompt has \d+ tokens but the context holds 512"),
-    ({"prompt": "Hi", "model": "gpt-17"}, 404, "'gpt-17' does not exist"),
     ({"max_tokens": 4}, 400, "'prompt' is required"),
     ({"prompt": [1, -4]}, 400, "out of range"),
 ])
@@ -186,7 +185,7 @@ def test_chat_bad_messages(server):
 
 
 def test_api_key(server):
-    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic " + KEY}, {"X-Api-Key": "wrong"}):
         code, got = http("POST", server.url + "/v1/completions", {"prompt": "Hi"}, headers)
         assert code == 401 and got["error"]["code"] == "invalid_api_key"
     code, got = http("GET", server.url + "/v1/models", None, {"Authorization": f"Bearer {KEY}"})
