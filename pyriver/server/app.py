@@ -89,8 +89,9 @@ class Server:
         if bad:
             raise APIError(400, f"token id {bad[0]} is out of range [0, {self.llm.n_vocab()})", param="prompt")
         if len(toks) >= n_ctx:
-            raise APIError(400, f"the prompt has {len(toks)} tokens but the context holds {n_ctx} "
-                           f"(at least one more is needed to generate)", param="prompt", code="context_length_exceeded")
+            raise APIError(400, f"the request exceeds the available context size: the prompt has {len(toks)} tokens "
+                           f"but the context holds {n_ctx} (at least one more is needed to generate)", param="prompt",
+                           code="context_length_exceeded")
         return toks
 
     def submit(self, f: Dict, toks: List[int], logprobs: Optional[int]) -> Request:
@@ -155,6 +156,7 @@ def _sse(chunks: AsyncIterator[dict], r: Request) -> StreamingResponse:
     async def body():
         try:
             async for ch in chunks:
+                ch.setdefault("system_fingerprint", L.fingerprint())
                 yield f"data: {json.dumps(ch)}\n\n"
             yield "data: [DONE]\n\n"
         finally:   # the client went away (or the stream ended): the slot frees at the next step
@@ -317,6 +319,7 @@ async def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created
 async def _chat_chunks(srv: Server, r: Request, f: Dict, stops: List[str], cid: str, created: int,
                        model: str) -> AsyncIterator[dict]:
     last = chat.role_chunk(cid, created, model)
+    last["choices"][0]["delta"]["content"] = None   # as llama-server's first chunk
     lp = _LogprobCursor(srv, r) if f["logprobs"] else None
     async for text, fin in events(r, stops):
         for ch in chat.delta_chunks(cid, created, model, text, fin):

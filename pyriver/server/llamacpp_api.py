@@ -85,8 +85,10 @@ def logit_bias(srv, value) -> Dict[int, float]:
 
 def eog_bias(srv) -> Dict[int, float]:
     """ignore_eos: every end-of-generation token at -inf."""
-    vocab = srv.llm.vocab
-    return {t: float("-inf") for t in range(srv.llm.n_vocab()) if vocab.is_eog(t)}
+    if getattr(srv, "eog_ids", None) is None:   # found once: ~50k vocabulary look-ups
+        vocab = srv.llm.vocab
+        srv.eog_ids = [t for t in range(srv.llm.n_vocab()) if vocab.is_eog(t)]
+    return {t: float("-inf") for t in srv.eog_ids}
 
 
 # -- timings and log-probabilities ----------------------------------------------------------------
@@ -306,7 +308,8 @@ class Native:
         d = {"index": self.index, "content": content, "tokens": tokens if self.f["return_tokens"] else [],
              "id_slot": -1, "stop": True, "model": srv.model_id, "tokens_predicted": r.n_generated,
              "tokens_evaluated": len(self.toks), "generation_settings": _settings(srv, self.f, self.max_tokens),
-             "prompt": prompt, "has_new_line": "\n" in content, "truncated": False, "stop_type": self.stop_type,
+             "prompt": prompt, "has_new_line": "\n" in content,
+             "truncated": self.stop_type == "limit" and len(self.toks) + r.n_generated >= srv.sched.n_ctx, "stop_type": self.stop_type,
              "stopping_word": self.word, "tokens_cached": r.n_cached, "timings": timings(r, self.t_end)}
         if entries and not self.f["stream"]:
             d["completion_probabilities"] = native_probs(srv.llm.vocab, entries)
