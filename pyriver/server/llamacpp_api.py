@@ -415,7 +415,25 @@ def routes(srv, guarded) -> List[Route]:
             return JSONResponse({"prompt": prompt})
         return await guarded(req, h)
 
-    return [Route("/completion", completion, methods=["POST"]), Route("/completions", completion, methods=["POST"]),
+    async def input_tokens(req: HTTPRequest):
+        async def h(req):
+            msgs = _object(await req.body()).get("messages")
+            if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+                raise APIError(400, "'messages' must be a list of message objects", param="messages")
+
+            def count():
+                with srv.sched.vocab_lock:
+                    return len(srv.llm.chat_tokens(msgs))
+            try:
+                n = await run_in_threadpool(count)
+            except Exception as e:   # the template's own error
+                raise APIError(400, f"the messages do not render with the chat template: {e}", param="messages")
+            return JSONResponse({"input_tokens": n})
+        return await guarded(req, h)
+
+    return [Route("/chat/completions/input_tokens", input_tokens, methods=["POST"]),
+            Route("/v1/chat/completions/input_tokens", input_tokens, methods=["POST"]),
+            Route("/completion", completion, methods=["POST"]), Route("/completions", completion, methods=["POST"]),
             Route("/tokenize", tokenize, methods=["POST"]), Route("/detokenize", detokenize, methods=["POST"]),
             Route("/apply-template", apply_template, methods=["POST"])]
 

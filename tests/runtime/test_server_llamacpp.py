@@ -169,6 +169,8 @@ def test_openai_extras_and_aliases(server):
     assert r.system_fingerprint.startswith("b") and r.model == "tinyllama-2"
     assert r.timings["predicted_n"] == r.usage.completion_tokens
     assert c.models.list().data[0].id == "tinyllama-2"
+    code, got = post(server, "/chat/completions/input_tokens", {"messages": [{"role": "user", "content": "Hi"}]})
+    assert code == 200 and got["input_tokens"] == r.usage.prompt_tokens
     r = client(server).completions.create(model="davinci-002", prompt=PROMPT, max_tokens=4)
     assert r.system_fingerprint.startswith("b") and r.timings["predicted_n"] == r.usage.completion_tokens
     lines = list(sse(server.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
