@@ -100,6 +100,18 @@ class Server:
         sampler = L.BiasedSampler(f["sampling"], f["seed"], bias) if bias else Sampler(f["sampling"], f["seed"])
         return self.submit_request(toks, sampler, max_tokens, logprobs)
 
+    def submit_n(self, f: Dict, toks: List[int], logprobs: Optional[int]) -> List[Request]:
+        """f["n"] requests of one prompt (n choices); all or none: a refused one cancels the others."""
+        rs: List[Request] = []
+        try:
+            for _ in range(f["n"] or 1):
+                rs.append(self.submit(f, toks, logprobs))
+        except APIError:
+            for r in rs:
+                r.cancel()
+            raise
+        return rs
+
     def submit_request(self, toks: List[int], sampler: Sampler, max_tokens: int, logprobs: Optional[int]) -> Request:
         cap = self.settings.get("n_predict", -1)   # --n-predict caps every request, as llama-server's
         max_tokens = min(max_tokens, cap) if cap and cap > 0 else max_tokens
@@ -185,15 +197,20 @@ def build_app(srv: Server) -> Starlette:
         p = f["prompt"]
         p = p[0] if isinstance(p, list) and isinstance(p[0], str) else p
         toks = srv.prompt_tokens(await run_in_threadpool(_tokenize, srv, p) if isinstance(p, str) else list(p))
-        r = srv.submit(f, toks, f["logprobs"])
+        rs = srv.submit_n(f, toks, f["logprobs"])   # n choices: n requests
+        r = rs[0]
         cid, created, model = C.new_id("cmpl"), C.now(), srv.model_id
         if f["stream"]:
             return _sse(_completion_chunks(srv, r, f, cid, created, model), r)
-        text, finish = await _collect(r, f["stops"])
-        lp = logprobs_dict(srv.llm.vocab, r.logprob_entries, text, len(p) if isinstance(p, str) else 0) \
-            if f["logprobs"] is not None else None
-        d = C.completion_dict(cid, created, model, text, finish, _usage(r), logprobs=lp)
-        d.update(system_fingerprint=L.fingerprint(), timings=L.timings(r))
+        choices = []
+        for i, ri in enumerate(rs):
+            text, finish = await _collect(ri, f["stops"])
+            lp = logprobs_dict(srv.llm.vocab, ri.logprob_entries, text, len(p) if isinstance(p, str) else 0) \
+                if f["logprobs"] is not None else None
+            choices.append(dict(C.completion_dict(cid, created, model, text, finish, None, logprobs=lp)["choices"][0],
+                                index=i))
+        d = C.completion_dict(cid, created, model, "", None, _usage(*rs))
+        d.update(choices=choices, system_fingerprint=L.fingerprint(), timings=L.timings(r))
         d["river"] = srv.river(r)   # null when River is off
         return JSONResponse(d)
 
@@ -208,16 +225,21 @@ def build_app(srv: Server) -> Starlette:
         except ValueError as e:
             raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
         srv.prompt_tokens(toks)
-        r = srv.submit(f, toks, (f["top_logprobs"] or 0) if f["logprobs"] else None)
+        rs = srv.submit_n(f, toks, (f["top_logprobs"] or 0) if f["logprobs"] else None)
+        r = rs[0]
         stops = srv.llm.chat_stops(f["stops"])
         cid, created, model = C.new_id("chatcmpl"), C.now(), srv.model_id
         if f["stream"]:
             return _sse(_chat_chunks(srv, r, f, stops, cid, created, model), r)
-        text, finish = await _collect(r, stops)
-        d = chat.chat_dict(cid, created, model, text, finish, _usage(r))
-        d.update(system_fingerprint=L.fingerprint(), timings=L.timings(r))
-        if f["logprobs"]:
-            d["choices"][0]["logprobs"] = L.chat_logprobs(srv.llm.vocab, r.logprob_entries[:_n_tokens(srv, r, text)])
+        choices = []
+        for i, ri in enumerate(rs):
+            text, finish = await _collect(ri, stops)
+            c = dict(chat.chat_dict(cid, created, model, text, finish, {})["choices"][0], index=i)
+            if f["logprobs"]:
+                c["logprobs"] = L.chat_logprobs(srv.llm.vocab, ri.logprob_entries[:_n_tokens(srv, ri, text)])
+            choices.append(c)
+        d = chat.chat_dict(cid, created, model, "", None, _usage(*rs))
+        d.update(choices=choices, system_fingerprint=L.fingerprint(), timings=L.timings(r))
         d["river"] = srv.river(r)
         return JSONResponse(d)
 
@@ -280,9 +302,11 @@ async def _collect(r: Request, stops: List[str]):
     return "".join(parts), finish
 
 
-def _usage(r: Request) -> dict:
-    """OpenAI's usage, with the prompt tokens a slot's cache already held (cached_tokens)."""
-    return dict(C.usage_dict(len(r.prompt), r.n_generated), prompt_tokens_details={"cached_tokens": r.n_cached})
+def _usage(r: Request, *more: Request) -> dict:
+    """OpenAI's usage, with the prompt tokens a slot's cache already held (cached_tokens); with
+    several choices (n > 1) the prompt counts once, the generated tokens of all."""
+    return dict(C.usage_dict(len(r.prompt), r.n_generated + sum(m.n_generated for m in more)),
+                prompt_tokens_details={"cached_tokens": r.n_cached})
 
 
 def _usage_chunk(d: dict, r: Request) -> dict:

@@ -59,7 +59,7 @@ _COMMON = {
     "stream": (lambda v: isinstance(v, bool), "a boolean", False),
     "stream_options": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("include_usage", False), bool)),
                        "an object {include_usage: boolean}", None),
-    "n": (lambda v: v is None or v == 1, "1 (one choice per request)", 1),
+    "n": (lambda v: v is None or (_int(v) and 1 <= v <= 16), "an integer in [1, 16]", 1),
 }
 COMPLETION = dict(_COMMON, prompt=(_prompt, "a string or a list of token ids", None),
                   logprobs=(lambda v: v is None or (_int(v) and v >= 0), "an integer >= 0", None),
@@ -93,6 +93,8 @@ def parse(raw: bytes, fields: Dict, required: str, defaults: Optional[Dict] = No
             out[name] = (defaults or {}).get(name, default)
     if out["seed"] is not None and out["seed"] < 0:   # -1: a random seed, as llama.cpp's
         out["seed"] = None
+    if out["stream"] and out["n"] > 1:
+        raise APIError(400, "'n' > 1 is not streamed: ask for n choices without stream", param="n")
     if out["max_tokens"] is None:
         out["max_tokens"] = out["max_completion_tokens"]
     if out["max_tokens"] is not None and out["max_tokens"] <= 0:

@@ -258,3 +258,18 @@ def test_bad_utf8_and_huge_strings(server):
             assert code == 400 or (path == "/tokenize" and code == 200 and value.startswith(b'"a')), (path, code, got)
     _, text = http("GET", server.url + "/metrics")
     assert re.search(r"^pyriver_slots_busy 0", text, re.M)
+
+
+def test_several_choices(server):
+    r = client(server).chat.completions.create(model="x", messages=[{"role": "user", "content": "Tell a story."}],
+                                               max_tokens=6, temperature=1.5, seed=-1, n=3)
+    assert [c.index for c in r.choices] == [0, 1, 2] and all(c.message.content for c in r.choices)
+    assert len({c.message.content for c in r.choices}) > 1
+    code, got = post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 5, "n": 2, "temperature": 0.0,
+                                                 "ignore_eos": True})
+    assert code == 200 and [c["index"] for c in got["choices"]] == [0, 1]
+    assert got["choices"][0]["text"] == got["choices"][1]["text"]   # greedy: the same text twice
+    assert got["usage"]["completion_tokens"] == 2 * len(post(server, "/completion", {
+        "prompt": PROMPT, "n_predict": 5, "temperature": 0.0, "return_tokens": True})[1]["tokens"])
+    code, got = post(server, "/v1/completions", {"prompt": PROMPT, "n": 2, "stream": True})
+    assert code == 400 and got["error"]["param"] == "n"
