@@ -236,7 +236,7 @@ def build_app(srv: Server) -> Starlette:
             text, finish = await _collect(ri, stops)
             c = dict(chat.chat_dict(cid, created, model, text, finish, {})["choices"][0], index=i)
             if f["logprobs"]:
-                c["logprobs"] = L.chat_logprobs(srv.llm.vocab, ri.logprob_entries[:_n_tokens(srv, ri, text)])
+                c["logprobs"] = L.chat_logprobs(srv, ri.logprob_entries[:_n_tokens(srv, ri, text)])
             choices.append(c)
         d = chat.chat_dict(cid, created, model, "", None, _usage(*rs))
         d.update(choices=choices, system_fingerprint=L.fingerprint(), timings=L.timings(r))
@@ -370,4 +370,4 @@ class _LogprobCursor:
             while self.have < self.sent and self.used < len(self.r.logprob_entries):
                 self.have += len(self.srv.llm.vocab.piece(self.r.logprob_entries[self.used][0]))
                 self.used += 1
-        return L.chat_logprobs(self.srv.llm.vocab, self.r.logprob_entries[start:self.used])
+        return L.chat_logprobs(self.srv, self.r.logprob_entries[start:self.used])

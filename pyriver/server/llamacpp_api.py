@@ -49,7 +49,7 @@ def _bias_value(v) -> float:
     if v is False:
         return float("-inf")
     if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v):
-        return float(v)
+        return float(min(max(v, -1e4), 1e4))   # beyond, float32 logits would overflow to inf (NaN odds)
     raise APIError(400, f"a logit_bias value must be a number or false, got {json.dumps(v)[:40]}",
                    param="logit_bias")
 
@@ -80,6 +80,8 @@ def logit_bias(srv, value) -> Dict[int, float]:
             toks = srv.llm.tokenize(key.encode("utf-8"), add_bos=False, special=False)
         for t in toks:
             out[t] = bias
+    if sum(b == float("-inf") for b in out.values()) >= n_vocab:
+        raise APIError(400, "'logit_bias' forbids every token", param="logit_bias")
     return out
 
 
@@ -111,8 +113,13 @@ def _tok(vocab, tok: int) -> Tuple[str, List[int]]:
     return b.decode("utf-8", "ignore"), list(b)
 
 
-def native_probs(vocab, entries) -> List[Dict]:
+def native_probs(srv, entries) -> List[Dict]:
     """llama-server's completion_probabilities: id, token, bytes, logprob, top_logprobs."""
+    with srv.sched.vocab_lock:   # the Vocab's piece buffer is shared with the scheduler thread
+        return _probs(srv.llm.vocab, entries)
+
+
+def _probs(vocab, entries) -> List[Dict]:
     out = []
     for tok, lp, top in entries:
         text, b = _tok(vocab, tok)
@@ -124,12 +131,12 @@ def native_probs(vocab, entries) -> List[Dict]:
     return out
 
 
-def chat_logprobs(vocab, entries) -> Optional[Dict]:
+def chat_logprobs(srv, entries) -> Optional[Dict]:
     """OpenAI's chat logprobs: {"content": [{token, logprob, bytes, top_logprobs}]}."""
     if not entries:
         return None
     content = []
-    for e in native_probs(vocab, entries):
+    for e in native_probs(srv, entries):
         content.append({"token": e["token"], "logprob": e["logprob"], "bytes": e["bytes"],
                         "top_logprobs": [{k: t[k] for k in ("token", "logprob", "bytes")} for t in e["top_logprobs"]]})
     return {"content": content, "refusal": None}
@@ -312,7 +319,7 @@ class Native:
              "truncated": self.stop_type == "limit" and len(self.toks) + r.n_generated >= srv.sched.n_ctx, "stop_type": self.stop_type,
              "stopping_word": self.word, "tokens_cached": r.n_cached, "timings": timings(r, self.t_end)}
         if entries and not self.f["stream"]:
-            d["completion_probabilities"] = native_probs(srv.llm.vocab, entries)
+            d["completion_probabilities"] = native_probs(srv, entries)
         return _nested(self.f["fields"], d) if self.f["fields"] else d
 
 
@@ -459,7 +466,7 @@ def _stream(n: Native) -> StreamingResponse:
                 ch = {"index": n.index, "content": text, "tokens": ts, "stop": False, "id_slot": -1,
                       "tokens_predicted": n.r.n_generated, "tokens_evaluated": len(n.toks)}
                 if es:
-                    ch["completion_probabilities"] = native_probs(n.srv.llm.vocab, es)
+                    ch["completion_probabilities"] = native_probs(n.srv, es)
                 yield f"data: {json.dumps(ch)}\n\n"
             yield f"data: {json.dumps(n.final('', toks, entries))}\n\n"
         except APIError as e:
