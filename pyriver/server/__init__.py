@@ -35,6 +35,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--alias", default=None, help="the model name /v1/models reports (default: the file name)")
     p.add_argument("--verbose", action="store_true")
     # llama-server's names, same meaning: its command line starts this server unchanged where it can
+    p.add_argument("--model", "-m", dest="model_file", default=None, help="the GGUF path (the positional argument)")
     p.add_argument("--seed", "-s", type=int, default=-1, help="default seed of requests (-1: random)")
     p.add_argument("--temp", type=float, default=None, help="default temperature of requests (default 0.8)")
     p.add_argument("--n-predict", "-n", "--predict", type=int, default=-1,
@@ -51,6 +52,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def settings(a: argparse.Namespace) -> dict:
+    if a.model_file is not None:
+        if a.model is not None:
+            raise ValueError("give the model once: as the argument or as --model")
+        a.model = a.model_file
     if a.ctx_size is not None:
         if a.ctx_size < 0:
             raise ValueError("--ctx-size must be >= 0")

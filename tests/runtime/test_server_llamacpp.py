@@ -19,7 +19,7 @@ PROMPT = "The capital of France is"
 @pytest.fixture(scope="module")
 def server(smol_path):
     # llama-server's own flags: the whole context split over the slots, default seed, temperature, n_predict
-    s = ServerProcess(smol_path, "-c", "1024", "-np", "2", "--seed", "42", "--temp", "0.8", "-n", "48",
+    s = ServerProcess("-m", smol_path, "-c", "1024", "-np", "2", "--seed", "42", "--temp", "0.8", "-n", "48",
                       "--alias", "tinyllama-2", "--api-key", KEY, "-t", "2", "--jinja", "--metrics", "-ngl", "0")
     yield s
     s.close()
