@@ -4,6 +4,7 @@ llama-server adds to the OpenAI ones (system_fingerprint, timings, chat logprobs
 Requests run on the same scheduler as the OpenAI endpoints; bad input is a 400, never a 500."""
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -414,11 +415,14 @@ def routes(srv, guarded) -> List[Route]:
             agp = body.get("add_generation_prompt", True)
             if not isinstance(agp, bool):
                 raise APIError(400, "'add_generation_prompt' must be a boolean", param="add_generation_prompt")
+            extra = template_vars(srv, body)
             srv.llm.chat_stops(None)   # compiles the template once
             try:
-                prompt = srv.llm._template.render(msgs, add_generation_prompt=agp)
+                prompt = srv.llm._template.render(msgs, add_generation_prompt=agp, **extra)
             except Exception as e:   # a template's own error (raise_exception, bad fields)
                 raise APIError(400, f"the messages do not render with the chat template: {e}", param="messages")
+            if agp and extra.get("enable_thinking") is False and prompt.endswith("<think>\n"):
+                prompt += "</think>"   # a template that opens thinking itself: closed, as llama-server does
             return JSONResponse({"prompt": prompt})
         return await guarded(req, h)
 
@@ -443,6 +447,29 @@ def routes(srv, guarded) -> List[Route]:
             Route("/completion", completion, methods=["POST"]), Route("/completions", completion, methods=["POST"]),
             Route("/tokenize", tokenize, methods=["POST"]), Route("/detokenize", detokenize, methods=["POST"]),
             Route("/apply-template", apply_template, methods=["POST"])]
+
+
+def template_vars(srv, body: Dict) -> Dict[str, Any]:
+    """What a chat template sees beside the messages, as llama-server gives it: tools,
+    chat_template_kwargs, datetime and date_string, enable_thinking (false with --reasoning off)."""
+    extra: Dict[str, Any] = {}
+    kw = body.get("chat_template_kwargs")
+    if kw is not None:
+        if not isinstance(kw, dict) or "messages" in kw or "add_generation_prompt" in kw:
+            raise APIError(400, "'chat_template_kwargs' must be an object of template variables",
+                           param="chat_template_kwargs")
+        extra.update(kw)
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise APIError(400, "'tools' must be a list", param="tools")
+        extra["tools"] = tools
+    now = datetime.datetime.now()   # llama.cpp's extra context (common_chat_extra_context)
+    extra.setdefault("datetime", now.strftime("%b %d %Y"))
+    extra.setdefault("date_string", now.strftime("%d %b %Y"))
+    if "enable_thinking" not in extra:   # as llama-server: thinking on unless --reasoning off
+        extra["enable_thinking"] = srv.settings.get("reasoning", "auto") != "off"
+    return extra
 
 
 def _object(raw: bytes) -> Dict:
