@@ -185,7 +185,7 @@ def test_openai_extras_and_aliases(server):
     assert http("GET", server.url + "/v1/health")[0] == 200
 
 
-def test_cors(server, smol_path):
+def test_cors(server, smol_path, tmp_path):
     for path in ("/completions", "/v1/chat/completions"):
         code, _ = http("OPTIONS", server.url + path, None, {"Origin": "http://web.example",
                                                             "Access-Control-Request-Method": "POST"})
@@ -201,8 +201,18 @@ def test_cors(server, smol_path):
     req = urllib.request.Request(server.url + "/health", headers={"Origin": "http://a.example"})
     with urllib.request.urlopen(req) as r:
         assert r.headers["Access-Control-Allow-Origin"] == "http://a.example"
-    s = ServerProcess(smol_path, "--cors-origins", "localhost", "--ctx", "64", "--parallel", "1")
+    tpl = tmp_path / "t.jinja"   # a template file: {% break %}, tools, date_string, a forced <think> (--reasoning off)
+    tpl.write_text("[{{ date_string }}]{% for m in messages %}{{ m.content }}{% break %}{% endfor %}"
+                   "{% if tools %}[T{{ tools|length }}]{% endif %}{% if add_generation_prompt %}<A><think>\n{% endif %}")
+    s = ServerProcess(smol_path, "--cors-origins", "localhost", "--ctx", "64", "--parallel", "1",
+                      "--chat-template-file", str(tpl), "--reasoning", "off")
     try:
+        import datetime
+        msgs = [{"role": "user", "content": "Hi"}, {"role": "user", "content": "never"}]
+        got = http("POST", s.url + "/apply-template", {"messages": msgs, "tools": [{"type": "function"}]})[1]
+        assert got["prompt"] == f"[{datetime.datetime.now():%d %b %Y}]Hi[T1]<A><think>\n</think>"
+        got = http("POST", s.url + "/apply-template", {"messages": msgs, "add_generation_prompt": False})[1]
+        assert got["prompt"].endswith("]Hi")
         for origin, allowed in (("http://localhost:3000", True), ("http://[::1]", True),
                                 ("http://localhost.evil.com", False), ("http://evil.com", False)):
             req = urllib.request.Request(s.url + "/completions", method="OPTIONS", headers={"Origin": origin})
