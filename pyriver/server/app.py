@@ -91,7 +91,8 @@ class Server:
         if len(toks) >= n_ctx:
             raise APIError(400, f"the request exceeds the available context size: the prompt has {len(toks)} tokens "
                            f"but the context holds {n_ctx} (at least one more is needed to generate)", param="prompt",
-                           code="context_length_exceeded")
+                           type_="exceed_context_size_error", code="context_length_exceeded",   # llama-server's type
+                           n_prompt_tokens=len(toks), n_ctx=n_ctx)
         return toks
 
     def submit(self, f: Dict, toks: List[int], logprobs: Optional[int]) -> Request:

@@ -11,12 +11,14 @@ from ..sampling import SamplingParams
 
 class APIError(Exception):
     def __init__(self, status: int, message: str, param: Optional[str] = None, type_: str = "invalid_request_error",
-                 code: Optional[str] = None):
+                 code: Optional[str] = None, **extra):
         super().__init__(message)
         self.status, self.message, self.param, self.type, self.code = status, message, param, type_, code
+        self.extra = extra   # fields llama-server adds (n_prompt_tokens, n_ctx)
 
     def body(self) -> Dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code,
+                          **self.extra}}
 
 
 def _num(v):

@@ -42,6 +42,8 @@ def test_llama_server_command_line(server):
     # -c 1024 over -np 2: 512 tokens a slot
     code, got = post(server, "/v1/completions", {"prompt": "word " * 600, "max_tokens": 2})
     assert code == 400 and "the context holds 512" in got["error"]["message"]
+    assert got["error"]["type"] == "exceed_context_size_error" and got["error"]["n_ctx"] == 512
+    assert got["error"]["n_prompt_tokens"] > 512
     # -n 48 caps every request
     code, got = post(server, "/completion", {"prompt": PROMPT, "n_predict": 400, "ignore_eos": True})
     assert code == 200 and got["tokens_predicted"] == 48 and got["generation_settings"]["n_predict"] == 48
