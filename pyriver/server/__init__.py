@@ -4,6 +4,7 @@ runtime; the runtime never imports it. Needs the extra: pip install "pyriver[ser
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from typing import List, Optional
 
@@ -11,7 +12,7 @@ from typing import List, Optional
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pyriver serve", description="OpenAI-compatible server with batched decoding")
     p.add_argument("model", nargs="?", default=None, help="GGUF path or registry name (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only; A,B: several)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--parallel", "-np", type=int, default=4, help="slots: requests decoded together")
     p.add_argument("--ctx", type=int, default=2048, help="context length of each slot")
@@ -98,5 +99,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"pyriver serve: error: {e}", file=sys.stderr)
         return 2
     from .app import Server, build_app
-    uvicorn.run(build_app(Server(s)), host=a.host, port=a.port, log_level="info" if a.verbose else "warning")
+    app, level = build_app(Server(s)), "info" if a.verbose else "warning"
+    hosts = [h.strip() for h in a.host.split(",") if h.strip()]
+    if len(hosts) <= 1:
+        uvicorn.run(app, host=a.host, port=a.port, log_level=level)
+        return 0
+    # several addresses (llama-server's --host A,B): one socket each, one server
+    socks = []
+    try:
+        for h in hosts:
+            info = socket.getaddrinfo(h, a.port, type=socket.SOCK_STREAM)[0]
+            sk = socket.socket(info[0], socket.SOCK_STREAM)
+            sk.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            socks.append(sk)
+            sk.bind(info[4])
+    except OSError as e:
+        print(f"pyriver serve: error: cannot listen on {h}:{a.port}: {e}", file=sys.stderr)
+        return 1
+    uvicorn.Server(uvicorn.Config(app, log_level=level)).run(sockets=socks)
     return 0

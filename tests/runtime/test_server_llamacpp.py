@@ -284,3 +284,20 @@ def test_several_choices(server):
         "prompt": PROMPT, "n_predict": 5, "temperature": 0.0, "return_tokens": True})[1]["tokens"])
     code, got = post(server, "/v1/completions", {"prompt": PROMPT, "n": 2, "stream": True})
     assert code == 400 and got["error"]["param"] == "n"
+
+
+def test_several_addresses(smol_path):
+    import socket
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    s = ServerProcess(smol_path, "--host", "127.0.0.1,::1", "--ctx", "64", "--parallel", "1")
+    try:
+        for host in ("127.0.0.1", "[::1]"):
+            url = f"http://{host}:{s.port}"
+            assert http("GET", url + "/health")[0] == 200
+            assert http("POST", url + "/tokenize", {"content": "a b"})[1]["tokens"]
+    finally:
+        s.close()
