@@ -44,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n-gpu-layers", "-ngl", "--gpu-layers", type=int, default=0,
                    help="last blocks (and the head) on devices; -1 = all")
     p.add_argument("--chat-template-file", default=None, help="a jinja chat template used instead of the GGUF's")
+    p.add_argument("--chat-template", default=None,
+                   help="llama.cpp's built-in template by name (chatml, llama3, command-r ...) or jinja source")
     p.add_argument("--cors-origins", default="*", help="'*' (default), 'localhost' or an origin: CORS as llama-server")
     p.add_argument("--reasoning", choices=["on", "off", "auto"], default="auto",
                    help="thinking in the chat template: off renders enable_thinking=false and closes a forced <think>")
@@ -84,7 +86,7 @@ def settings(a: argparse.Namespace) -> dict:
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
                 prompt_chunk=a.prompt_chunk, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
                 verbose=a.verbose, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
-                chat_template_file=a.chat_template_file, cors_origins=a.cors_origins, reasoning=a.reasoning)
+                chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins, reasoning=a.reasoning)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -22,7 +22,7 @@ from .. import completion as C
 from ..errors import ContextFullError
 from ..logprobs import as_dict as logprobs_dict
 from ..sampling import Sampler
-from . import llamacpp_api as L
+from . import builtin_template, llamacpp_api as L
 from .cors import CORS
 from .inbox import Inbox
 from .metrics import Metrics
@@ -49,9 +49,7 @@ class Server:
             llm = Llama(s["model"], n_ctx=s["n_ctx"], n_threads=s["threads"], n_threads_batch=s["threads"],
                         verbose=s.get("verbose", False), **s.get("llama_kwargs", {}))
             llm.chat_stops(None)   # compiles the chat template once, before any request thread
-            if s.get("chat_template_file"):   # --chat-template-file: the file's template instead of the GGUF's
-                with open(s["chat_template_file"], encoding="utf-8") as fh:
-                    llm._template = chat.ChatTemplate(fh.read(), llm._template.bos_token, llm._template.eos_token)
+            llm._template = builtin_template.from_settings(s, llm._template)   # --chat-template(-file)
             self.model_id = self.model_id or llm.model_path.rsplit("/", 1)[-1]
             self.sched = Scheduler(llm, s["parallel"], batch_rule=s["batch_rule"], queue_max=s["queue"],
                                    prompt_chunk=s["prompt_chunk"], metrics=self.metrics)

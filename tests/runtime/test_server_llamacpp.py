@@ -286,18 +286,21 @@ def test_several_choices(server):
     assert code == 400 and got["error"]["param"] == "n"
 
 
-def test_several_addresses(smol_path):
+def test_several_addresses_and_a_builtin_template(smol_path):
     import socket
     try:
         with socket.socket(socket.AF_INET6) as probe:
             probe.bind(("::1", 0))
     except OSError:
         pytest.skip("no IPv6 loopback")
-    s = ServerProcess(smol_path, "--host", "127.0.0.1,::1", "--ctx", "64", "--parallel", "1")
+    s = ServerProcess(smol_path, "--host", "127.0.0.1,::1", "--ctx", "64", "--parallel", "1",
+                      "--chat-template", "command-r")   # llama.cpp's built-in template, by name
     try:
         for host in ("127.0.0.1", "[::1]"):
             url = f"http://{host}:{s.port}"
             assert http("GET", url + "/health")[0] == 200
-            assert http("POST", url + "/tokenize", {"content": "a b"})[1]["tokens"]
+            got = http("POST", url + "/apply-template", {"messages": [{"role": "user", "content": "Hi there"}]})[1]
+            assert got["prompt"] == ("<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there<|END_OF_TURN_TOKEN|>"
+                                     "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>")
     finally:
         s.close()
