@@ -292,8 +292,8 @@ def test_several_addresses_and_a_builtin_template(smol_path):
     try:
         with socket.socket(socket.AF_INET6) as probe:
             probe.bind(("::1", 0))
-    except OSError:   # no IPv6 loopback: two names of the IPv4 one
-        hosts = ["127.0.0.1", "localhost"]
+    except OSError:   # no IPv6 loopback: the built-in template alone
+        hosts = ["127.0.0.1"]
     s = ServerProcess(smol_path, "--host", ",".join(hosts), "--ctx", "64", "--parallel", "1",
                       "--chat-template", "command-r")   # llama.cpp's built-in template, by name
     try:
