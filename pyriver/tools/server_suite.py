@@ -328,8 +328,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             print("llama-server is not built: python -c 'from pyriver.tools import llama_server; "
                   "llama_server.ensure()'", file=sys.stderr)
             return 2
-    for kind in (["llama", "pyriver"] if a.server == "both" else [a.server]):
-        res[kind].update(run(kind, a.files, work, a.lock, a.timeout, extra))
+    for f in a.files:   # file by file, both servers: an interrupted run still compares what it ran
+        for kind in (["llama", "pyriver"] if a.server == "both" else [a.server]):
+            res[kind].update(run(kind, [f], work, a.lock, a.timeout, extra))
+        if a.json:
+            Path(a.json).write_text(json.dumps(compare(res["llama"], res["pyriver"]), indent=1))
     cmp = compare(res["llama"], res["pyriver"])
     print(table(cmp))
     if a.json:
