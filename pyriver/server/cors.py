@@ -33,7 +33,9 @@ def allow_origin(origins: str, origin: Optional[str]) -> Optional[str]:
 
 
 class CORS:
-    """ASGI middleware: the Allow-Origin header on every HTTP response, OPTIONS answered here."""
+    """ASGI middleware: the Allow-Origin header on every HTTP response, OPTIONS answered here.
+    Header names go out in llama-server's case: clients that read them from a plain dict (llama.cpp's
+    own server tests do) look them up so."""
 
     def __init__(self, app, origins: str = "*"):
         self.app, self.origins = app, origins
@@ -43,12 +45,12 @@ class CORS:
             return await self.app(scope, receive, send)
         origin = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"origin"), None)
         allow = allow_origin(self.origins, origin)
-        extra: List[Tuple[bytes, bytes]] = [] if allow is None else [(b"access-control-allow-origin",
+        extra: List[Tuple[bytes, bytes]] = [] if allow is None else [(b"Access-Control-Allow-Origin",
                                                                       allow.encode("latin-1"))]
         if scope["method"] == "OPTIONS":
-            extra += [(b"access-control-allow-credentials", b"true"),   # llama-server's default
-                      (b"access-control-allow-methods", METHODS.encode()),
-                      (b"access-control-allow-headers", HEADERS.encode()),
+            extra += [(b"Access-Control-Allow-Credentials", b"true"),   # llama-server's default
+                      (b"Access-Control-Allow-Methods", METHODS.encode()),
+                      (b"Access-Control-Allow-Headers", HEADERS.encode()),
                       (b"content-type", b"text/html"), (b"content-length", b"0")]
             await send({"type": "http.response.start", "status": 200, "headers": extra})
             await send({"type": "http.response.body", "body": b""})

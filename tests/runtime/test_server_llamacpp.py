@@ -196,6 +196,9 @@ def test_cors(server, smol_path, tmp_path):
     req = urllib.request.Request(server.url + "/completion", method="OPTIONS",
                                  headers={"Origin": "http://web.example", "Access-Control-Request-Method": "POST"})
     with urllib.request.urlopen(req) as r:
+        wire = dict(r.headers.items())   # names as sent: clients that read a plain dict need llama-server's case
+        assert {"Access-Control-Allow-Origin", "Access-Control-Allow-Methods", "Access-Control-Allow-Headers",
+                "Access-Control-Allow-Credentials"} <= set(wire)
         assert r.headers["Access-Control-Allow-Origin"] == "http://web.example"
         assert r.headers["Access-Control-Allow-Methods"] == "GET, POST, DELETE, OPTIONS"
         assert r.headers["Access-Control-Allow-Headers"] == "*"
