@@ -111,10 +111,12 @@ class Server:
             raise
         return rs
 
-    def submit_request(self, toks: List[int], sampler: Sampler, max_tokens: int, logprobs: Optional[int]) -> Request:
+    def submit_request(self, toks: List[int], sampler: Sampler, max_tokens: int, logprobs: Optional[int],
+                       probs=None) -> Request:
         cap = self.settings.get("n_predict", -1)   # --n-predict caps every request, as llama-server's
         max_tokens = min(max_tokens, cap) if cap and cap > 0 else max_tokens
-        r = Request(prompt=toks, sampler=sampler, max_tokens=max_tokens, logprobs=logprobs, out=self.inbox.out())
+        r = Request(prompt=toks, sampler=sampler, max_tokens=max_tokens, logprobs=logprobs, out=self.inbox.out(),
+                    probs=probs)
         try:
             self.sched.submit(r)
         except QueueFull as e:

@@ -114,22 +114,33 @@ def _tok(vocab, tok: int) -> Tuple[str, List[int]]:
     return b.decode("utf-8", "ignore"), list(b)
 
 
-def native_probs(srv, entries) -> List[Dict]:
-    """llama-server's completion_probabilities: id, token, bytes, logprob, top_logprobs."""
+def native_probs(srv, entries, post: bool = False) -> List[Dict]:
+    """llama-server's completion_probabilities: id, token, bytes, logprob, top_logprobs (post:
+    prob and top_probs, the probabilities the sampler drew from)."""
     with srv.sched.vocab_lock:   # the Vocab's piece buffer is shared with the scheduler thread
-        return _probs(srv.llm.vocab, entries)
+        return _probs(srv.llm.vocab, entries, *(("prob", "top_probs") if post else ("logprob", "top_logprobs")))
 
 
-def _probs(vocab, entries) -> List[Dict]:
+def _probs(vocab, entries, key: str = "logprob", tops_key: str = "top_logprobs") -> List[Dict]:
     out = []
     for tok, lp, top in entries:
         text, b = _tok(vocab, tok)
         tops = []
         for i, v in top:
             t, tb = _tok(vocab, i)
-            tops.append({"id": i, "token": t, "bytes": tb, "logprob": v})
-        out.append({"id": tok, "token": text, "bytes": b, "logprob": lp, "top_logprobs": tops})
+            tops.append({"id": i, "token": t, "bytes": tb, key: v})
+        out.append({"id": tok, "token": text, "bytes": b, key: lp, tops_key: tops})
     return out
+
+
+def post_sampling(sampler, n: int):
+    """post_sampling_probs: each token's entry from the distribution the sampler drew from (after
+    penalties, top-k, top-p, min-p, temperature): its probability and the n most likely, zeros left out."""
+    def entry(logits, tok, history):
+        dist = sampler.distribution(logits, history)
+        top = np.argsort(-dist, kind="stable")[:n]
+        return int(tok), float(dist[tok]), [(int(i), float(dist[i])) for i in top if dist[i] > 0.0]
+    return entry
 
 
 def chat_logprobs(srv, entries) -> Optional[Dict]:
@@ -203,6 +214,7 @@ _FIELDS = {   # name: (check, what)
     "ignore_eos": (lambda v: isinstance(v, bool), "a boolean"), "cache_prompt": (lambda v: isinstance(v, bool),
                                                                                  "a boolean"),
     "return_tokens": (lambda v: isinstance(v, bool), "a boolean"),
+    "post_sampling_probs": (lambda v: isinstance(v, bool), "a boolean"),
     "response_fields": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings"),
 }
 
@@ -243,7 +255,8 @@ def parse_native(srv, raw: bytes) -> Dict[str, Any]:
     return {"body": body, "params": params, "seed": None if seed is None or seed < 0 else seed,
             "n_predict": None if n_predict is None or n_predict < 0 else n_predict, "n_probs": n_probs,
             "stops": [stop] if isinstance(stop, str) else stop, "bias": bias, "stream": bool(body.get("stream")),
-            "return_tokens": bool(body.get("return_tokens")), "fields": body.get("response_fields") or []}
+            "return_tokens": bool(body.get("return_tokens")), "fields": body.get("response_fields") or [],
+            "post": bool(body.get("post_sampling_probs"))}
 
 
 def _settings(srv, f: Dict, max_tokens: int) -> Dict[str, Any]:
@@ -279,7 +292,8 @@ class Native:
         cap = srv.settings.get("n_predict", -1)
         self.max_tokens = min(max_tokens, cap) if cap and cap > 0 else max_tokens
         sampler = BiasedSampler(f["params"], f["seed"], f["bias"]) if f["bias"] else Sampler(f["params"], f["seed"])
-        self.r = srv.submit_request(toks, sampler, self.max_tokens, f["n_probs"] or None)
+        self.r = srv.submit_request(toks, sampler, self.max_tokens, f["n_probs"] or None,
+                                    post_sampling(sampler, f["n_probs"]) if f["post"] else None)
         self.text = C.TextStream([s.encode("utf-8") for s in f["stops"] if s])
         self.stop_type, self.word, self.t_end, self.raw = "none", "", None, b""
 
@@ -320,7 +334,7 @@ class Native:
              "truncated": self.stop_type == "limit" and len(self.toks) + r.n_generated >= srv.sched.n_ctx, "stop_type": self.stop_type,
              "stopping_word": self.word, "tokens_cached": r.n_cached, "timings": timings(r, self.t_end)}
         if entries and not self.f["stream"]:
-            d["completion_probabilities"] = native_probs(srv, entries)
+            d["completion_probabilities"] = native_probs(srv, entries, self.f["post"])
         return _nested(self.f["fields"], d) if self.f["fields"] else d
 
 
@@ -493,7 +507,7 @@ def _stream(n: Native) -> StreamingResponse:
                 ch = {"index": n.index, "content": text, "tokens": ts, "stop": False, "id_slot": -1,
                       "tokens_predicted": n.r.n_generated, "tokens_evaluated": len(n.toks)}
                 if es:
-                    ch["completion_probabilities"] = native_probs(n.srv, es)
+                    ch["completion_probabilities"] = native_probs(n.srv, es, n.f["post"])
                 yield f"data: {json.dumps(ch)}\n\n"
             yield f"data: {json.dumps(n.final('', toks, entries))}\n\n"
         except APIError as e:

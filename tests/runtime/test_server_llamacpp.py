@@ -308,3 +308,17 @@ def test_several_addresses_and_a_builtin_template(smol_path):
                                      "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>")
     finally:
         s.close()
+
+
+def test_post_sampling_probs(server):
+    got = post(server, "/completion", {"prompt": PROMPT, "n_predict": 4, "n_probs": 5, "temperature": 1.0,
+                                       "post_sampling_probs": True, "top_k": 3})[1]
+    for e in got["completion_probabilities"]:
+        assert 0.0 < e["prob"] <= 1.0 and "logprob" not in e
+        probs = [t["prob"] for t in e["top_probs"]]
+        assert len(probs) <= 3 and probs == sorted(probs, reverse=True)   # top_k 3: three candidates at most
+        assert sum(probs) == pytest.approx(1.0) and e["id"] in [t["id"] for t in e["top_probs"]]
+    got = post(server, "/completion", {"prompt": PROMPT, "n_predict": 2, "n_probs": 5, "temperature": 0.0,
+                                       "post_sampling_probs": True})[1]
+    assert all(e["prob"] == 1.0 and [t["id"] for t in e["top_probs"]] == [e["id"]]
+               for e in got["completion_probabilities"])   # greedy: one certain token
