@@ -22,7 +22,8 @@ def _raise(msg):
 
 class ChatTemplate:
     def __init__(self, source: str, bos_token: str, eos_token: str):
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader())
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader(),
+                                            extensions=["jinja2.ext.loopcontrols"])   # {% break %} (Cohere ...)
         self.template = env.from_string(source)
         self.source = source   # what pyriver.toolcall reads the tool-call syntax from
         self.bos_token, self.eos_token = bos_token, eos_token

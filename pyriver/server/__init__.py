@@ -4,6 +4,7 @@ runtime; the runtime never imports it. Needs the extra: pip install "pyriver[ser
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from typing import List, Optional
 
@@ -11,10 +12,12 @@ from typing import List, Optional
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pyriver serve", description="OpenAI-compatible server with batched decoding")
     p.add_argument("model", nargs="?", default=None, help="GGUF path or registry name (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only; A,B: several)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--parallel", "-np", type=int, default=4, help="slots: requests decoded together")
     p.add_argument("--ctx", type=int, default=2048, help="context length of each slot")
+    p.add_argument("--ctx-size", "-c", type=int, default=None,
+                   help="llama-server's: the whole context, split evenly over the slots (overrides --ctx)")
     p.add_argument("--threads", "-t", type=int, default=None)
     p.add_argument("--queue", type=int, default=64, help="requests that may wait for a slot; beyond: 503")
     p.add_argument("--prompt-chunk", type=int, default=64, help="prompt tokens per slot and step")
@@ -38,10 +41,36 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pooling", choices=["none", "mean", "cls", "last"], default=None,
                    help="embeddings' pooling (default: the model's, else none, which /v1/embeddings refuses)")
     p.add_argument("--verbose", action="store_true")
+    # llama-server's names, same meaning: its command line starts this server unchanged where it can
+    p.add_argument("--model", "-m", dest="model_file", default=None, help="the GGUF path (the positional argument)")
+    p.add_argument("--seed", "-s", type=int, default=-1, help="default seed of requests (-1: random)")
+    p.add_argument("--temp", type=float, default=None, help="default temperature of requests (default 0.8)")
+    p.add_argument("--n-predict", "-n", "--predict", type=int, default=-1,
+                   help="most tokens a request generates (-1: until the context ends)")
+    p.add_argument("--n-gpu-layers", "-ngl", "--gpu-layers", type=int, default=0,
+                   help="last blocks (and the head) on devices; -1 = all")
+    p.add_argument("--chat-template-file", default=None, help="a jinja chat template used instead of the GGUF's")
+    p.add_argument("--chat-template", default=None,
+                   help="llama.cpp's built-in template by name (chatml, llama3, command-r ...) or jinja source")
+    p.add_argument("--cors-origins", default="*", help="'*' (default), 'localhost' or an origin: CORS as llama-server")
+    p.add_argument("--reasoning", choices=["on", "off", "auto"], default="auto",
+                   help="thinking in the chat template: off renders enable_thinking=false and closes a forced <think>")
+    p.add_argument("--jinja", action="store_true", help="accepted: chat templates always render with jinja2")
+    p.add_argument("--no-jinja", action="store_true", help="accepted: chat templates always render with jinja2")
+    p.add_argument("--metrics", action="store_true", help="accepted: /metrics is always on")
+    p.add_argument("--cont-batching", "-cb", action="store_true", help="accepted: batching is always continuous")
     return p
 
 
 def settings(a: argparse.Namespace) -> dict:
+    if a.model_file is not None:
+        if a.model is not None:
+            raise ValueError("give the model once: as the argument or as --model")
+        a.model = a.model_file
+    if a.ctx_size is not None:
+        if a.ctx_size < 0:
+            raise ValueError("--ctx-size must be >= 0")
+        a.ctx = a.ctx_size // max(a.parallel, 1)
     if a.parallel < 1 or a.queue < 0 or a.prompt_chunk < 1 or a.ctx < 16:
         raise ValueError("--parallel and --prompt-chunk must be >= 1, --queue >= 0, --ctx >= 16")
     kw = {"river": None}
@@ -62,9 +91,16 @@ def settings(a: argparse.Namespace) -> dict:
         kw.update(embedding=True, pooling_type=-1 if a.pooling is None else POOLINGS[a.pooling])
     elif a.pooling is not None:
         raise ValueError("--pooling needs --embedding")
+    if a.n_gpu_layers:
+        kw["n_gpu_layers"] = a.n_gpu_layers
+    if a.cors_origins == "":
+        raise ValueError("--cors-origins must not be empty")
+    defaults = {k: v for k, v in (("temperature", a.temp), ("seed", a.seed if a.seed >= 0 else None)) if v is not None}
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
                 prompt_chunk=a.prompt_chunk, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
-                verbose=a.verbose, webui=not a.no_webui, llama_kwargs=kw)
+                verbose=a.verbose, webui=not a.no_webui, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
+                chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
+                reasoning=a.reasoning)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -79,5 +115,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"pyriver serve: error: {e}", file=sys.stderr)
         return 2
     from .app import Server, build_app
-    uvicorn.run(build_app(Server(s)), host=a.host, port=a.port, log_level="info" if a.verbose else "warning")
+    app, level = build_app(Server(s)), "info" if a.verbose else "warning"
+    hosts = [h.strip() for h in a.host.split(",") if h.strip()]
+    if len(hosts) <= 1:
+        uvicorn.run(app, host=a.host, port=a.port, log_level=level)
+        return 0
+    # several addresses (llama-server's --host A,B): one socket each, one server
+    socks = []
+    try:
+        for h in hosts:
+            info = socket.getaddrinfo(h, a.port, type=socket.SOCK_STREAM)[0]
+            sk = socket.socket(info[0], socket.SOCK_STREAM)
+            sk.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            socks.append(sk)
+            sk.bind(info[4])
+    except OSError as e:
+        print(f"pyriver serve: error: cannot listen on {h}:{a.port}: {e}", file=sys.stderr)
+        return 1
+    uvicorn.Server(uvicorn.Config(app, log_level=level)).run(sockets=socks)
     return 0

@@ -11,6 +11,7 @@ import threading
 from typing import AsyncIterator, Dict, List, Optional, Tuple
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
@@ -25,6 +26,8 @@ from ..sampling import Sampler
 from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream, ToolError
 from . import embeddings
+from . import builtin_template, llamacpp_api as L
+from .cors import CORS
 from .inbox import Inbox
 from .metrics import Metrics
 from .river_tokens import TokenExits
@@ -52,6 +55,7 @@ class Server:
             llm = Llama(s["model"], n_ctx=s["n_ctx"], n_threads=s["threads"], n_threads_batch=s["threads"],
                         verbose=s.get("verbose", False), **s.get("llama_kwargs", {}))
             llm.chat_stops(None)   # compiles the chat template once, before any request thread
+            llm._template = builtin_template.from_settings(s, llm._template)   # --chat-template(-file)
             self.model_id = self.model_id or llm.model_path.rsplit("/", 1)[-1]
             self.sched = Scheduler(llm, s["parallel"], batch_rule=s["batch_rule"], queue_max=s["queue"],
                                    prompt_chunk=s["prompt_chunk"], metrics=self.metrics)
@@ -66,9 +70,9 @@ class Server:
         key = self.settings.get("api_key")
         if not key:
             return
-        got = req.headers.get("authorization", "")
-        token = got[7:] if got.lower().startswith("bearer ") else ""
-        if not hmac.compare_digest(token.encode(), key.encode()):
+        got = req.headers.get("authorization") or req.headers.get("x-api-key", "")   # X-Api-Key as llama-server
+        token = got[7:] if got.lower().startswith("bearer ") else got
+        if not any([hmac.compare_digest(token.encode(), k.encode()) for k in key.split(",")]):
             raise APIError(401, "a missing or wrong API key (Authorization: Bearer KEY)", type_="authentication_error",
                            code="invalid_api_key")
 
@@ -78,9 +82,8 @@ class Server:
         return self.llm
 
     def check_model(self, name: Optional[str]) -> None:
-        if name is not None and name not in (self.model_id, self.llm.model_path):
-            raise APIError(404, f"the model '{name}' does not exist; this server serves '{self.model_id}'",
-                           param="model", type_="invalid_request_error", code="model_not_found")
+        """Any name is the one model, as llama-server (one model) takes it: clients that name
+        theirs (gpt-3.5-turbo ...) work unchanged."""
 
     def prompt_tokens(self, toks: List[int]) -> List[int]:
         n_ctx = self.sched.n_ctx
@@ -90,20 +93,47 @@ class Server:
         if bad:
             raise APIError(400, f"token id {bad[0]} is out of range [0, {self.llm.n_vocab()})", param="prompt")
         if len(toks) >= n_ctx:
-            raise APIError(400, f"the prompt has {len(toks)} tokens but the context holds {n_ctx} "
-                           f"(at least one more is needed to generate)", param="prompt", code="context_length_exceeded")
+            raise APIError(400, f"the request exceeds the available context size: the prompt has {len(toks)} tokens "
+                           f"but the context holds {n_ctx} (at least one more is needed to generate)", param="prompt",
+                           type_="exceed_context_size_error", code="context_length_exceeded",   # llama-server's type
+                           n_prompt_tokens=len(toks), n_ctx=n_ctx)
         return toks
 
     def sampler(self, f: Dict, toks: List[int], grammar) -> Sampler:
         """The request's sampler, under its grammar (parsed and checked here: run it off the event loop)."""
+        bias = L.logit_bias(self, f.get("logit_bias"))
+        base = L.BiasedSampler(f["sampling"], f["seed"], bias) if bias else Sampler(f["sampling"], f["seed"])
         try:
-            return constrain(Sampler(f["sampling"], f["seed"]), self.llm.vocab, grammar, len(toks))
+            return constrain(base, self.llm.vocab, grammar, len(toks))
         except GrammarError as e:
             raise APIError(400, str(e), param="grammar", code="invalid_grammar") from None
 
     def submit(self, f: Dict, toks: List[int], logprobs: Optional[int], sampler: Sampler) -> Request:
         max_tokens = f["max_tokens"] or self.sched.n_ctx - len(toks)
-        r = Request(prompt=toks, sampler=sampler, max_tokens=max_tokens, logprobs=logprobs, out=self.inbox.out())
+        return self.submit_request(toks, sampler, max_tokens, logprobs)
+
+    def samplers(self, f: Dict, toks: List[int], grammar) -> List[Sampler]:
+        """One sampler per choice (f["n"]), each with its own grammar state (run off the event loop)."""
+        return [self.sampler(f, toks, grammar) for _ in range(f["n"] or 1)]
+
+    def submit_n(self, f: Dict, toks: List[int], logprobs: Optional[int], samplers: List[Sampler]) -> List[Request]:
+        """f["n"] requests of one prompt (n choices); all or none: a refused one cancels the others."""
+        rs: List[Request] = []
+        try:
+            for sampler in samplers:
+                rs.append(self.submit(f, toks, logprobs, sampler))
+        except APIError:
+            for r in rs:
+                r.cancel()
+            raise
+        return rs
+
+    def submit_request(self, toks: List[int], sampler: Sampler, max_tokens: int, logprobs: Optional[int],
+                       probs=None) -> Request:
+        cap = self.settings.get("n_predict", -1)   # --n-predict caps every request, as llama-server's
+        max_tokens = min(max_tokens, cap) if cap and cap > 0 else max_tokens
+        r = Request(prompt=toks, sampler=sampler, max_tokens=max_tokens, logprobs=logprobs, out=self.inbox.out(),
+                    probs=probs)
         try:
             self.sched.submit(r)
         except QueueFull as e:
@@ -160,6 +190,7 @@ def _sse(chunks: AsyncIterator[dict], r: Request) -> StreamingResponse:
     async def body():
         try:
             async for ch in chunks:
+                ch.setdefault("system_fingerprint", L.fingerprint())
                 yield f"data: {json.dumps(ch)}\n\n"
             yield "data: [DONE]\n\n"
         except APIError as e:   # after the headers went out: the error as an event, as llama-server sends it
@@ -187,20 +218,26 @@ def build_app(srv: Server) -> Starlette:
         return await guarded(req, _completions)
 
     async def _completions(req: HTTPRequest):
-        f = parse(await req.body(), COMPLETION, "prompt")
+        f = parse(await req.body(), COMPLETION, "prompt", srv.settings.get("defaults"))
         srv.check_model(f["model"])
         p = f["prompt"]
         p = p[0] if isinstance(p, list) and isinstance(p[0], str) else p
         toks = srv.prompt_tokens(await run_in_threadpool(_tokenize, srv, p) if isinstance(p, str) else list(p))
         grammar = request_grammar(f["response_format"], f["grammar"], f["json_schema"])
-        r = srv.submit(f, toks, f["logprobs"], await run_in_threadpool(srv.sampler, f, toks, grammar))
+        rs = srv.submit_n(f, toks, f["logprobs"], await run_in_threadpool(srv.samplers, f, toks, grammar))
+        r = rs[0]   # n choices: n requests
         cid, created, model = C.new_id("cmpl"), C.now(), srv.model_id
         if f["stream"]:
             return _sse(_completion_chunks(srv, r, f, cid, created, model), r)
-        text, finish = await _collect(r, f["stops"])
-        lp = logprobs_dict(srv.llm.vocab, r.logprob_entries, text, len(p) if isinstance(p, str) else 0) \
-            if f["logprobs"] is not None else None
-        d = C.completion_dict(cid, created, model, text, finish, _usage(r), logprobs=lp)
+        choices = []
+        for i, ri in enumerate(rs):
+            text, finish = await _collect(ri, f["stops"])
+            lp = logprobs_dict(srv.llm.vocab, ri.logprob_entries, text, len(p) if isinstance(p, str) else 0) \
+                if f["logprobs"] is not None else None
+            choices.append(dict(C.completion_dict(cid, created, model, text, finish, None, logprobs=lp)["choices"][0],
+                                index=i))
+        d = C.completion_dict(cid, created, model, "", None, _usage(*rs))
+        d.update(choices=choices, system_fingerprint=L.fingerprint(), timings=L.timings(r))
         d["river"] = srv.river(r)   # null when River is off
         return JSONResponse(d)
 
@@ -208,7 +245,7 @@ def build_app(srv: Server) -> Starlette:
         return await guarded(req, _chat)
 
     async def _chat(req: HTTPRequest):
-        f = parse(await req.body(), CHAT, "messages")
+        f = parse(await req.body(), CHAT, "messages", srv.settings.get("defaults"))
         srv.check_model(f["model"])
         plan = await run_in_threadpool(_chat_plan, srv, f)
         try:
@@ -216,13 +253,22 @@ def build_app(srv: Server) -> Starlette:
         except ValueError as e:
             raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
         srv.prompt_tokens(toks)
-        r = srv.submit(f, toks, None, await run_in_threadpool(srv.sampler, f, toks, plan.grammar))
+        rs = srv.submit_n(f, toks, (f["top_logprobs"] or 0) if f["logprobs"] else None,
+                          await run_in_threadpool(srv.samplers, f, toks, plan.grammar))
+        r = rs[0]
         stops = srv.llm.chat_stops(f["stops"])
         cid, created, model = C.new_id("chatcmpl"), C.now(), srv.model_id
         if f["stream"]:
             return _sse(_chat_chunks(srv, r, f, stops, cid, created, model, plan), r)
-        text, finish = await _collect(r, stops)
-        d = chat.chat_dict(cid, created, model, text, finish, _usage(r), plan.tools)
+        choices = []
+        for i, ri in enumerate(rs):
+            text, finish = await _collect(ri, stops)
+            c = dict(chat.chat_dict(cid, created, model, text, finish, {}, plan.tools)["choices"][0], index=i)
+            if f["logprobs"]:
+                c["logprobs"] = L.chat_logprobs(srv, ri.logprob_entries[:_n_tokens(srv, ri, text)])
+            choices.append(c)
+        d = chat.chat_dict(cid, created, model, "", None, _usage(*rs))
+        d.update(choices=choices, system_fingerprint=L.fingerprint(), timings=L.timings(r))
         d["river"] = srv.river(r)
         return JSONResponse(d)
 
@@ -232,7 +278,7 @@ def build_app(srv: Server) -> Starlette:
                 {"id": srv.model_id, "object": "model", "created": C.now(), "owned_by": "pyriver"}]})
         return await guarded(req, h)
 
-    async def health(_req: HTTPRequest):
+    async def health(_req: HTTPRequest):   # public, as llama-server's
         if srv.llm is None:
             return JSONResponse({"status": "error" if srv.error else "loading", "error": srv.error}, status_code=503)
         return JSONResponse({"status": "ok", "slots": srv.settings["parallel"]})
@@ -246,9 +292,13 @@ def build_app(srv: Server) -> Starlette:
 
     routes = [Route("/v1/completions", completions, methods=["POST"]),
               Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+              Route("/chat/completions", chat_completions, methods=["POST"]),   # llama-server's aliases
               Route("/v1/models", models, methods=["GET"]),
+              Route("/models", models, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
-              Route("/metrics", metrics, methods=["GET"])] + webui_routes(srv, guarded) + embeddings.routes(srv, guarded)
+              Route("/v1/health", health, methods=["GET"]),
+              Route("/metrics", metrics, methods=["GET"]),
+              *L.routes(srv, guarded)] + webui_routes(srv, guarded) + embeddings.routes(srv, guarded)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -259,7 +309,8 @@ def build_app(srv: Server) -> Starlette:
         if srv.sched is not None:
             srv.sched.stop()
 
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan)
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan,
+                     middleware=[Middleware(CORS, origins=srv.settings.get("cors_origins", "*"))])
 
 
 def _tokenize(srv: Server, text: str) -> List[int]:
@@ -286,15 +337,31 @@ async def _collect(r: Request, stops: List[str]):
     return "".join(parts), finish
 
 
-def _usage(r: Request) -> dict:
-    """OpenAI's usage, with the prompt tokens a slot's cache already held (cached_tokens)."""
-    return dict(C.usage_dict(len(r.prompt), r.n_generated), prompt_tokens_details={"cached_tokens": r.n_cached})
+def _usage(r: Request, *more: Request) -> dict:
+    """OpenAI's usage, with the prompt tokens a slot's cache already held (cached_tokens); with
+    several choices (n > 1) the prompt counts once, the generated tokens of all."""
+    return dict(C.usage_dict(len(r.prompt), r.n_generated + sum(m.n_generated for m in more)),
+                prompt_tokens_details={"cached_tokens": r.n_cached})
 
 
 def _usage_chunk(d: dict, r: Request) -> dict:
     d = dict(d, choices=[])
     d["usage"] = _usage(r)
+    d["timings"] = L.timings(r)
     return d
+
+
+def _n_tokens(srv: Server, r: Request, text: str) -> int:
+    """How many of r's tokens make up text (text may stop short of them: a stop string)."""
+    n, got = 0, 0
+    want = len(text.encode("utf-8"))
+    with srv.sched.vocab_lock:
+        for tok, _lp, _top in r.logprob_entries:
+            if got >= want:
+                break
+            got += len(srv.llm.vocab.piece(tok))
+            n += 1
+    return n
 
 
 async def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created: int,
@@ -314,14 +381,34 @@ async def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created
 async def _chat_chunks(srv: Server, r: Request, f: Dict, stops: List[str], cid: str, created: int,
                        model: str, plan: ChatPlan) -> AsyncIterator[dict]:
     last = chat.role_chunk(cid, created, model)
+    last["choices"][0]["delta"]["content"] = None   # as llama-server's first chunk
+    lp = _LogprobCursor(srv, r) if f["logprobs"] else None
     ds = DeltaStream(plan.tools)   # content, or tool calls parsed at the end
     ev = Events(r, stops)
     tags = TokenExits.make(srv, r, ev, f["river_tokens"])
     async for text, fin in events(r, stops, ev):
         for ch in chat.tool_delta_chunks(ds, cid, created, model, text, fin):
+            if lp is not None and ch["choices"][0]["delta"].get("content"):
+                ch["choices"][0]["logprobs"] = lp.take(ch["choices"][0]["delta"]["content"])
             yield last
             last = tags.attach(ch) if tags else ch
     last["river"] = srv.river(r)
     yield last
     if f["include_usage"]:
         yield _usage_chunk(chat.chunk_dict(cid, created, model, {}, None), r)
+
+
+class _LogprobCursor:
+    """Streamed chat logprobs: each chunk takes the entries of the tokens that make up its text."""
+
+    def __init__(self, srv: Server, r: Request):
+        self.srv, self.r, self.used, self.have, self.sent = srv, r, 0, 0, 0
+
+    def take(self, text: str) -> Optional[dict]:
+        self.sent += len(text.encode("utf-8"))
+        start = self.used
+        with self.srv.sched.vocab_lock:
+            while self.have < self.sent and self.used < len(self.r.logprob_entries):
+                self.have += len(self.srv.llm.vocab.piece(self.r.logprob_entries[self.used][0]))
+                self.used += 1
+        return L.chat_logprobs(self.srv, self.r.logprob_entries[start:self.used])

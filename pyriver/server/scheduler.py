@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from .. import lossless
 from ..batch import BatchDecoder, Feed
@@ -45,6 +45,7 @@ class Request:
     logprob_entries: list = field(default_factory=list)   # logprobs.entry of each generated token (logprobs)
     lossless: Optional[dict] = None   # draft statistics in lossless mode (pyriver.lossless.new_stats)
     n_cached: int = 0   # prompt tokens found in the slot's cache (not computed again)
+    probs: Optional[Callable] = None   # (logits, token, history) -> entry, instead of raw logprobs (post-sampling)
 
     def cancel(self) -> None:
         """The client is gone or has what it wants (a stop string): the slot frees at the next step."""
@@ -292,7 +293,8 @@ class Scheduler:
         if self.llm.vocab.is_eog(tok):
             self._finish(s, "stop")
             return
-        lp = logprob_entry(logits, tok, r.logprobs) if r.logprobs is not None else None
+        lp = None if r.logprobs is None else r.probs(logits, tok, s.history) if r.probs else \
+            logprob_entry(logits, tok, r.logprobs)
         with self.vocab_lock:
             piece = self.llm.vocab.piece(tok)
         if r.t_first is None:

@@ -11,12 +11,14 @@ from ..sampling import SamplingParams
 
 class APIError(Exception):
     def __init__(self, status: int, message: str, param: Optional[str] = None, type_: str = "invalid_request_error",
-                 code: Optional[str] = None):
+                 code: Optional[str] = None, **extra):
         super().__init__(message)
         self.status, self.message, self.param, self.type, self.code = status, message, param, type_, code
+        self.extra = extra   # fields llama-server adds (n_prompt_tokens, n_ctx)
 
     def body(self) -> Dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code,
+                          **self.extra}}
 
 
 def _num(v):
@@ -58,7 +60,7 @@ _COMMON = {
     "stream": (lambda v: isinstance(v, bool), "a boolean", False),
     "stream_options": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("include_usage", False), bool)),
                        "an object {include_usage: boolean}", None),
-    "n": (lambda v: v is None or v == 1, "1 (one choice per request)", 1),
+    "n": (lambda v: v is None or (_int(v) and 1 <= v <= 16), "an integer in [1, 16]", 1),
     # structured output (pyriver.structured): OpenAI's response_format, llama.cpp server's grammar and json_schema
     "response_format": (lambda v: isinstance(v, dict), "an object {type: text | json_object | json_schema}", None),
     "grammar": (lambda v: isinstance(v, str), "a string (GBNF)", None),
@@ -74,11 +76,14 @@ CHAT = dict(_COMMON, messages=(_messages, "a list of {role, content} objects", N
             tools=(lambda v: isinstance(v, list), "a list of tools", None),
             tool_choice=(lambda v: isinstance(v, (str, dict)), "'none', 'auto', 'required' or a named function", None),
             parallel_tool_calls=(lambda v: isinstance(v, bool), "a boolean", None))
+_LOGIT_BIAS = (lambda v: isinstance(v, (dict, list)), "an object {token: bias}", None)   # checked in llamacpp_api
+COMPLETION["logit_bias"] = CHAT["logit_bias"] = _LOGIT_BIAS
 
 
-def parse(raw: bytes, fields: Dict, required: str) -> Dict[str, Any]:
-    """The request's fields with defaults filled in; APIError 400 for malformed JSON, a missing
-    required field, a wrong type or a value out of range."""
+def parse(raw: bytes, fields: Dict, required: str, defaults: Optional[Dict] = None) -> Dict[str, Any]:
+    """The request's fields with defaults filled in (`defaults`: the server's, from its command
+    line, before the table's); APIError 400 for malformed JSON, a missing required field, a wrong
+    type or a value out of range."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
@@ -94,7 +99,11 @@ def parse(raw: bytes, fields: Dict, required: str) -> Dict[str, Any]:
                 raise APIError(400, f"'{name}' must be {what}, got {json.dumps(body[name])[:80]}", param=name)
             out[name] = body[name]
         else:
-            out[name] = default
+            out[name] = (defaults or {}).get(name, default)
+    if out["seed"] is not None and out["seed"] < 0:   # -1: a random seed, as llama.cpp's
+        out["seed"] = None
+    if out["stream"] and out["n"] > 1:
+        raise APIError(400, "'n' > 1 is not streamed: ask for n choices without stream", param="n")
     if out["max_tokens"] is None:
         out["max_tokens"] = out["max_completion_tokens"]
     if out["max_tokens"] is not None and out["max_tokens"] <= 0:

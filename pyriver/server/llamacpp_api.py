@@ -1,0 +1,517 @@
+"""llama-server's own endpoints, in its shapes (tools/server/README.md of llama.cpp): the native
+/completion (also /completions), /tokenize, /detokenize, /apply-template; and the fields
+llama-server adds to the OpenAI ones (system_fingerprint, timings, chat logprobs, logit_bias).
+Requests run on the same scheduler as the OpenAI endpoints; bad input is a 400, never a 500."""
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from .. import __version__
+from .. import completion as C
+from ..sampling import Sampler, SamplingParams
+from .schema import APIError
+
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF   # what llama-server reports for "a random seed"
+
+
+def fingerprint() -> str:
+    """llama-server's system_fingerprint is its build ("b<number>-<commit>"); pyriver's names its version."""
+    return f"b{__version__}-pyriver"
+
+
+# -- sampling with a logit bias -------------------------------------------------------------------
+class BiasedSampler(Sampler):
+    """A Sampler whose logits get a bias per token id after the penalties (-inf: never sampled),
+    as llama.cpp's logit-bias sampler."""
+
+    def __init__(self, params: SamplingParams, seed: Optional[int], bias: Dict[int, float]):
+        super().__init__(params, seed)
+        self.ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
+        self.vals = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
+
+    def _penalize(self, logits, history):
+        logits = super()._penalize(logits, history)
+        if self.ids.size:
+            logits = logits.copy()
+            logits[self.ids] += self.vals
+        return logits
+
+
+def _bias_value(v) -> float:
+    if v is False:
+        return float("-inf")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v):
+        return float(min(max(v, -1e4), 1e4))   # beyond, float32 logits would overflow to inf (NaN odds)
+    raise APIError(400, f"a logit_bias value must be a number or false, got {json.dumps(v)[:40]}",
+                   param="logit_bias")
+
+
+def logit_bias(srv, value) -> Dict[int, float]:
+    """{token id: bias} from llama-server's forms: [[token id or text, bias], ...] or
+    {"token id" or text: bias}; a text biases each of its tokens."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        pairs = list(value.items())
+    elif isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value):
+        pairs = [tuple(p) for p in value]
+    else:
+        raise APIError(400, "'logit_bias' must be an object or a list of [token, bias] pairs", param="logit_bias")
+    n_vocab, out = srv.llm.n_vocab(), {}
+    for key, v in pairs:
+        bias = _bias_value(v)
+        if isinstance(key, str) and key.lstrip("-").isdigit() and isinstance(value, dict):
+            key = int(key)
+        if isinstance(key, int) and not isinstance(key, bool):
+            if 0 <= key < n_vocab:
+                out[key] = bias
+            continue   # llama-server skips ids out of range
+        if not isinstance(key, str):
+            raise APIError(400, "a logit_bias token must be a token id or a text", param="logit_bias")
+        with srv.sched.vocab_lock:
+            toks = srv.llm.tokenize(key.encode("utf-8"), add_bos=False, special=False)
+        for t in toks:
+            out[t] = bias
+    if sum(b == float("-inf") for b in out.values()) >= n_vocab:
+        raise APIError(400, "'logit_bias' forbids every token", param="logit_bias")
+    return out
+
+
+def eog_bias(srv) -> Dict[int, float]:
+    """ignore_eos: every end-of-generation token at -inf."""
+    if getattr(srv, "eog_ids", None) is None:   # found once: ~50k vocabulary look-ups
+        vocab = srv.llm.vocab
+        srv.eog_ids = [t for t in range(srv.llm.n_vocab()) if vocab.is_eog(t)]
+    return {t: float("-inf") for t in srv.eog_ids}
+
+
+# -- timings and log-probabilities ----------------------------------------------------------------
+def timings(r, t_end: Optional[float] = None) -> Dict[str, Any]:
+    t_end = t_end or time.perf_counter()
+    t_first = r.t_first or t_end
+    n_prompt = len(r.prompt) - r.n_cached
+    p_ms, g_ms = (t_first - r.t_submit) * 1e3, (t_end - t_first) * 1e3
+    n_gen = r.n_generated
+    return {"cache_n": r.n_cached, "prompt_n": n_prompt, "prompt_ms": p_ms,
+            "prompt_per_token_ms": p_ms / n_prompt if n_prompt else 0.0,
+            "prompt_per_second": 1e3 * n_prompt / p_ms if p_ms > 0 else 0.0,
+            "predicted_n": n_gen, "predicted_ms": g_ms,
+            "predicted_per_token_ms": g_ms / (n_gen - 1) if n_gen > 1 else 0.0,
+            "predicted_per_second": 1e3 * (n_gen - 1) / g_ms if g_ms > 0 and n_gen > 1 else 0.0}
+
+
+def _tok(vocab, tok: int) -> Tuple[str, List[int]]:
+    b = vocab.piece(tok)
+    return b.decode("utf-8", "ignore"), list(b)
+
+
+def native_probs(srv, entries, post: bool = False) -> List[Dict]:
+    """llama-server's completion_probabilities: id, token, bytes, logprob, top_logprobs (post:
+    prob and top_probs, the probabilities the sampler drew from)."""
+    with srv.sched.vocab_lock:   # the Vocab's piece buffer is shared with the scheduler thread
+        return _probs(srv.llm.vocab, entries, *(("prob", "top_probs") if post else ("logprob", "top_logprobs")))
+
+
+def _probs(vocab, entries, key: str = "logprob", tops_key: str = "top_logprobs") -> List[Dict]:
+    out = []
+    for tok, lp, top in entries:
+        text, b = _tok(vocab, tok)
+        tops = []
+        for i, v in top:
+            t, tb = _tok(vocab, i)
+            tops.append({"id": i, "token": t, "bytes": tb, key: v})
+        out.append({"id": tok, "token": text, "bytes": b, key: lp, tops_key: tops})
+    return out
+
+
+def post_sampling(sampler, n: int):
+    """post_sampling_probs: each token's entry from the distribution the sampler drew from (after
+    penalties, top-k, top-p, min-p, temperature): its probability and the n most likely, zeros left out."""
+    def entry(logits, tok, history):
+        dist = sampler.distribution(logits, history)
+        top = np.argsort(-dist, kind="stable")[:n]
+        return int(tok), float(dist[tok]), [(int(i), float(dist[i])) for i in top if dist[i] > 0.0]
+    return entry
+
+
+def chat_logprobs(srv, entries) -> Optional[Dict]:
+    """OpenAI's chat logprobs: {"content": [{token, logprob, bytes, top_logprobs}]}."""
+    if not entries:
+        return None
+    content = []
+    for e in native_probs(srv, entries):
+        content.append({"token": e["token"], "logprob": e["logprob"], "bytes": e["bytes"],
+                        "top_logprobs": [{k: t[k] for k in ("token", "logprob", "bytes")} for t in e["top_logprobs"]]})
+    return {"content": content, "refusal": None}
+
+
+# -- the native /completion -------------------------------------------------------------------------
+def _is_tokens(v) -> bool:
+    return isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
+
+
+def _is_mixed(v) -> bool:
+    return isinstance(v, list) and len(v) > 0 and all(isinstance(t, (int, str)) and not isinstance(t, bool)
+                                                     for t in v) and any(isinstance(t, int) for t in v)
+
+
+def prompts_of(p) -> Tuple[List[Any], bool]:
+    """(prompts, several): llama-server's prompt forms. A string, a list of token ids (with strings
+    mixed in), {"prompt_string": ...}, or a list of those: one result per prompt."""
+    if isinstance(p, (str, dict)) or _is_tokens(p) or _is_mixed(p):
+        return [p], False
+    if isinstance(p, list) and p:
+        return list(p), True
+    raise APIError(400, "'prompt' must be a string, a list of token ids or a list of prompts", param="prompt")
+
+
+def tokens_of(srv, p, add_special: bool = True) -> List[int]:
+    if isinstance(p, dict):
+        if set(p) - {"prompt_string"} or not isinstance(p.get("prompt_string"), str):
+            raise APIError(400, "a JSON prompt needs only 'prompt_string' (multimodal data is not supported)",
+                           param="prompt")
+        p = p["prompt_string"]
+    parts = [p] if isinstance(p, str) else p
+    if not isinstance(parts, list):
+        raise APIError(400, "each prompt must be a string, a list of token ids or {prompt_string}", param="prompt")
+    out: List[int] = []
+    with srv.sched.vocab_lock:
+        for i, x in enumerate(parts):
+            if isinstance(x, str):
+                out += srv.llm.tokenize(x.encode("utf-8"), add_bos=add_special and i == 0, special=True)
+            elif isinstance(x, int) and not isinstance(x, bool):
+                out.append(x)
+            else:
+                raise APIError(400, "a prompt list holds token ids and strings only", param="prompt")
+    return out
+
+
+def _num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+
+
+def _int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_FIELDS = {   # name: (check, what)
+    "n_predict": (_int, "an integer"), "max_tokens": (_int, "an integer"), "temperature": (_num, "a number"),
+    "top_k": (_int, "an integer"), "top_p": (_num, "a number"), "min_p": (_num, "a number"),
+    "typical_p": (_num, "a number"), "repeat_penalty": (_num, "a number"), "repeat_last_n": (_int, "an integer"),
+    "presence_penalty": (_num, "a number"), "frequency_penalty": (_num, "a number"), "seed": (_int, "an integer"),
+    "stop": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v) or isinstance(v, str),
+             "a list of strings"),
+    "stream": (lambda v: isinstance(v, bool), "a boolean"), "n_probs": (_int, "an integer"),
+    "ignore_eos": (lambda v: isinstance(v, bool), "a boolean"), "cache_prompt": (lambda v: isinstance(v, bool),
+                                                                                 "a boolean"),
+    "return_tokens": (lambda v: isinstance(v, bool), "a boolean"),
+    "post_sampling_probs": (lambda v: isinstance(v, bool), "a boolean"),
+    "response_fields": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings"),
+}
+
+
+def parse_native(srv, raw: bytes) -> Dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise APIError(400, f"the request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    if body.get("prompt") is None:
+        raise APIError(400, "'prompt' is required", param="prompt")
+    for name, (ok, what) in _FIELDS.items():
+        if body.get(name) is not None and not ok(body[name]):
+            raise APIError(400, f"'{name}' must be {what}, got {json.dumps(body[name])[:80]}", param=name)
+    d = srv.settings.get("defaults", {})
+    g = lambda k, default: body[k] if body.get(k) is not None else d.get(k, default)  # noqa: E731
+    params = SamplingParams(temperature=float(g("temperature", 0.8)), top_k=int(g("top_k", 40)),
+                            top_p=float(g("top_p", 0.95)), min_p=float(g("min_p", 0.05)),
+                            typical_p=float(g("typical_p", 1.0)), repeat_penalty=float(g("repeat_penalty", 1.0)),
+                            frequency_penalty=float(g("frequency_penalty", 0.0)),
+                            presence_penalty=float(g("presence_penalty", 0.0)),
+                            penalty_last_n=int(g("repeat_last_n", 64)))
+    try:
+        params.validate()
+    except ValueError as e:
+        raise APIError(400, str(e)) from None
+    seed = g("seed", None)
+    n_predict = body.get("n_predict", body.get("max_tokens"))
+    n_probs = int(body.get("n_probs") or 0)
+    if not 0 <= n_probs <= 100:
+        raise APIError(400, f"'n_probs' must be in [0, 100], got {n_probs}", param="n_probs")
+    stop = body.get("stop") or []
+    bias = logit_bias(srv, body.get("logit_bias"))
+    if body.get("ignore_eos"):
+        bias.update(eog_bias(srv))
+    return {"body": body, "params": params, "seed": None if seed is None or seed < 0 else seed,
+            "n_predict": None if n_predict is None or n_predict < 0 else n_predict, "n_probs": n_probs,
+            "stops": [stop] if isinstance(stop, str) else stop, "bias": bias, "stream": bool(body.get("stream")),
+            "return_tokens": bool(body.get("return_tokens")), "fields": body.get("response_fields") or [],
+            "post": bool(body.get("post_sampling_probs"))}
+
+
+def _settings(srv, f: Dict, max_tokens: int) -> Dict[str, Any]:
+    p = f["params"]
+    return {"n_predict": max_tokens, "seed": LLAMA_DEFAULT_SEED if f["seed"] is None else f["seed"],
+            "temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p,
+            "typical_p": p.typical_p, "repeat_last_n": p.penalty_last_n, "repeat_penalty": p.repeat_penalty,
+            "presence_penalty": p.presence_penalty, "frequency_penalty": p.frequency_penalty,
+            "stop": f["stops"], "n_probs": f["n_probs"], "stream": f["stream"],
+            "ignore_eos": bool(f["body"].get("ignore_eos")),
+            "logit_bias": [{"token": t, "bias": None if b == float("-inf") else b} for t, b in f["bias"].items()]}
+
+
+def _nested(fields: List[str], d: Dict) -> Dict:
+    """llama-server's response_fields: "a/b" picks d["a"]["b"], keyed by the path."""
+    out = {}
+    for path in fields:
+        v: Any = d
+        for k in path.split("/"):
+            v = v.get(k) if isinstance(v, dict) else None
+        if v is not None:
+            out[path] = v
+    return out
+
+
+class Native:
+    """One /completion request on the scheduler: its tokens, text and end in llama-server's terms."""
+
+    def __init__(self, srv, f: Dict, toks: List[int], index: int):
+        self.srv, self.f, self.index = srv, f, index
+        self.toks = srv.prompt_tokens(toks)
+        max_tokens = f["n_predict"] or srv.sched.n_ctx - len(toks)
+        cap = srv.settings.get("n_predict", -1)
+        self.max_tokens = min(max_tokens, cap) if cap and cap > 0 else max_tokens
+        sampler = BiasedSampler(f["params"], f["seed"], f["bias"]) if f["bias"] else Sampler(f["params"], f["seed"])
+        self.r = srv.submit_request(toks, sampler, self.max_tokens, f["n_probs"] or None,
+                                    post_sampling(sampler, f["n_probs"]) if f["post"] else None)
+        self.text = C.TextStream([s.encode("utf-8") for s in f["stops"] if s])
+        self.stop_type, self.word, self.t_end, self.raw = "none", "", None, b""
+
+    async def items(self):
+        """(text, token ids, logprob entries) as they come; the end sets stop_type."""
+        while True:
+            item = await self.r.out.get()
+            if item[0] == "token":
+                self.raw += item[2]
+                text, stopped = self.text.feed(item[2])
+                if stopped:
+                    self.stop_type, self.word = "word", next(
+                        (s for s in self.f["stops"] if s and s.encode("utf-8") in self.raw), "")
+                    self.r.cancel()
+                    self.t_end = time.perf_counter()
+                    yield text, [item[1]], [item[3]] if item[3] else []
+                    return
+                yield text, [item[1]], [item[3]] if item[3] else []
+                continue
+            reason = item[1]
+            self.t_end = time.perf_counter()
+            if reason.startswith("error"):
+                raise APIError(500, reason, type_="server_error")
+            self.stop_type = "eos" if reason == "stop" else "limit"
+            rest = self.text.finish()
+            if rest:
+                yield rest, [], []
+            return
+
+    def final(self, content: str, tokens: List[int], entries) -> Dict[str, Any]:
+        srv, r = self.srv, self.r
+        with srv.sched.vocab_lock:
+            prompt = srv.llm.vocab.detokenize(self.toks, special=True).decode("utf-8", "replace")
+        d = {"index": self.index, "content": content, "tokens": tokens if self.f["return_tokens"] else [],
+             "id_slot": -1, "stop": True, "model": srv.model_id, "tokens_predicted": r.n_generated,
+             "tokens_evaluated": len(self.toks), "generation_settings": _settings(srv, self.f, self.max_tokens),
+             "prompt": prompt, "has_new_line": "\n" in content,
+             "truncated": self.stop_type == "limit" and len(self.toks) + r.n_generated >= srv.sched.n_ctx, "stop_type": self.stop_type,
+             "stopping_word": self.word, "tokens_cached": r.n_cached, "timings": timings(r, self.t_end)}
+        if entries and not self.f["stream"]:
+            d["completion_probabilities"] = native_probs(srv, entries, self.f["post"])
+        return _nested(self.f["fields"], d) if self.f["fields"] else d
+
+
+async def _run_one(n: Native) -> Dict[str, Any]:
+    parts, toks, entries = [], [], []
+    try:
+        async for text, ts, es in n.items():
+            parts.append(text)
+            toks += ts
+            entries += es
+    finally:
+        n.r.cancel()
+    return n.final("".join(parts), toks, entries)
+
+
+def routes(srv, guarded) -> List[Route]:
+    """The routes, each through app.py's guarded (API key, model ready, errors as JSON)."""
+
+    async def completion(req: HTTPRequest):
+        async def h(req):
+            f = await run_in_threadpool(parse_native, srv, await req.body())
+            prompts, several = prompts_of(f["body"]["prompt"])
+            toks = [await run_in_threadpool(tokens_of, srv, p) for p in prompts]
+            if f["stream"] and several:
+                raise APIError(400, "streaming takes one prompt", param="stream")
+            runs = []
+            try:
+                for i, t in enumerate(toks):
+                    runs.append(Native(srv, f, t, i))
+            except APIError:
+                for n in runs:
+                    n.r.cancel()
+                raise
+            if f["stream"]:
+                return _stream(runs[0])
+            results = [await _run_one(n) for n in runs]
+            return JSONResponse(results if several else results[0])
+        return await guarded(req, h)
+
+    async def tokenize(req: HTTPRequest):
+        async def h(req):
+            body = _object(await req.body())
+            content = body.get("content")
+            if content is None:
+                return JSONResponse({"tokens": []})
+            for k in ("add_special", "parse_special", "with_pieces"):
+                if k in body and not isinstance(body[k], bool):
+                    raise APIError(400, f"'{k}' must be a boolean", param=k)
+            add, special = body.get("add_special", False), body.get("parse_special", True)
+            if isinstance(content, str):
+                content = [content]
+            if not _is_mixed(content) and not (isinstance(content, list) and all(isinstance(x, str) for x in content)):
+                raise APIError(400, "'content' must be a string or a list of strings and token ids", param="content")
+            toks = []
+            with srv.sched.vocab_lock:
+                for i, x in enumerate(content):
+                    toks += srv.llm.tokenize(x.encode("utf-8"), add_bos=add and i == 0, special=special) \
+                        if isinstance(x, str) else [x]
+                if not body.get("with_pieces"):
+                    return JSONResponse({"tokens": toks})
+                out = []
+                for t in toks:
+                    b = srv.llm.vocab.piece(t, True) if 0 <= t < srv.llm.n_vocab() else b""
+                    try:
+                        piece: Any = b.decode("utf-8")
+                    except UnicodeDecodeError:
+                        piece = list(b)
+                    out.append({"id": t, "piece": piece})
+            return JSONResponse({"tokens": out})
+        return await guarded(req, h)
+
+    async def detokenize(req: HTTPRequest):
+        async def h(req):
+            body = _object(await req.body())
+            toks = body.get("tokens", [])
+            if not _is_tokens(toks):
+                raise APIError(400, "'tokens' must be a list of token ids", param="tokens")
+            bad = [t for t in toks if not 0 <= t < srv.llm.n_vocab()]
+            if bad:
+                raise APIError(400, f"token id {bad[0]} is out of range [0, {srv.llm.n_vocab()})", param="tokens")
+            with srv.sched.vocab_lock:
+                text = b"".join(srv.llm.vocab.piece(t) for t in toks)
+            return JSONResponse({"content": text.decode("utf-8", "replace")})
+        return await guarded(req, h)
+
+    async def apply_template(req: HTTPRequest):
+        async def h(req):
+            body = _object(await req.body())
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not all(isinstance(m, dict) for m in msgs):
+                raise APIError(400, "'messages' must be a list of message objects", param="messages")
+            agp = body.get("add_generation_prompt", True)
+            if not isinstance(agp, bool):
+                raise APIError(400, "'add_generation_prompt' must be a boolean", param="add_generation_prompt")
+            extra = template_vars(srv, body)
+            srv.llm.chat_stops(None)   # compiles the template once
+            try:
+                prompt = srv.llm._template.render(msgs, add_generation_prompt=agp, **extra)
+            except Exception as e:   # a template's own error (raise_exception, bad fields)
+                raise APIError(400, f"the messages do not render with the chat template: {e}", param="messages")
+            if agp and extra.get("enable_thinking") is False and prompt.endswith("<think>\n"):
+                prompt += "</think>"   # a template that opens thinking itself: closed, as llama-server does
+            return JSONResponse({"prompt": prompt})
+        return await guarded(req, h)
+
+    async def input_tokens(req: HTTPRequest):
+        async def h(req):
+            msgs = _object(await req.body()).get("messages")
+            if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+                raise APIError(400, "'messages' must be a list of message objects", param="messages")
+
+            def count():
+                with srv.sched.vocab_lock:
+                    return len(srv.llm.chat_tokens(msgs))
+            try:
+                n = await run_in_threadpool(count)
+            except Exception as e:   # the template's own error
+                raise APIError(400, f"the messages do not render with the chat template: {e}", param="messages")
+            return JSONResponse({"input_tokens": n})
+        return await guarded(req, h)
+
+    return [Route("/chat/completions/input_tokens", input_tokens, methods=["POST"]),
+            Route("/v1/chat/completions/input_tokens", input_tokens, methods=["POST"]),
+            Route("/completion", completion, methods=["POST"]), Route("/completions", completion, methods=["POST"]),
+            Route("/tokenize", tokenize, methods=["POST"]), Route("/detokenize", detokenize, methods=["POST"]),
+            Route("/apply-template", apply_template, methods=["POST"])]
+
+
+def template_vars(srv, body: Dict) -> Dict[str, Any]:
+    """What a chat template sees beside the messages, as llama-server gives it: tools,
+    chat_template_kwargs, datetime and date_string, enable_thinking (false with --reasoning off)."""
+    extra: Dict[str, Any] = {}
+    kw = body.get("chat_template_kwargs")
+    if kw is not None:
+        if not isinstance(kw, dict) or "messages" in kw or "add_generation_prompt" in kw:
+            raise APIError(400, "'chat_template_kwargs' must be an object of template variables",
+                           param="chat_template_kwargs")
+        extra.update(kw)
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise APIError(400, "'tools' must be a list", param="tools")
+        extra["tools"] = tools
+    now = datetime.datetime.now()   # llama.cpp's extra context (common_chat_extra_context)
+    extra.setdefault("datetime", now.strftime("%b %d %Y"))
+    extra.setdefault("date_string", now.strftime("%d %b %Y"))
+    if "enable_thinking" not in extra:   # as llama-server: thinking on unless --reasoning off
+        extra["enable_thinking"] = srv.settings.get("reasoning", "auto") != "off"
+    return extra
+
+
+def _object(raw: bytes) -> Dict:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise APIError(400, f"the request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    return body
+
+
+def _stream(n: Native) -> StreamingResponse:
+    """llama-server's native stream: a chunk per token, then the final object (content empty)."""
+    async def body():
+        toks, entries = [], []
+        try:
+            async for text, ts, es in n.items():
+                toks += ts
+                entries += es
+                ch = {"index": n.index, "content": text, "tokens": ts, "stop": False, "id_slot": -1,
+                      "tokens_predicted": n.r.n_generated, "tokens_evaluated": len(n.toks)}
+                if es:
+                    ch["completion_probabilities"] = native_probs(n.srv, es, n.f["post"])
+                yield f"data: {json.dumps(ch)}\n\n"
+            yield f"data: {json.dumps(n.final('', toks, entries))}\n\n"
+        except APIError as e:
+            yield f"data: {json.dumps(e.body())}\n\n"
+        finally:
+            n.r.cancel()
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

@@ -1,0 +1,52 @@
+"""pyriver.tools.server_suite: the shims' command lines, the side-by-side verdicts, and (peer) the
+whole comparison: pyriver passes every test of llama.cpp's server suite that llama-server passes
+on the same GGUF, except the listed N/A (llama-server's internals)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pyriver.tools import llama_server, server_suite as S
+
+SUITE_ARGS = ("--port 8080 --temp 0.8 --seed 42 --host 127.0.0.1 --hf-repo ggml-org/test-model-stories260K "
+              "--batch-size 32 --no-slots --alias tinyllama-2 --ctx-size 512 --parallel 2 --n-predict 64 "
+              "--no-jinja --embedding").split()
+
+
+def test_shims_map_the_suites_command_line(monkeypatch):
+    monkeypatch.delenv("PYRIVER_SUITE_LENIENT", raising=False)
+    a = S.pyriver_args(SUITE_ARGS)
+    assert a[0].endswith(".gguf") and "--hf-repo" not in a and "--batch-size" not in a
+    assert a[a.index("--ctx-size") + 1] == "512" and a[a.index("--seed") + 1] == "42"
+    assert "--embedding" in a   # unknown to pyriver serve: passed, so it refuses to start (the truth)
+    monkeypatch.setenv("PYRIVER_SUITE_LENIENT", "1")
+    assert "--embedding" not in S.pyriver_args(SUITE_ARGS)
+    b = S.llama_args(SUITE_ARGS + ["--model-draft", "x.gguf"])
+    assert b[:2] == ["--model", a[0]] and "--hf-repo" not in b and b[b.index("--model-draft") + 1] == a[0]
+    assert S._local_model([["--hf-repo", "ggml-org/tinygemma3-GGUF:Q8_0"]]).endswith("gemma-3-270m-q4_k_m.gguf")
+
+
+def test_verdicts():
+    llama = {"test_basic::test_a": "passed", "test_basic::test_b": "passed", "test_basic::test_c": "failed",
+             "test_basic::test_server_props": "passed", "test_basic::test_d": "skipped"}
+    pyr = {"test_basic::test_a": "passed", "test_basic::test_b": "failed", "test_basic::test_c": "passed",
+           "test_basic::test_server_props": "failed", "test_basic::test_d": "skipped"}
+    c = S.compare(llama, pyr)
+    verdict = {r["test"]: r["verdict"] for r in c["rows"]}
+    assert verdict == {"test_basic::test_a": "both", "test_basic::test_b": "llama-server only",
+                       "test_basic::test_c": "pyriver only", "test_basic::test_server_props": "N/A",
+                       "test_basic::test_d": "skipped"}
+    assert c["missing"] == ["test_basic::test_b"] and c["llama_server_passed"] == 3
+    assert "llama-server only 1" in S.table(c)
+
+
+@pytest.mark.peer
+@pytest.mark.slow
+@pytest.mark.skipif(not llama_server.binary().is_file(), reason="llama-server is not built into the cache")
+def test_pyriver_passes_what_llama_server_passes(tmp_path):
+    out = tmp_path / "suite.json"
+    assert S.main(["--server", "both", "--work", str(tmp_path), "--json", str(out)]) == 0
+    c = json.loads(out.read_text())
+    assert c["llama_server_passed"] > 0
+    assert c["missing"] == [], f"{len(c['missing'])} tests llama-server passes and pyriver fails: {c['missing']}"
