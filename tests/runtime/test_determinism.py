@@ -23,7 +23,7 @@ def _last_logits(llm, steps):
     llm.reset()
     out = None
     for kind, toks in steps:
-        out = llm.eval(toks, prompt=kind == "prompt")[-1]
+        out = llm.decode_logits(toks, prompt=kind == "prompt")[-1]
     return out
 
 
@@ -53,7 +53,7 @@ def test_same_tokens_give_the_same_logits_however_reached(request, model):
     # Other threads for decode and for prompts, and n_batch chunks of 5 tokens.
     for kw in ({"n_threads": 1, "n_threads_batch": 2}, {"n_threads": 2, "n_threads_batch": 1}, {"n_batch": 5}):
         with Llama(path, n_ctx=256, verbose=False, **kw) as other:
-            assert np.array_equal(other.eval(s)[-1], ref), kw
+            assert np.array_equal(other.decode_logits(s)[-1], ref), kw
             assert np.array_equal(_last_logits(other, _ways(s)["a prompt, then decode steps"]), ref), kw
 
 
@@ -109,11 +109,11 @@ def test_interleaved_generations_equal_alone(smol_path, river):
         alone = []
         for p in PROMPTS:
             rec = _Recorder()
-            toks = list(llm.generate(llm.tokenize(p.encode()), rec, 20))
+            toks = list(llm._generate_tokens(llm.tokenize(p.encode()), rec, 20))
             alone.append((toks, rec.seen))
         for pattern in ([1, 1, 1], [3, 1, 2], [7, 2, 1]):
             recs = [_Recorder() for _ in PROMPTS]
-            gens = [llm.generate(llm.tokenize(p.encode()), r, 20) for p, r in zip(PROMPTS, recs)]
+            gens = [llm._generate_tokens(llm.tokenize(p.encode()), r, 20) for p, r in zip(PROMPTS, recs)]
             outs = _interleave(gens, pattern)
             for (toks, seen), got, rec in zip(alone, outs, recs):
                 assert got == toks, pattern

@@ -126,7 +126,7 @@ def test_two_llamas_in_one_process(smol_path, synth_paths):
     a.close()
     b.close()
     with pytest.raises(RuntimeError, match="closed"):
-        a.eval([1])
+        a.decode_logits([1])
 
 
 def test_unsupported_arguments_are_errors(smol_path):
@@ -134,10 +134,9 @@ def test_unsupported_arguments_are_errors(smol_path):
     with pytest.raises(TypeError, match="chat_handler"):
         Llama(smol_path, chat_handler=object(), verbose=False)
     with pytest.raises(ValueError, match="chat_format"):
-        Llama(smol_path, chat_format="llama-2", verbose=False)
-    with Llama(smol_path, n_ctx=64, chat_handler=None, verbose=False) as llm:
-        with pytest.raises(TypeError, match="grammar"):
-            llm("hi", grammar="root ::= x")
+        Llama(smol_path, chat_format="no-such-format", verbose=False)
+    with pytest.raises(TypeError, match="n_parts"):
+        Llama(smol_path, n_parts=2, verbose=False)
 
 
 def test_from_pretrained_offline_is_a_clear_error(monkeypatch):

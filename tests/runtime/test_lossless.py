@@ -25,7 +25,7 @@ CONFIGS = [
 
 
 def _greedy_tokens(llm, tokens, n: int = N_TOKENS):
-    return list(llm.generate(tokens, Sampler(SamplingParams(temperature=0.0)), n))
+    return list(llm._generate_tokens(tokens, Sampler(SamplingParams(temperature=0.0)), n))
 
 
 def _greedy(llm, prompt: str, n: int = N_TOKENS):
@@ -76,7 +76,7 @@ def test_verify_rows_are_full_depth_rows(smol_path):
         real = llm.eval
 
         def recording(tokens, logits_all=False, prompt=False):
-            before = list(llm.input_ids)
+            before = llm._input_ids.tolist()
             rows = real(tokens, logits_all=logits_all, prompt=prompt)
             if logits_all:
                 steps.append((before, list(tokens), rows))
@@ -86,7 +86,7 @@ def test_verify_rows_are_full_depth_rows(smol_path):
         assert sum(len(t) > 1 for _, t, _ in steps) >= 3
         for before, toks, rows in steps:
             full.reset()
-            ref = full.eval(before + toks, logits_all=True, prompt=True)[len(before):]
+            ref = full.decode_logits(before + toks, logits_all=True, prompt=True)[len(before):]
             assert np.array_equal(rows, ref)
 
 
@@ -109,12 +109,12 @@ def test_poisoned_cache_is_never_read(smol_path):
         # Control: the garbage where a row that is read lies.
         prompt = llm.tokenize(PROMPTS[0].encode())
         llm.reset()
-        llm.eval(prompt)
-        ref = llm.eval([1], prompt=True)
+        llm.decode_logits(prompt)
+        ref = llm.decode_logits([1], prompt=True)
         llm.reset()
-        llm.eval(prompt)
+        llm.decode_logits(prompt)
         debug.kv_fill(llm, 1000.0)
-        assert not np.array_equal(ref, llm.eval([1], prompt=True))
+        assert not np.array_equal(ref, llm.decode_logits([1], prompt=True))
 
 
 @pytest.mark.parametrize("model", ["smol", "gqa_untied"])
