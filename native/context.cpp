@@ -49,15 +49,14 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     set_n_threads = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
 
     main.sched = new_sched(graph_capacity(*m, p.n_seq_max, p.n_seq_max));
-    // One-token products re-read a GPU's weights once per token of a step (a prompt would decode at
-    // the speed of single tokens), so batch invariance is the CPU's default only.
-    bool all_cpu = m->output_dev == m->cpu_dev;
-    for (ggml_backend_dev_t d : m->layer_dev) all_cpu = all_cpu && d == m->cpu_dev;
+    // Batch invariance only when asked for: one-token products cost prompt speed on the CPU (and
+    // re-read a GPU's weights once per token of a step), and llama.cpp computes multi-token steps
+    // with its batched kernels, whose bits pyriver's default reproduces.
     if (p.batch_invariant < -1 || p.batch_invariant > 1) fail(PR_ERR_INVALID_ARG, "batch_invariant must be -1, 0 or 1");
     if (p.batch_invariant == 1 && p.flash_attn) {
         fail(PR_ERR_INVALID_ARG, "batch_invariant needs flash_attn off: ggml's flash attention is computed differently for steps of many tokens");
     }
-    batch_invariant = p.batch_invariant == 1 || (p.batch_invariant == -1 && all_cpu && !p.flash_attn);
+    batch_invariant = p.batch_invariant == 1;
     bool one_dev = true;
     for (ggml_backend_dev_t d : m->layer_dev) one_dev = one_dev && d == m->layer_dev[0];
     if (one_dev && m->layer_dev[0] != m->cpu_dev) carry.reset(new device_carry(*m, m->layer_dev[0]));

@@ -75,9 +75,9 @@ typedef struct {
     int32_t n_threads_batch;  /* threads for prompt batches */
     int32_t flash_attn;       /* 1: ggml_flash_attn_ext; 0: mul_mat + soft_max (llama.cpp's default) */
     int32_t batch_invariant;  /* 1: a token's logits do not depend on the step it is computed in (how a
-                                 prompt is split, prefix reuse, batching); 0: llama.cpp's kernels for
-                                 multi-token steps; -1: 1 when every block and the head are on the CPU
-                                 and flash_attn is off (the default), else 0. 1 with flash_attn is refused */
+                                 prompt is split, prefix reuse, batching), at a cost in prompt speed;
+                                 0 or -1 (the default): llama.cpp's kernels for multi-token steps, the
+                                 same bits as llama.cpp for the same steps. 1 with flash_attn is refused */
     int32_t n_seq_max;        /* sequences the cache holds (0..n_seq_max-1), n_ctx tokens each; the
                                  single-sequence calls work on sequence 0 */
 } pr_context_params;

@@ -23,15 +23,20 @@ class PromptLookupDecoding:
         self.num_pred_tokens = int(num_pred_tokens)
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        return self.find_candidate_pred_tokens(input_ids, self.max_ngram_size, self.num_pred_tokens)
+
+    @staticmethod
+    def find_candidate_pred_tokens(input_ids: np.ndarray, max_ngram_size: int, num_pred_tokens: int) -> np.ndarray:
+        """The drafts for input_ids (llama-cpp-python's static method of the same name)."""
         ids = np.asarray(input_ids).reshape(-1)
         n = ids.size
-        for size in range(min(self.max_ngram_size, n - 1), 0, -1):
+        for size in range(min(max_ngram_size, n - 1), 0, -1):
             # Earlier windows only: an occurrence ending the text has nothing after it.
             windows = np.lib.stride_tricks.sliding_window_view(ids[:n - 1], size)
             hits = np.flatnonzero((windows == ids[n - size:]).all(axis=1))
             if hits.size:
                 start = int(hits[0]) + size
-                return ids[start:start + self.num_pred_tokens].astype(np.intc)
+                return ids[start:start + num_pred_tokens].astype(np.intc)
         return np.empty(0, dtype=np.intc)
 
     def __repr__(self) -> str:

@@ -46,14 +46,15 @@ class GenerationMixin:
         del self._tokens[n_keep:]
         del self._kinds[n_keep:]
 
-    # How a cached token was computed. PROMPT_LIKE: as a prompt computes it, at full depth. STEP: a
-    # decode step whose K/V a prompt would not reproduce bit for bit: one that ran under an exit
-    # rule (a prompt runs at full depth), or any decode step of a context that is not
-    # batch-invariant (its kernels depend on the number of tokens in a step).
+    # How a cached token was computed. PROMPT_LIKE: at full depth. STEP: a decode step under an exit
+    # rule, whose K/V are not full depth's; it is never reused as a prompt token. A full-depth
+    # decode step is PROMPT_LIKE on every context: on a batch-invariant one its bits are a
+    # prompt's; on the default one any matching prefix is reused, as llama_cpp.Llama reuses it,
+    # so that the same calls give llama.cpp's bits (a chat's next turn reuses the answer).
     PROMPT_LIKE, STEP = 0, 1
 
     def _step_kind(self) -> int:
-        return self.STEP if self._exiting or not self.batch_invariant else self.PROMPT_LIKE
+        return self.STEP if self._exiting else self.PROMPT_LIKE
 
     def decode_logits(self, tokens: Sequence[int], logits_all: bool = False, prompt: bool = False) -> np.ndarray:
         """Append tokens to the cache and run them. Returns logits [n_outputs, n_vocab]: every
@@ -90,10 +91,11 @@ class GenerationMixin:
         generation's own tokens. Returns the last token's logits (with need_logits, the last token
         is run again when cached; else None when nothing ran), how many tokens were evaluated and
         the exit blocks of those evaluated as decode steps.
-        A cached token is reused only when it was computed as it would be now (a prompt token as
-        a prompt computes it, a generated one as a decode step), so that the result never depends
-        on what else used the cache: on a batch-invariant context, the same tokens give the same
-        logits bit for bit however they were reached."""
+        A cached token is reused unless an exit rule computed it (_step_kind) or it was computed
+        under another rule than now. This generation's own tokens are re-run one decode step each,
+        as they were first computed, except on a batch-invariant context without exits, where a
+        step's bits do not depend on its size and one prompt step runs them all (what each
+        context guarantees: the comment above PROMPT_LIKE)."""
         self._reconcile()
         step_kind = self._step_kind()
         want = lambda i: self.PROMPT_LIKE if i < n_prompt else step_kind   # noqa: E731
@@ -103,7 +105,7 @@ class GenerationMixin:
             n += 1
         self._truncate(n)
         # Generated tokens are decode steps again, unless a decode step computes what a prompt does.
-        split = len(tokens) if step_kind == self.PROMPT_LIKE else max(n_prompt, n)
+        split = len(tokens) if step_kind == self.PROMPT_LIKE and self.batch_invariant else max(n_prompt, n)
         logits = self.decode_logits(tokens[n:split], prompt=True)[-1] if split > n else None
         step_exits = []   # (index in tokens, exit block) of the decode steps
         for i in range(split, len(tokens)):
@@ -128,7 +130,7 @@ class GenerationMixin:
         gen_exits = st["exits"]   # exit block of each generated token, by position
         logits = None
         mine = -1   # the cache version when this generation last had the cache as it left it
-        for _ in range(max_new):
+        for k in range(max_new):
             with self._lock:
                 self._live()
                 if logits is None or self._version != mine:   # another caller used the cache
@@ -149,7 +151,7 @@ class GenerationMixin:
                 # Another generation on this thread may have used the cache while this one was
                 # suspended (the lock is reentrant): then the token runs with the next re-sync.
                 seq.append(tok)
-                if len(seq) >= self._n_ctx:
+                if len(seq) >= self._n_ctx or k == max_new - 1:   # the last token is not run, as in llama_cpp
                     return
                 if self._version != mine:
                     continue

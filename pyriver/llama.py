@@ -196,8 +196,10 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         check(lib.pr_context_new(self._model, cp, out))
         self._ctx = out[0]
         self.context_params = cp   # what a BatchDecoder (pyriver.batch) on this model starts from
-        # True when a token's logits do not depend on the step it was computed in (the CPU's
-        # default; see pr_context_params.batch_invariant).
+        # The default (False) computes each step as llama.cpp does, so the same steps give llama.cpp's
+        # bits: a prompt in steps of min(n_batch, n_ubatch) tokens, as llama_cpp.Llama's decode
+        # splits it. True: a token's logits do not depend on the step it was computed in, at a cost
+        # in prompt speed (docs/bench/default-cpu.md; pr_context_params.batch_invariant).
         self.batch_invariant = bool(lib.pr_context_batch_invariant(self._ctx))
         self._n_ctx = lib.pr_n_ctx(self._ctx)
         self.n_batch, self.n_ubatch = n_batch, cp.n_batch

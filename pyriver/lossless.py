@@ -14,9 +14,9 @@ A step starts with the cache holding the sequence but its newest token (sampled,
    is the backbone's argmax and the first mismatch is replaced by the argmax. After all drafts
    are kept, one more token from the last row. The rows of rejected drafts are cut.
 After a step the cache holds exactly what full depth holds, and every emitted token was chosen
-from full-depth logits: on a batch-invariant context (the CPU's default) those are bit for bit
+from full-depth logits: on a batch-invariant context (batch_invariant=True) those are bit for bit
 the logits single decode steps give, so greedy output equals river=None's token for token. On
-a context that is not batch-invariant (a GPU, or batch_invariant=False) a verify step's logits
+a context that is not batch-invariant (the default) a verify step's logits
 differ from decode steps' in the last bits; the output is then full depth's as multi-token
 steps compute it (greedy may differ from river=None's where two logits nearly tie)."""
 from __future__ import annotations

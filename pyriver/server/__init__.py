@@ -26,9 +26,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-max", type=int, default=None, help="lossless: most tokens drafted per step")
     p.add_argument("--batch-rule", choices=["split", "minimum", "all"], default="split",
                    help="how a step of several sequences exits (see README: Server)")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="every product computed one token at a time, so that a stream's text never depends on its "
+                   "batch-mates, prompt chunks or prefix reuse (slower: docs/bench/default-cpu.md)")
     p.add_argument("--not-batch-invariant", action="store_true",
-                   help="multi-token products as llama.cpp runs them (faster with several streams on the CPU); a "
-                   "stream's text may then depend on its batch-mates where two logits nearly tie")
+                   help="llama.cpp's multi-token kernels, as llama-server runs them (the default)")
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
     p.add_argument("--alias", default=None, help="the model name /v1/models reports (default: the file name)")
     p.add_argument("--verbose", action="store_true")
@@ -47,8 +49,10 @@ def settings(a: argparse.Namespace) -> dict:
         kw.update(lossless=True, **({} if a.draft_max is None else {"draft_max": a.draft_max}))
     elif a.draft_max is not None:
         raise ValueError("--draft-max needs --lossless")
-    if a.not_batch_invariant:
-        kw["batch_invariant"] = False
+    if a.batch_invariant and a.not_batch_invariant:
+        raise ValueError("--batch-invariant and --not-batch-invariant exclude each other")
+    if a.batch_invariant or a.not_batch_invariant:
+        kw["batch_invariant"] = bool(a.batch_invariant)
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
                 prompt_chunk=a.prompt_chunk, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
                 verbose=a.verbose, llama_kwargs=kw)

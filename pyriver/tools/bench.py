@@ -56,15 +56,18 @@ def parser() -> argparse.ArgumentParser:
                    help="--inprocess: the first graph runs to the previous token's exit block")
     b.add_argument("--flash-attn", action="store_true", help="flash attention, both engines")
     b.add_argument("--batched", action="store_true",
-                   help="also pyriver with batch_invariant=False (llama.cpp's kernels for multi-token steps): "
-                        "the cost of batch invariance")
+                   help="also pyriver with batch_invariant=False (llama.cpp's kernels for multi-token steps; the "
+                        "default, kept for old command lines)")
+    b.add_argument("--batch-invariant", action="store_true",
+                   help="also pyriver with batch_invariant=True (one-token products): the cost of batch invariance; "
+                        "serve: also pyriver's server with --batch-invariant")
     b.add_argument("--lossless", action="store_true", help="lossless mode vs full depth, lossy River and llama.cpp, "
                    "in one process on chat answers (--tau, --draft-max, --prompts)")
     b.add_argument("--draft-max", type=int, nargs="+", default=None, help="lossless: longest drafts to run (default 2 4)")
     b.add_argument("--prompts", type=int, default=6, help="lossless: chat prompts per repeat")
     b.add_argument("--not-batch-invariant", action="store_true",
                    help="lossless: pyriver with batch_invariant=False (llama.cpp's multi-token kernels verify; not bit-exact); "
-                   "serve: also pyriver's server with --not-batch-invariant")
+                   "serve: also pyriver's server with --not-batch-invariant (the default)")
     b.add_argument("--serve", action="store_true", help="servers under 1/2/4/8 concurrent streams: pyriver's (River "
                    "off, and on under each --batch-rules with --river) and, with --competitor, llama-cpp-python's and "
                    "llama.cpp's llama-server (built once into the cache)")
@@ -86,6 +89,8 @@ def engines_for(a, path: str) -> List[Dict]:
     es = [dict(base, name="llama.cpp", engine="llama.cpp"), dict(base, name="pyriver", engine="pyriver")]
     if a.batched:
         es.append(dict(base, name="pyriver batched", engine="pyriver", batch_invariant=False))
+    if a.batch_invariant:
+        es.append(dict(base, name="pyriver batch-invariant", engine="pyriver", batch_invariant=True))
     if a.river:
         for tau in a.tau:
             es.append(dict(base, name=f"pyriver river={a.river} tau={tau}", engine="pyriver", river=a.river, tau=tau,

@@ -89,6 +89,8 @@ def servers(a, path: str) -> List[_Server]:
     out.append(_Server("pyriver", base + ["--port", str(p := _port())], p))
     if a.not_batch_invariant:
         out.append(_Server("pyriver not batch-invariant", base + ["--not-batch-invariant", "--port", str(p := _port())], p))
+    if getattr(a, "batch_invariant", False):
+        out.append(_Server("pyriver batch-invariant", base + ["--batch-invariant", "--port", str(p := _port())], p))
     if a.river:
         for rule in a.batch_rules:
             argv = base + ["--river", a.river, "--batch-rule", rule, "--port", str(p := _port())]

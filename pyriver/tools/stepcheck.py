@@ -3,8 +3,8 @@ last tokens of a text computed in one multi-token step and in single-token steps
 
     python -m pyriver.tools.stepcheck [MODEL] [--n-gpu-layers N] [--flash-attn] [--batch-invariant auto|on|off]
 
-On the CPU pyriver's steps are batch-invariant by default (every position identical); on a GPU,
-ggml's kernels depend on the number of tokens in a step (README, GPU)."""
+By default ggml's kernels depend on the number of tokens in a step, as llama.cpp's do; with
+--batch-invariant on (CPU) every position is identical (README, GPU for devices)."""
 from __future__ import annotations
 
 import argparse

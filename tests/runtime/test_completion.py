@@ -55,11 +55,11 @@ def test_chat_completion_and_stream(llm):
     assert chunks[-1]["choices"][0]["finish_reason"] == r["choices"][0]["finish_reason"]
 
 
-@pytest.mark.parametrize("ref_kw, our_kw", [({"n_batch": 1}, {}), ({}, {"batch_invariant": False})],
-                         ids=["stepwise", "batched"])
+@pytest.mark.parametrize("ref_kw, our_kw", [({"n_batch": 1}, {"batch_invariant": True}), ({}, {})],
+                         ids=["stepwise", "default"])
 def test_chat_matches_llama_cpp(smol_path, ref_kw, our_kw):
-    """The default (batch-invariant) computes what llama.cpp computes one token per step; with
-    batch_invariant=False, what llama-cpp-python computes by default."""
+    """The default computes what llama-cpp-python computes by default; batch_invariant=True, what
+    llama.cpp computes one token per step."""
     import llama_cpp
     from pyriver import Llama
     ref = llama_cpp.Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, **ref_kw)

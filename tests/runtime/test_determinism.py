@@ -1,8 +1,9 @@
-"""A greedy result never depends on who else used the model: the same tokens in the cache, reached
-any way (prompt split into steps, decode steps, threads, n_batch, other callers' turns, prefix
-reuse), give the same logits bit for bit. Interleavings are driven step by step in one thread, so
-no test here depends on luck or timing; the racing-thread tests are in test_dropin and
-test_context_and_threads."""
+"""With batch_invariant=True a greedy result never depends on who else used the model: the same
+tokens in the cache, reached any way (prompt split into steps, decode steps, threads, n_batch,
+other callers' turns, prefix reuse), give the same logits bit for bit. The default computes what
+llama-cpp-python computes for the same calls, prefix reuse included. Interleavings are driven step
+by step in one thread, so no test here depends on luck or timing; the racing-thread tests are in
+test_dropin and test_context_and_threads."""
 from __future__ import annotations
 
 import itertools
@@ -43,8 +44,8 @@ def _ways(s):
 @pytest.mark.parametrize("model", ["smol", "gemma3_270m", "mha"])
 def test_same_tokens_give_the_same_logits_however_reached(request, model):
     path = model_path(request, model)
-    with Llama(path, n_ctx=256, n_threads=2, n_threads_batch=2, verbose=False) as llm:
-        assert llm.batch_invariant   # the CPU's default
+    with Llama(path, n_ctx=256, n_threads=2, n_threads_batch=2, verbose=False, batch_invariant=True) as llm:
+        assert llm.batch_invariant
         s = llm.tokenize(TEXT)[:40]
         ways = _ways(s)
         ref = _last_logits(llm, ways.pop("one prompt step"))
@@ -52,15 +53,15 @@ def test_same_tokens_give_the_same_logits_however_reached(request, model):
             assert np.array_equal(_last_logits(llm, steps), ref), name
     # Other threads for decode and for prompts, and n_batch chunks of 5 tokens.
     for kw in ({"n_threads": 1, "n_threads_batch": 2}, {"n_threads": 2, "n_threads_batch": 1}, {"n_batch": 5}):
-        with Llama(path, n_ctx=256, verbose=False, **kw) as other:
+        with Llama(path, n_ctx=256, verbose=False, batch_invariant=True, **kw) as other:
             assert np.array_equal(other.decode_logits(s)[-1], ref), kw
             assert np.array_equal(_last_logits(other, _ways(s)["a prompt, then decode steps"]), ref), kw
 
 
-def test_without_batch_invariance_the_step_shows(smol_path):
-    """Control for the test above: with llama.cpp's kernels for multi-token steps, how the tokens
-    came in shows in the logits (so the comparison above can fail)."""
-    with Llama(smol_path, n_ctx=256, n_threads=2, n_threads_batch=2, verbose=False, batch_invariant=False) as llm:
+def test_by_default_the_step_shows(smol_path):
+    """Control for the test above: by default (llama.cpp's kernels for multi-token steps) how the
+    tokens came in shows in the logits (so the comparison above can fail)."""
+    with Llama(smol_path, n_ctx=256, n_threads=2, n_threads_batch=2, verbose=False) as llm:
         assert not llm.batch_invariant
         ways = _ways(llm.tokenize(TEXT)[:40])
         ref = _last_logits(llm, ways.pop("one prompt step"))
@@ -105,7 +106,7 @@ def test_interleaved_generations_equal_alone(smol_path, river):
     makes the same tokens. With River on, exits included (a generated token is re-run as a decode
     step, never as part of another caller's prompt)."""
     kw = {"river": river, "exit_threshold": 0.975} if river else {"river": None}
-    with Llama(smol_path, n_ctx=1024, n_threads=2, verbose=False, **kw) as llm:
+    with Llama(smol_path, n_ctx=1024, n_threads=2, verbose=False, batch_invariant=True, **kw) as llm:
         alone = []
         for p in PROMPTS:
             rec = _Recorder()
@@ -127,6 +128,7 @@ def test_second_chat_turn_is_the_same_with_or_without_reuse(smol_path, river):
     are reused from the cache; River on, they were decode steps with exits, so they are computed
     again as the second turn's prompt, as a fresh Llama computes them."""
     kw = {"river": river, "exit_threshold": 0.975} if river else {"river": None}
+    kw["batch_invariant"] = True
     first = [{"role": "user", "content": "Name a river in Europe."}]
     with Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, **kw) as llm:
         answer = llm.create_chat_completion(first, max_tokens=16, temperature=0)["choices"][0]["message"]
@@ -139,3 +141,43 @@ def test_second_chat_turn_is_the_same_with_or_without_reuse(smol_path, river):
     assert reused["choices"][0]["message"] == alone["choices"][0]["message"]
     assert reused["choices"][0]["logprobs"] == alone["choices"][0]["logprobs"]
     assert evaluated < total   # the first turn's prompt came from the cache
+
+
+def _llama_cpp_greedy(ref, tokens, n):
+    """llama_cpp.Llama.generate at temperature 0, stopped after n tokens (or before an end token)
+    as its create_completion stops it: each token and the logits it was chosen from."""
+    import llama_cpp
+    out, seen = [], []
+    for tok in ref.generate(tokens, temp=0.0, top_k=1):
+        if llama_cpp.llama_vocab_is_eog(ref._model.vocab, tok):
+            break
+        seen.append(np.ctypeslib.as_array(ref._ctx.get_logits(), shape=(ref.n_vocab(),)).copy())
+        out.append(tok)
+        if len(out) == n:
+            break
+    return out, seen
+
+
+def test_default_chat_turns_are_llama_cpps(smol_path):
+    """The default on one Llama, two turns (the second's prompt holds the first answer): every
+    token and every logits row it was chosen from equal llama_cpp.Llama's with its defaults on the
+    same calls, bit for bit. Both reuse the cached prefix, the first answer included (decode steps,
+    not recomputed as a prompt), and neither runs the last token max_tokens ended on."""
+    import llama_cpp
+    ref = llama_cpp.Llama(smol_path, n_ctx=512, n_threads=2, verbose=False)
+    with Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, river=None) as llm:
+        p1 = llm.tokenize(b"<|im_start|>user\nWrite a poem about a river.<|im_end|>\n<|im_start|>assistant\n", special=True)
+        rec = _Recorder()
+        g1 = list(llm._generate_tokens(p1, rec, 8))
+        want1, seen1 = _llama_cpp_greedy(ref, p1, 8)
+        assert g1 == want1 and len(g1) == 8   # ended by max_tokens: its last token was not run
+        assert all(np.array_equal(a, b) for a, b in zip(rec.seen, seen1))
+        p2 = p1 + g1 + llm.tokenize(b"<|im_end|>\n<|im_start|>user\nAnd one about the sea?<|im_end|>\n<|im_start|>assistant\n",
+                                    add_bos=False, special=True)
+        rec = _Recorder()
+        g2 = list(llm._generate_tokens(p2, rec, 16))
+        assert llm.last_stats["prompt_eval_tokens"] == len(p2) - (len(p1) + 7)   # the first answer was reused
+        want2, seen2 = _llama_cpp_greedy(ref, p2, 16)
+        assert g2 == want2
+        assert len(rec.seen) == len(seen2) and all(np.array_equal(a, b) for a, b in zip(rec.seen, seen2))
+    ref.close()

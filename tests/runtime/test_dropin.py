@@ -32,10 +32,10 @@ def _shape(d):
     return type(d).__name__
 
 
-# pyriver's default on the CPU computes every token as a single-token step does (batch-invariant),
-# which is llama.cpp with n_batch=1; with batch_invariant=False it runs llama.cpp's kernels for
-# whole prompts, as llama-cpp-python does by default. Either way the texts are the same.
-PAIRS = {"stepwise": ({"n_batch": 1}, {}), "batched": ({}, {"batch_invariant": False})}
+# pyriver's default runs llama.cpp's kernels for whole prompts in steps of n_ubatch tokens, as
+# llama-cpp-python does by default; batch_invariant=True computes every token as a single-token
+# step does, which is llama.cpp with n_batch=1. Either way the texts are the same.
+PAIRS = {"stepwise": ({"n_batch": 1}, {"batch_invariant": True}), "default": ({}, {})}
 
 
 @pytest.mark.parametrize("pair", sorted(PAIRS))
@@ -145,3 +145,25 @@ def test_from_pretrained_offline_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises((ModelFetchError, ImportError)):
         Llama.from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "smollm2-135m-instruct-q4_k_m.gguf")
+
+
+def test_prompt_steps_are_llama_cpps(request):
+    """A prompt longer than a step runs in steps of min(n_batch, n_ubatch) tokens, as llama_cpp's
+    decode splits it: every token's logits bit for bit. Gemma 3 270M, whose repacked K-quant GEMM
+    adds a step's columns in groups of 4 (the rest one by one), so the split shows (control)."""
+    import llama_cpp
+    import numpy as np
+    from helpers import model_path
+    from pyriver import Llama
+    path = model_path(request, "gemma3_270m")
+    text = b"In the beginning there was a river, and the river ran to the sea. " * 6
+    ref = llama_cpp.Llama(path, n_ctx=512, n_batch=256, n_ubatch=30, n_threads=2, logits_all=True, verbose=False)
+    toks = ref.tokenize(text)
+    assert len(toks) > 90
+    ref.eval(toks)
+    want = np.array(ref.scores[:len(toks)])
+    ref.close()
+    with Llama(path, n_ctx=512, n_batch=256, n_ubatch=30, n_threads=2, verbose=False) as llm:
+        assert np.array_equal(llm.decode_logits(toks, logits_all=True), want)
+    with Llama(path, n_ctx=512, n_batch=256, n_threads=2, verbose=False) as llm:
+        assert not np.array_equal(llm.decode_logits(toks, logits_all=True), want)

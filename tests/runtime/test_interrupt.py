@@ -18,7 +18,7 @@ from pyriver import Llama
 
 pytestmark = pytest.mark.slow
 
-RIVER = dict(river="q4_0", exit_threshold=0.975, min_exit_layer=4)
+RIVER = dict(river="q4_0", exit_threshold=0.975, min_exit_layer=4, batch_invariant=True)   # results equal, bit for bit
 LONG = "Rivers carry water from mountains to the sea. " * 30 + "Tell me about rivers."
 CHECK = "Rivers carry water from mountains to the sea. " * 10 + "Name three rivers."
 MSGS = [{"role": "user", "content": "Write a short poem about a river."}]

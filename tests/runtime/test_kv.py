@@ -34,12 +34,12 @@ def test_prefix_reuse_gives_same_text(llm):
 
 
 def test_batch_split_matches_single_batch(smol_path):
-    """A prompt split over several n_batch steps gives the logits of one step, bit for bit (the
-    CPU's steps are batch-invariant)."""
+    """With batch_invariant=True a prompt split over several n_batch steps gives the logits of one
+    step, bit for bit."""
     from pyriver import Llama
     text = b"In the beginning there was a river, and the river ran to the sea. " * 6
-    with Llama(smol_path, n_ctx=512, n_batch=512, verbose=False) as one, \
-            Llama(smol_path, n_ctx=512, n_batch=32, verbose=False) as split:
+    with Llama(smol_path, n_ctx=512, n_batch=512, verbose=False, batch_invariant=True) as one, \
+            Llama(smol_path, n_ctx=512, n_batch=32, verbose=False, batch_invariant=True) as split:
         toks = one.tokenize(text)
         assert len(toks) > 64
         l1 = one.decode_logits(toks, logits_all=True)

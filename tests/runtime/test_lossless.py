@@ -1,6 +1,6 @@
 """Lossless mode, greedy: the river drafts, the backbone verifies, and the output is full depth's
-token for token (the CPU is batch-invariant, so a verify step's rows are the logits single decode
-steps give). Every check here is exact."""
+token for token (with batch_invariant=True, so that a verify step's rows are the logits single
+decode steps give). Every check here is exact."""
 from __future__ import annotations
 
 
@@ -34,7 +34,7 @@ def _greedy(llm, prompt: str, n: int = N_TOKENS):
 
 def _lossless(path, river, tau, min_layer, k, **kw):
     return Llama(path, n_ctx=512, n_threads=2, verbose=False, river=river, exit_threshold=tau,
-                 min_exit_layer=min_layer, lossless=True, draft_max=k, river_force=True, **kw)
+                 min_exit_layer=min_layer, lossless=True, draft_max=k, river_force=True, **{"batch_invariant": True, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,8 @@ def full_depth(request):
 
     def get(model, prompt):
         if (model, prompt) not in cache:
-            with Llama(model_path(request, model), n_ctx=512, n_threads=2, verbose=False, river=None) as full:
+            with Llama(model_path(request, model), n_ctx=512, n_threads=2, verbose=False, river=None,
+                       batch_invariant=True) as full:
                 for p in PROMPTS:
                     cache[(model, p)] = _greedy(full, p)
         return cache[(model, prompt)]
@@ -71,7 +72,7 @@ def test_greedy_tokens_equal_full_depth(request, full_depth, model, river, tau, 
 def test_verify_rows_are_full_depth_rows(smol_path):
     """Every row of every verify step equals a full-depth batched evaluation of the same tokens."""
     with _lossless(smol_path, "q4_0", 0.975, 4, 4) as llm, \
-            Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, river=None) as full:
+            Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, river=None, batch_invariant=True) as full:
         steps = []
         real = llm.eval
 
@@ -127,7 +128,7 @@ def test_context_full_in_the_middle_of_a_draft(request, model):
     outs = []
     for kw in (dict(river=None), dict(river="q4_0", exit_threshold=0.97, min_exit_layer=1, lossless=True,
                                       draft_max=6, river_force=True)):
-        with Llama(path, n_ctx=n_ctx, n_threads=2, verbose=False, **kw) as llm:
+        with Llama(path, n_ctx=n_ctx, n_threads=2, verbose=False, batch_invariant=True, **kw) as llm:
             r = llm(prompt, max_tokens=0, temperature=0, logprobs=1)
             c = r["choices"][0]
             outs.append((c["text"], c["finish_reason"], r["usage"], c["logprobs"]["tokens"]))
@@ -146,7 +147,7 @@ def test_interrupt_at_every_line_of_draft_and_verify(synth_paths, fn):
     from pyriver.lossless import Speculator
     path = synth_paths["gqa_untied"]
     kw = dict(n_ctx=256, n_threads=2, verbose=False, river="q8_0", exit_threshold=0.0, min_exit_layer=1,
-              lossless=True, draft_max=3)
+              lossless=True, draft_max=3, batch_invariant=True)
     with Llama(path, **kw) as fresh:
         start = fresh.tokenize(b"A river is")
         follow = start + _greedy_tokens(fresh, start, 12)

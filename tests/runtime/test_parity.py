@@ -15,9 +15,9 @@ LONG_PROMPT = (TESTS / "data" / "long_prompt.txt").read_text()
 
 
 # Two ways to compute a step of several tokens, each against its llama.cpp reference:
-# - stepwise (batch_invariant=True, the CPU's default): every token as a single-token step computes
+# - stepwise (batch_invariant=True): every token as a single-token step computes
 #   it, so the reference is llama.cpp fed one token per step, and logits must match bit for bit;
-# - batched (batch_invariant=False, the GPU's default): llama.cpp's kernels for many tokens, against
+# - batched (batch_invariant=False, the default): llama.cpp's kernels for many tokens, against
 #   llama.cpp's own batched prompt: top-1 agreement and identical greedy continuations.
 # On a GPU only batched runs (batch invariance re-reads the weights per token there); on the CPU
 # batched runs for the models below.

@@ -21,8 +21,9 @@ N = 20
 
 @pytest.fixture(scope="module")
 def server(smol_path):
+    # batch-invariant: a stream's text is its text alone, whatever its batch-mates
     s = ServerProcess(smol_path, "--parallel", "8", "--ctx", "512", "--threads", "2", "--api-key", KEY,
-                      "--prompt-chunk", "16")
+                      "--prompt-chunk", "16", "--batch-invariant")
     yield s
     s.close()
 
@@ -35,7 +36,7 @@ def client(server):
 @pytest.fixture(scope="module")
 def solo(smol_path):
     """The texts pyriver.Llama gives alone (greedy), by prompt."""
-    with Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, river=None) as llm:
+    with Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, river=None, batch_invariant=True) as llm:
         texts = {p: llm.create_completion(p, max_tokens=N, temperature=0.0)["choices"][0]["text"] for p in PROMPTS}
         msgs = [{"role": "user", "content": "Name three rivers."}]
         texts["chat"] = llm.create_chat_completion(msgs, max_tokens=N, temperature=0.0)["choices"][0]["message"]["content"]
@@ -86,11 +87,14 @@ def test_pyriver_serve_command():
     r = pyriver_cli("serve", "--help")
     assert r.returncode == 0
     for flag in ("--host", "--port", "--parallel", "--river", "--tau", "--api-key", "--batch-rule", "--queue",
-                 "--lossless", "--draft-max", "--not-batch-invariant"):
+                 "--lossless", "--draft-max", "--not-batch-invariant", "--batch-invariant"):
         assert flag in r.stdout
     from pyriver.server import parser, settings
     assert settings(parser().parse_args(["--not-batch-invariant"]))["llama_kwargs"] == {"river": None, "batch_invariant": False}
-    assert "batch_invariant" not in settings(parser().parse_args([]))["llama_kwargs"]
+    assert settings(parser().parse_args(["--batch-invariant"]))["llama_kwargs"] == {"river": None, "batch_invariant": True}
+    assert "batch_invariant" not in settings(parser().parse_args([]))["llama_kwargs"]   # Llama's default: not invariant
+    with pytest.raises(ValueError, match="exclude"):
+        settings(parser().parse_args(["--batch-invariant", "--not-batch-invariant"]))
     bad = pyriver_cli("serve", "--parallel", "0")
     assert bad.returncode == 2 and "--parallel" in bad.stderr
     bad = pyriver_cli("serve", "--lossless")
@@ -284,7 +288,7 @@ def test_lossless_streams_are_full_depth(smol_path, solo):
     the River path (tau 0.9 exits most drafts early) and verifying its own drafts; every text is
     full depth's (river=None) and each response reports its drafts."""
     s = ServerProcess(smol_path, "--parallel", "4", "--ctx", "512", "--threads", "2", "--river", "q4_0",
-                      "--tau", "0.9", "--min-exit-layer", "2", "--lossless", "--draft-max", "3")
+                      "--tau", "0.9", "--min-exit-layer", "2", "--lossless", "--draft-max", "3", "--batch-invariant")
     try:
         out = _four_streams(s)
         assert {p: r.choices[0].text for p, r in out.items()} == {p: solo[p] for p in PROMPTS[:4]}
@@ -301,7 +305,8 @@ def test_load_200_requests_16_clients(smol_path):
     """200 requests from 16 concurrent clients, mixed lengths, every 10th dropped mid-stream: no
     failure that was not asked for, every finished stream's text is its text alone (no lost or
     repeated token), the slots all free at the end, and RSS flat after warm-up."""
-    s = ServerProcess(smol_path, "--parallel", "8", "--ctx", "512", "--threads", "2", "--queue", "256")
+    s = ServerProcess(smol_path, "--parallel", "8", "--ctx", "512", "--threads", "2", "--queue", "256",
+                      "--batch-invariant")
     try:
         lengths = [4, 16, 48]
         ref = {}
