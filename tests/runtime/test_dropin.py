@@ -69,8 +69,9 @@ def test_logprobs_shape_and_values(smol_path):
         # Greedy: the chosen token is the most likely one.
         for chosen, tops in zip(lp["token_logprobs"], lp["top_logprobs"]):
             assert chosen == pytest.approx(max(tops.values()))
-        with pytest.raises(NotImplementedError):
-            llm("x", max_tokens=2, logprobs=2, stream=True)
+        chunks = [c for c in llm("The sky is", max_tokens=6, temperature=0, logprobs=3, stream=True)
+                  if c["choices"][0]["text"]]
+        assert "".join("".join(c["choices"][0]["logprobs"]["tokens"]) for c in chunks) == r["choices"][0]["text"]
 
 
 def test_abandoned_stream_leaves_object_correct(smol_path):

@@ -72,8 +72,10 @@ def test_generation_reaching_context_end_is_length(smol_path):
 
 
 def test_unsupported_parameter(smol_path):
-    with pytest.raises(TypeError, match="does not support: rope_freq_base"):
+    with pytest.raises(ValueError, match="rope_freq_base=1.0 is not supported"):
         Llama(smol_path, rope_freq_base=1.0, verbose=False)
+    with pytest.raises(TypeError, match="unexpected keyword arguments: n_parts"):
+        Llama(smol_path, n_parts=1, verbose=False)
 
 
 def test_bad_context_params(smol_path):

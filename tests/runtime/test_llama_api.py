@@ -285,10 +285,16 @@ def test_raising_callbacks_and_bad_logit_bias_leave_the_object_usable(ours, toke
 
 
 @pytest.mark.parametrize("mode", [1, 2])
-def test_mirostat_is_seeded_and_adapts(ours, mode):
-    outs = [ours.create_completion(PROMPT, max_tokens=8, temperature=0.8, mirostat_mode=mode, seed=3)["choices"][0]["text"]
-            for _ in range(2)]
-    assert outs[0] == outs[1] and outs[0]
+def test_mirostat_is_seeded_and_follows_its_target(ours, mode):
+    """A tiny target surprise (tau) keeps only the top token: greedy; a large one samples."""
+    def run(tau, seed):
+        return ours.create_completion(PROMPT, max_tokens=8, temperature=0.8, mirostat_mode=mode,
+                                      mirostat_tau=tau, seed=seed)["choices"][0]["text"]
+    greedy = ours.create_completion(PROMPT, max_tokens=8, temperature=0.0)["choices"][0]["text"]
+    assert run(0.1, 1) == run(0.1, 2) == greedy
+    wide = [run(12.0, s) for s in (1, 2, 3)]
+    assert wide == [run(12.0, s) for s in (1, 2, 3)]   # seeded
+    assert any(w != greedy for w in wide)
     with pytest.raises(ValueError, match="mirostat_mode"):
         ours.create_completion(PROMPT, max_tokens=2, mirostat_mode=3)
 
