@@ -114,6 +114,11 @@ def test_exact_cached_prompt_is_sampled_without_reset(ours, tokens, expected):
     calls = []
     ours.reset = lambda: calls.append(1)   # llama_cpp's test tracks reset the same way
     try:
+        version = ours._version
+        gen = ours.generate(tokens, temp=0.0)
+        assert next(gen) == expected[0]
+        assert ours._version == version   # sampled from the live logits: nothing ran again
+        gen.close()
         assert _gen(ours, tokens) == expected
     finally:
         del ours.reset

@@ -74,7 +74,7 @@ def test_verify_rows_are_full_depth_rows(smol_path):
     with _lossless(smol_path, "q4_0", 0.975, 4, 4) as llm, \
             Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, river=None, batch_invariant=True) as full:
         steps = []
-        real = llm.eval
+        real = llm.decode_logits
 
         def recording(tokens, logits_all=False, prompt=False):
             before = llm._input_ids.tolist()
@@ -82,7 +82,7 @@ def test_verify_rows_are_full_depth_rows(smol_path):
             if logits_all:
                 steps.append((before, list(tokens), rows))
             return rows
-        llm.eval = recording
+        llm.decode_logits = recording
         llm(PROMPTS[2], max_tokens=40, temperature=0)
         assert sum(len(t) > 1 for _, t, _ in steps) >= 3
         for before, toks, rows in steps:
