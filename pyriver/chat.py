@@ -6,7 +6,10 @@ from datetime import datetime
 from typing import Dict, Iterator, List, Optional
 
 import jinja2
+from llama_cpp.llama_chat_format import _convert_text_completion_logprobs_to_chat
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from . import toolcall
 
 
 # Used when a GGUF carries no template: ChatML, which SmolLM2 and many small models use.
@@ -22,6 +25,7 @@ class ChatTemplate:
     def __init__(self, source: str, bos_token: str, eos_token: str):
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader())
         self.template = env.from_string(source)
+        self.source = source   # what pyriver.toolcall reads the tool-call syntax from
         self.bos_token, self.eos_token = bos_token, eos_token
 
     def render(self, messages: List[Dict], add_generation_prompt: bool = True, **extra) -> str:
@@ -40,11 +44,12 @@ def template_for(llama) -> ChatTemplate:
     return ChatTemplate(src, bos, eos)
 
 
-def chat_dict(cid: str, created: int, model: str, text: str, finish: Optional[str], usage: dict) -> dict:
+def chat_dict(cid: str, created: int, model: str, text: str, finish: Optional[str], usage: dict,
+              tools: Optional[toolcall.ToolPlan] = None) -> dict:
+    msg, finish = toolcall.message(text, finish, tools)
     return {
         "id": cid, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                     "finish_reason": finish}],
+        "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": finish}],
         "usage": usage,
     }
 
@@ -56,15 +61,29 @@ def chunk_dict(cid: str, created: int, model: str, delta: dict, finish: Optional
     }
 
 
-def chat_stream(cid: str, created: int, model: str, completion_chunks: Iterator[dict]) -> Iterator[dict]:
-    from llama_cpp.llama_chat_format import _convert_text_completion_logprobs_to_chat
+def chat_stream(cid: str, created: int, model: str, completion_chunks: Iterator[dict],
+                tools: Optional[toolcall.ToolPlan] = None) -> Iterator[dict]:
     yield role_chunk(cid, created, model)
+    ds = toolcall.DeltaStream(tools)
     for ch in completion_chunks:
         c = ch["choices"][0]
-        chunks = delta_chunks(cid, created, model, c["text"], c["finish_reason"])
+        chunks = tool_delta_chunks(ds, cid, created, model, c["text"], c["finish_reason"])
         if c.get("logprobs") and chunks:   # llama_cpp's chat shape of the chunk's token logprobs
             chunks[0]["choices"][0]["logprobs"] = _convert_text_completion_logprobs_to_chat(c["logprobs"])
         yield from chunks
+
+
+def tool_delta_chunks(ds: toolcall.DeltaStream, cid: str, created: int, model: str, text: str,
+                      finish: Optional[str]) -> List[dict]:
+    """delta_chunks when tool calls may come: content until a call may begin, the calls at the end."""
+    deltas = ds.feed(text)
+    if finish:
+        more, finish = ds.finish(finish)
+        deltas += more
+    out = [chunk_dict(cid, created, model, d, None) for d in deltas]
+    if finish:
+        out.append(chunk_dict(cid, created, model, {}, finish))
+    return out
 
 
 def role_chunk(cid: str, created: int, model: str) -> dict:

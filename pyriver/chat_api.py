@@ -7,16 +7,18 @@ from llama_cpp.llama_chat_format import _convert_text_completion_logprobs_to_cha
 
 from . import chat
 from . import completion as C
+from .structured import ChatPlan
 
 
 class ChatMixin:
     # -- chat -------------------------------------------------------------------------------
-    def chat_tokens(self, messages: List[Dict]) -> List[int]:
+    def chat_tokens(self, messages: List[Dict], **extra) -> List[int]:
         """The prompt of a chat, rendered by the GGUF's template (compiled once per Llama) with
-        the generation prompt; special tokens are parsed and BOS comes from the template itself."""
+        the generation prompt; special tokens are parsed and BOS comes from the template itself.
+        extra: more template variables (tools)."""
         if self._template is None:
             self._template = chat.template_for(self)
-        prompt = self._template.render(messages, add_generation_prompt=True)
+        prompt = self._template.render(messages, add_generation_prompt=True, **extra)
         return self.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
 
     def chat_stops(self, stop: Optional[Union[str, List[str]]]) -> List[str]:
@@ -37,7 +39,8 @@ class ChatMixin:
                                repeat_penalty: float = 1.0, tfs_z: float = 1.0, mirostat_mode: int = 0,
                                mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: Optional[str] = None,
                                logits_processor=None, grammar=None, logit_bias=None,
-                               logprobs: Optional[bool] = None, top_logprobs: Optional[int] = None):
+                               logprobs: Optional[bool] = None, top_logprobs: Optional[int] = None,
+                               parallel_tool_calls: Optional[bool] = None):
         """llama-cpp-python's create_chat_completion (its arguments and defaults). The prompt is
         the GGUF's template (chat_format None or "gguf"), or llama_cpp's own formatter or handler
         for chat_format="chatml", "llama-3", ... or a chat_handler."""
@@ -52,20 +55,27 @@ class ChatMixin:
                            tools=tools, tool_choice=tool_choice, stream=stream, stop=stop,
                            response_format=response_format, max_tokens=max_tokens, logprobs=logprobs,
                            top_logprobs=top_logprobs, **args)
-        for name, v in (("functions", functions), ("function_call", function_call), ("tools", tools),
-                        ("tool_choice", tool_choice), ("response_format", response_format)):
-            if v is not None:
-                raise NotImplementedError(f"{name} is not supported by this build of pyriver")
-        tokens = self.chat_tokens(messages)
+        if self._template is None:
+            self._template = chat.template_for(self)
+        if functions is not None and tools is None:   # llama_cpp's legacy functions are tools
+            tools = [{"type": "function", "function": f} for f in functions]
+        if function_call is not None and tool_choice is None:
+            tool_choice = (function_call if isinstance(function_call, str)
+                           else {"type": "function", "function": {"name": function_call["name"]}})
+        # response_format / grammar / tools: pyriver.structured and pyriver.toolcall
+        plan = ChatPlan(self._template.source, messages, response_format, grammar, None, tools, tool_choice,
+                        parallel_tool_calls)
+        args["grammar"] = plan.grammar
+        tokens = self.chat_tokens(plan.messages, **plan.extra)
         stops = self.chat_stops(stop)
         cid, created = C.new_id("chatcmpl"), C.now()
         res = self.create_completion(tokens, stop=stops, max_tokens=max_tokens, stream=stream,
                                      logprobs=(top_logprobs or 0) if logprobs else None, **args)
         name = model if model is not None else self.model_path
         if stream:
-            return chat.chat_stream(cid, created, name, res)
+            return chat.chat_stream(cid, created, name, res, plan.tools)
         c = res["choices"][0]
-        out = chat.chat_dict(cid, created, name, c["text"], c["finish_reason"], res["usage"])
+        out = chat.chat_dict(cid, created, name, c["text"], c["finish_reason"], res["usage"], plan.tools)
         out["choices"][0]["logprobs"] = _convert_text_completion_logprobs_to_chat(c["logprobs"])
         return out
 

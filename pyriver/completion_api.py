@@ -12,6 +12,7 @@ from llama_cpp.llama import LogitsProcessorList
 from . import completion as C
 from .ctor_args import rng_seed
 from .errors import ContextFullError
+from .grammar import constrain
 from .logprobs import as_dict as logprobs_dict
 from .logprobs import merge, prompt_logprobs
 from .lossless import stats as lossless_stats
@@ -69,12 +70,13 @@ class CompletionMixin:
             procs.append(logit_bias_processor(logit_bias, self.n_vocab()))
         chain = self._chain(top_k, top_p, min_p, typical_p, temperature, repeat_penalty, frequency_penalty,
                             presence_penalty, mirostat_mode, mirostat_tau, mirostat_eta,
-                            LogitsProcessorList(procs) if procs else None, grammar)
+                            LogitsProcessorList(procs) if procs else None)
         chain.skip = len(prompt_tokens)
         self._cache_lookup(prompt_tokens)
         # llama_cpp's seeds: the call's, else one drawn from the last (a seeded Llama repeats its runs)
         self.set_seed(seed if seed is not None else random.Random(self._seed).randint(0, 2 ** 32))
         chain.rng = np.random.default_rng(rng_seed(self._seed))
+        chain = constrain(chain, self.vocab, grammar, len(prompt_tokens))   # grammar: pyriver.grammar
         if max_tokens is None or max_tokens <= 0:
             max_tokens = self._n_ctx - len(prompt_tokens)
         stops = [stop] if isinstance(stop, str) else list(stop or [])

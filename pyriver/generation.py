@@ -100,7 +100,8 @@ class GenerationMixin:
         step_kind = self._step_kind()
         want = lambda i: self.PROMPT_LIKE if i < n_prompt else step_kind   # noqa: E731
         n = 0
-        limit = min(len(tokens), len(self._tokens)) - need_logits   # keep >= 1 token to recompute logits
+        # keep >= 1 token to run for the logits, as llama_cpp does: the last one when all are cached
+        limit = min(len(tokens) - need_logits, len(self._tokens))
         while n < limit and self._tokens[n] == tokens[n] and self._kinds[n] == want(n):
             n += 1
         self._truncate(n)

@@ -13,6 +13,7 @@ from llama_cpp.llama_tokenizer import BaseLlamaTokenizer
 
 from .ctor_args import rng_seed
 from .errors import ContextFullError
+from .grammar import constrain
 from .sampling import SamplingParams
 from .sampling_chain import ChainSampler
 
@@ -123,14 +124,15 @@ class LlamaCppMixin:
 
     def _chain(self, top_k=40, top_p=0.95, min_p=0.05, typical_p=1.0, temp=0.80, repeat_penalty=1.0,
                frequency_penalty=0.0, presence_penalty=0.0, mirostat_mode=0, mirostat_tau=5.0,
-               mirostat_eta=0.1, logits_processor=None, grammar=None, **_ignored) -> ChainSampler:
-        if grammar is not None:
-            raise NotImplementedError("grammar= is not supported by this build of pyriver")
+               mirostat_eta=0.1, logits_processor=None, grammar=None, **_ignored):
+        """llama_cpp's sampler chain (a ChainSampler), under grammar when given (pyriver.grammar;
+        its history is the chain's own draws, as llama.cpp's grammar sampler accepts them)."""
         params = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                                 repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                                 presence_penalty=presence_penalty, penalty_last_n=self.last_n_tokens_size)
-        return ChainSampler(params, rng_seed(self._seed), mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-                            mirostat_eta=mirostat_eta, logits_processor=logits_processor, n_vocab=self.n_vocab())
+        chain = ChainSampler(params, rng_seed(self._seed), mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
+                             mirostat_eta=mirostat_eta, logits_processor=logits_processor, n_vocab=self.n_vocab())
+        return constrain(chain, self.vocab, grammar, 0)
 
     def _logits_at(self, idx: Optional[int]) -> np.ndarray:
         n = self.n_tokens

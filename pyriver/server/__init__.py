@@ -33,6 +33,7 @@ def parser() -> argparse.ArgumentParser:
                    help="llama.cpp's multi-token kernels, as llama-server runs them (the default)")
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
     p.add_argument("--alias", default=None, help="the model name /v1/models reports (default: the file name)")
+    p.add_argument("--no-webui", action="store_true", help="do not serve the chat page at /")
     p.add_argument("--verbose", action="store_true")
     return p
 
@@ -55,7 +56,7 @@ def settings(a: argparse.Namespace) -> dict:
         kw["batch_invariant"] = bool(a.batch_invariant)
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
                 prompt_chunk=a.prompt_chunk, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
-                verbose=a.verbose, llama_kwargs=kw)
+                verbose=a.verbose, webui=not a.no_webui, llama_kwargs=kw)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

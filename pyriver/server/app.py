@@ -19,12 +19,17 @@ from starlette.routing import Route
 from .. import chat
 from .. import completion as C
 from ..errors import ContextFullError
+from ..grammar import GrammarError, constrain
 from ..logprobs import as_dict as logprobs_dict
 from ..sampling import Sampler
+from ..structured import ChatPlan, request_grammar
+from ..toolcall import DeltaStream, ToolError
 from .inbox import Inbox
 from .metrics import Metrics
+from .river_tokens import TokenExits
 from .scheduler import QueueFull, Request, Scheduler
 from .schema import CHAT, COMPLETION, APIError, parse
+from .webui import webui_routes
 
 
 class Server:
@@ -88,10 +93,16 @@ class Server:
                            f"(at least one more is needed to generate)", param="prompt", code="context_length_exceeded")
         return toks
 
-    def submit(self, f: Dict, toks: List[int], logprobs: Optional[int]) -> Request:
+    def sampler(self, f: Dict, toks: List[int], grammar) -> Sampler:
+        """The request's sampler, under its grammar (parsed and checked here: run it off the event loop)."""
+        try:
+            return constrain(Sampler(f["sampling"], f["seed"]), self.llm.vocab, grammar, len(toks))
+        except GrammarError as e:
+            raise APIError(400, str(e), param="grammar", code="invalid_grammar") from None
+
+    def submit(self, f: Dict, toks: List[int], logprobs: Optional[int], sampler: Sampler) -> Request:
         max_tokens = f["max_tokens"] or self.sched.n_ctx - len(toks)
-        r = Request(prompt=toks, sampler=Sampler(f["sampling"], f["seed"]), max_tokens=max_tokens, logprobs=logprobs,
-                    out=self.inbox.out())
+        r = Request(prompt=toks, sampler=sampler, max_tokens=max_tokens, logprobs=logprobs, out=self.inbox.out())
         try:
             self.sched.submit(r)
         except QueueFull as e:
@@ -111,9 +122,11 @@ class Events:
         self.r = r
         self.text = C.TextStream([s.encode("utf-8") for s in stops if s])
         self.done = False
+        self.n_tokens = 0   # token items read (river_tokens counts on it)
 
     def feed(self, item: tuple) -> List[Tuple[str, Optional[str]]]:
         if item[0] == "token":
+            self.n_tokens += 1
             text, stopped = self.text.feed(item[2])
             if stopped:
                 self.done = True
@@ -122,14 +135,16 @@ class Events:
             return [(text, None)] if text else []
         self.done = True
         reason = item[1]
+        if reason.startswith("error: grammar: "):   # the request's grammar allowed no token
+            raise APIError(400, reason[len("error: grammar: "):], param="grammar", code="grammar_dead_end")
         if reason.startswith("error"):
             raise RuntimeError(reason)
         rest = self.text.finish()
         return ([(rest, None)] if rest else []) + [("", "stop" if reason == "stop" else "length")]
 
 
-async def events(r: Request, stops: List[str]) -> AsyncIterator[Tuple[str, Optional[str]]]:
-    ev = Events(r, stops)
+async def events(r: Request, stops: List[str], ev: Optional[Events] = None) -> AsyncIterator[Tuple[str, Optional[str]]]:
+    ev = ev or Events(r, stops)
     while not ev.done:
         for pair in ev.feed(await r.out.get()):
             yield pair
@@ -146,6 +161,8 @@ def _sse(chunks: AsyncIterator[dict], r: Request) -> StreamingResponse:
             async for ch in chunks:
                 yield f"data: {json.dumps(ch)}\n\n"
             yield "data: [DONE]\n\n"
+        except APIError as e:   # after the headers went out: the error as an event, as llama-server sends it
+            yield f"data: {json.dumps(e.body())}\n\n"
         finally:   # the client went away (or the stream ended): the slot frees at the next step
             r.cancel()
     return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
@@ -162,6 +179,8 @@ def build_app(srv: Server) -> Starlette:
             return _error(e)
         except ContextFullError as e:
             return _error(APIError(400, str(e), code="context_length_exceeded"))
+        except (GrammarError, ToolError) as e:
+            return _error(APIError(400, str(e), code="invalid_request"))
 
     async def completions(req: HTTPRequest):
         return await guarded(req, _completions)
@@ -172,7 +191,8 @@ def build_app(srv: Server) -> Starlette:
         p = f["prompt"]
         p = p[0] if isinstance(p, list) and isinstance(p[0], str) else p
         toks = srv.prompt_tokens(await run_in_threadpool(_tokenize, srv, p) if isinstance(p, str) else list(p))
-        r = srv.submit(f, toks, f["logprobs"])
+        grammar = request_grammar(f["response_format"], f["grammar"], f["json_schema"])
+        r = srv.submit(f, toks, f["logprobs"], await run_in_threadpool(srv.sampler, f, toks, grammar))
         cid, created, model = C.new_id("cmpl"), C.now(), srv.model_id
         if f["stream"]:
             return _sse(_completion_chunks(srv, r, f, cid, created, model), r)
@@ -189,18 +209,19 @@ def build_app(srv: Server) -> Starlette:
     async def _chat(req: HTTPRequest):
         f = parse(await req.body(), CHAT, "messages")
         srv.check_model(f["model"])
+        plan = await run_in_threadpool(_chat_plan, srv, f)
         try:
-            toks = await run_in_threadpool(_chat_tokens, srv, f["messages"])
+            toks = await run_in_threadpool(_chat_tokens, srv, plan)
         except ValueError as e:
             raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
         srv.prompt_tokens(toks)
-        r = srv.submit(f, toks, None)
+        r = srv.submit(f, toks, None, await run_in_threadpool(srv.sampler, f, toks, plan.grammar))
         stops = srv.llm.chat_stops(f["stops"])
         cid, created, model = C.new_id("chatcmpl"), C.now(), srv.model_id
         if f["stream"]:
-            return _sse(_chat_chunks(srv, r, f, stops, cid, created, model), r)
+            return _sse(_chat_chunks(srv, r, f, stops, cid, created, model, plan), r)
         text, finish = await _collect(r, stops)
-        d = chat.chat_dict(cid, created, model, text, finish, _usage(r))
+        d = chat.chat_dict(cid, created, model, text, finish, _usage(r), plan.tools)
         d["river"] = srv.river(r)
         return JSONResponse(d)
 
@@ -226,7 +247,7 @@ def build_app(srv: Server) -> Starlette:
               Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/v1/models", models, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
-              Route("/metrics", metrics, methods=["GET"])]
+              Route("/metrics", metrics, methods=["GET"])] + webui_routes(srv, guarded)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -245,9 +266,15 @@ def _tokenize(srv: Server, text: str) -> List[int]:
         return srv.llm.tokenize(text.encode("utf-8"), add_bos=True, special=True) if text else [srv.llm.token_bos()]
 
 
-def _chat_tokens(srv: Server, messages: List[Dict]) -> List[int]:
+def _chat_plan(srv: Server, f: Dict) -> ChatPlan:
+    """The request's messages, template variables, grammar and tools (pyriver.structured)."""
+    return ChatPlan(srv.llm._template.source, f["messages"], f["response_format"], f["grammar"], f["json_schema"],
+                    f["tools"], f["tool_choice"], f["parallel_tool_calls"])
+
+
+def _chat_tokens(srv: Server, plan: ChatPlan) -> List[int]:
     with srv.sched.vocab_lock:
-        return srv.llm.chat_tokens(messages)
+        return srv.llm.chat_tokens(plan.messages, **plan.extra)
 
 
 async def _collect(r: Request, stops: List[str]):
@@ -271,9 +298,12 @@ def _usage_chunk(d: dict, r: Request) -> dict:
 
 async def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created: int,
                              model: str) -> AsyncIterator[dict]:
-    async for text, fin in events(r, f["stops"]):
+    ev = Events(r, f["stops"])
+    tags = TokenExits.make(srv, r, ev, f["river_tokens"])
+    async for text, fin in events(r, f["stops"], ev):
         if text:
-            yield C.completion_dict(cid, created, model, text, None, None)
+            ch = C.completion_dict(cid, created, model, text, None, None)
+            yield tags.attach(ch) if tags else ch
         if fin:
             yield dict(C.completion_dict(cid, created, model, "", fin, None), river=srv.river(r))
     if f["include_usage"]:
@@ -281,12 +311,15 @@ async def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created
 
 
 async def _chat_chunks(srv: Server, r: Request, f: Dict, stops: List[str], cid: str, created: int,
-                       model: str) -> AsyncIterator[dict]:
+                       model: str, plan: ChatPlan) -> AsyncIterator[dict]:
     last = chat.role_chunk(cid, created, model)
-    async for text, fin in events(r, stops):
-        for ch in chat.delta_chunks(cid, created, model, text, fin):
+    ds = DeltaStream(plan.tools)   # content, or tool calls parsed at the end
+    ev = Events(r, stops)
+    tags = TokenExits.make(srv, r, ev, f["river_tokens"])
+    async for text, fin in events(r, stops, ev):
+        for ch in chat.tool_delta_chunks(ds, cid, created, model, text, fin):
             yield last
-            last = ch
+            last = tags.attach(ch) if tags else ch
     last["river"] = srv.river(r)
     yield last
     if f["include_usage"]:

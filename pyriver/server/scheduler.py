@@ -18,6 +18,7 @@ from typing import List, Optional
 
 from .. import lossless
 from ..batch import BatchDecoder, Feed
+from ..grammar import GrammarError
 from ..logprobs import entry as logprob_entry
 from ..sampling import Sampler
 
@@ -275,7 +276,12 @@ class Scheduler:
             self.metrics.step(n_decode, dt)
 
     def _sample(self, s: Slot, logits) -> None:
-        self._emit(s, s.req.sampler.sample(logits, s.history), logits)
+        try:
+            tok = s.req.sampler.sample(logits, s.history)
+        except GrammarError as e:   # this request's grammar reached a dead end: it alone ends
+            self._finish(s, f"error: grammar: {e}")
+            return
+        self._emit(s, tok, logits)
 
     def _emit(self, s: Slot, tok: int, logits) -> None:
         """Hands token tok (chosen from logits) to the request, or ends it."""

@@ -36,9 +36,8 @@ def _prompt(v):
         (isinstance(v, list) and len(v) == 1 and isinstance(v[0], str))
 
 
-def _messages(v):
-    return isinstance(v, list) and len(v) > 0 and all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content", ""), str) for m in v)
+def _messages(v):   # content (text, text parts, null with tool_calls) is checked by pyriver.toolcall
+    return isinstance(v, list) and len(v) > 0 and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in v)
 
 
 # name: (check, what it must be, default). Fields the API has that change nothing here (user, n=1 ...) pass.
@@ -60,13 +59,21 @@ _COMMON = {
     "stream_options": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("include_usage", False), bool)),
                        "an object {include_usage: boolean}", None),
     "n": (lambda v: v is None or v == 1, "1 (one choice per request)", 1),
+    # structured output (pyriver.structured): OpenAI's response_format, llama.cpp server's grammar and json_schema
+    "response_format": (lambda v: isinstance(v, dict), "an object {type: text | json_object | json_schema}", None),
+    "grammar": (lambda v: isinstance(v, str), "a string (GBNF)", None),
+    "json_schema": (lambda v: isinstance(v, (dict, bool)), "a JSON schema (an object)", None),
+    "river_tokens": (lambda v: isinstance(v, bool), "a boolean", False),   # pyriver: exits per token (river_tokens.py)
 }
 COMPLETION = dict(_COMMON, prompt=(_prompt, "a string or a list of token ids", None),
                   logprobs=(lambda v: v is None or (_int(v) and v >= 0), "an integer >= 0", None),
                   echo=(lambda v: v is False, "false (echo is not supported)", False))
 CHAT = dict(_COMMON, messages=(_messages, "a list of {role, content} objects", None),
             logprobs=(lambda v: v is None or isinstance(v, bool), "a boolean", False),
-            top_logprobs=(lambda v: v is None or (_int(v) and 0 <= v <= 20), "an integer in [0, 20]", None))
+            top_logprobs=(lambda v: v is None or (_int(v) and 0 <= v <= 20), "an integer in [0, 20]", None),
+            tools=(lambda v: isinstance(v, list), "a list of tools", None),
+            tool_choice=(lambda v: isinstance(v, (str, dict)), "'none', 'auto', 'required' or a named function", None),
+            parallel_tool_calls=(lambda v: isinstance(v, bool), "a boolean", None))
 
 
 def parse(raw: bytes, fields: Dict, required: str) -> Dict[str, Any]:

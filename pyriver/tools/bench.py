@@ -60,14 +60,13 @@ def parser() -> argparse.ArgumentParser:
                         "default, kept for old command lines)")
     b.add_argument("--batch-invariant", action="store_true",
                    help="also pyriver with batch_invariant=True (one-token products): the cost of batch invariance; "
-                        "serve: also pyriver's server with --batch-invariant")
+                        "serve: also pyriver's server with --batch-invariant; lossless: verify batch-invariantly")
     b.add_argument("--lossless", action="store_true", help="lossless mode vs full depth, lossy River and llama.cpp, "
                    "in one process on chat answers (--tau, --draft-max, --prompts)")
     b.add_argument("--draft-max", type=int, nargs="+", default=None, help="lossless: longest drafts to run (default 2 4)")
     b.add_argument("--prompts", type=int, default=6, help="lossless: chat prompts per repeat")
     b.add_argument("--not-batch-invariant", action="store_true",
-                   help="lossless: pyriver with batch_invariant=False (llama.cpp's multi-token kernels verify; not bit-exact); "
-                   "serve: also pyriver's server with --not-batch-invariant (the default)")
+                   help="serve: also pyriver's server with --not-batch-invariant (the default; lossless: the default too)")
     b.add_argument("--serve", action="store_true", help="servers under 1/2/4/8 concurrent streams: pyriver's (River "
                    "off, and on under each --batch-rules with --river) and, with --competitor, llama-cpp-python's and "
                    "llama.cpp's llama-server (built once into the cache)")

@@ -39,7 +39,7 @@ def main(a) -> int:
     path = str(models.resolve(a.model, progress=True))
     llm = Llama(path, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
                 river=a.river or DEFAULT_RIVER, river_force=a.river_force, exit_threshold=2.0,
-                batch_invariant=False if a.not_batch_invariant else None, **device_kwargs(a))
+                batch_invariant=True if getattr(a, "batch_invariant", False) else None, **device_kwargs(a))
     ref = _llama_cpp(a, path)
     settings = _settings(a)
     prompts = [{"prompt": p, "chat": True} for _, p in PROMPTS[:a.prompts]]

@@ -13,8 +13,10 @@ pytestmark = pytest.mark.slow
 
 def test_context_full_with_river_is_length_then_reusable(smol_path):
     """Filling the whole cache (with exits writing K/V through river blocks) ends as 'length' at
-    exactly n_ctx, the next generation past it is refused cleanly, and repeats are identical."""
-    with Llama(smol_path, n_ctx=48, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.975) as llm:
+    exactly n_ctx, the next generation past it is refused cleanly, and repeats are identical
+    (batch-invariant: by default a repeat runs its last prompt token alone, as llama_cpp does)."""
+    with Llama(smol_path, n_ctx=48, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.975,
+               batch_invariant=True) as llm:
         outs = []
         for _ in range(3):
             out = llm("Count from one to one hundred: one, two,", max_tokens=-1, temperature=0)

@@ -1,0 +1,120 @@
+"""pyriver.toolcall on literal model outputs: each template family's tool-call syntax becomes
+OpenAI tool_calls, text without calls stays content, streamed text is held only where a call may
+start; request checks and the forcing grammar (llama.cpp's parser must accept it)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pyriver import toolcall as T
+from pyriver.structured import request_grammar, response_format_grammar
+from pyriver.grammar import GrammarError
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}]
+
+
+def _plan(syntax_src="<tool_call>", choice="auto", parallel=None):
+    return T.plan(TOOLS, choice, parallel, syntax_src)
+
+
+def _names_args(calls):
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+
+
+@pytest.mark.parametrize("text,src,content,want", [
+    # Qwen 2.5 / Hermes, two parallel calls after some text
+    ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+     '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>', "<tool_call>", "Let me check.",
+     [("get_weather", {"city": "Paris"}), ("get_time", {})]),
+    # Llama 3.x: the JSON alone, "parameters"
+    ('{"name": "get_weather", "parameters": {"city": "Oslo"}}', "<|start_header_id|>ipython", None,
+     [("get_weather", {"city": "Oslo"})]),
+    ('<|python_tag|>{"name": "get_time", "parameters": {}}', "<|start_header_id|>ipython", None, [("get_time", {})]),
+    # Mistral
+    ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Rome"}}, {"name": "get_time", "arguments": {}}]',
+     "[TOOL_CALLS]", None, [("get_weather", {"city": "Rome"}), ("get_time", {})]),
+    # Qwen2.5-Coder with tools: the call in a code fence
+    ('```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```', "<tool_call>", None,
+     [("get_weather", {"city": "Paris"})]),
+    # generic fallback: a bare JSON call; arguments given as a JSON string
+    ('{"name": "get_weather", "arguments": "{\\"city\\": \\"Lima\\"}"}', "", None, [("get_weather", {"city": "Lima"})]),
+])
+def test_parse_families(text, src, content, want):
+    got_content, calls = T.parse(text, _plan(src))
+    assert got_content == content
+    assert _names_args(calls) == want
+    assert all(c["id"].startswith("call_") and c["type"] == "function" for c in calls)
+    assert len({c["id"] for c in calls}) == len(calls)
+
+
+@pytest.mark.parametrize("text", ["The weather is nice.", '{"name": "unknown_fn", "arguments": {}}',
+                                  '{"city": "Paris"}', "<tool_call>\nnot json\n</tool_call>"])
+def test_no_call_is_content(text):
+    content, calls = T.parse(text, _plan())
+    assert calls == [] and content == text
+    msg, finish = T.message(text, "stop", _plan())
+    assert msg == {"role": "assistant", "content": text} and finish == "stop"
+
+
+def test_parallel_false_keeps_one_call():
+    text = ('<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>')
+    assert len(T.parse(text, _plan(parallel=False))[1]) == 1
+    assert len(T.parse(text, _plan())[1]) == 2
+
+
+def test_stream_holds_only_calls():
+    ds = T.DeltaStream(_plan())
+    deltas = []
+    for piece in ["It is ", "sunny. <tool", "_call>\n{\"name\": \"get_time\", ", "\"arguments\": {}}\n</tool_call>"]:
+        deltas += ds.feed(piece)
+    assert "".join(d["content"] for d in deltas) == "It is sunny. "
+    more, finish = ds.finish("stop")
+    assert finish == "tool_calls" and _names_args([more[0]["tool_calls"][0]]) == [("get_time", {})]
+    assert more[0]["tool_calls"][0]["index"] == 0
+    ds = T.DeltaStream(_plan())
+    assert ds.feed("No call <tool") == [{"content": "No call "}]
+    assert ds.feed("s here") == [{"content": "<tools here"}]
+    assert ds.finish("stop") == ([], "stop")
+
+
+def test_plan_checks():
+    assert T.plan(None, None, None, "") is None and T.plan(TOOLS, "none", None, "") is None
+    for bad in ({"type": "function", "function": {"name": "nope"}}, "sometimes", {"type": "x"}):
+        with pytest.raises(T.ToolError):
+            T.plan(TOOLS, bad, None, "")
+    with pytest.raises(T.ToolError):
+        T.plan([{"function": {}}], "auto", None, "")
+    with pytest.raises(T.ToolError):
+        T.plan(None, "required", None, "")
+
+
+def test_messages_normalized():
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "noon"}]
+    known = T.normalize_messages(msgs, True)
+    assert known[0]["content"] == "ab" and known[1]["content"] == "" and known[1]["tool_calls"][0]["function"][
+        "arguments"] == {} and known[2]["role"] == "tool"
+    plain = T.normalize_messages(msgs, False)
+    assert "<tool_call>" in plain[1]["content"] and "tool_calls" not in plain[1]
+    assert plain[2] == {"role": "user", "content": "<tool_response>\nnoon\n</tool_response>"}
+    with pytest.raises(T.ToolError, match="image_url"):
+        T.normalize_messages([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}], True)
+
+
+def test_response_format_rules():
+    assert response_format_grammar({"type": "text"}) is None
+    assert "root" in response_format_grammar({"type": "json_object"})
+    g = response_format_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"enum": ["p", "q"]}}, "required": ["a"]}}})
+    assert '\\"p\\"' in g
+    for bad in ({"type": "xml"}, {"type": "json_schema"}, "json", {"type": "json_object", "schema": 3}):
+        with pytest.raises(GrammarError):
+            response_format_grammar(bad)
+    with pytest.raises(GrammarError, match="one of"):
+        request_grammar({"type": "json_object"}, 'root ::= "a"')
