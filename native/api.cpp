@@ -268,6 +268,27 @@ pr_status pr_kv_clear(pr_context * ctx) {
     });
 }
 
+pr_status pr_state_size(const pr_context * ctx, size_t * size) {
+    return guarded([&] {
+        if (!ctx || !size) pr::fail(PR_ERR_INVALID_ARG, "ctx or size is NULL");
+        *size = pr::state_size(*ctx->c);
+    });
+}
+
+pr_status pr_state_get(pr_context * ctx, uint8_t * buf, size_t buf_size, size_t * written) {
+    return guarded([&] {
+        if (!ctx || !buf || !written) pr::fail(PR_ERR_INVALID_ARG, "ctx, buf or written is NULL");
+        *written = pr::state_get(*ctx->c, buf, buf_size);
+    });
+}
+
+pr_status pr_state_set(pr_context * ctx, const uint8_t * buf, size_t size) {
+    return guarded([&] {
+        if (!ctx || !buf) pr::fail(PR_ERR_INVALID_ARG, "ctx or buf is NULL");
+        pr::state_set(*ctx->c, buf, size);
+    });
+}
+
 pr_status pr_decode_batch(pr_context * ctx, const int32_t * tokens, const int32_t * seq, const int32_t * pos,
                           const int32_t * logits, const int32_t * prompt, int32_t n) {
     return guarded([&] {

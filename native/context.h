@@ -120,4 +120,10 @@ std::vector<float> lane_similarities(const built_graph & g, size_t i);
 std::vector<float> read_tensor(ggml_tensor * t);   // an F32 tensor on the host
 void check_tokens(const model & m, const int32_t * tokens, int n);   // ids in the vocabulary
 
+// A saved KV cache of sequence 0 (state.cpp): its size, a copy of it, and putting one back
+// (checked against this context first: model, n_ctx, KV layout, length).
+size_t state_size(const context & c);
+size_t state_get(context & c, uint8_t * buf, size_t size);
+void state_set(context & c, const uint8_t * buf, size_t size);
+
 } // namespace pr

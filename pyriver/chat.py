@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Dict, Iterator, List, Optional
 
 import jinja2
+from llama_cpp.llama_chat_format import _convert_text_completion_logprobs_to_chat
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from . import toolcall
@@ -38,7 +39,7 @@ class ChatTemplate:
 
 
 def template_for(llama) -> ChatTemplate:
-    src = llama.metadata("tokenizer.chat_template") or CHATML
+    src = llama.metadata.get("tokenizer.chat_template") or CHATML
     bos = llama.vocab.token_text(llama.token_bos()) if llama.token_bos() >= 0 else ""
     eos = llama.vocab.token_text(llama.token_eos()) if llama.token_eos() >= 0 else ""
     return ChatTemplate(src, bos, eos)
@@ -66,7 +67,11 @@ def chat_stream(cid: str, created: int, model: str, completion_chunks: Iterator[
     yield role_chunk(cid, created, model)
     ds = toolcall.DeltaStream(tools)
     for ch in completion_chunks:
-        yield from tool_delta_chunks(ds, cid, created, model, ch["choices"][0]["text"], ch["choices"][0]["finish_reason"])
+        c = ch["choices"][0]
+        chunks = tool_delta_chunks(ds, cid, created, model, c["text"], c["finish_reason"])
+        if c.get("logprobs") and chunks:   # llama_cpp's chat shape of the chunk's token logprobs
+            chunks[0]["choices"][0]["logprobs"] = _convert_text_completion_logprobs_to_chat(c["logprobs"])
+        yield from chunks
 
 
 def tool_delta_chunks(ds: toolcall.DeltaStream, cid: str, created: int, model: str, text: str,

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Union
 
+from llama_cpp.llama_chat_format import _convert_text_completion_logprobs_to_chat, get_chat_completion_handler
+
 from . import chat
 from . import completion as C
 from .structured import ChatPlan
@@ -28,22 +30,59 @@ class ChatMixin:
             stops.append(self._template.eos_token)
         return stops
 
-    def create_chat_completion(self, messages: List[Dict], *, stream: bool = False,
-                               stop: Optional[Union[str, List[str]]] = None, max_tokens: Optional[int] = None,
-                               response_format: Optional[Dict] = None, grammar=None, tools: Optional[List] = None,
-                               tool_choice=None, parallel_tool_calls: Optional[bool] = None, **kwargs):
+    def create_chat_completion(self, messages: List[Dict], functions=None, function_call=None, tools=None,
+                               tool_choice=None, temperature: float = 0.2, top_p: float = 0.95, top_k: int = 40,
+                               min_p: float = 0.05, typical_p: float = 1.0, stream: bool = False,
+                               stop: Optional[Union[str, List[str]]] = None, seed: Optional[int] = None,
+                               response_format=None, max_tokens: Optional[int] = None,
+                               presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                               repeat_penalty: float = 1.0, tfs_z: float = 1.0, mirostat_mode: int = 0,
+                               mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: Optional[str] = None,
+                               logits_processor=None, grammar=None, logit_bias=None,
+                               logprobs: Optional[bool] = None, top_logprobs: Optional[int] = None,
+                               parallel_tool_calls: Optional[bool] = None):
+        """llama-cpp-python's create_chat_completion (its arguments and defaults). The prompt is
+        the GGUF's template (chat_format None or "gguf"), or llama_cpp's own formatter or handler
+        for chat_format="chatml", "llama-3", ... or a chat_handler."""
+        args = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
+                    seed=seed, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                    repeat_penalty=repeat_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
+                    mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, model=model,
+                    logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias)
+        handler = self._chat_handler()
+        if handler is not None:   # llama_cpp's formatter or handler builds the prompt and the result
+            return handler(llama=self, messages=messages, functions=functions, function_call=function_call,
+                           tools=tools, tool_choice=tool_choice, stream=stream, stop=stop,
+                           response_format=response_format, max_tokens=max_tokens, logprobs=logprobs,
+                           top_logprobs=top_logprobs, **args)
         if self._template is None:
             self._template = chat.template_for(self)
+        if functions is not None and tools is None:   # llama_cpp's legacy functions are tools
+            tools = [{"type": "function", "function": f} for f in functions]
+        if function_call is not None and tool_choice is None:
+            tool_choice = (function_call if isinstance(function_call, str)
+                           else {"type": "function", "function": {"name": function_call["name"]}})
         # response_format / grammar / tools: pyriver.structured and pyriver.toolcall
         plan = ChatPlan(self._template.source, messages, response_format, grammar, None, tools, tool_choice,
                         parallel_tool_calls)
+        args["grammar"] = plan.grammar
         tokens = self.chat_tokens(plan.messages, **plan.extra)
         stops = self.chat_stops(stop)
         cid, created = C.new_id("chatcmpl"), C.now()
-        res = self.create_completion(tokens, stop=stops, max_tokens=max_tokens, stream=stream, grammar=plan.grammar,
-                                     **kwargs)
+        res = self.create_completion(tokens, stop=stops, max_tokens=max_tokens, stream=stream,
+                                     logprobs=(top_logprobs or 0) if logprobs else None, **args)
+        name = model if model is not None else self.model_path
         if stream:
-            return chat.chat_stream(cid, created, self.model_path, res, plan.tools)
+            return chat.chat_stream(cid, created, name, res, plan.tools)
         c = res["choices"][0]
-        return chat.chat_dict(cid, created, self.model_path, c["text"], c["finish_reason"], res["usage"], plan.tools)
+        out = chat.chat_dict(cid, created, name, c["text"], c["finish_reason"], res["usage"], plan.tools)
+        out["choices"][0]["logprobs"] = _convert_text_completion_logprobs_to_chat(c["logprobs"])
+        return out
 
+    def _chat_handler(self):
+        """llama_cpp's handler for chat_handler / chat_format; None: the GGUF's template."""
+        if self.chat_handler is not None:
+            return self.chat_handler
+        if self.chat_format in (None, "gguf", "chat_template.default"):
+            return None
+        return get_chat_completion_handler(self.chat_format)

@@ -4,13 +4,29 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Union
 
+import random
+
+import numpy as np
+from llama_cpp.llama import LogitsProcessorList
+
 from . import completion as C
+from .ctor_args import rng_seed
 from .errors import ContextFullError
 from .grammar import constrain
 from .logprobs import as_dict as logprobs_dict
+from .logprobs import merge, prompt_logprobs
 from .lossless import stats as lossless_stats
 from .river import exit_stats
-from .sampling import Sampler, SamplingParams
+from .sampling_chain import logit_bias_processor
+
+
+def longest_prefix(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 class CompletionMixin:
@@ -29,34 +45,48 @@ class CompletionMixin:
             raise ContextFullError(f"Requested tokens ({len(toks)}) exceed context window of {self._n_ctx}")
         return toks
 
-    def create_completion(self, prompt: Union[str, List[int]], max_tokens: Optional[int] = 16,
-                          temperature: float = 0.8, top_p: float = 0.95, min_p: float = 0.05,
-                          typical_p: float = 1.0, stop: Optional[Union[str, List[str]]] = None,
+    def create_completion(self, prompt: Union[str, List[int]], suffix: Optional[str] = None,
+                          max_tokens: Optional[int] = 16, temperature: float = 0.8, top_p: float = 0.95,
+                          min_p: float = 0.05, typical_p: float = 1.0, logprobs: Optional[int] = None,
+                          echo: bool = False, stop: Optional[Union[str, List[str]]] = None,
                           frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
                           repeat_penalty: float = 1.0, top_k: int = 40, stream: bool = False,
-                          seed: Optional[int] = None, echo: bool = False, logprobs: Optional[int] = None,
-                          grammar=None, **unsupported):
-        if unsupported:
-            raise TypeError(f"create_completion does not support: {', '.join(sorted(unsupported))}")
-        if logprobs is not None and (stream or echo):
-            raise NotImplementedError("logprobs is supported without stream and echo")
+                          seed: Optional[int] = None, tfs_z: float = 1.0, mirostat_mode: int = 0,
+                          mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: Optional[str] = None,
+                          stopping_criteria=None, logits_processor=None, grammar=None, logit_bias=None):
+        """llama-cpp-python's create_completion (its arguments, seeds, cache and result shapes)."""
+        self._live()
+        if suffix is not None:
+            raise ValueError("suffix (fill-in-the-middle) is not supported by pyriver")
         if logprobs is not None and logprobs < 0:
             raise ValueError("logprobs must be >= 0")
+        if logprobs is not None and echo and not self._logits_all:
+            raise ValueError("logprobs with echo=True needs the prompt's logits: make the Llama with logits_all=True")
+        if self._spec is not None and mirostat_mode and temperature > 0:
+            raise ValueError("mirostat sampling cannot be verified in lossless mode; use lossless=False")
         prompt_tokens = self._prompt_tokens(prompt)
-        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
-                                repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                                presence_penalty=presence_penalty)
-        sampler = constrain(Sampler(params, seed if seed is not None else self._seed), self.vocab, grammar,
-                            len(prompt_tokens))   # grammar: pyriver.grammar
+        procs = list(logits_processor) if logits_processor is not None else []
+        if logit_bias:
+            procs.append(logit_bias_processor(logit_bias, self.n_vocab()))
+        chain = self._chain(top_k, top_p, min_p, typical_p, temperature, repeat_penalty, frequency_penalty,
+                            presence_penalty, mirostat_mode, mirostat_tau, mirostat_eta,
+                            LogitsProcessorList(procs) if procs else None)
+        chain.skip = len(prompt_tokens)
+        self._cache_lookup(prompt_tokens)
+        # llama_cpp's seeds: the call's, else one drawn from the last (a seeded Llama repeats its runs)
+        self.set_seed(seed if seed is not None else random.Random(self._seed).randint(0, 2 ** 32))
+        chain.rng = np.random.default_rng(rng_seed(self._seed))
+        chain = constrain(chain, self.vocab, grammar, len(prompt_tokens))   # grammar: pyriver.grammar
         if max_tokens is None or max_tokens <= 0:
             max_tokens = self._n_ctx - len(prompt_tokens)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         stops_b = [s.encode("utf-8") for s in stops if s]
-        events = self._events(prompt_tokens, sampler, max_tokens, stops_b, logprobs)
+        events = self._events(prompt_tokens, chain, max_tokens, stops_b, logprobs, stopping_criteria)
         cid, created = C.new_id("cmpl"), C.now()
+        name = model if model is not None else self.model_path
         prefix = self.detokenize(prompt_tokens).decode("utf-8", "ignore") if echo else ""
         if stream:
-            return self._stream(events, cid, created, prefix, len(prompt_tokens))
+            return self._stream(events, cid, created, prefix, name, logprobs, len(prompt) if isinstance(prompt, str) else 0)
         parts = [prefix]
         finish = "length"
         for text, fin in events:
@@ -64,11 +94,36 @@ class CompletionMixin:
             if fin:
                 finish = fin
         text = "".join(parts)
-        lp = (logprobs_dict(self.vocab, self.last_stats["logprobs"], text, len(prompt) if isinstance(prompt, str) else 0)
-              if logprobs is not None else None)
-        return C.completion_dict(cid, created, self.model_path, text, finish,
+        lp = None
+        if logprobs is not None:
+            base = 0 if echo else (len(prompt) if isinstance(prompt, str) else 0)
+            lp = logprobs_dict(self.vocab, self.last_stats["logprobs"], text[len(prefix):], base + len(prefix))
+            if echo:
+                lp = merge(prompt_logprobs(self, prompt_tokens, logprobs), lp)
+        return C.completion_dict(cid, created, name, text, finish,
                                  C.usage_dict(len(prompt_tokens), self._n_generated), logprobs=lp,
                                  river=self.river_stats())
+
+    def _cache_lookup(self, prompt_tokens: List[int]) -> None:
+        """llama_cpp's: restore the cached state with the longest prefix of the prompt when it is
+        longer than what the context holds."""
+        if not self.cache:
+            return
+        try:
+            item = self.cache[prompt_tokens]
+        except KeyError:
+            return
+        except Exception as e:   # an unreadable disk cache, a foreign object
+            raise ValueError(f"the prompt cache could not be read: {type(e).__name__}: {e}") from e
+        ids = getattr(item, "input_ids", None)
+        if not isinstance(ids, np.ndarray):
+            raise ValueError(f"the prompt cache returned a {type(item).__name__}, not a LlamaState")
+        if longest_prefix(ids.tolist(), prompt_tokens) > longest_prefix(self._tokens, prompt_tokens):
+            self.load_state(item)
+
+    def _cache_store(self, tokens: List[int]) -> None:
+        if self.cache:
+            self.cache[tokens] = self.save_state()
 
     __call__ = create_completion
 
@@ -90,34 +145,49 @@ class CompletionMixin:
                  lossless=lossless_stats(self.last_stats.get("lossless") if exits is None else lossless))
         return d
 
-    def _events(self, prompt_tokens, sampler, max_tokens, stops, logprobs=None):
+    def _events(self, prompt_tokens, sampler, max_tokens, stops, logprobs=None, stopping_criteria=None):
         """(text, finish_reason or None) pairs; the last pair carries the finish reason."""
         self._n_generated = 0
-        state = {"eog": False}
+        state = {"eog": False, "stopped": False}
+        done: List[int] = []
 
         def pieces():
             n = 0
-            for tok in self.generate(prompt_tokens, sampler, max_tokens, logprobs):
+            for tok in self._generate_tokens(prompt_tokens, sampler, max_tokens, logprobs):
+                if stopping_criteria is not None and stopping_criteria(
+                        np.asarray(prompt_tokens + done, dtype=np.intc), self.last_stats["logits"]):
+                    state["stopped"] = True
+                    return
                 n += 1
+                done.append(tok)
                 self._n_generated = n
                 yield self.vocab.piece(tok)
-            # generate() ends by itself on EOG (stop) or on max_tokens / context end (length)
+            # _generate_tokens ends by itself on EOG (stop) or on max_tokens / context end (length)
             state["eog"] = n < max_tokens and len(prompt_tokens) + n < self._n_ctx
 
         for text, stopped in C.text_events(pieces(), stops):
             if stopped:
+                self._cache_store(prompt_tokens + done)
                 yield text, "stop"
                 return
             if text:
                 yield text, None
-        yield "", "stop" if state["eog"] else "length"
+        self._cache_store(prompt_tokens + done)
+        yield "", "stop" if state["eog"] or state["stopped"] else "length"
 
-    def _stream(self, events, cid, created, prefix, n_prompt):
+    def _stream(self, events, cid, created, prefix, name, logprobs, base):
+        entries = self.last_stats.get("logprobs", []) if logprobs is not None else None
+        sent, offset = 0, base + len(prefix)
         if prefix:
-            yield C.completion_dict(cid, created, self.model_path, prefix, None, None)
+            yield C.completion_dict(cid, created, name, prefix, None, None)
         for text, fin in events:
             if text:
-                yield C.completion_dict(cid, created, self.model_path, text, None, None)
+                lp = None
+                if logprobs is not None:   # the tokens this chunk's text came from (llama_cpp's shape)
+                    entries = self.last_stats["logprobs"]
+                    lp = logprobs_dict(self.vocab, entries[sent:], text, offset)
+                    sent = len(entries)
+                    offset += len(text)
+                yield C.completion_dict(cid, created, name, text, None, None, logprobs=lp)
             if fin:
-                yield C.completion_dict(cid, created, self.model_path, "", fin, None)
-
+                yield C.completion_dict(cid, created, name, "", fin, None)

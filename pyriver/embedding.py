@@ -60,7 +60,7 @@ class EmbeddingMixin:
         self._embedding = bool(embedding)
         pooling_type = int(pooling_type)
         if pooling_type == LLAMA_POOLING_TYPE_UNSPECIFIED:
-            declared = self.metadata(f"{self.info['arch']}.pooling_type")
+            declared = self.meta(f"{self.info['arch']}.pooling_type")
             pooling_type = int(declared) if declared is not None else LLAMA_POOLING_TYPE_NONE
         if not LLAMA_POOLING_TYPE_UNSPECIFIED <= pooling_type <= LLAMA_POOLING_TYPE_RANK:
             raise ValueError(f"pooling_type must be -1 (unspecified) or 0..4 (none, mean, cls, last, rank), got {pooling_type}")
@@ -71,9 +71,6 @@ class EmbeddingMixin:
     def pooling_type(self) -> int:
         """The pooling embed applies (llama_cpp.LLAMA_POOLING_TYPE_*)."""
         return self._pooling_type
-
-    def n_embd(self) -> int:
-        return self.info["n_embd"]
 
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
               return_count: bool = False):

@@ -19,27 +19,31 @@ class GenerationMixin:
         with self._lock:
             self._live()
             self._version += 1   # before the change: an interrupt after it must not hide it
+            self._requires_eval = True
             check(lib.pr_kv_clear(self._ctx))
-            self.input_ids = []
+            self._tokens = []
             self._kinds = []
 
     def _reconcile(self) -> None:
-        """Make input_ids agree with the native cache again: a KeyboardInterrupt can land between
+        """Make _tokens agree with the native cache again: a KeyboardInterrupt can land between
         a native step (decode, truncate) and the bookkeeping after it. The shorter side wins."""
         n = lib.pr_kv_pos(self._ctx)
-        del self._kinds[len(self.input_ids):]
-        if len(self.input_ids) > n:
+        del self._kinds[len(self._tokens):]
+        if len(self._tokens) > n:
             self._version += 1
-            del self.input_ids[n:]
+            self._requires_eval = True
+            del self._tokens[n:]
             del self._kinds[n:]
-        elif len(self.input_ids) < n:
+        elif len(self._tokens) < n:
             self._version += 1
-            check(lib.pr_kv_truncate(self._ctx, len(self.input_ids)))
+            check(lib.pr_kv_truncate(self._ctx, len(self._tokens)))
 
     def _truncate(self, n_keep: int) -> None:
         self._version += 1
+        if n_keep < len(self._tokens):
+            self._requires_eval = True   # the last logits were of a token now cut
         check(lib.pr_kv_truncate(self._ctx, n_keep))
-        del self.input_ids[n_keep:]
+        del self._tokens[n_keep:]
         del self._kinds[n_keep:]
 
     # How a cached token was computed. PROMPT_LIKE: at full depth. STEP: a decode step under an exit
@@ -52,7 +56,7 @@ class GenerationMixin:
     def _step_kind(self) -> int:
         return self.STEP if self._exiting else self.PROMPT_LIKE
 
-    def eval(self, tokens: Sequence[int], logits_all: bool = False, prompt: bool = False) -> np.ndarray:
+    def decode_logits(self, tokens: Sequence[int], logits_all: bool = False, prompt: bool = False) -> np.ndarray:
         """Append tokens to the cache and run them. Returns logits [n_outputs, n_vocab]: every
         token's with logits_all, else the last token's. prompt marks a single token as a prompt
         (pr_decode's prompt rule: a prompt runs at full depth, a decode step under the exits)."""
@@ -64,8 +68,10 @@ class GenerationMixin:
             self._reconcile()
             arr = ffi.new("int32_t[]", toks)
             self._version += 1
-            check(lib.pr_decode(self._ctx, arr, len(toks), 1 if logits_all else 0, 1 if prompt else 0))
-            self.input_ids.extend(toks)
+            # every row with logits_all=True at construction (llama-cpp-python's scores)
+            all_rows = logits_all or self._logits_all
+            check(lib.pr_decode(self._ctx, arr, len(toks), 1 if all_rows else 0, 1 if prompt else 0))
+            self._tokens.extend(toks)
             step = len(toks) == 1 and not prompt   # pr_decode's prompt rule
             self._kinds.extend([self._step_kind() if step else self.PROMPT_LIKE] * len(toks))
             buf = ffi.new("int32_t[]", len(toks))
@@ -76,7 +82,9 @@ class GenerationMixin:
             ptr = lib.pr_logits(self._ctx, 0)
             if ptr == ffi.NULL:
                 raise PyriverError(last_error())
-            return np.frombuffer(ffi.buffer(ptr, 4 * n_vocab * n_out), dtype=np.float32).reshape(n_out, n_vocab).copy()
+            rows = np.frombuffer(ffi.buffer(ptr, 4 * n_vocab * n_out), dtype=np.float32).reshape(n_out, n_vocab).copy()
+            self._note_logits(len(toks), rows)
+            return rows if logits_all else rows[-1:]
 
     def _sync_prefix(self, tokens: List[int], n_prompt: int, need_logits: bool = True):
         """Bring the cache to hold exactly `tokens`: the first n_prompt a prompt, the rest this
@@ -93,21 +101,21 @@ class GenerationMixin:
         want = lambda i: self.PROMPT_LIKE if i < n_prompt else step_kind   # noqa: E731
         n = 0
         # keep >= 1 token to run for the logits, as llama_cpp does: the last one when all are cached
-        limit = min(len(tokens) - need_logits, len(self.input_ids))
-        while n < limit and self.input_ids[n] == tokens[n] and self._kinds[n] == want(n):
+        limit = min(len(tokens) - need_logits, len(self._tokens))
+        while n < limit and self._tokens[n] == tokens[n] and self._kinds[n] == want(n):
             n += 1
         self._truncate(n)
         # Generated tokens are decode steps again, unless a decode step computes what a prompt does.
         split = len(tokens) if step_kind == self.PROMPT_LIKE and self.batch_invariant else max(n_prompt, n)
-        logits = self.eval(tokens[n:split], prompt=True)[-1] if split > n else None
+        logits = self.decode_logits(tokens[n:split], prompt=True)[-1] if split > n else None
         step_exits = []   # (index in tokens, exit block) of the decode steps
         for i in range(split, len(tokens)):
-            logits = self.eval([tokens[i]])[-1]
+            logits = self.decode_logits([tokens[i]])[-1]
             step_exits.append((i, self.last_exits[0]))
         return logits, len(tokens) - n, step_exits
 
     # -- generation -------------------------------------------------------------------------
-    def generate(self, tokens: Sequence[int], sampler: Sampler, max_new: int, logprobs: Optional[int] = None) -> Iterator[int]:
+    def _generate_tokens(self, tokens: Sequence[int], sampler: Sampler, max_new: int, logprobs: Optional[int] = None) -> Iterator[int]:
         """Yield sampled tokens after the prompt `tokens`, until max_new or the context ends.
         Each step holds the lock and re-syncs the cache, so interleaved users stay correct.
         Timings of the call go to self.last_stats."""
@@ -138,6 +146,7 @@ class GenerationMixin:
                     return
                 if logprobs is not None:
                     st["logprobs"].append(logprob_entry(logits, tok, logprobs))
+                st["logits"] = logits   # what chose tok (stopping criteria read it)
                 mine = self._version
                 yield tok
                 # Another generation on this thread may have used the cache while this one was
@@ -148,7 +157,7 @@ class GenerationMixin:
                 if self._version != mine:
                     continue
                 t0 = time.perf_counter()
-                logits = self.eval([tok])[-1]
+                logits = self.decode_logits([tok])[-1]
                 mine = self._version
                 st["decode_s"] += time.perf_counter() - t0
                 st["decode_tokens"] += 1

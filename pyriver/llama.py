@@ -12,13 +12,18 @@ import threading
 import warnings
 from typing import Dict, List, Optional, Sequence
 
+import llama_cpp
 import llama_cpp._logger as _lg
+import numpy as np
 
 from . import models
 from .chat_api import ChatMixin
 from .completion_api import CompletionMixin
+from .ctor_args import check_chat_format, check_inert
 from .embedding import EmbeddingMixin
 from .generation import GenerationMixin
+from .llama_api import LlamaCppMixin, PyriverTokenizer
+from .state import StateMixin
 from .native import check, ffi, lib, read_text
 from .lossless import Speculator
 from .river import prepare
@@ -35,26 +40,24 @@ DEFAULT_RIVER = "q4_0"
 DEFAULT_DRAFT_MAX = 2
 
 
-class Llama(GenerationMixin, CompletionMixin, ChatMixin, EmbeddingMixin):
-    def __init__(self, model_path: Optional[str] = None, *, n_ctx: int = 512, n_batch: int = 512, n_ubatch: int = 512,
-                 n_threads: Optional[int] = None, n_threads_batch: Optional[int] = None,
-                 n_gpu_layers: int = 0, split_mode: int = 1, main_gpu: int = 0,
-                 tensor_split: Optional[Sequence[float]] = None, rpc_servers: Optional[str] = None,
-                 rpc_timeout: float = 300.0, seed: Optional[int] = None, use_mmap: bool = True,
-                 flash_attn: bool = False, river: Optional[str] = "auto",
+class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMixin, EmbeddingMixin):
+    def __init__(self, model_path: Optional[str] = None, *, n_gpu_layers: int = 0, split_mode: int = 1,
+                 main_gpu: int = 0, tensor_split: Optional[Sequence[float]] = None, vocab_only: bool = False,
+                 use_mmap: bool = True, seed: int = llama_cpp.LLAMA_DEFAULT_SEED, n_ctx: int = 512,
+                 n_batch: int = 512, n_ubatch: int = 512, n_threads: Optional[int] = None,
+                 n_threads_batch: Optional[int] = None, logits_all: bool = False, embedding: bool = False,
+                 pooling_type: int = llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED, flash_attn: bool = False,
+                 last_n_tokens_size: int = 64, chat_format: Optional[str] = None, chat_handler=None,
+                 draft_model=None, tokenizer=None, verbose: bool = True,
+                 # pyriver's own
+                 rpc_servers: Optional[str] = None, rpc_timeout: float = 300.0, river: Optional[str] = "auto",
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
                  river_rebuild: bool = False, batch_invariant: Optional[bool] = None,
-                 lossless: Optional[bool] = None, draft_model=None, draft_max: Optional[int] = None,
-                 chat_format: Optional[str] = None, verbose: bool = True, embedding: bool = False,
-                 pooling_type: int = -1, **unsupported):
-        if unsupported.pop("chat_handler", None) is not None:
-            raise TypeError("pyriver.Llama does not support chat_handler; it renders the GGUF's chat template")
-        if unsupported:
-            names = ", ".join(sorted(unsupported))
-            raise TypeError(f"pyriver.Llama does not support: {names}")
-        if chat_format not in (None, "gguf"):
-            raise ValueError(f"chat_format {chat_format!r} is not supported; pyriver uses the template stored in the GGUF")
+                 lossless: Optional[bool] = None, draft_max: Optional[int] = None, **llama_cpp_args):
+        check_inert(llama_cpp_args)   # the rest of llama_cpp's arguments: inert values only
+        if last_n_tokens_size < 0:
+            raise ValueError(f"last_n_tokens_size must be >= 0, got {last_n_tokens_size}")
         _lg.set_verbose(verbose)  # llama.cpp's (and ggml's) log lines, as llama-cpp-python does
         self.verbose = verbose
         self._lock = threading.RLock()
@@ -62,18 +65,40 @@ class Llama(GenerationMixin, CompletionMixin, ChatMixin, EmbeddingMixin):
         self.model_path = str(models.resolve(model_path))
         if not os.path.isfile(self.model_path):
             raise FileNotFoundError(f"model file not found: {self.model_path}")
-
+        self.vocab_only = bool(vocab_only)
+        self._seed = llama_cpp.LLAMA_DEFAULT_SEED if seed is None else int(seed)   # see ctor_args.rng_seed
+        self.last_n_tokens_size = int(last_n_tokens_size)
+        self._logits_all = bool(logits_all)
+        self.cache = None                # set_cache: a llama_cpp.BaseLlamaCache
+        self.draft_model = draft_model
+        self._tokens: List[int] = []     # the tokens whose K/V are in the cache, in order
+        self._kinds: List[int] = []      # for each: PROMPT_LIKE, or STEP (see _step_kind)
+        self._last_logits = None         # logits of the last evaluated token
+        self._requires_eval = True       # no live logits for the last cached token (llama_cpp's flag)
+        self._sampler = None             # generate's chain while it samples
+        self._template = None
+        self.chat_format, self.chat_handler = chat_format, chat_handler
+        check_chat_format(chat_format, chat_handler)
+        if self.vocab_only:   # a tokenizer only, as llama_cpp's vocab_only=True
+            self.vocab = Vocab(self.model_path)
+            self.info = {"n_vocab": self.vocab.n_vocab}
+            self.metadata = self.vocab.metadata()
+            self.tokenizer_ = tokenizer or PyriverTokenizer(self)
+            self.river_path = self.calibration = self._spec = None
+            return
         self._load(n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers, rpc_timeout)
         exit_threshold, min_exit_layer = self._bind_river(river, exit_threshold, min_exit_layer, river_force,
                                                           river_rebuild, use_mmap, verbose, lossless)
         self.vocab = Vocab(self.model_path)
         if self.vocab.n_vocab != self.info["n_vocab"]:
             raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
-        self._new_context(n_ctx, min(n_batch, n_ubatch), n_threads, n_threads_batch, flash_attn, batch_invariant)
+        self.metadata = self.vocab.metadata()
+        self.tokenizer_ = tokenizer or PyriverTokenizer(self)
+        self._new_context(n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, flash_attn, batch_invariant)
         self._init_embedding(embedding, pooling_type)   # embed, create_embedding: pyriver/embedding.py
-        self._seed = seed
-        self.input_ids: List[int] = []   # the tokens whose K/V are in the cache, in order
-        self._kinds: List[int] = []      # for each: PROMPT_LIKE, or STEP (see _step_kind)
+        self._ids = np.zeros(self._n_ctx, dtype=np.intc)   # input_ids
+        if self._logits_all:   # pages are touched only as rows are written
+            self._scores_all = np.zeros((self._n_ctx, self.n_vocab()), dtype=np.single)
         self._version = 0                # counts the changes of the cache, whoever made them
         self._exiting = False            # an exit rule is on (set_exit)
         self.exit_params = None          # the native exit rule of the last set_exit
@@ -88,7 +113,6 @@ class Llama(GenerationMixin, CompletionMixin, ChatMixin, EmbeddingMixin):
             self.set_exit(self.exit_threshold, self.min_exit_layer, force_exit_layer, prefill_exit)
         self.last_stats: Dict = {}
         self._n_generated = 0
-        self._template = None
         self.prefill_exit = prefill_exit
         self._spec: Optional[Speculator] = None   # lossless mode (set_lossless)
         cal = self.calibration["setting"] if self.calibration is not None else {}
@@ -155,10 +179,14 @@ class Llama(GenerationMixin, CompletionMixin, ChatMixin, EmbeddingMixin):
                 exit_threshold = min_exit_layer = None
         return exit_threshold, min_exit_layer
 
-    def _new_context(self, n_ctx, n_batch, n_threads, n_threads_batch, flash_attn, batch_invariant) -> None:
+    def _new_context(self, n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, flash_attn, batch_invariant) -> None:
         cp = ffi.new("pr_context_params *", lib.pr_context_default_params())
         cp.n_ctx = int(n_ctx) if n_ctx > 0 else int(self.info["n_ctx_train"])
-        cp.n_batch = int(n_batch)
+        if n_batch < 1 or n_ubatch < 1:
+            raise ValueError(f"n_batch and n_ubatch must be >= 1, got {n_batch} and {n_ubatch}")
+        # llama_cpp's: eval hands n_batch tokens at a time; a graph computes n_ubatch of them
+        n_batch = min(cp.n_ctx, int(n_batch))
+        cp.n_batch = min(n_batch, int(n_ubatch))
         self.n_threads = int(n_threads or max(multiprocessing.cpu_count() // 2, 1))
         self.n_threads_batch = int(n_threads_batch or multiprocessing.cpu_count())
         cp.n_threads, cp.n_threads_batch = self.n_threads, self.n_threads_batch
@@ -174,7 +202,7 @@ class Llama(GenerationMixin, CompletionMixin, ChatMixin, EmbeddingMixin):
         # in prompt speed (docs/bench/default-cpu.md; pr_context_params.batch_invariant).
         self.batch_invariant = bool(lib.pr_context_batch_invariant(self._ctx))
         self._n_ctx = lib.pr_n_ctx(self._ctx)
-        self.n_batch = cp.n_batch
+        self.n_batch, self.n_ubatch = n_batch, cp.n_batch
 
     def attach_river(self, river: str, *, force: bool = False, rebuild: bool = False) -> str:
         """Bind a river to this model after loading (once); exits stay off until set_exit."""
@@ -245,9 +273,13 @@ class Llama(GenerationMixin, CompletionMixin, ChatMixin, EmbeddingMixin):
         return self._spec
 
     @classmethod
-    def from_pretrained(cls, repo_id: str, filename: str, **kwargs) -> "Llama":
-        """A GGUF from the Hugging Face hub (through huggingface_hub; a clear error offline)."""
-        return cls(model_path=str(models.hf_download(repo_id, filename)), **kwargs)
+    def from_pretrained(cls, repo_id: str, filename: Optional[str], additional_files: Optional[List] = None,
+                        local_dir=None, local_dir_use_symlinks="auto", cache_dir=None, **kwargs) -> "Llama":
+        """llama_cpp's: the one file of a hub repository that matches the glob `filename` (and
+        additional_files), through huggingface_hub; a clear error when the hub cannot be reached."""
+        from .pretrained import download
+        return cls(model_path=download(repo_id, filename, additional_files, local_dir, local_dir_use_symlinks,
+                                       cache_dir), **kwargs)
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -276,6 +308,8 @@ class Llama(GenerationMixin, CompletionMixin, ChatMixin, EmbeddingMixin):
         self.close()
 
     def _live(self):
+        if self.vocab_only:
+            raise RuntimeError("this Llama was made with vocab_only=True: it tokenizes, it has no weights to run")
         if not self._ctx:
             raise RuntimeError("this Llama is closed")
 
@@ -296,18 +330,29 @@ class Llama(GenerationMixin, CompletionMixin, ChatMixin, EmbeddingMixin):
         """ggml device name of each block, then of the head ("CPU", "RPC0", ...)."""
         return read_text(lambda buf, size, needed: lib.pr_model_devices(self._model, buf, size, needed)).splitlines()
 
-    def metadata(self, key: str) -> Optional[str]:
-        """A GGUF metadata value as text; None when the file has no such key."""
+    def meta(self, key: str) -> Optional[str]:
+        """A GGUF metadata value as text, read by pyriver; None when the file has no such key
+        (`metadata` is llama_cpp's dict of llama.cpp's view of them)."""
         try:
             return read_text(lambda buf, size, needed: lib.pr_model_meta(self._model, key.encode(), buf, size, needed))
         except ValueError:
             return None
 
+    def token_nl(self) -> int:
+        return self.vocab.nl
+
+    def n_embd(self) -> int:
+        self._live()
+        return self.info["n_embd"]
+
+    def tokenizer(self) -> PyriverTokenizer:
+        return PyriverTokenizer(self)
+
     # -- tokens -----------------------------------------------------------------------------
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> List[int]:
-        return self.vocab.tokenize(text, add_bos=add_bos, special=special)
+        return self.tokenizer_.tokenize(text, add_bos, special)
 
     def detokenize(self, tokens: Sequence[int], prev_tokens: Optional[Sequence[int]] = None,
                    special: bool = False) -> bytes:
-        return self.vocab.detokenize(list(tokens), prev_tokens, special)
+        return self.tokenizer_.detokenize(list(tokens), prev_tokens=prev_tokens, special=special)
 

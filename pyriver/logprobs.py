@@ -34,3 +34,34 @@ def as_dict(vocab, entries: List[Entry], text: str, base: int) -> Dict:
         out["top_logprobs"].append(tops)
         offset += len(piece)
     return out
+
+
+def prompt_logprobs(llm, prompt_tokens: List[int], k: int) -> Dict:
+    """echo=True's logprobs of the prompt (llama_cpp's shape; it needs logits_all=True): token j
+    under the logits of token j - 1 (llama_cpp's scores rows); the first token (after a leading
+    BOS, which is left out) has None, as in OpenAI's API."""
+    toks = prompt_tokens[1:] if prompt_tokens and prompt_tokens[0] == llm.token_bos() else list(prompt_tokens)
+    first = len(prompt_tokens) - len(toks)   # index of toks[0] in the prompt
+    scores = llm.scores
+    out: Dict[str, list] = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+    text = b""
+    for j, tok in enumerate(toks):
+        i = first + j
+        piece = llm.vocab.piece(tok)
+        out["tokens"].append(piece.decode("utf-8", "ignore"))
+        out["text_offset"].append(len(text.decode("utf-8", "ignore")))
+        text += piece
+        if j == 0:
+            out["token_logprobs"].append(None)
+            out["top_logprobs"].append(None)
+            continue
+        t, lp, top = entry(scores[i - 1], tok, k)
+        tops = {llm.vocab.piece(x).decode("utf-8", "ignore"): v for x, v in top}
+        tops[out["tokens"][-1]] = lp
+        out["token_logprobs"].append(lp)
+        out["top_logprobs"].append(tops)
+    return out
+
+
+def merge(a: Dict, b: Dict) -> Dict:
+    return {key: a[key] + b[key] for key in a}

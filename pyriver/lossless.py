@@ -120,7 +120,7 @@ class Speculator:
 
     def generate(self, llm, seq: List[int], sampler: Sampler, max_new: int, logprobs: Optional[int],
                  st: Dict) -> Iterator[int]:
-        """Llama.generate in lossless mode (seq: the prompt; st: the call's statistics). Tokens
+        """Llama._generate_tokens in lossless mode (seq: the prompt; st: the call's statistics). Tokens
         decided by one step are yielded one by one; between steps the cache is re-synced when
         another caller used it."""
         n_prompt = len(seq)
@@ -154,6 +154,7 @@ class Speculator:
                     return
                 if logprobs is not None:
                     st["logprobs"].append(logprob_entry(logits, tok, logprobs))
+                st["logits"] = logits   # what chose tok (stopping criteria read it)
                 yield tok
                 seq.append(tok)
                 if len(seq) >= llm.n_ctx():
@@ -164,7 +165,7 @@ class Speculator:
         decided tokens with the logits that chose each, and how many tokens were drafted."""
         n0 = len(seq) - 1
         drafts, qs = self._draft(llm, seq, sampler, k, ls) if k > 0 else ([], [])
-        rows = llm.eval([seq[-1]] + drafts, logits_all=True, prompt=True)   # full depth
+        rows = llm.decode_logits([seq[-1]] + drafts, logits_all=True, prompt=True)   # full depth
         out = decide(rows, drafts, qs, seq, sampler, self.rule)
         m = len(out) - 1   # drafts kept
         llm._truncate(n0 + 1 + m)
@@ -184,7 +185,7 @@ class Speculator:
         drafts: List[int] = []
         qs: List[np.ndarray] = []
         for _ in range(k):
-            logits = llm.eval([hist[-1]])[-1]   # a decode step under the exit rule
+            logits = llm.decode_logits([hist[-1]])[-1]   # a decode step under the exit rule
             ls["draft_exits"].append(llm.last_exits[0])
             d, q = draft_token(sampler, logits, hist)
             drafts.append(d)

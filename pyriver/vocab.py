@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import ctypes
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import llama_cpp
 
@@ -20,6 +20,7 @@ class Vocab:
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.bos = llama_cpp.llama_vocab_bos(self._vocab)
         self.eos = llama_cpp.llama_vocab_eos(self._vocab)
+        self.nl = llama_cpp.llama_vocab_nl(self._vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self._buf = ctypes.create_string_buffer(256)
 
@@ -68,3 +69,18 @@ class Vocab:
 
     def token_text(self, token: int) -> str:
         return llama_cpp.llama_vocab_get_text(self._vocab, int(token)).decode("utf-8", "replace")
+
+    def metadata(self) -> Dict[str, str]:
+        """The GGUF's metadata as llama.cpp shows it, key -> text (llama_cpp's Llama.metadata)."""
+        out: Dict[str, str] = {}
+        buf = ctypes.create_string_buffer(1024)
+        for i in range(llama_cpp.llama_model_meta_count(self._model)):
+            vals = []
+            for get in (llama_cpp.llama_model_meta_key_by_index, llama_cpp.llama_model_meta_val_str_by_index):
+                n = get(self._model, i, buf, len(buf))
+                if n >= len(buf):
+                    buf = ctypes.create_string_buffer(n + 1)
+                    n = get(self._model, i, buf, len(buf))
+                vals.append(buf.value.decode("utf-8", "replace") if n >= 0 else "")
+            out[vals[0]] = vals[1]
+        return out

@@ -2,7 +2,7 @@
 test shares: greedy continuation, teacher forcing (a given token sequence fed one decode step at a
 time), and perplexity.
 
-An engine has reset(), tokenize(text, add_bos), eval(tokens, logits_all=False) -> logits rows
+An engine has reset(), tokenize(text, add_bos), decode_logits(tokens, logits_all=False) -> logits rows
 (the last token's, or every token's), n_ctx(), close(), and, for exits, river_path and last_exits
 (the exit block of each token of the last eval). pyriver.Llama is one; LlamaCppEngine wraps
 llama-cpp-python's Llama."""
@@ -44,7 +44,7 @@ class LlamaCppEngine:
     def n_ctx(self) -> int:
         return self._llm.n_ctx()
 
-    def eval(self, tokens: Sequence[int], logits_all: bool = False) -> np.ndarray:
+    def decode_logits(self, tokens: Sequence[int], logits_all: bool = False) -> np.ndarray:
         """Logits [1, n_vocab] of the last token, or [len(tokens), n_vocab] with logits_all (which
         needs an engine made with logits_all). llama-cpp-python keeps `scores` only with
         logits_all, so the last token's are read from its context."""
@@ -74,8 +74,8 @@ class StepwiseEngine:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def eval(self, tokens: Sequence[int], logits_all: bool = False) -> np.ndarray:
-        rows = [self.inner.eval([t], logits_all=logits_all) for t in tokens]
+    def decode_logits(self, tokens: Sequence[int], logits_all: bool = False) -> np.ndarray:
+        rows = [self.inner.decode_logits([t], logits_all=logits_all) for t in tokens]
         return np.concatenate(rows) if logits_all else rows[-1]
 
 
@@ -106,7 +106,7 @@ def feed(llm, prompt: Sequence[int], tokens: Optional[Sequence[int]] = None, n: 
     run = Run()
     llm.reset()
     t0 = time.perf_counter()
-    logits = llm.eval(prompt)[-1]
+    logits = llm.decode_logits(prompt)[-1]
     choose = (lambda i: tokens[i]) if tokens is not None else (lambda i: int(np.argmax(logits)))
     tok = choose(0) if steps else None
     t1 = time.perf_counter()
@@ -123,7 +123,7 @@ def feed(llm, prompt: Sequence[int], tokens: Optional[Sequence[int]] = None, n: 
         if before_step is not None:
             before_step(i, logits)
         t = time.perf_counter()
-        logits = llm.eval([tok])[-1]
+        logits = llm.decode_logits([tok])[-1]
         if i >= warmup:
             run.decode_s += time.perf_counter() - t
             if river:

@@ -25,10 +25,10 @@ def compare(llm, n_tokens: int, tail: int):
     if len(toks) < tail + 1:
         raise ValueError(f"the text has {len(toks)} tokens; need more than {tail}")
     llm.reset()
-    one = llm.eval(toks, logits_all=True, prompt=True)[-tail:]
+    one = llm.decode_logits(toks, logits_all=True, prompt=True)[-tail:]
     llm.reset()
-    llm.eval(toks[:-tail], prompt=True)
-    steps = np.concatenate([llm.eval([t]) for t in toks[-tail:]])
+    llm.decode_logits(toks[:-tail], prompt=True)
+    steps = np.concatenate([llm.decode_logits([t]) for t in toks[-tail:]])
     d = np.abs(one - steps).max(axis=1)
     return int((d > 0).sum()), float(d.max()), int((one.argmax(1) != steps.argmax(1)).sum())
 

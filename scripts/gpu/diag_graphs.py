@@ -16,12 +16,12 @@ if engine == "pyriver":
     from pyriver import Llama
     llm = Llama(path, n_ctx=1024, n_gpu_layers=-1, flash_attn=fa, verbose=True, river=None)
     llama_cpp.llama_log_set(cb, None)
-    ev = lambda t: llm.eval(t)[-1]
+    ev = lambda t: llm.decode_logits(t)[-1]
 else:
     llm = llama_cpp.Llama(path, n_ctx=1024, n_batch=1024, n_ubatch=512, n_gpu_layers=-1, flash_attn=fa, verbose=True)
     llama_cpp.llama_log_set(cb, None)
     def ev(t):
-        llm.eval(t)
+        llm.decode_logits(t)
         return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1), shape=(llm.n_vocab(),))
 lines.clear()
 tok = int(np.argmax(ev(toks)))

@@ -95,10 +95,10 @@ def _teacher_forced_equal(path, text):
     step): they must be equal bit for bit."""
     ref = StepwiseEngine(LlamaCppEngine(path, 256, 2, logits_all=True))
     toks = ref.tokenize(text.encode(), add_bos=True, special=True)
-    a = ref.eval(toks, logits_all=True)
+    a = ref.decode_logits(toks, logits_all=True)
     ref.close()
     with Llama(path, n_ctx=256, n_threads=2, verbose=False, batch_invariant=True) as llm:
-        b = llm.eval(toks, logits_all=True)
+        b = llm.decode_logits(toks, logits_all=True)
     return len(toks), a, b
 
 
@@ -122,7 +122,7 @@ def test_window_changes_the_result(smol_path, tmp_path):
         p = synth.write_model(tmp_path / f"g{w}.gguf", tokenizer_from=smol_path,
                               **dict(ARCH_SPECS["gemma3"], sliding_window=w, swa_pattern=0))
         with Llama(str(p), n_ctx=256, n_threads=2, verbose=False) as llm:
-            outs.append(llm.eval(llm.tokenize(b"The river runs from the mountains to the sea, " * 4))[-1])
+            outs.append(llm.decode_logits(llm.tokenize(b"The river runs from the mountains to the sea, " * 4))[-1])
     assert np.abs(outs[0] - outs[1]).max() > 1e-2
 
 
@@ -153,9 +153,9 @@ def test_gemma2_flash_attention_soft_cap_matches_llama_cpp(arch_paths):
     text = "The river runs from the mountains to the sea, past towns, mills and bridges, " * 3
     ref = LlamaCppEngine(path, 256, 2, logits_all=True, flash_attn=True)
     toks = ref.tokenize(text.encode(), add_bos=True, special=True)
-    a = ref.eval(toks, logits_all=True)
+    a = ref.decode_logits(toks, logits_all=True)
     ref.close()
     with Llama(path, n_ctx=256, n_threads=2, verbose=False, flash_attn=True, batch_invariant=False) as llm:
-        b = llm.eval(toks, logits_all=True)
+        b = llm.decode_logits(toks, logits_all=True)
     assert len(toks) > 40   # past the window of 16
     assert np.array_equal(a, b)

@@ -44,7 +44,7 @@ def test_eight_sequences_together_give_their_texts_alone(request, model):
     with Llama(model_path(request, model), n_ctx=256, n_threads=2, verbose=False, river=None,
                batch_invariant=True) as llm:
         prompts = [llm.tokenize(p.encode()) for p in PROMPTS]
-        alone = [list(llm.generate(p, _greedy(), N_GEN)) for p in prompts]
+        alone = [list(llm._generate_tokens(p, _greedy(), N_GEN)) for p in prompts]
         sched = Scheduler(llm, 8, prompt_chunk=5)
         try:
             together = _run(sched, prompts)
@@ -66,10 +66,10 @@ def test_eight_sequences_together_give_their_texts_alone(request, model):
                                        (2, prompts[2], [alone[2][0]], alone[2][1])):
             llm.reset()
             if before:
-                llm.eval(before, prompt=True)
-            ref = llm.eval(last, prompt=len(last) > 1)[-1]
+                llm.decode_logits(before, prompt=True)
+            ref = llm.decode_logits(last, prompt=len(last) > 1)[-1]
             assert np.array_equal(got[seq][0], ref), seq
-            assert np.array_equal(run[seq][0], llm.eval([nxt])[-1]), seq
+            assert np.array_equal(run[seq][0], llm.decode_logits([nxt])[-1]), seq
 
 
 def test_sequences_reuse_and_truncate_independently(llm):
@@ -156,7 +156,7 @@ def test_split_rule_gives_each_sequence_its_river_result_alone(smol_path):
         prompts = [llm.tokenize(p.encode()) for p in PROMPTS]
         alone = []
         for p in prompts:
-            toks = list(llm.generate(p, _greedy(), N_GEN))
+            toks = list(llm._generate_tokens(p, _greedy(), N_GEN))
             alone.append((toks, list(llm.last_stats["exits"])))
         sched = Scheduler(llm, 8, batch_rule="split", prompt_chunk=7)
         try:

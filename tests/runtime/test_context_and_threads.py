@@ -23,10 +23,10 @@ def test_context_full_with_river_is_length_then_reusable(smol_path):
             assert out["choices"][0]["finish_reason"] == "length"
             assert out["usage"]["total_tokens"] == 48
             outs.append(out["choices"][0]["text"])
-            assert len(llm.input_ids) <= 48
+            assert llm.n_tokens <= 48
         assert outs[0] == outs[1] == outs[2]
         with pytest.raises(ContextFullError):
-            llm.eval([5] * 49)
+            llm.decode_logits([5] * 49)
         assert llm.river_stats()["tokens"] > 0
 
 

@@ -69,8 +69,9 @@ def test_logprobs_shape_and_values(smol_path):
         # Greedy: the chosen token is the most likely one.
         for chosen, tops in zip(lp["token_logprobs"], lp["top_logprobs"]):
             assert chosen == pytest.approx(max(tops.values()))
-        with pytest.raises(NotImplementedError):
-            llm("x", max_tokens=2, logprobs=2, stream=True)
+        chunks = [c for c in llm("The sky is", max_tokens=6, temperature=0, logprobs=3, stream=True)
+                  if c["choices"][0]["text"]]
+        assert "".join("".join(c["choices"][0]["logprobs"]["tokens"]) for c in chunks) == r["choices"][0]["text"]
 
 
 def test_abandoned_stream_leaves_object_correct(smol_path):
@@ -126,7 +127,7 @@ def test_two_llamas_in_one_process(smol_path, synth_paths):
     a.close()
     b.close()
     with pytest.raises(RuntimeError, match="closed"):
-        a.eval([1])
+        a.decode_logits([1])
 
 
 def test_unsupported_arguments_are_errors(smol_path):
@@ -134,8 +135,10 @@ def test_unsupported_arguments_are_errors(smol_path):
     with pytest.raises(TypeError, match="chat_handler"):
         Llama(smol_path, chat_handler=object(), verbose=False)
     with pytest.raises(ValueError, match="chat_format"):
-        Llama(smol_path, chat_format="llama-2", verbose=False)
-    with Llama(smol_path, n_ctx=64, chat_handler=None, verbose=False) as llm:
+        Llama(smol_path, chat_format="no-such-format", verbose=False)
+    with pytest.raises(TypeError, match="n_parts"):
+        Llama(smol_path, n_parts=2, verbose=False)
+    with Llama(smol_path, n_ctx=64, verbose=False) as llm:
         with pytest.raises(TypeError, match="no_such_argument"):
             llm("hi", no_such_argument=1)
         with pytest.raises(ValueError, match="does not parse"):   # grammars are supported (pyriver.grammar)
@@ -167,6 +170,6 @@ def test_prompt_steps_are_llama_cpps(request):
     want = np.array(ref.scores[:len(toks)])
     ref.close()
     with Llama(path, n_ctx=512, n_batch=256, n_ubatch=30, n_threads=2, verbose=False) as llm:
-        assert np.array_equal(llm.eval(toks, logits_all=True), want)
+        assert np.array_equal(llm.decode_logits(toks, logits_all=True), want)
     with Llama(path, n_ctx=512, n_batch=256, n_threads=2, verbose=False) as llm:
-        assert not np.array_equal(llm.eval(toks, logits_all=True), want)
+        assert not np.array_equal(llm.decode_logits(toks, logits_all=True), want)

@@ -76,7 +76,7 @@ def test_default_pooling_is_the_files(smol_path):
     """No pooling_type: the GGUF's <arch>.pooling_type, else llama.cpp's NONE (SmolLM2 has none)."""
     ref = _ref(smol_path)
     with _ours(smol_path) as llm:
-        assert llm.metadata("llama.pooling_type") is None
+        assert llm.meta("llama.pooling_type") is None
         assert llm.pooling_type() == ref.pooling_type() == 0
         out = llm.embed(TEXTS[0])
         assert len(out) == len(llm.tokenize(TEXTS[0].encode()))
@@ -185,7 +185,7 @@ def test_river_does_not_change_embeddings(smol_path):
     with _ours(smol_path, 1, river="q4_0", force_exit_layer=2, prefill_exit=True) as fast:
         got = fast.embed(TEXTS)
         toks = fast.tokenize(TEXTS[0].encode())
-        fast.eval(toks)
+        fast.decode_logits(toks)
         assert max(fast.last_exits) == 2   # this Llama's prompts do exit
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
@@ -211,5 +211,5 @@ def test_native_embeddings_rows(smol_path):
         assert lib.pr_logits(llm._ctx, 0) == ffi.NULL
         assert lib.pr_embed(llm._ctx, ffi.new("int32_t[]", [10 ** 9]), 1) == 1   # PR_ERR_INVALID_ARG
         llm.reset()
-        llm.eval(toks)
+        llm.decode_logits(toks)
         assert lib.pr_embeddings(llm._ctx, 0) == ffi.NULL

@@ -35,12 +35,12 @@ def test_bad_model_files(bad_files, smol_path, kind, pattern):
 def test_token_out_of_range(smol_path):
     with Llama(smol_path, n_ctx=64, verbose=False) as llm:
         with pytest.raises(ValueError, match="out of range"):
-            llm.eval([1, 2, llm.n_vocab()])
+            llm.decode_logits([1, 2, llm.n_vocab()])
         with pytest.raises(ValueError, match="out of range"):
-            llm.eval([-1])
+            llm.decode_logits([-1])
         with pytest.raises(ValueError, match="out of range"):
             llm([5, 10**9], max_tokens=2)
-        assert llm.input_ids == []   # nothing was half-applied
+        assert llm.n_tokens == 0   # nothing was half-applied
         assert llm("Hi", max_tokens=2, temperature=0)["usage"]["completion_tokens"] >= 1
 
 
@@ -53,15 +53,15 @@ def test_prompt_longer_than_context(smol_path):
 
 def test_decode_past_context_end(smol_path):
     with Llama(smol_path, n_ctx=32, verbose=False) as llm:
-        llm.eval(list(range(100, 130)))
+        llm.decode_logits(list(range(100, 130)))
         with pytest.raises(ContextFullError, match="do not fit"):
-            llm.eval([5, 6, 7])
-        assert len(llm.input_ids) == 30
-        llm.eval([5, 6])   # the last two slots still work
+            llm.decode_logits([5, 6, 7])
+        assert llm.n_tokens == 30
+        llm.decode_logits([5, 6])   # the last two slots still work
         with pytest.raises(ContextFullError):
-            llm.eval([7])
+            llm.decode_logits([7])
         llm.reset()
-        assert llm.eval([1, 2, 3]).shape == (1, llm.n_vocab())
+        assert llm.decode_logits([1, 2, 3]).shape == (1, llm.n_vocab())
 
 
 def test_generation_reaching_context_end_is_length(smol_path):
@@ -72,8 +72,10 @@ def test_generation_reaching_context_end_is_length(smol_path):
 
 
 def test_unsupported_parameter(smol_path):
-    with pytest.raises(TypeError, match="does not support: rope_freq_base"):
+    with pytest.raises(ValueError, match="rope_freq_base=1.0 is not supported"):
         Llama(smol_path, rope_freq_base=1.0, verbose=False)
+    with pytest.raises(TypeError, match="unexpected keyword arguments: n_parts"):
+        Llama(smol_path, n_parts=1, verbose=False)
 
 
 def test_bad_context_params(smol_path):

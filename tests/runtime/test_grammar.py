@@ -58,7 +58,7 @@ def test_greedy_is_argmax_of_allowed_tokens(llm):
     toks = llm.tokenize(prompt.encode(), add_bos=True, special=True)
     g = Grammar(llm.vocab, gbnf)
     llm.reset()
-    logits = llm.eval(toks)[-1]
+    logits = llm.decode_logits(toks)[-1]
     want = []
     for _ in range(20):
         t = int(np.argmax(g.mask(logits)))
@@ -66,7 +66,7 @@ def test_greedy_is_argmax_of_allowed_tokens(llm):
             break
         g.accept(t)
         want.append(t)
-        logits = llm.eval([t])[-1]
+        logits = llm.decode_logits([t])[-1]
     assert got == llm.detokenize(want).decode()
     assert re.fullmatch(r"The answer is \d+( because [a-z ]*\.?)?", got) or got.startswith("The answer is")
     plain = llm.create_completion(prompt, temperature=0.0, max_tokens=20)["choices"][0]["text"]

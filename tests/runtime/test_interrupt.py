@@ -158,7 +158,7 @@ def _first(llm):
     return llm.create_completion(FIRST, max_tokens=3, temperature=0)["choices"][0]["text"]
 
 
-@pytest.mark.parametrize("fn", ["eval", "_sync_prefix", "_truncate", "generate"])
+@pytest.mark.parametrize("fn", ["decode_logits", "_sync_prefix", "_truncate", "_generate_tokens"])
 def test_interrupt_at_every_line_of_the_decode_path(smol_path, fresh_result, fn):
     """Between the interrupted call and the check, FIRST runs again: it shares a longer prefix
     with the cache than the interrupted prompt did, so stale bookkeeping would show."""

@@ -10,14 +10,14 @@ def test_truncate_then_continue_equals_fresh(llm):
     b = llm.tokenize(b" The dog wakes up and", add_bos=False)
     # Fresh: a then b, in the same steps as below.
     llm.reset()
-    llm.eval(a)
-    fresh = llm.eval(b, logits_all=True)
+    llm.decode_logits(a)
+    fresh = llm.decode_logits(b, logits_all=True)
     # Dirty: a, x, truncate back to a, then b.
     llm.reset()
-    llm.eval(a)
-    llm.eval(x)
+    llm.decode_logits(a)
+    llm.decode_logits(x)
     llm._truncate(len(a))
-    again = llm.eval(b, logits_all=True)
+    again = llm.decode_logits(b, logits_all=True)
     assert np.array_equal(fresh, again)
 
 
@@ -42,7 +42,7 @@ def test_batch_split_matches_single_batch(smol_path):
             Llama(smol_path, n_ctx=512, n_batch=32, verbose=False, batch_invariant=True) as split:
         toks = one.tokenize(text)
         assert len(toks) > 64
-        l1 = one.eval(toks, logits_all=True)
-        l2 = split.eval(toks, logits_all=True)
+        l1 = one.decode_logits(toks, logits_all=True)
+        l2 = split.decode_logits(toks, logits_all=True)
         assert l1.shape == l2.shape == (len(toks), one.n_vocab())
         assert np.array_equal(l1, l2)

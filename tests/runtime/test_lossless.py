@@ -25,7 +25,7 @@ CONFIGS = [
 
 
 def _greedy_tokens(llm, tokens, n: int = N_TOKENS):
-    return list(llm.generate(tokens, Sampler(SamplingParams(temperature=0.0)), n))
+    return list(llm._generate_tokens(tokens, Sampler(SamplingParams(temperature=0.0)), n))
 
 
 def _greedy(llm, prompt: str, n: int = N_TOKENS):
@@ -74,20 +74,20 @@ def test_verify_rows_are_full_depth_rows(smol_path):
     with _lossless(smol_path, "q4_0", 0.975, 4, 4) as llm, \
             Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, river=None, batch_invariant=True) as full:
         steps = []
-        real = llm.eval
+        real = llm.decode_logits
 
         def recording(tokens, logits_all=False, prompt=False):
-            before = list(llm.input_ids)
+            before = llm._input_ids.tolist()
             rows = real(tokens, logits_all=logits_all, prompt=prompt)
             if logits_all:
                 steps.append((before, list(tokens), rows))
             return rows
-        llm.eval = recording
+        llm.decode_logits = recording
         llm(PROMPTS[2], max_tokens=40, temperature=0)
         assert sum(len(t) > 1 for _, t, _ in steps) >= 3
         for before, toks, rows in steps:
             full.reset()
-            ref = full.eval(before + toks, logits_all=True, prompt=True)[len(before):]
+            ref = full.decode_logits(before + toks, logits_all=True, prompt=True)[len(before):]
             assert np.array_equal(rows, ref)
 
 
@@ -135,12 +135,12 @@ def test_poisoned_cache_is_never_read(smol_path):
     with _lossless(smol_path, "q4_0", 0.975, 4, 4, flash_attn=True) as llm:
         prompt = llm.tokenize(PROMPTS[0].encode())
         llm.reset()
-        llm.eval(prompt)
-        ref = llm.eval([1], prompt=True)
+        llm.decode_logits(prompt)
+        ref = llm.decode_logits([1], prompt=True)
         llm.reset()
-        llm.eval(prompt)
+        llm.decode_logits(prompt)
         debug.kv_fill(llm, 1000.0)
-        assert not np.array_equal(ref, llm.eval([1], prompt=True))
+        assert not np.array_equal(ref, llm.decode_logits([1], prompt=True))
 
 
 @pytest.mark.parametrize("model", ["smol", "gqa_untied"])

@@ -37,12 +37,12 @@ def _exact(path, tokens):
     """Full depth's distribution of the first token and of (first, second), samplers applied."""
     s = Sampler(SamplingParams(**PARAMS))
     with Llama(path, n_ctx=128, n_threads=2, verbose=False, river=None) as full:
-        p1 = s.distribution(full.eval(tokens, prompt=True)[-1], tokens)
+        p1 = s.distribution(full.decode_logits(tokens, prompt=True)[-1], tokens)
         joint = {}
         for t in np.flatnonzero(p1):
             full.reset()
             seq = tokens + [int(t)]
-            p2 = s.distribution(full.eval(seq, prompt=True)[-1], seq)
+            p2 = s.distribution(full.decode_logits(seq, prompt=True)[-1], seq)
             for u in np.flatnonzero(p2):
                 joint[(int(t), int(u))] = float(p1[t] * p2[u])
     return {int(t): float(p1[t]) for t in np.flatnonzero(p1)}, joint
@@ -53,7 +53,7 @@ def _draws(llm, tokens):
     step drafts (a last token is never drafted: nothing would follow it)."""
     firsts, pairs = {}, {}
     for seed in range(N_SEEDS):
-        a, b = list(llm.generate(tokens, Sampler(SamplingParams(**PARAMS), seed), 3))[:2]
+        a, b = list(llm._generate_tokens(tokens, Sampler(SamplingParams(**PARAMS), seed), 3))[:2]
         firsts[a] = firsts.get(a, 0) + 1
         pairs[(a, b)] = pairs.get((a, b), 0) + 1
     return firsts, pairs

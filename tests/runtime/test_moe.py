@@ -70,10 +70,10 @@ def test_not_cheaper_rule_per_expert_tensor(arch_paths, tmp_path):
         with pytest.raises(ValueError, match="q4_0 is not cheaper than the backbone's q4_0 for blk.0.ffn_gate_exps.weight"):
             R.build(llm._model, path, "q4_0", tmp_path / "r.gguf", progress=False)
         R.build(llm._model, path, "q4_0", tmp_path / "r.gguf", force=True, progress=False)
-        ref = llm.eval(llm.tokenize(b"The river runs to the sea"))[-1]
+        ref = llm.decode_logits(llm.tokenize(b"The river runs to the sea"))[-1]
     with Llama(path, n_ctx=64, verbose=False, river=str(tmp_path / "r.gguf")) as llm:
         llm.set_exit(2.0, 1, 1, prefill_exit=True)   # every token leaves the backbone after block 1
-        got = llm.eval(llm.tokenize(b"The river runs to the sea"))[-1]
+        got = llm.decode_logits(llm.tokenize(b"The river runs to the sea"))[-1]
     assert np.isfinite(got).all()
     assert not np.array_equal(got, ref)   # its attention is q4_0 now: the river did run
 
@@ -90,5 +90,5 @@ def test_routing_decides_the_output(arch_paths, tmp_path):
     outs = []
     for p in (path, swapped):
         with Llama(p, n_ctx=64, verbose=False) as llm:
-            outs.append(llm.eval(llm.tokenize(b"The river runs from the mountains to the sea"))[-1])
+            outs.append(llm.decode_logits(llm.tokenize(b"The river runs from the mountains to the sea"))[-1])
     assert np.abs(outs[0] - outs[1]).max() > 1e-2

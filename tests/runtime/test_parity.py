@@ -50,9 +50,9 @@ def _check_parity(path, gpu_layers, mode, prompts=PROMPTS, n_ctx=512, n_gen=N_GE
         # Teacher-forced over the reference sequence: every position's logits.
         seq = ptoks + ref_cont
         ref.reset()
-        ref_logits = ref.eval(seq, logits_all=True)
+        ref_logits = ref.decode_logits(seq, logits_all=True)
         llm.reset()
-        our_logits = llm.eval(seq, logits_all=True)
+        our_logits = llm.decode_logits(seq, logits_all=True)
         agree += int((np.argmax(ref_logits, axis=1) == np.argmax(our_logits, axis=1)).sum())
         total += len(seq)
         if not np.array_equal(ref_logits, our_logits):
@@ -90,7 +90,7 @@ def test_parity_gemma3_270m(gemma_path, gpu_layers):
     from pyriver import Llama
     with Llama(gemma_path, n_ctx=64, verbose=False) as llm:
         assert llm.info["arch"] == "gemma3"
-        assert int(llm.metadata("gemma3.attention.sliding_window")) == 512
+        assert int(llm.meta("gemma3.attention.sliding_window")) == 512
         assert len(llm.tokenize(LONG_PROMPT.encode(), add_bos=True, special=True)) > 512
     for mode in _modes(gpu_layers, "gemma3_270m"):
         _check_parity(gemma_path, gpu_layers, mode, PROMPTS + [LONG_PROMPT], n_ctx=1024)
@@ -110,7 +110,7 @@ def test_one_ggml_per_process(smol_path):
     import llama_cpp  # noqa: F401
     from pyriver import Llama
     with Llama(smol_path, n_ctx=64, verbose=False) as llm:
-        llm.eval(llm.tokenize(b"Hello"))
+        llm.decode_logits(llm.tokenize(b"Hello"))
     libs = {line.split()[-1] for line in open("/proc/self/maps") if "libggml-base.so" in line or "libggml.so" in line}
     assert len([p for p in libs if "libggml-base" in p]) == 1, libs
     assert len([p for p in libs if "libggml.so" in p]) == 1, libs

@@ -51,7 +51,7 @@ def test_same_type_river_with_any_exit_pattern_is_identical(request, synth_paths
     path = model_path(request, model)
     with Llama(path, n_ctx=256, n_threads=2, verbose=False, n_gpu_layers=gpu_layers) as base:
         ref, _ = _generate_logits(base)
-        backbone_type = base.metadata("general.file_type")
+        backbone_type = base.meta("general.file_type")
         L = base.info["n_layer"]
         on_gpu(base, gpu_layers)
     river_type = {"3": "q4_1", "0": "f32", "1": "f16", "7": "q8_0"}[backbone_type]
@@ -128,19 +128,19 @@ def test_poisoned_cache_is_never_read(request, model, gpu_layers):
         # Control: the same garbage in rows that are read (written, then overwritten) shows.
         prompt = llm.tokenize(PROMPT)
         llm.reset()
-        llm.eval(prompt)
-        ref = llm.eval([1])
+        llm.decode_logits(prompt)
+        ref = llm.decode_logits([1])
         llm.reset()
-        llm.eval(prompt)
+        llm.decode_logits(prompt)
         debug.kv_fill(llm, 1000.0)
-        assert not np.array_equal(ref, llm.eval([1]))
+        assert not np.array_equal(ref, llm.decode_logits([1]))
 
 
 @pytest.mark.gpu
 def test_prefill_exit_option(smol_path, gpu_layers):
     with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, n_gpu_layers=gpu_layers, river="q4_0", exit_threshold=0.9,
                min_exit_layer=3, prefill_exit=True) as llm:
-        llm.eval(llm.tokenize(PROMPT))
+        llm.decode_logits(llm.tokenize(PROMPT))
         assert len(set(llm.last_exits)) == 1 and llm.last_exits[0] < llm.info["n_layer"] - 1
 
 

@@ -23,11 +23,11 @@ def test_prompt_rule(smol_path):
     flagged as a prompt and any call of several tokens run at full depth."""
     with Llama(smol_path, n_ctx=64, verbose=False, river="q4_0", force_exit_layer=3) as llm:
         L = llm.info["n_layer"]
-        llm.eval(llm.tokenize(b"The river"))
+        llm.decode_logits(llm.tokenize(b"The river"))
         assert set(llm.last_exits) == {L - 1}
-        llm.eval([42])
+        llm.decode_logits([42])
         assert llm.last_exits == [3]
-        llm.eval([42], prompt=True)
+        llm.decode_logits([42], prompt=True)
         assert llm.last_exits == [L - 1]
-        llm.eval([42, 43])
+        llm.decode_logits([42, 43])
         assert llm.last_exits == [L - 1, L - 1]

@@ -47,10 +47,7 @@ class _Model:
     vocab = _Vocab()
 
     def __init__(self, template):
-        self.template = template
-
-    def metadata(self, key):
-        return self.template if key == "tokenizer.chat_template" else None
+        self.metadata = {} if template is None else {"tokenizer.chat_template": template}
 
     def token_bos(self):
         return 1

@@ -1,0 +1,76 @@
+"""llama-cpp-python 0.3.36's `Llama.__init__` keyword arguments that pyriver has no machinery for:
+each is accepted at the values that change nothing pyriver computes, and refused with an error
+naming it otherwise (docs/api.md, "Constructor arguments", is the table of every argument)."""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import llama_cpp
+
+_F16 = 1   # GGML_TYPE_F16: pyriver's KV cache type
+
+
+def _falsy(v) -> bool:
+    return not v
+
+
+# name -> (llama_cpp's default, test for a value that changes nothing, why others are refused)
+INERT: Dict[str, tuple] = {
+    "use_mlock": (False, _falsy, "pyriver does not lock the model in RAM"),
+    "kv_overrides": (None, _falsy, "pyriver reads the GGUF's metadata as stored"),
+    "rope_scaling_type": (llama_cpp.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
+                          lambda v: v is None or v in (llama_cpp.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,),
+                          "pyriver uses the GGUF's RoPE settings"),
+    "attention_type": (llama_cpp.LLAMA_ATTENTION_TYPE_UNSPECIFIED,
+                       lambda v: v in (llama_cpp.LLAMA_ATTENTION_TYPE_UNSPECIFIED, llama_cpp.LLAMA_ATTENTION_TYPE_CAUSAL),
+                       "pyriver's attention is causal"),
+    "rope_freq_base": (0.0, _falsy, "pyriver uses the GGUF's RoPE base (0 = from the model)"),
+    "rope_freq_scale": (0.0, _falsy, "pyriver uses the GGUF's RoPE scale (0 = from the model)"),
+    "yarn_ext_factor": (-1.0, lambda v: v == -1.0, "pyriver has no YaRN scaling"),
+    "yarn_attn_factor": (1.0, lambda v: v == 1.0, "pyriver has no YaRN scaling"),
+    "yarn_beta_fast": (32.0, lambda v: v == 32.0, "pyriver has no YaRN scaling"),
+    "yarn_beta_slow": (1.0, lambda v: v == 1.0, "pyriver has no YaRN scaling"),
+    "yarn_orig_ctx": (0, _falsy, "pyriver has no YaRN scaling"),
+    "offload_kqv": (True, lambda v: bool(v), "pyriver keeps each block's KV cache on the block's device"),
+    "op_offload": (None, lambda v: v is None or bool(v), "pyriver places operations with their weights"),
+    # output-identical whatever the value (memory or timing knobs)
+    "swa_full": (None, lambda v: True, ""),
+    "no_perf": (False, lambda v: True, ""),
+    "numa": (False, _falsy, "pyriver sets no NUMA policy"),
+    "lora_base": (None, lambda v: True, ""),     # only read with lora_path
+    "lora_scale": (1.0, lambda v: True, ""),     # only read with lora_path
+    "lora_path": (None, _falsy, "pyriver does not apply LoRA adapters"),
+    "type_k": (None, lambda v: v is None or v == _F16, "pyriver's KV cache is f16 (type_k=None or 1)"),
+    "type_v": (None, lambda v: v is None or v == _F16, "pyriver's KV cache is f16 (type_v=None or 1)"),
+    "spm_infill": (False, lambda v: True, ""),   # only read with a suffix, which create_completion refuses
+}
+
+
+def check_inert(kwargs: Dict[str, Any]) -> None:
+    """Refuse unknown names, and known ones at values pyriver cannot honour (ValueError naming it)."""
+    unknown = sorted(k for k in kwargs if k not in INERT)
+    if unknown:
+        raise TypeError(f"pyriver.Llama got unexpected keyword arguments: {', '.join(unknown)}")
+    for k, v in kwargs.items():
+        default, ok, why = INERT[k]
+        if not ok(v):
+            raise ValueError(f"{k}={v!r} is not supported: {why} (llama-cpp-python's default is {default!r})")
+
+
+def rng_seed(seed):
+    """llama.cpp's seed rule: LLAMA_DEFAULT_SEED (0xFFFFFFFF, also -1) draws a random seed."""
+    if seed is None:
+        return None
+    s = int(seed) & 0xFFFFFFFF
+    return None if s == llama_cpp.LLAMA_DEFAULT_SEED else s
+
+
+def check_chat_format(chat_format, chat_handler) -> None:
+    """None / "gguf": the GGUF's template; else a format llama_cpp registers (its formatter is used)."""
+    from llama_cpp.llama_chat_format import LlamaChatCompletionHandlerRegistry
+    if chat_handler is not None and not callable(chat_handler):
+        raise TypeError("chat_handler must be callable (a llama_cpp chat completion handler)")
+    known = LlamaChatCompletionHandlerRegistry()._chat_handlers
+    if chat_format not in (None, "gguf", "chat_template.default") and chat_format not in known:
+        raise ValueError(f"chat_format {chat_format!r} is not one of llama_cpp's: {', '.join(sorted(known))} "
+                         f"(None or 'gguf': the template stored in the GGUF)")
