@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import tarfile
-from pathlib import Path
 
 import llama_cpp
 import numpy as np
@@ -75,13 +73,11 @@ def test_arguments_pyriver_cannot_honour_are_refused_by_name(smol_path, kw, err,
 
 
 def test_vocab_only_tokenizes_as_llama_cpp(tmp_path):
-    tar = Path("/tmp/sdist/llama_cpp_python-0.3.36.tar.gz")
-    if not tar.exists():
-        pytest.skip("llama-cpp-python's sdist is not here")
-    name = "llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-llama-spm.gguf"
-    with tarfile.open(tar) as t:
-        t.extract(name, tmp_path)
-    path = str(tmp_path / name)
+    import llama_cpp
+    from pyriver.tools import llama_server
+    root = llama_server.binary().parents[2]   # the pinned sdist, downloaded once (tests/peer shares it)
+    root.mkdir(parents=True, exist_ok=True)
+    path = str(llama_server._source(root, llama_cpp.__version__) / "models" / "ggml-vocab-llama-spm.gguf")
     llama = Llama(model_path=path, vocab_only=True, verbose=False)
     assert llama.tokenize(b"Hello World") == [1, 15043, 2787]
     assert llama.detokenize([1, 15043, 2787]) == b"Hello World"
