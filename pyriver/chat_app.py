@@ -153,6 +153,8 @@ def run(a) -> int:
     kw = {}
     if a.river:
         kw = dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer, river_force=a.river_force)
+    if getattr(a, "batch_invariant", False):
+        kw["batch_invariant"] = True
     llm = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, **kw)
     session = ChatSession(llm, a.system, a.n, a.temp, a.river or DEFAULT_RIVER)
     interactive = sys.stdin.isatty()

@@ -138,6 +138,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--tau", type=float, default=None)
     c.add_argument("--min-exit-layer", type=int, default=None)
     c.add_argument("--river-force", action="store_true")
+    c.add_argument("--batch-invariant", action="store_true",
+                   help="a token's logits never depend on how it reached the cache (slower prompts; docs/determinism.md)")
     c.set_defaults(fn=cmd_chat)
 
     m = sub.add_parser("models", help="list or fetch registry models (models fetch NAME)")

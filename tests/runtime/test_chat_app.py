@@ -87,10 +87,11 @@ def test_chat_from_a_pipe(smol_path):
 
 
 def test_chat_lossless_on_and_off_from_a_pipe(smol_path):
-    """/lossless on gives the answer full depth gives; /stats shows the drafts; off goes back."""
+    """/lossless on gives the answer full depth gives (bit for bit where steps are batch-invariant:
+    docs/lossless.md); /stats shows the drafts; off goes back."""
     ask = "Name three rivers.\n"
-    full = pyriver_cli("chat", smol_path, "-n", "20", input=ask)
-    r = pyriver_cli("chat", smol_path, "-n", "20", input="/lossless on\n/reset\n" + ask + "/stats\n/lossless off\n/reset\n" + ask)
+    full = pyriver_cli("chat", smol_path, "-n", "20", "--batch-invariant", input=ask)
+    r = pyriver_cli("chat", smol_path, "-n", "20", "--batch-invariant", input="/lossless on\n/reset\n" + ask + "/stats\n/lossless off\n/reset\n" + ask)
     assert full.returncode == 0 and r.returncode == 0, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     answer = [ln for ln in full.stdout.splitlines() if ln.strip()]

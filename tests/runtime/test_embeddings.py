@@ -174,7 +174,7 @@ def test_generation_after_embed(smol_path):
         fresh = llm(prompt, max_tokens=12, temperature=0)["choices"][0]["text"]
         llm(prompt + " wide", max_tokens=4, temperature=0)
         llm.embed(TEXTS)
-        assert llm.input_ids == []
+        assert llm.n_tokens == 0
         assert llm(prompt, max_tokens=12, temperature=0)["choices"][0]["text"] == fresh
 
 

@@ -58,7 +58,6 @@ def test_llama_server_shape_and_generation_alongside(server, want):
     ({"input": [[1, 2], [99999999]]}, 400, "out of range"),
     ({"input": "x " * 400}, 400, "at most"),
     ({"input": "x", "encoding_format": "hex"}, 400, "float or base64"),
-    ({"model": "other", "input": "x"}, 404, "does not exist"),
     ({}, 400, "must be provided"),
 ])
 def test_bad_requests(server, body, status, words):
