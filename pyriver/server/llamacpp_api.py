@@ -18,7 +18,7 @@ from starlette.routing import Route
 from .. import __version__
 from .. import completion as C
 from ..sampling import Sampler, SamplingParams
-from .schema import APIError
+from .schema import APIError, json_object
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF   # what llama-server reports for "a random seed"
 
@@ -220,12 +220,7 @@ _FIELDS = {   # name: (check, what)
 
 
 def parse_native(srv, raw: bytes) -> Dict[str, Any]:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise APIError(400, f"the request body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise APIError(400, "the request body must be a JSON object")
+    body = json_object(raw)
     if body.get("prompt") is None:
         raise APIError(400, "'prompt' is required", param="prompt")
     for name, (ok, what) in _FIELDS.items():
@@ -376,7 +371,7 @@ def routes(srv, guarded) -> List[Route]:
 
     async def tokenize(req: HTTPRequest):
         async def h(req):
-            body = _object(await req.body())
+            body = json_object(await req.body())
             content = body.get("content")
             if content is None:
                 return JSONResponse({"tokens": []})
@@ -408,7 +403,7 @@ def routes(srv, guarded) -> List[Route]:
 
     async def detokenize(req: HTTPRequest):
         async def h(req):
-            body = _object(await req.body())
+            body = json_object(await req.body())
             toks = body.get("tokens", [])
             if not _is_tokens(toks):
                 raise APIError(400, "'tokens' must be a list of token ids", param="tokens")
@@ -422,7 +417,7 @@ def routes(srv, guarded) -> List[Route]:
 
     async def apply_template(req: HTTPRequest):
         async def h(req):
-            body = _object(await req.body())
+            body = json_object(await req.body())
             msgs = body.get("messages")
             if not isinstance(msgs, list) or not all(isinstance(m, dict) for m in msgs):
                 raise APIError(400, "'messages' must be a list of message objects", param="messages")
@@ -442,7 +437,7 @@ def routes(srv, guarded) -> List[Route]:
 
     async def input_tokens(req: HTTPRequest):
         async def h(req):
-            msgs = _object(await req.body()).get("messages")
+            msgs = json_object(await req.body()).get("messages")
             if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
                 raise APIError(400, "'messages' must be a list of message objects", param="messages")
 
@@ -486,14 +481,6 @@ def template_vars(srv, body: Dict) -> Dict[str, Any]:
     return extra
 
 
-def _object(raw: bytes) -> Dict:
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise APIError(400, f"the request body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise APIError(400, "the request body must be a JSON object")
-    return body
 
 
 def _stream(n: Native) -> StreamingResponse:

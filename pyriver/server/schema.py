@@ -80,16 +80,22 @@ _LOGIT_BIAS = (lambda v: isinstance(v, (dict, list)), "an object {token: bias}",
 COMPLETION["logit_bias"] = CHAT["logit_bias"] = _LOGIT_BIAS
 
 
-def parse(raw: bytes, fields: Dict, required: str, defaults: Optional[Dict] = None) -> Dict[str, Any]:
-    """The request's fields with defaults filled in (`defaults`: the server's, from its command
-    line, before the table's); APIError 400 for malformed JSON, a missing required field, a wrong
-    type or a value out of range."""
+def json_object(raw: bytes) -> Dict[str, Any]:
+    """A request body that must be a JSON object; APIError 400 otherwise (every endpoint's rule)."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise APIError(400, f"the request body is not valid JSON: {e}") from None
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
+    return body
+
+
+def parse(raw: bytes, fields: Dict, required: str, defaults: Optional[Dict] = None) -> Dict[str, Any]:
+    """The request's fields with defaults filled in (`defaults`: the server's, from its command
+    line, before the table's); APIError 400 for malformed JSON, a missing required field, a wrong
+    type or a value out of range."""
+    body = json_object(raw)
     if body.get(required) is None:
         raise APIError(400, f"'{required}' is required", param=required)
     out = {}
