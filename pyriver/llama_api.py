@@ -179,9 +179,9 @@ class LlamaCppMixin:
         with self._lock:
             self._live()
             if reset and self.n_tokens > 0:
-                longest = 0
-                for a, b in zip(self._tokens, tokens):
-                    if a != b:
+                longest = 0   # a token an exit rule computed is not a prompt's (as _sync_prefix)
+                for a, b, kind in zip(self._tokens, tokens, self._kinds):
+                    if a != b or kind != self.PROMPT_LIKE:
                         break
                     longest += 1
                 consumed = longest == len(tokens)

@@ -403,3 +403,19 @@ def test_from_pretrained_offline_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelFetchError, match="Hub"):
         Llama.from_pretrained("org/repo", "*.gguf")
+
+
+def test_generate_never_reuses_exited_tokens_as_prompt(smol_path):
+    """With River on, tokens a decode step computed under the exit rule hold the river's K/V: when
+    they come back as a prompt, generate runs them again at full depth (as create_completion does),
+    so its first token's logits are a fresh Llama's."""
+    kw = dict(n_ctx=128, n_threads=2, verbose=False, river="q4_0", force_exit_layer=1, river_force=True,
+              batch_invariant=True)   # the same bits however the tokens were split into steps
+    with Llama(smol_path, **kw) as a, Llama(smol_path, **kw) as fresh:
+        prompt = a.tokenize(b"The river flows", add_bos=True)
+        a.create_completion(prompt, max_tokens=6, temperature=0)
+        seen = list(a._tokens)
+        assert len(seen) > len(prompt)   # the answer's decode steps are in the cache
+        next(a.generate(seen, temp=0.0))
+        fresh.eval(seen)
+        np.testing.assert_array_equal(a._logits_at(len(seen) - 1), fresh._logits_at(len(seen) - 1))
