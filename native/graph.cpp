@@ -371,6 +371,12 @@ static ggml_tensor * stacked_checks(ggml_context * ctx, ggml_tensor * stack, int
     return c;
 }
 
+// The LM head a lane's output rows go through: the river's low-bit copy for tokens on the river
+// (they left the backbone) when the sidecar has one, else the backbone's.
+static ggml_tensor * head_of(const model & m, const lane & ln) {
+    return ln.river && m.river && m.river->output ? m.river->output : m.output;
+}
+
 static void check_segment(const model & m, const segment & seg, const device_carry * carry) {
     const int L = m.hp.n_layer;
     if (seg.lanes.empty()) fail(PR_ERR_INTERNAL, "a segment without lanes");
@@ -435,6 +441,8 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     }
     ggml_tensor * carry_src = nullptr;   // what the carry keeps: the check stack, else the last hidden state
     ggml_tensor * head_in = nullptr;     // the output rows of the lanes with a head, in lane order
+    // Runs of consecutive head lanes that share a head matrix, each with its output rows.
+    std::vector<std::pair<ggml_tensor *, ggml_tensor *>> head_runs;
     for (size_t i = 0; i < nl; i++) {
         lane_io & io = g->lanes[i];
         for (ggml_tensor * h : io.hidden_out) ggml_build_forward_expand(g->gf, h);
@@ -445,6 +453,12 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
         }
         if (seg.lanes[i].head()) {
             head_in = head_in ? ggml_concat(ctx, head_in, x[i], 1) : x[i];
+            ggml_tensor * w = head_of(m, seg.lanes[i]);
+            if (!head_runs.empty() && head_runs.back().first == w) {
+                head_runs.back().second = ggml_concat(ctx, head_runs.back().second, x[i], 1);
+            } else {
+                head_runs.push_back({w, x[i]});
+            }
         } else {
             io.last_hidden = x[i];
             ggml_set_output(x[i]);
@@ -459,8 +473,14 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
         ggml_set_output(g->embd);
         ggml_build_forward_expand(g->gf, g->embd);
     } else if (head_in) {
-        ggml_tensor * h = rms_norm(ctx, head_in, m.output_norm, m.hp.rms_eps);
-        g->logits = linear(ctx, s, m.output, h, m.output_b);
+        // One product per run of lanes with the same head (one run unless exited tokens have a
+        // head of their own), concatenated in lane order.
+        g->logits = nullptr;
+        for (const auto & run : head_runs) {
+            ggml_tensor * h = rms_norm(ctx, run.second, m.output_norm, m.hp.rms_eps);
+            ggml_tensor * y = linear(ctx, s, run.first, h, m.output_b);
+            g->logits = g->logits ? ggml_concat(ctx, g->logits, y, 1) : y;
+        }
         if (m.hp.final_softcap > 0.0f) g->logits = softcap(ctx, g->logits, m.hp.final_softcap);
         ggml_set_name(g->logits, "logits");
         ggml_set_output(g->logits);

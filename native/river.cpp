@@ -15,6 +15,8 @@ static const char * KEY_SHA = "pyriver.river.backbone.sha256";
 static const char * KEY_SIZE = "pyriver.river.backbone.size";
 static const char * KEY_NAME = "pyriver.river.backbone.name";
 static const char * KEY_TYPES = "pyriver.river.tensor_types";
+static const char * KEY_HEAD = "pyriver.river.head_type";
+static const char * RIVER_HEAD = "output.weight";   // the exited tokens' head, when the sidecar has one
 
 // The matrices a river requantizes: those its architecture's table marks as matrices, each
 // expert of a mixture (a stacked tensor's rows) included, its router not (river == false).
@@ -67,33 +69,42 @@ static void to_f32(const ggml_tensor * t, const void * src, float * dst) {
     ggml_get_type_traits(t->type)->to_float(src, dst, n);
 }
 
-void build_river(const model & m, const char * river_type, bool force, const char * backbone_sha256,
+void build_river(const model & m, const char * river_type, const char * head_type, bool force, const char * backbone_sha256,
                  const char * out_path, int n_threads, progress_fn progress, void * user, std::string & report) {
     if (!river_type || !out_path || !backbone_sha256) fail(PR_ERR_INVALID_ARG, "river type, output path and sha256 are required");
     const ggml_type want = type_by_name(river_type);
     if (!quantizable(want)) fail(PR_ERR_INVALID_ARG, "river type '%s' cannot be made without an importance matrix", river_type);
+    const bool with_head = head_type && *head_type;
+    const ggml_type want_head = with_head ? type_by_name(head_type) : want;
+    if (!quantizable(want_head)) fail(PR_ERR_INVALID_ARG, "river head type '%s' cannot be made without an importance matrix", head_type);
     if (m.file->mapping == nullptr) fail(PR_ERR_INTERNAL, "the model file is not mapped");
 
     const int L = m.hp.n_layer;
     struct job { std::string name; const ggml_tensor * src; ggml_type type; std::vector<uint8_t> data; };
     std::vector<job> jobs;
+    auto add_job = [&](const std::string & name, const ggml_tensor * src, ggml_type type_wanted) {
+        job j;
+        j.name = name;
+        j.src = src;
+        j.type = fit_type(type_wanted, src->ne[0]);
+        const size_t row_new = ggml_row_size(j.type, src->ne[0]), row_old = ggml_row_size(src->type, src->ne[0]);
+        if (j.type != type_wanted) report += j.name + ": " + ggml_type_name(type_wanted) + " does not fit rows of " + std::to_string(src->ne[0]) + ", using " + ggml_type_name(j.type) + "\n";
+        if (row_new >= row_old && !force) {
+            fail(PR_ERR_INVALID_ARG, "river type %s is not cheaper than the backbone's %s for %s (%zu vs %zu bytes a row); pass force to build it anyway",
+                 ggml_type_name(j.type), ggml_type_name(src->type), j.name.c_str(), row_new, row_old);
+        }
+        jobs.push_back(std::move(j));
+    };
     for (int il = 0; il < L; il++) {
         for (const tensor_spec * spec : block_matrices(m)) {
             const ggml_tensor * src = m.blocks[il].*(spec->member);
             if (!src) continue;   // an optional matrix this file lacks (separate Q/K/V beside a fused attn_qkv)
-            job j;
-            j.name = "blk." + std::to_string(il) + "." + spec->name;
-            j.src = src;
-            j.type = fit_type(want, src->ne[0]);
-            const size_t row_new = ggml_row_size(j.type, src->ne[0]), row_old = ggml_row_size(src->type, src->ne[0]);
-            if (j.type != want) report += j.name + ": " + ggml_type_name(want) + " does not fit rows of " + std::to_string(src->ne[0]) + ", using " + ggml_type_name(j.type) + "\n";
-            if (row_new >= row_old && !force) {
-                fail(PR_ERR_INVALID_ARG, "river type %s is not cheaper than the backbone's %s for %s (%zu vs %zu bytes a row); pass force to build it anyway",
-                     ggml_type_name(j.type), ggml_type_name(src->type), j.name.c_str(), row_new, row_old);
-            }
-            jobs.push_back(std::move(j));
+            add_job("blk." + std::to_string(il) + "." + spec->name, src, want);
         }
     }
+    // The head is the largest matrix of a small model and an exited token's head costs as much as
+    // a full-depth token's; its copy reads the tied embedding where the model ties them.
+    if (with_head) add_job(RIVER_HEAD, m.output, want_head);
 
     const size_t data_off = gguf_get_data_offset(m.gguf);
     const uint8_t * base = (const uint8_t *) m.file->mapping;
@@ -126,6 +137,7 @@ void build_river(const model & m, const char * river_type, bool force, const cha
     gguf_set_val_str(g, "general.architecture", "pyriver-river");
     gguf_set_val_str(g, KEY_VERSION, pr_version());
     gguf_set_val_str(g, KEY_TYPE, ggml_type_name(want));
+    if (with_head) gguf_set_val_str(g, KEY_HEAD, ggml_type_name(want_head));
     gguf_set_val_str(g, KEY_SHA, backbone_sha256);
     gguf_set_val_u64(g, KEY_SIZE, (uint64_t) m.file->size);
     const std::string bname = m.path.substr(m.path.find_last_of('/') + 1);
@@ -186,11 +198,23 @@ void attach_river(model & m, const char * path, const char * backbone_sha256, bo
             rb.*(spec->member) = t;
         }
     }
-    // River blocks live on the device of their backbone block: their K/V go to the same cache.
+    if (ggml_tensor * h = r->file->tensor(RIVER_HEAD)) {
+        const ggml_tensor * b = m.output;
+        if (!usable_type(h->type)) fail(PR_ERR_MODEL, "river head '%s' has unsupported type %d", RIVER_HEAD, (int) h->type);
+        if (h->ne[0] != b->ne[0] || h->ne[1] != b->ne[1] || h->ne[2] != 1 || h->ne[3] != 1 || h->ne[0] % ggml_blck_size(h->type) != 0) {
+            fail(PR_ERR_MODEL, "river sidecar '%s': its head has shape [%lld, %lld, %lld, %lld] (%s), the backbone's is [%lld, %lld]", path,
+                 (long long) h->ne[0], (long long) h->ne[1], (long long) h->ne[2], (long long) h->ne[3], ggml_type_name(h->type),
+                 (long long) b->ne[0], (long long) b->ne[1]);
+        }
+        r->output = h;
+    }
+    // River blocks live on the device of their backbone block: their K/V go to the same cache. The
+    // river's head goes with the backbone's.
     const model & mr = m;
     place_weights(*r->file, [&](const ggml_tensor * t) {
         int il = -1;
         if (sscanf(ggml_get_name(t), "blk.%d.", &il) == 1 && il >= 0 && il < mr.hp.n_layer) return mr.layer_dev[il];
+        if (strcmp(ggml_get_name(t), RIVER_HEAD) == 0) return mr.output_dev;
         return mr.cpu_dev;
     }, m.cpu_dev, use_mmap, [](const ggml_tensor *) { return true; });
     m.river = std::move(r);

@@ -10,13 +10,17 @@ namespace pr {
 struct river_blocks {
     std::unique_ptr<weight_file> file;
     std::vector<block_weights> blocks;
+    // A low-bit copy of the LM head for tokens that left the backbone (null: they use the
+    // backbone's head). Full-depth tokens always use the backbone's.
+    ggml_tensor * output = nullptr;
 };
 
 using progress_fn = int32_t (*)(int32_t done, int32_t total, void * user);
 
-// Requantizes every block matrix of m to river_type and writes the sidecar to out_path.
+// Requantizes every block matrix of m to river_type and writes the sidecar to out_path; with a
+// head_type (non-empty), also the LM head, as the exited tokens' head.
 // report receives one line per tensor whose type differs from the request (fallbacks).
-void build_river(const model & m, const char * river_type, bool force, const char * backbone_sha256,
+void build_river(const model & m, const char * river_type, const char * head_type, bool force, const char * backbone_sha256,
                  const char * out_path, int n_threads, progress_fn progress, void * user, std::string & report);
 
 // Opens a sidecar, checks that it belongs to m (sha256, size, shapes), and binds it as m.river.

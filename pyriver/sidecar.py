@@ -16,6 +16,18 @@ from .cache import cache_dir, file_sha256
 #: Metadata keys of a stored calibration (enabled, exit_threshold, min_exit_layer, report).
 CALIBRATION_PREFIX = "pyriver.calibration."
 
+#: A river spec names the blocks' type and, optionally, a low-bit copy of the LM head that tokens
+#: which exit use: "q4_0", or "q4_0+head-q4_0" (the head at q4_0, the backbone's for full depth).
+HEAD_SEP = "+head-"
+
+
+def parse_spec(river: str) -> Tuple[str, Optional[str]]:
+    """(block type, head type or None) of a river spec."""
+    blocks, sep, head = river.partition(HEAD_SEP)
+    if not blocks or (sep and not head):
+        raise ValueError(f"bad river spec {river!r}: TYPE or TYPE{HEAD_SEP}HEADTYPE (e.g. q4_0{HEAD_SEP}q4_0)")
+    return blocks, head or None
+
 
 def _places(model_path: str, sha256: Optional[str] = None) -> List[Tuple[Path, str]]:
     """(folder, file-name prefix) of this model's sidecars: next to the model, and, when the

@@ -12,6 +12,7 @@ import llama_cpp._logger as _lg
 
 from pyriver.atomic import replacing
 from pyriver.cache import cache_dir, file_sha256
+from pyriver.sidecar import parse_spec
 
 # llama.cpp has no "all q3_K" file type: a K-quant river type is matched by its _S mix (that
 # type for nearly every matrix). MXFP4's only file type (MXFP4_MOE) keeps a dense model's matrices
@@ -59,8 +60,10 @@ def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: st
 
 
 def uniform_ftype(river_type: str) -> Optional[str]:
-    """llama.cpp's file type for "the whole model at river_type", or None when it has none."""
-    return UNIFORM_FTYPE.get(river_type.lower(), river_type.lower())
+    """llama.cpp's file type for "the whole model at river_type" (a river spec's block type), or
+    None when it has none."""
+    blocks = parse_spec(river_type)[0].lower()
+    return UNIFORM_FTYPE.get(blocks, blocks)
 
 
 def requantized(path: str, river_type: str) -> str:

@@ -10,6 +10,7 @@ the order of the points, so machine noise falls on all; speeds are medians."""
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from typing import Dict, List, Optional
@@ -17,6 +18,7 @@ from typing import Dict, List, Optional
 from pyriver.args import device_kwargs
 from pyriver.cli import TOOLS, guarded
 from pyriver.llama import Llama
+from pyriver.sidecar import parse_spec
 
 from . import datasets
 from .args import add_grid_args, add_set_args
@@ -58,12 +60,19 @@ def measure(a, kind: str = "sweep") -> Dict:
                                  {"kind": "river", "engine": "pyriver", "river": rt, "tau": tau, "min_exit_layer": mn,
                                   "sidecar": llm.river_path},
                                  lambda llm=llm, tau=tau, mn=mn: llm.set_exit(tau, mn)))
-            if not a.no_uniform and uniform_ftype(rt) is None:
+        uniform: List[str] = []   # file types (each once: a river with its own head shares its blocks' type) and files
+        for rt in ([] if a.no_uniform else a.river):
+            if uniform_ftype(rt) is None:
                 print(f"no uniform competitor for {rt}: llama.cpp has no such file type", file=sys.stderr)
-            elif not a.no_uniform:
-                u = LlamaCppEngine(requantized(path, rt), a.ctx, a.threads, **device_kwargs(a))
-                engines.append(u)
-                cfgs.append((f"uniform {rt}", u, {"kind": "uniform", "engine": "llama.cpp", "river": rt, "model": u.model_path}, None))
+            elif uniform_ftype(rt) not in map(uniform_ftype, uniform):
+                uniform.append(rt)
+        uniform += [u for u in getattr(a, "uniform", None) or [] if u not in uniform]
+        for ut in uniform:
+            # a .gguf is taken as it is (the published file the backbone was requantized from)
+            label = os.path.basename(ut)[:-5] if ut.endswith(".gguf") else parse_spec(ut)[0]
+            u = LlamaCppEngine(ut if ut.endswith(".gguf") else requantized(path, ut), a.ctx, a.threads, **device_kwargs(a))
+            engines.append(u)
+            cfgs.append((f"uniform {label}", u, {"kind": "uniform", "engine": "llama.cpp", "river": label, "model": u.model_path}, None))
         runs: Dict[str, List[float]] = {}
         fid: Dict[str, Dict] = {}
         bar = progress(a.repeats * len(cfgs) * len(refs) * a.n, kind)
@@ -163,6 +172,9 @@ def parser() -> argparse.ArgumentParser:
     w = argparse.ArgumentParser(prog="pyriver sweep", description=TOOLS["sweep"][1])
     add_set_args(w, 48, 8)
     add_grid_args(w, [0.97, 0.975, 0.98, 0.985, 0.99])
+    w.add_argument("--uniform", nargs="+", default=[], metavar="FTYPE_OR_GGUF",
+                   help="more uniform competitors run by llama.cpp: file types the model is requantized to "
+                        "(q4_k_m, q6_k, ...) or GGUF files taken as they are")
     w.add_argument("--png", default=None, help="write the plot here")
     w.add_argument("--markdown", default=None, help="write the table here")
     return w

@@ -1,0 +1,99 @@
+"""The river's low-bit head (river spec TYPE+head-HEADTYPE): tokens that exit take their logits from
+the sidecar's copy of the LM head, full-depth tokens from the backbone's, bit for bit."""
+from __future__ import annotations
+
+import shutil
+
+import gguf
+import numpy as np
+import pytest
+
+from helpers import RIVER_PROMPT
+from pyriver import Llama, ModelLoadError
+from pyriver import river as R
+from pyriver.tools.engine import feed, greedy
+
+KW = dict(n_ctx=256, n_threads=2, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def model(smol_path, tmp_path_factory):
+    """A copy of SmolLM2 (its sidecars go beside it) and its full-depth greedy tokens and logits."""
+    p = tmp_path_factory.mktemp("head") / "m.gguf"
+    shutil.copy(smol_path, p)
+    with Llama(str(p), **KW) as full:
+        prompt = full.tokenize(RIVER_PROMPT)
+        run = greedy(full, prompt, 24, keep_logits=True)
+        L = full.info["n_layer"]
+    return str(p), prompt, run.tokens, np.stack(run.logits), L
+
+
+def _forced(llm, prompt, tokens, blocks):
+    """Teacher-forced logits (same tokens, so the same cache) with forced exits changing per step."""
+    run = feed(llm, prompt, tokens, keep_logits=True,
+               before_step=lambda i, _: llm.set_exit(2.0, 1, blocks[i % len(blocks)]))
+    return np.stack(run.logits), run.exits
+
+
+def test_exited_tokens_use_the_low_bit_head_and_full_depth_the_backbones(model):
+    path, prompt, tokens, ref, L = model
+    blocks = [3, L - 1, 10, 1, L - 1, L - 2]
+    with Llama(path, river="q4_0", exit_threshold=2.0, **KW) as plain:
+        base, base_exits = _forced(plain, prompt, tokens, blocks)
+    with Llama(path, river="q4_0+head-q4_0", **KW) as llm:
+        assert llm.river_path.endswith("m.river-q4_0+head-q4_0.gguf")
+        types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(llm.river_path).tensors}
+        assert types["output.weight"] == "Q4_0" and types["blk.0.ffn_up.weight"] == "Q4_0"
+        # Never exiting: full depth's bits, prompt and every step.
+        llm.set_exit(2.0, 1)
+        never = feed(llm, prompt, tokens, keep_logits=True)
+        assert np.array_equal(np.stack(never.logits), ref)
+        got, exits = _forced(llm, prompt, tokens, blocks)
+    assert exits == base_exits and set(exits) == set(blocks)
+    # Row 0 is the prompt's, row i + 1 step i's. The K/V do not depend on the head, so a step that
+    # ran at full depth gives the plain river's bits and an exited one the low-bit head's logits.
+    assert np.array_equal(got[0], base[0])
+    for i, e in enumerate(exits):
+        if e == L - 1:
+            assert np.array_equal(got[i + 1], base[i + 1]), i
+        else:
+            assert not np.array_equal(got[i + 1], base[i + 1]), i
+            # the same hidden state through a coarser copy of the same matrix
+            assert np.corrcoef(got[i + 1], base[i + 1])[0, 1] > 0.95, i
+
+
+def test_a_head_of_the_wrong_shape_is_rejected(model, tmp_path):
+    path, *_ = model
+    good = tmp_path / "good.gguf"
+    with Llama(path, n_ctx=64, verbose=False) as llm:
+        R.build(llm._model, path, "q4_0+head-q4_0", good, progress=False)
+    r = gguf.GGUFReader(str(good))
+    w = gguf.GGUFWriter(str(tmp_path / "bad.gguf"), arch="pyriver-river")
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_array(f.name, f.contents())
+        else:
+            w.add_key_value(f.name, f.contents(), f.types[0])
+    for t in r.tensors:
+        if t.name == "output.weight":   # one row short of the vocabulary
+            rows, cols = t.data.shape
+            w.add_tensor(t.name, np.array(t.data[: rows - 1]), raw_shape=(rows - 1, cols), raw_dtype=t.tensor_type)
+        else:
+            w.add_tensor(t.name, t.data, raw_shape=tuple(t.data.shape), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ModelLoadError, match="its head has shape"):
+        Llama(path, n_ctx=64, verbose=False, river=str(tmp_path / "bad.gguf"))
+    with Llama(path, n_ctx=64, verbose=False, river=str(good), exit_threshold=0.9) as llm:
+        assert llm("Hi", max_tokens=4, temperature=0)["usage"]["completion_tokens"] >= 1
+
+
+@pytest.mark.parametrize("spec", ["q4_0+head-", "+head-q4_0", "q4_0+head-nosuch"])
+def test_bad_head_specs_are_refused(model, spec):
+    path, *_ = model
+    with pytest.raises(ValueError, match="river spec|unknown river type"):
+        Llama(path, n_ctx=64, verbose=False, river=spec)
