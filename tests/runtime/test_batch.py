@@ -147,11 +147,12 @@ def _decode_steps(dec, prompts, n):
     return np.stack(logits), exits
 
 
-def test_split_rule_gives_each_sequence_its_river_result_alone(smol_path):
+@pytest.mark.parametrize("river", ["q4_0", "q4_0+head-q4_0"])
+def test_split_rule_gives_each_sequence_its_river_result_alone(smol_path, river):
     """Under the split rule a sequence leaves the backbone where it would alone (its similarities are
     its own, computed batch-invariantly): 8 sequences together give their River tokens and exit
-    blocks alone."""
-    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.95,
+    blocks alone; with the river's own head too (a step's lanes then take two heads)."""
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river=river, exit_threshold=0.95,
                min_exit_layer=2, batch_invariant=True) as llm:
         prompts = [llm.tokenize(p.encode()) for p in PROMPTS]
         alone = []
