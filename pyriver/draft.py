@@ -41,3 +41,35 @@ class PromptLookupDecoding:
 
     def __repr__(self) -> str:
         return f"PromptLookupDecoding(max_ngram_size={self.max_ngram_size}, num_pred_tokens={self.num_pred_tokens})"
+
+
+class NgramOrRiver:
+    """The combined drafter: the n-gram drafter's proposal where the text has a match, else (an
+    empty proposal) lossless mode drafts on the River path (`river_fallback`). Called alone it is
+    the n-gram drafter, so it keeps llama-cpp-python's draft-model signature."""
+
+    river_fallback = True
+
+    def __init__(self, ngram=None):
+        self.ngram = PromptLookupDecoding() if ngram is None else ngram
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        return self.ngram(input_ids, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"NgramOrRiver({self.ngram!r})"
+
+
+DRAFTERS = ("river", "ngram", "both")
+
+
+def drafter(name: str):
+    """The draft model for a drafter's name: "river" (None: lossless mode drafts on the River
+    path), "ngram" (PromptLookupDecoding) or "both" (NgramOrRiver)."""
+    if name == "river":
+        return None
+    if name == "ngram":
+        return PromptLookupDecoding()
+    if name == "both":
+        return NgramOrRiver()
+    raise ValueError(f"unknown drafter {name!r}: one of {', '.join(DRAFTERS)}")
