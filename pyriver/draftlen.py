@@ -14,7 +14,7 @@ class DraftCost:
     """What a lossless step costs, in single decode steps: verify[n - 1] for one full-depth step of
     n tokens with logits for every row (`pyriver bench --verify-cost` measures it), and one river
     draft token (a decode step under the exit rule). n-gram drafts cost nothing. Beyond the table
-    a step's cost grows by its last increment."""
+    a step's cost grows by the table's mean increment."""
 
     def __init__(self, verify: Sequence[float], river_draft: float):
         v = [float(x) for x in verify]
@@ -31,7 +31,7 @@ class DraftCost:
         v = self.verify
         if n_verify <= len(v):
             return v[n_verify - 1]
-        inc = v[-1] - v[-2] if len(v) > 1 else v[-1]
+        inc = (v[-1] - v[0]) / (len(v) - 1) if len(v) > 1 else v[-1]
         return v[-1] + inc * (n_verify - len(v))
 
     def __repr__(self) -> str:
@@ -49,16 +49,21 @@ PRIOR = {"ngram": (1.0, 1.0), "river": (3.0, 1.0)}
 
 
 class DraftLength:
-    """Acceptance per draft source in one generation and the draft length it buys."""
+    """Acceptance per draft source in one generation and the draft length it buys. Counts are kept
+    apart by whether the source's previous step kept all its drafts: n-gram drafts come in runs (a
+    copied stretch of code is kept whole, then a changed line rejects), so the two states differ."""
 
     def __init__(self, cost: DraftCost, draft_max: int):
         self.cost = cost
         self.draft_max = int(draft_max)
-        self.counts: Dict[str, Tuple[float, float]] = dict(PRIOR)
+        self.counts: Dict[Tuple[str, bool], Tuple[float, float]] = {
+            (s, full): c for s, c in PRIOR.items() for full in (False, True)}
+        self.last_full: Dict[str, bool] = {s: False for s in PRIOR}
 
     def acceptance(self, source: str) -> float:
-        """The chance that a draft is kept given the ones before it were (kept / (kept + rejections))."""
-        kept, rej = self.counts[source]
+        """The chance that a draft is kept given the ones before it were (kept / (kept + rejections)),
+        in the source's current state."""
+        kept, rej = self.counts[(source, self.last_full[source])]
         return kept / (kept + rej)
 
     def choose(self, source: str, cap: Optional[int] = None) -> int:
@@ -77,5 +82,7 @@ class DraftLength:
     def update(self, source: str, n_drafted: int, n_kept: int) -> None:
         if n_drafted <= 0:
             return
-        kept, rej = self.counts[source]
-        self.counts[source] = (kept + n_kept, rej + (1.0 if n_kept < n_drafted else 0.0))
+        key = (source, self.last_full[source])
+        kept, rej = self.counts[key]
+        self.counts[key] = (kept + n_kept, rej + (1.0 if n_kept < n_drafted else 0.0))
+        self.last_full[source] = n_kept == n_drafted
