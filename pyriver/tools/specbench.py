@@ -26,12 +26,12 @@ from .results import write_json
 
 
 def _settings(a) -> List[Dict]:
-    """Full depth, lossy River at each tau (with a river drafter), and lossless for each drafter,
+    """Full depth, lossy River at each tau (with the river drafter), and lossless for each drafter,
     tau and longest draft."""
     taus = a.tau or [0.975]
     drafts = a.draft or ["river"]
     out = [dict(name="full depth", tau=2.0, lossless=False)]
-    if "river" in drafts or "both" in drafts:
+    if "river" in drafts:
         out += [dict(name=f"river tau {t} (lossy)", tau=t, lossless=False) for t in taus]
     how = "k" if a.fixed_k else "k<="
     for k in a.draft_max or ([2, 4] if a.fixed_k else [8]):
