@@ -55,7 +55,7 @@ def main(a) -> int:
     table = {}
     for k in ks:
         m, s, r = (statistics.median(res[k][f]) for f in ("multi_s", "single_s", "ratio"))
-        table[k] = {"multi_ms": 1e3 * m, "single_ms": 1e3 * s, "ratio": r, "decode_steps": m / one, **res[k]}
+        table[k] = {"multi_ms": 1e3 * m, "single_ms": 1e3 * s, "ratio": r, "decode_steps": m / one, "runs": res[k]}
         print(f"{k:>3}{1e3 * m:>18.1f}{1e3 * s:>20.1f}{r:>8.2f}{m / one:>17.2f}")
     print("ratio: a k-token step over k single steps, median of the ratios within each repeat; "
           "in decode steps: the k-token step over one single step")
