@@ -86,8 +86,10 @@ def _verify_table(a) -> List[float]:
 
 def main(a) -> int:
     path = str(models.resolve(a.model, progress=True))
+    need_river = set(a.draft or ["river"]) != {"ngram"}   # n-grams alone draft without one
     llm = Llama(path, n_ctx=2048, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
-                river=a.river or DEFAULT_RIVER, river_force=a.river_force, exit_threshold=2.0,
+                river=(a.river or DEFAULT_RIVER) if need_river else None, river_force=a.river_force,
+                exit_threshold=2.0 if need_river else None,
                 batch_invariant=True if getattr(a, "batch_invariant", False) else None, **device_kwargs(a))
     ref = None if a.no_llama_cpp else _llama_cpp(a, path)
     settings = _settings(a)
