@@ -44,30 +44,51 @@ class DraftCost:
 # `pyriver bench --verify-cost` measures a table for DraftCost.
 DEFAULT_COST = DraftCost([1.0, 1.46, 1.66, 1.95, 2.89, 3.04, 3.04, 3.04], river_draft=0.77)
 
-# Beta pseudo-counts (kept, rejected) each generation starts from, per source.
+# Beta pseudo-counts (kept, rejected) each generation starts from, per source; and how much of
+# the counts beyond them a step keeps (acceptance changes along a text: copied code, then new lines).
 PRIOR = {"ngram": (1.0, 1.0), "river": (3.0, 1.0)}
+MEMORY = 0.8
 
 
 class DraftLength:
-    """Acceptance per draft source in one generation and the draft length it buys. Counts are kept
-    apart by whether the source's previous step kept all its drafts: n-gram drafts come in runs (a
-    copied stretch of code is kept whole, then a changed line rejects), so the two states differ."""
+    """Acceptance per draft source in one generation and the draft length it buys. A source is
+    "river", "ngram" or "ngram<n>" (an n-gram drafter that says the length n of its match: longer
+    matches are kept more often). Counts are kept apart by whether the source's previous step kept
+    all its drafts: n-gram drafts come in runs (a copied stretch of code is kept whole, then a
+    changed line rejects). Each choice first moves the source's counts back toward the prior by
+    MEMORY, so a source whose drafts stopped paying (k = 0, nothing more to learn from) is tried
+    again a few steps later."""
 
-    def __init__(self, cost: DraftCost, draft_max: int):
+    def __init__(self, cost: DraftCost, draft_max: int, memory: float = MEMORY):
         self.cost = cost
         self.draft_max = int(draft_max)
-        self.counts: Dict[Tuple[str, bool], Tuple[float, float]] = {
-            (s, full): c for s, c in PRIOR.items() for full in (False, True)}
-        self.last_full: Dict[str, bool] = {s: False for s in PRIOR}
+        self.memory = float(memory)
+        self.counts: Dict[Tuple[str, bool], Tuple[float, float]] = {}
+        self.last_full: Dict[str, bool] = {}
+
+    @staticmethod
+    def _prior(source: str) -> Tuple[float, float]:
+        return PRIOR["river" if source == "river" else "ngram"]
+
+    def _counts(self, source: str) -> Tuple[Tuple[str, bool], Tuple[float, float]]:
+        key = (source, self.last_full.get(source, False))
+        return key, self.counts.get(key, self._prior(source))
 
     def acceptance(self, source: str) -> float:
         """The chance that a draft is kept given the ones before it were (kept / (kept + rejections)),
         in the source's current state."""
-        kept, rej = self.counts[(source, self.last_full[source])]
+        kept, rej = self._counts(source)[1]
         return kept / (kept + rej)
+
+    def _forget(self, source: str) -> None:
+        pk, pr = self._prior(source)
+        for key, (k, r) in self.counts.items():
+            if key[0] == source:
+                self.counts[key] = (pk + self.memory * (k - pk), pr + self.memory * (r - pr))
 
     def choose(self, source: str, cap: Optional[int] = None) -> int:
         """The k in 0..min(draft_max, cap) with the most expected tokens per cost."""
+        self._forget(source)
         a = self.acceptance(source)
         per_draft = self.cost.river_draft if source == "river" else 0.0
         top = self.draft_max if cap is None else min(self.draft_max, cap)
@@ -82,7 +103,6 @@ class DraftLength:
     def update(self, source: str, n_drafted: int, n_kept: int) -> None:
         if n_drafted <= 0:
             return
-        key = (source, self.last_full[source])
-        kept, rej = self.counts[key]
+        key, (kept, rej) = self._counts(source)
         self.counts[key] = (kept + n_kept, rej + (1.0 if n_kept < n_drafted else 0.0))
         self.last_full[source] = n_kept == n_drafted

@@ -174,7 +174,7 @@ class Speculator:
         decided tokens with the logits that chose each, and how many tokens were drafted. With dl
         the draft length is dl's choice (at most room), else k."""
         n0 = len(seq) - 1
-        drafts, qs, source = self._draft(llm, seq, sampler, k, ls, dl, room)
+        drafts, qs, source, key = self._draft(llm, seq, sampler, k, ls, dl, room)
         rows = llm.decode_logits([seq[-1]] + drafts, logits_all=True, prompt=True)   # full depth
         out = decide(rows, drafts, qs, seq, sampler, self.rule)
         m = len(out) - 1   # drafts kept
@@ -184,29 +184,31 @@ class Speculator:
             per = ls.setdefault("by_source", {}).setdefault(source, [0, 0, 0, 0])   # drafted, kept, steps, longest
             per[0], per[1], per[2], per[3] = per[0] + len(drafts), per[1] + m, per[2] + 1, max(per[3], len(drafts))
             if dl is not None:
-                dl.update(source, len(drafts), m)
+                dl.update(key, len(drafts), m)
         return out, len(drafts)
 
     def _draft(self, llm, seq: List[int], sampler: Sampler, k: int, ls: Dict,
                dl: Optional[DraftLength] = None, room: int = 0):
         """Up to k drafted tokens (dl's choice with dl), the distribution each was drawn from (None:
-        deterministic) and their source ("ngram", "river"; None: no draft)."""
+        deterministic), their source ("ngram", "river"; None: no draft) and dl's key for them."""
         if dl is None and k <= 0 or dl is not None and room <= 0:
-            return [], [], None
+            return [], [], None, None
         if self.draft_model is not None:
             prop = np.asarray(self.draft_model(np.asarray(seq, dtype=np.intc)), dtype=np.int64).reshape(-1)
             bad = prop[(prop < 0) | (prop >= llm.n_vocab())]
             if bad.size:
                 raise ValueError(f"draft_model proposed token id {int(bad[0])}, out of range [0, {llm.n_vocab()})")
             if prop.size or not self.river_fallback:
-                prop = prop[:k] if dl is None else prop[:dl.choose("ngram", min(room, prop.size))]
-                return [int(t) for t in prop], [None] * prop.size, "ngram"
+                n = getattr(self.draft_model, "match_size", 0)   # the drafter's match length, if it says
+                key = f"ngram{n or ''}"
+                prop = prop[:k] if dl is None else prop[:dl.choose(key, min(room, prop.size))]
+                return [int(t) for t in prop], [None] * prop.size, "ngram", key
         if dl is not None:
             k = dl.choose("river", room)
             if k <= 0:
-                return [], [], "river"
+                return [], [], "river", "river"
         drafts, qs = self._river_draft(llm, seq, sampler, k, ls)
-        return drafts, qs, "river"
+        return drafts, qs, "river", "river"
 
     def _river_draft(self, llm, seq: List[int], sampler: Sampler, k: int, ls: Dict):
         """Up to k decode steps under the exit rule from seq[-1]; their rows are cut afterwards."""
