@@ -3,6 +3,7 @@ drafter, the cost rule, and greedy output equal to full depth's with every draft
 included (batch_invariant=True, so that the check is exact)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from helpers import model_path
@@ -48,6 +49,14 @@ def test_drafter_selection(request):
         assert llm.lossless
 
 
+def test_ngram_match_size():
+    d = PromptLookupDecoding(max_ngram_size=3, num_pred_tokens=4)
+    assert list(d(np.array([5, 1, 2, 3, 9, 7, 1, 2, 3]))) == [9, 7, 1, 2] and d.match_size == 3
+    assert list(d(np.array([5, 1, 2, 9, 2]))) == [9, 2] and d.match_size == 1
+    assert d(np.array([5, 6, 7])).size == 0 and d.match_size == 0
+    assert NgramOrRiver(d).match_size == 0
+
+
 def test_draft_length_by_cost():
     dl = DraftLength(DraftCost([1.0, 1.1, 1.2, 1.3], river_draft=0.8), draft_max=6)
     assert dl.choose("ngram") == 2                 # free drafts at the 50% prior: 2 (1.46 tokens per cost)
@@ -56,6 +65,7 @@ def test_draft_length_by_cost():
     for _ in range(20):
         dl.update("ngram", 4, 0)                   # every n-gram draft rejected
     assert dl.choose("ngram") == 0                 # then a plain full-depth step
+    assert max(dl.choose("ngram") for _ in range(30)) > 0   # not for good: the counts fade back to the prior
     cheap = DraftLength(DraftCost([1.0, 1.05], river_draft=0.1), draft_max=6)
     for _ in range(20):
         cheap.update("river", 4, 4)
