@@ -25,6 +25,8 @@ from .generation import GenerationMixin
 from .llama_api import LlamaCppMixin, PyriverTokenizer
 from .state import StateMixin
 from .native import check, ffi, lib, read_text
+from .draft import drafter
+from .draftlen import DEFAULT_COST, DraftCost
 from .lossless import Speculator
 from .river import prepare
 from .sidecar import find_calibration
@@ -245,23 +247,32 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             self.prefill_exit = prefill_exit
 
     def set_lossless(self, on: bool, *, draft_model=None, draft_max: Optional[int] = None,
-                     draft_p_min: float = 0.0) -> None:
+                     draft_p_min: float = 0.0, draft_cost=None) -> None:
         """Lossless mode on or off between calls (pyriver.lossless): drafts from draft_model (a
-        callable as llama-cpp-python's draft models) or, without one, on the River path under
-        the exit rule; every emitted token is verified by the backbone at full depth."""
+        callable as llama-cpp-python's draft models, or a drafter's name: "river", "ngram",
+        "both") or, without one, on the River path under the exit rule; every emitted token is
+        verified by the backbone at full depth. draft_cost: None (the draft length grows and shrinks
+        by one), or by cost: a pyriver.draftlen.DraftCost or "default" (the table measured on the CPU)."""
+        if isinstance(draft_model, str):
+            draft_model = drafter(draft_model)
+            if draft_model is None and not on:
+                return self.set_lossless(False)
         with self._lock:
             if not on:
                 if draft_model is not None:
                     raise ValueError("draft_model drafts for lossless mode; it cannot be used with lossless=False")
                 self._spec = None
                 return
-            if draft_model is None and self.river_path is None:
+            if (draft_model is None or getattr(draft_model, "river_fallback", False)) and self.river_path is None:
                 raise ValueError("lossless mode drafts with a river (river='q4_0', ...) or a draft_model "
                                  "(pyriver.PromptLookupDecoding(), ...)")
             if self.prefill_exit:
                 raise ValueError("lossless mode verifies at full depth; prefill_exit=True runs prompts on the river")
             keep = self._spec.draft_max if self._spec is not None else DEFAULT_DRAFT_MAX
-            self._spec = Speculator(draft_model, keep if draft_max is None else draft_max, draft_p_min)
+            cost = DEFAULT_COST if isinstance(draft_cost, str) and draft_cost == "default" else draft_cost
+            if cost is not None and not isinstance(cost, DraftCost):
+                raise TypeError(f"draft_cost must be None, 'default' or a DraftCost, got {draft_cost!r}")
+            self._spec = Speculator(draft_model, keep if draft_max is None else draft_max, draft_p_min, cost)
 
     @property
     def lossless(self) -> bool:

@@ -26,6 +26,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from .draftlen import DraftCost, DraftLength
 from .logprobs import entry as logprob_entry
 from .sampling import Sampler
 
@@ -97,12 +98,16 @@ def count_step(ls: Dict, n_drafted: int, n_kept: int) -> None:
 
 class Speculator:
     """The draft-and-verify loop of one Llama. draft_model: None drafts on the River path (the
-    Llama's exit rule), else a callable as llama-cpp-python's draft models. The draft length
-    starts at draft_max each call, grows by one after a step that kept every draft and shrinks by
-    one after a rejection; a river draft also stops early when the draft's top token has a
-    probability (raw softmax) below draft_p_min."""
+    Llama's exit rule), else a callable as llama-cpp-python's draft models; one with a true
+    `river_fallback` attribute (pyriver.draft.NgramOrRiver) drafts on the River path where it
+    proposes nothing. The draft length: with cost (a DraftCost), chosen before each step by
+    expected tokens per cost (pyriver.draftlen), at most draft_max; without, it starts at
+    draft_max each call, grows by one after a step that kept every draft and shrinks by one after
+    a rejection. A river draft also stops early when the draft's top token has a probability (raw
+    softmax) below draft_p_min."""
 
-    def __init__(self, draft_model: Optional[Callable] = None, draft_max: int = 4, draft_p_min: float = 0.0):
+    def __init__(self, draft_model: Optional[Callable] = None, draft_max: int = 4, draft_p_min: float = 0.0,
+                 cost: Optional[DraftCost] = None):
         if draft_max < 0:
             raise ValueError(f"draft_max must be >= 0, got {draft_max}")
         if not 0.0 <= draft_p_min <= 1.0:
@@ -112,6 +117,8 @@ class Speculator:
         self.draft_model = draft_model
         self.draft_max = int(draft_max)
         self.draft_p_min = float(draft_p_min)
+        self.cost = cost
+        self.river_fallback = draft_model is None or bool(getattr(draft_model, "river_fallback", False))
         self.rule = accept_or_resample
 
     @property
@@ -126,6 +133,7 @@ class Speculator:
         n_prompt = len(seq)
         ls = st["lossless"] = new_stats(self.source)
         k = self.draft_max   # each call starts afresh: its result never depends on earlier calls
+        dl = DraftLength(self.cost, self.draft_max) if self.cost is not None else None
         ready: List[Tuple[int, np.ndarray]] = []   # decided tokens, each with the logits that chose it
         mine = -1   # the cache version when this generation last left the cache
         for emitted in range(max_new):
@@ -144,7 +152,7 @@ class Speculator:
                             t1, t0 = t0, time.perf_counter()
                             st["prompt_s"] += t0 - t1
                         room = min(max_new - emitted, llm.n_ctx() - len(seq))
-                        ready, n_drafted = self._step(llm, seq, sampler, min(k, room - 1), ls)
+                        ready, n_drafted = self._step(llm, seq, sampler, min(k, room - 1), ls, dl, room - 1)
                         k = next_draft_len(k, n_drafted, len(ready) - 1, self.draft_max)
                         st["decode_tokens"] += len(ready)
                         st["decode_s"] += time.perf_counter() - t0
@@ -160,26 +168,50 @@ class Speculator:
                 if len(seq) >= llm.n_ctx():
                     return
 
-    def _step(self, llm, seq: List[int], sampler: Sampler, k: int, ls: Dict):
+    def _step(self, llm, seq: List[int], sampler: Sampler, k: int, ls: Dict,
+              dl: Optional[DraftLength] = None, room: int = 0):
         """One draft-and-verify step (the cache holds seq[:-1]; seq[-1] has not run). Returns the
-        decided tokens with the logits that chose each, and how many tokens were drafted."""
+        decided tokens with the logits that chose each, and how many tokens were drafted. With dl
+        the draft length is dl's choice (at most room), else k."""
         n0 = len(seq) - 1
-        drafts, qs = self._draft(llm, seq, sampler, k, ls) if k > 0 else ([], [])
+        drafts, qs, source, key = self._draft(llm, seq, sampler, k, ls, dl, room)
         rows = llm.decode_logits([seq[-1]] + drafts, logits_all=True, prompt=True)   # full depth
         out = decide(rows, drafts, qs, seq, sampler, self.rule)
         m = len(out) - 1   # drafts kept
         llm._truncate(n0 + 1 + m)
         count_step(ls, len(drafts), m)
+        if source is not None:
+            per = ls.setdefault("by_source", {}).setdefault(source, [0, 0, 0, 0])   # drafted, kept, steps, longest
+            per[0], per[1], per[2], per[3] = per[0] + len(drafts), per[1] + m, per[2] + 1, max(per[3], len(drafts))
+            if dl is not None:
+                dl.update(key, len(drafts), m)
         return out, len(drafts)
 
-    def _draft(self, llm, seq: List[int], sampler: Sampler, k: int, ls: Dict):
-        """Up to k drafted tokens and the distribution each was drawn from (None: deterministic)."""
+    def _draft(self, llm, seq: List[int], sampler: Sampler, k: int, ls: Dict,
+               dl: Optional[DraftLength] = None, room: int = 0):
+        """Up to k drafted tokens (dl's choice with dl), the distribution each was drawn from (None:
+        deterministic), their source ("ngram", "river"; None: no draft) and dl's key for them."""
+        if dl is None and k <= 0 or dl is not None and room <= 0:
+            return [], [], None, None
         if self.draft_model is not None:
-            prop = np.asarray(self.draft_model(np.asarray(seq, dtype=np.intc)), dtype=np.int64).reshape(-1)[:k]
+            prop = np.asarray(self.draft_model(np.asarray(seq, dtype=np.intc)), dtype=np.int64).reshape(-1)
             bad = prop[(prop < 0) | (prop >= llm.n_vocab())]
             if bad.size:
                 raise ValueError(f"draft_model proposed token id {int(bad[0])}, out of range [0, {llm.n_vocab()})")
-            return [int(t) for t in prop], [None] * prop.size
+            if prop.size or not self.river_fallback:
+                n = getattr(self.draft_model, "match_size", 0)   # the drafter's match length, if it says
+                key = f"ngram{n or ''}"
+                prop = prop[:k] if dl is None else prop[:dl.choose(key, min(room, prop.size))]
+                return [int(t) for t in prop], [None] * prop.size, "ngram", key
+        if dl is not None:
+            k = dl.choose("river", room)
+            if k <= 0:
+                return [], [], "river", "river"
+        drafts, qs = self._river_draft(llm, seq, sampler, k, ls)
+        return drafts, qs, "river", "river"
+
+    def _river_draft(self, llm, seq: List[int], sampler: Sampler, k: int, ls: Dict):
+        """Up to k decode steps under the exit rule from seq[-1]; their rows are cut afterwards."""
         n0 = len(seq) - 1
         hist = list(seq)
         drafts: List[int] = []
@@ -217,6 +249,9 @@ def stats(ls: Optional[Dict]) -> Optional[Dict]:
             "verify_steps": steps,
             "mean_accepted_length": ls["accepted"] / steps if steps else None,
             "tokens_per_step": (ls["accepted"] + steps) / steps if steps else None,
+            **({"by_source": {s: {"drafted": d, "accepted": a, "steps": n, "longest": k}
+                              for s, (d, a, n, k) in ls["by_source"].items()}}
+               if "by_source" in ls else {}),
             "draft_mean_exit_layer": float(np.mean(ex)) if ex else None}
 
 

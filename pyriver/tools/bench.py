@@ -21,7 +21,7 @@ from pyriver.args import tensor_split
 from pyriver.cli import TOOLS, guarded
 from pyriver.llama import DEFAULT_TAU, Llama
 
-from . import inprocess, specbench, systems
+from . import inprocess, specbench, systems, verifycost
 from .args import apply_calibration
 from .quantize import requantized
 from .results import conditions, summary, write_json
@@ -63,8 +63,18 @@ def parser() -> argparse.ArgumentParser:
                         "serve: also pyriver's server with --batch-invariant; lossless: verify batch-invariantly")
     b.add_argument("--lossless", action="store_true", help="lossless mode vs full depth, lossy River and llama.cpp, "
                    "in one process on chat answers (--tau, --draft-max, --prompts)")
+    b.add_argument("--verify-cost", action="store_true", help="lossless: one full-depth step of k tokens vs k "
+                   "single steps, k = 1..8, in one process")
     b.add_argument("--draft-max", type=int, nargs="+", default=None, help="lossless: longest drafts to run (default 2 4)")
-    b.add_argument("--prompts", type=int, default=6, help="lossless: chat prompts per repeat")
+    b.add_argument("--prompts", type=int, default=6, help="lossless: prompts per set per repeat")
+    b.add_argument("--draft", nargs="+", choices=["river", "ngram", "both"], default=None,
+                   help="lossless: drafters to run (default river)")
+    b.add_argument("--prompt-set", choices=["chat", "code-edit", "both"], default="chat",
+                   help="lossless: built-in chat prompts, code-edit prompts (the answer repeats the prompt's code) or both")
+    b.add_argument("--fixed-k", action="store_true", help="lossless: the old draft length (grow/shrink by one up to "
+                   "--draft-max) instead of by cost")
+    b.add_argument("--draft-cost", default=None, help="lossless: a --verify-cost JSON whose table the draft length reads")
+    b.add_argument("--no-llama-cpp", action="store_true", help="lossless: no llama.cpp row")
     b.add_argument("--not-batch-invariant", action="store_true",
                    help="serve: also pyriver's server with --not-batch-invariant (the default; lossless: the default too)")
     b.add_argument("--serve", action="store_true", help="servers under 1/2/4/8 concurrent streams: pyriver's (River "
@@ -165,7 +175,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if a.tau is None and a.inprocess:
         a.tau = [DEFAULT_TAU]
     modes = (("systems", systems.main), ("serve", _serve), ("overhead", inprocess.overhead),
-             ("chat_turns", inprocess.chat_turns), ("lossless", specbench.main), ("inprocess", inprocess.inprocess))
+             ("chat_turns", inprocess.chat_turns), ("verify_cost", verifycost.main), ("lossless", specbench.main), ("inprocess", inprocess.inprocess))
     for flag, run in modes:   # the first mode asked for; else engines in their own processes
         if getattr(a, flag):
             return run(a)

@@ -53,3 +53,43 @@ TEXTS = [
               "into the square. People gathered at the edge of the flood, talking quietly, watching "
               "branches and lost baskets drift past on their way to the sea."),
 ]
+
+# Code-edit prompts, written for this project: each gives a piece of code and asks for a small
+# change, so the answer repeats most of the prompt (where n-gram drafts pay). User messages; the
+# bench wraps them in the chat template as it does PROMPTS.
+CODE_EDIT_PROMPTS = [
+    ("code-edit", "Add a docstring to this function and keep the rest unchanged. Reply with the whole function.\n\n"
+                  "```python\ndef moving_average(values, window):\n    if window <= 0:\n"
+                  "        raise ValueError(\"window must be positive\")\n    out = []\n    total = 0.0\n"
+                  "    for i, v in enumerate(values):\n        total += v\n        if i >= window:\n"
+                  "            total -= values[i - window]\n        if i >= window - 1:\n"
+                  "            out.append(total / window)\n    return out\n```"),
+    ("code-edit", "Rename the variable `cnt` to `count` everywhere in this code. Reply with the whole code.\n\n"
+                  "```python\ndef word_counts(path):\n    cnt = {}\n    with open(path, encoding=\"utf-8\") as f:\n"
+                  "        for line in f:\n            for word in line.lower().split():\n"
+                  "                word = word.strip(\".,;:!?\\\"'()\")\n                if not word:\n"
+                  "                    continue\n                cnt[word] = cnt.get(word, 0) + 1\n    return cnt\n\n\n"
+                  "def top_words(path, n=10):\n    cnt = word_counts(path)\n"
+                  "    return sorted(cnt.items(), key=lambda kv: (-kv[1], kv[0]))[:n]\n```"),
+    ("code-edit", "Add type hints to this class. Reply with the whole class.\n\n"
+                  "```python\nclass Stack:\n    def __init__(self):\n        self.items = []\n\n"
+                  "    def push(self, item):\n        self.items.append(item)\n\n    def pop(self):\n"
+                  "        if not self.items:\n            raise IndexError(\"pop from an empty stack\")\n"
+                  "        return self.items.pop()\n\n    def peek(self):\n        if not self.items:\n"
+                  "            return None\n        return self.items[-1]\n\n    def __len__(self):\n"
+                  "        return len(self.items)\n```"),
+    ("code-edit", "Change this function so that it also skips lines that start with '#'. Reply with the whole "
+                  "function.\n\n```python\ndef read_config(path):\n    settings = {}\n"
+                  "    with open(path) as f:\n        for line in f:\n            line = line.strip()\n"
+                  "            if not line:\n                continue\n            key, _, value = line.partition(\"=\")\n"
+                  "            settings[key.strip()] = value.strip()\n    return settings\n```"),
+    ("code-edit", "Fix the bug in this JavaScript function (it should return the largest number). Reply with "
+                  "the whole function.\n\n```javascript\nfunction maxOf(numbers) {\n"
+                  "  if (numbers.length === 0) {\n    throw new Error(\"empty array\");\n  }\n"
+                  "  let best = numbers[0];\n  for (let i = 1; i < numbers.length; i++) {\n"
+                  "    if (numbers[i] < best) {\n      best = numbers[i];\n    }\n  }\n  return best;\n}\n```"),
+    ("code-edit", "Make this function return the results sorted by price, cheapest first. Reply with the whole "
+                  "function.\n\n```python\ndef in_budget(products, budget):\n    result = []\n"
+                  "    for product in products:\n        if product[\"price\"] <= budget and product[\"in_stock\"]:\n"
+                  "            result.append(product)\n    return result\n```"),
+]

@@ -73,7 +73,9 @@ def test_pyriver_prompt_lookup_drafts_as_llama_cpp_python(smol_path):
 
 def test_bad_draft_models_are_clear_errors(smol_path):
     with pytest.raises(TypeError, match="callable"):
-        Llama(smol_path, n_ctx=64, verbose=False, river=None, draft_model="ngram")
+        Llama(smol_path, n_ctx=64, verbose=False, river=None, draft_model=42)
+    with pytest.raises(ValueError, match="unknown drafter"):   # a name: river, ngram or both
+        Llama(smol_path, n_ctx=64, verbose=False, river=None, draft_model="bigram")
     with pytest.raises(ValueError, match="lossless=False"):
         Llama(smol_path, n_ctx=64, verbose=False, river=None, lossless=False, draft_model=PromptLookupDecoding())
     with pytest.raises(ValueError, match="drafts with a river"):

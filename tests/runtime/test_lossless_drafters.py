@@ -1,0 +1,97 @@
+"""Lossless mode's drafters (river, n-gram, both) and the draft length by cost: the choice of
+drafter, the cost rule, and greedy output equal to full depth's with every drafter, adaptive k
+included (batch_invariant=True, so that the check is exact)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers import model_path
+from pyriver import Llama
+from pyriver.draft import NgramOrRiver, PromptLookupDecoding, drafter
+from pyriver.draftlen import DEFAULT_COST, DraftCost, DraftLength
+from pyriver.sampling import Sampler, SamplingParams
+
+# A completion that repeats its prompt's code (n-gram drafts match) and one that does not.
+CODE = ("def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n\n\n"
+        "# The same two functions again, unchanged:\ndef area(w, h):\n")
+PROMPTS = [CODE, "The river flows through the old town, and in the evening"]
+CHEAP = DraftCost([1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7], river_draft=0.05)   # river drafts pay too
+
+
+def _greedy(llm, prompt: str, n: int = 64):
+    return list(llm._generate_tokens(llm.tokenize(prompt.encode(), add_bos=True),
+                                     Sampler(SamplingParams(temperature=0.0)), n))
+
+
+def test_drafter_selection(request):
+    assert drafter("river") is None
+    assert type(drafter("ngram")) is PromptLookupDecoding and not getattr(drafter("ngram"), "river_fallback", False)
+    assert type(drafter("both")) is NgramOrRiver and drafter("both").river_fallback
+    with pytest.raises(ValueError, match="unknown drafter"):
+        drafter("bigram")
+    path = model_path(request, "smol")
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False, river="q4_0") as llm:
+        for name, kind, fallback in [("ngram", PromptLookupDecoding, False), ("both", NgramOrRiver, True),
+                                     ("river", type(None), True)]:
+            llm.set_lossless(True, draft_model=name, draft_max=5, draft_cost="default")
+            s = llm.speculator
+            assert type(s.draft_model) is kind and s.river_fallback == fallback and s.cost is DEFAULT_COST
+        with pytest.raises(ValueError, match="unknown drafter"):
+            llm.set_lossless(True, draft_model="bigram")
+        with pytest.raises(TypeError, match="draft_cost"):
+            llm.set_lossless(True, draft_model="ngram", draft_cost=[1.0, 1.2])
+        assert llm("Hi", max_tokens=4, temperature=0)["choices"]   # still usable
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=None) as llm:
+        with pytest.raises(ValueError, match="river"):
+            llm.set_lossless(True, draft_model="both")   # its fallback needs a river
+        llm.set_lossless(True, draft_model="ngram")   # n-grams alone need none
+        assert llm.lossless
+
+
+def test_ngram_match_size():
+    d = PromptLookupDecoding(max_ngram_size=3, num_pred_tokens=4)
+    assert list(d(np.array([5, 1, 2, 3, 9, 7, 1, 2, 3]))) == [9, 7, 1, 2] and d.match_size == 3
+    assert list(d(np.array([5, 1, 2, 9, 2]))) == [9, 2] and d.match_size == 1
+    assert d(np.array([5, 6, 7])).size == 0 and d.match_size == 0
+    assert NgramOrRiver(d).match_size == 0
+
+
+def test_draft_length_by_cost():
+    dl = DraftLength(DraftCost([1.0, 1.1, 1.2, 1.3], river_draft=0.8), draft_max=6)
+    assert dl.choose("ngram") == 2                 # free drafts at the 50% prior: 2 (1.46 tokens per cost)
+    assert dl.choose("ngram", cap=1) == 1          # never past the proposal
+    assert dl.choose("river") == 0                 # a draft at 0.8 of a step does not pay at 75%
+    for _ in range(20):
+        dl.update("ngram", 4, 0)                   # every n-gram draft rejected
+    assert dl.choose("ngram") == 0                 # then a plain full-depth step
+    assert max(dl.choose("ngram") for _ in range(30)) > 0   # not for good: the counts fade back to the prior
+    cheap = DraftLength(DraftCost([1.0, 1.05], river_draft=0.1), draft_max=6)
+    for _ in range(20):
+        cheap.update("river", 4, 4)
+    assert cheap.choose("river") == 6              # cheap, always kept: as long as allowed
+    assert DraftCost([1.0, 1.5], 0.0).step(4) == 2.5   # beyond the table: the last increment
+    assert DraftCost([1.0, 0.8, 1.2], 0.0).verify == [1.0, 1.0, 1.2]   # noise: never cheaper when longer
+    with pytest.raises(ValueError):
+        DraftCost([1.0, 0.0], 0.0)
+
+
+@pytest.mark.parametrize("name", ["ngram", "both", "river"])
+def test_adaptive_k_keeps_full_depth_text(request, name):
+    path = model_path(request, "smol")
+    with Llama(path, n_ctx=512, n_threads=2, verbose=False, river=None, batch_invariant=True) as full:
+        want = [_greedy(full, p) for p in PROMPTS]
+    with Llama(path, n_ctx=512, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.975,
+               batch_invariant=True) as llm:
+        llm.set_lossless(True, draft_model=name, draft_max=6, draft_cost=CHEAP)
+        got, src = [], {}
+        for p in PROMPTS:
+            got.append(_greedy(llm, p))
+            for s, v in llm.river_stats()["lossless"]["by_source"].items():
+                o = src.get(s, {"drafted": 0, "accepted": 0, "longest": 0})
+                src[s] = {"drafted": o["drafted"] + v["drafted"], "accepted": o["accepted"] + v["accepted"],
+                          "longest": max(o["longest"], v["longest"])}
+    assert got == want
+    expect = {"ngram": {"ngram"}, "both": {"ngram", "river"}, "river": {"river"}}[name]
+    assert set(src) == expect and all(v["drafted"] > 0 and v["accepted"] > 0 for v in src.values())   # drafted, kept
+    assert max(v["longest"] for v in src.values()) > 2   # k grew past the starting choice
