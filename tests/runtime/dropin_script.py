@@ -96,7 +96,8 @@ def run(Llama, path):
     rnd.close()
 
     # logprobs: with echo, and streamed
-    lp = llm("The sky is", max_tokens=6, temperature=0, logprobs=3, echo=True)
+    out["logprobs"] = llm(PROMPT, max_tokens=6, temperature=0, logprobs=3)["choices"][0]["logprobs"]
+    lp = llm(PROMPT, max_tokens=6, temperature=0, logprobs=3, echo=True)
     out["echo_logprobs"] = (lp["choices"][0]["text"], lp["choices"][0]["logprobs"])
     chunks = [c["choices"][0] for c in llm("The sky is", max_tokens=6, temperature=0, logprobs=3, stream=True)]
     out["stream_logprobs"] = [(c["text"], c["logprobs"]) for c in chunks if c["text"]]
@@ -120,7 +121,9 @@ def run(Llama, path):
     # embeddings
     emb = Llama(model_path=path, n_ctx=512, embedding=True, verbose=False)
     out["embed"] = np.array(emb.embed("A river runs to the sea."))
-    ce = emb.create_embedding(["first text", "a second, longer text about rivers"])
+    texts_ = ["first text", "a second, longer text about rivers"]
+    ce = emb.create_embedding(texts_)
     out["create_embedding"] = ([np.array(d["embedding"]) for d in ce["data"]], ce["usage"])
+    out["embed_second"] = np.array(emb.embed(texts_[1]))
     emb.close()
     return out

@@ -223,3 +223,28 @@ def test_tokenize_takes_bytes_and_says_so(llm):
         llm.detokenize([llm.n_vocab()])
     assert llm.tokenize(bytearray(b"Hi")) == llm.tokenize(b"Hi")   # bytes-like too
     assert llm("Hi", max_tokens=2, temperature=0)["choices"][0]["text"] is not None   # still usable
+
+
+def test_pickle_recreates_the_llama_from_its_arguments_as_llama_cpp(smol_path):
+    import pickle
+    from pyriver import Llama
+    with Llama(smol_path, n_ctx=96, n_batch=32, seed=11, logits_all=True, verbose=False) as llm:
+        want = llm("The river", max_tokens=6, temperature=0.9)["choices"][0]["text"]   # moves the seed on
+        state = llm.__getstate__()
+        assert state["seed"] == llm._seed != 11 and state["n_ctx"] == 96 and "tokenizer" not in state
+        with pickle.loads(pickle.dumps(llm)) as copy:
+            assert (copy.n_ctx(), copy.n_batch, copy._logits_all, copy._seed) == (96, 32, True, llm._seed)
+            assert copy.n_tokens == 0   # the cache is not carried (llama_cpp's rule)
+            copy.set_seed(11)
+            assert copy("The river", max_tokens=6, temperature=0.9)["choices"][0]["text"] == want
+
+
+def test_create_chat_completion_openai_v1(llm):
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    msgs = [{"role": "user", "content": "Say hi."}]
+    r = llm.create_chat_completion_openai_v1(msgs, max_tokens=6, temperature=0)
+    assert isinstance(r, ChatCompletion)
+    assert r.choices[0].message.content == llm.create_chat_completion(msgs, max_tokens=6, temperature=0)[
+        "choices"][0]["message"]["content"]
+    chunks = list(llm.create_chat_completion_openai_v1(msgs, max_tokens=6, temperature=0, stream=True))
+    assert chunks and all(isinstance(c, ChatCompletionChunk) for c in chunks)

@@ -23,8 +23,9 @@ def _diff(a, b, path="out"):
         if a.shape != b.shape:
             return f"{path}: shape {b.shape} != {a.shape}"
         return None if np.allclose(a, b, rtol=0, atol=ATOL) else f"{path}: max diff {np.abs(a - b).max()}"
-    if isinstance(a, float) and isinstance(b, float):
-        return None if abs(a - b) <= ATOL else f"{path}: {b} != {a}"
+    if isinstance(a, (float, np.floating)) and isinstance(b, (float, np.floating)):
+        # llama_cpp's logprobs are np.float32, pyriver's Python floats (json.dumps takes them)
+        return None if abs(float(a) - float(b)) <= ATOL else f"{path}: {b} != {a}"
     if isinstance(a, dict) and isinstance(b, dict):
         if set(a) != set(b):
             return f"{path}: keys {sorted(b)} != {sorted(a)}"
@@ -42,14 +43,50 @@ def ref(smol_path):
     return dropin_script.run(llama_cpp.Llama, smol_path)
 
 
+# Where llama_cpp 0.3.36 is wrong on this file, each compared with llama_cpp's own numbers that are right:
+KNOWN = {
+    # llama_cpp pairs prompt token i with scores row i when the model adds no BOS (SmolLM2): one row
+    # late; and it leaves out the last generated token. pyriver pairs token j with row j - 1, as
+    # llama_cpp does on a model that adds BOS.
+    "echo_logprobs": "checked against log-softmax of llama_cpp's scores rows and its non-echo logprobs",
+    # llama_cpp's embed of a list with pooling none reads the 2nd input's vectors at an offset
+    # counted in tokens, not floats (`pos += size`), so they are shifted rows
+    "create_embedding": "input 1 checked against llama_cpp's embed of that input alone",
+}
+
+
+def _log_softmax(row):
+    x = np.asarray(row, dtype=np.float64)
+    return x - (x.max() + np.log(np.exp(x - x.max()).sum()))
+
+
+def _check_echo(ref, got):
+    text, lp = got["echo_logprobs"]
+    want_text, want = ref["echo_logprobs"]
+    n, toks = len(want["tokens"]), ref["tokens"]
+    assert text == want_text and lp["tokens"][:n] == want["tokens"] and lp["text_offset"][:n] == want["text_offset"]
+    assert len(lp["tokens"]) == len(toks) + len(ref["logprobs"]["tokens"])
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    for j in range(1, len(toks)):   # token j under the logits of token j - 1
+        assert abs(lp["token_logprobs"][j] - _log_softmax(ref["scores"][j - 1])[toks[j]]) <= ATOL
+    gen = {k: v[len(toks):] for k, v in lp.items()}
+    for k in ("tokens", "text_offset", "token_logprobs", "top_logprobs"):   # the generated tokens
+        assert _diff(ref["logprobs"][k], gen[k], k) is None
+
+
 def test_the_script_gives_llama_cpp_s_results_on_pyriver(smol_path, ref):
     from pyriver import Llama
     got = dropin_script.run(Llama, smol_path)
     assert set(got) == set(ref)
     assert ref["set_seed_repeats"] and ref["call_seed_repeats"] and ref["seed_minus_one_runs"]
     assert ref["greedy"][0] and ref["chat"][0]["content"]   # the reference says something
-    bad = {k: d for k in ref for d in [_diff(ref[k], got[k], k)] if d}
+    bad = {k: d for k in ref if k not in KNOWN for d in [_diff(ref[k], got[k], k)] if d}
     assert bad == {}
+    _check_echo(ref, got)
+    vectors, usage = got["create_embedding"]
+    assert usage == ref["create_embedding"][1]
+    assert _diff(ref["create_embedding"][0][0], vectors[0]) is None
+    assert _diff(ref["embed_second"], vectors[1]) is None
 
 
 def test_the_comparison_sees_a_difference(ref):

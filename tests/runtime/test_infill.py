@@ -28,7 +28,7 @@ def test_fim_prompt_and_text_are_llama_cpp_s_with_the_model_s_tokens(qwen15_path
     spm_ids = ids[suf_at:-1] + ids[:suf_at] + ids[-1:]
     want_spm = ref.create_completion(spm_ids, max_tokens=12, temperature=0)
     ref.close()
-    with Llama(qwen15_path, n_ctx=256, n_threads=2, verbose=False) as llm:
+    with Llama(qwen15_path, n_ctx=256, n_threads=2, river=None, verbose=False) as llm:
         got = llm.create_completion(PREFIX, suffix=SUFFIX, max_tokens=12, temperature=0)
         assert got["usage"]["prompt_tokens"] == len(ids)
         assert got["choices"][0]["text"] == want["choices"][0]["text"]
