@@ -33,8 +33,7 @@ def _suffix_tokens(vocab, metadata, suffix: str) -> List[int]:
 
 def fim_tokens(vocab, metadata, prompt: Union[str, List[int]], suffix: str, spm_infill: bool) -> List[int]:
     pre, suf, mid = vocab.fim
-    bos = vocab.cls if vocab.cls != -1 else vocab.bos
-    head = [bos] if vocab.add_bos and bos != -1 else []
+    head = [vocab.bos] if vocab.add_bos and vocab.bos != -1 else []   # llama_cpp's CLS-else-BOS: the same token
     tail = [vocab.sep if vocab.sep != -1 else vocab.eos] if vocab.add_eos or vocab.sep != -1 else []
     if isinstance(prompt, str):
         body = vocab.tokenize(prompt.encode("utf-8"), add_bos=False, special=False) if prompt else []
