@@ -79,6 +79,18 @@ class ChatMixin:
         out["choices"][0]["logprobs"] = _convert_text_completion_logprobs_to_chat(c["logprobs"])
         return out
 
+    def create_chat_completion_openai_v1(self, *args, **kwargs):
+        """llama_cpp's: create_chat_completion's result as the openai package's ChatCompletion (or
+        an iterator of ChatCompletionChunk with stream=True)."""
+        try:
+            from openai.types.chat import ChatCompletion, ChatCompletionChunk
+        except ImportError:
+            raise ImportError("To use create_chat_completion_openai_v1, you must install the openai package. "
+                              "You can install it with `pip install openai`.") from None
+        if kwargs.get("stream", False):
+            return (ChatCompletionChunk(**chunk) for chunk in self.create_chat_completion(*args, **kwargs))
+        return ChatCompletion(**self.create_chat_completion(*args, **kwargs))
+
     def _chat_handler(self):
         """llama_cpp's handler for chat_handler / chat_format; None: the GGUF's template."""
         if self.chat_handler is not None:

@@ -13,6 +13,7 @@ from . import completion as C
 from .ctor_args import rng_seed
 from .errors import ContextFullError
 from .grammar import constrain
+from .infill import fim_tokens, has_fim
 from .logprobs import as_dict as logprobs_dict
 from .logprobs import merge, prompt_logprobs
 from .lossless import stats as lossless_stats
@@ -31,8 +32,12 @@ def longest_prefix(a, b) -> int:
 
 class CompletionMixin:
     # -- completion -------------------------------------------------------------------------
-    def _prompt_tokens(self, prompt: Union[str, List[int]]) -> List[int]:
-        if isinstance(prompt, str):
+    def _prompt_tokens(self, prompt: Union[str, List[int]], suffix: Optional[str] = None) -> List[int]:
+        if suffix is not None and not isinstance(suffix, str):
+            raise TypeError(f"suffix must be a str, not {type(suffix).__name__}")
+        if suffix is not None and has_fim(self.vocab):   # fill-in-the-middle: pyriver/infill.py
+            toks = fim_tokens(self.vocab, self.metadata, prompt, suffix, self.spm_infill)
+        elif isinstance(prompt, str):
             toks = self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True) if prompt else [self.token_bos()]
         else:
             toks = [int(t) for t in prompt]
@@ -56,15 +61,15 @@ class CompletionMixin:
                           stopping_criteria=None, logits_processor=None, grammar=None, logit_bias=None):
         """llama-cpp-python's create_completion (its arguments, seeds, cache and result shapes)."""
         self._live()
-        if suffix is not None:
-            raise ValueError("suffix (fill-in-the-middle) is not supported by pyriver")
         if logprobs is not None and logprobs < 0:
             raise ValueError("logprobs must be >= 0")
         if logprobs is not None and echo and not self._logits_all:
             raise ValueError("logprobs with echo=True needs the prompt's logits: make the Llama with logits_all=True")
         if self._spec is not None and mirostat_mode and temperature > 0:
             raise ValueError("mirostat sampling cannot be verified in lossless mode; use lossless=False")
-        prompt_tokens = self._prompt_tokens(prompt)
+        prompt_tokens = self._prompt_tokens(prompt, suffix)
+        # llama_cpp's rule for a model without FIM tokens: the suffix follows the returned text
+        tail = suffix if suffix is not None and not has_fim(self.vocab) else ""
         procs = list(logits_processor) if logits_processor is not None else []
         if logit_bias:
             procs.append(logit_bias_processor(logit_bias, self.n_vocab()))
@@ -100,7 +105,7 @@ class CompletionMixin:
             lp = logprobs_dict(self.vocab, self.last_stats["logprobs"], text[len(prefix):], base + len(prefix))
             if echo:
                 lp = merge(prompt_logprobs(self, prompt_tokens, logprobs), lp)
-        return C.completion_dict(cid, created, name, text, finish,
+        return C.completion_dict(cid, created, name, text + tail, finish,
                                  C.usage_dict(len(prompt_tokens), self._n_generated), logprobs=lp,
                                  river=self.river_stats())
 

@@ -42,8 +42,13 @@ INERT: Dict[str, tuple] = {
     "lora_path": (None, _falsy, "pyriver does not apply LoRA adapters"),
     "type_k": (None, lambda v: v is None or v == _F16, "pyriver's KV cache is f16 (type_k=None or 1)"),
     "type_v": (None, lambda v: v is None or v == _F16, "pyriver's KV cache is f16 (type_v=None or 1)"),
-    "spm_infill": (False, lambda v: True, ""),   # only read with a suffix, which create_completion refuses
 }
+# the inert arguments llama_cpp.Llama keeps as attributes of the same name
+ATTRS = ("kv_overrides", "lora_base", "lora_path", "lora_scale", "numa")
+
+
+def inert_attrs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: kwargs.get(k, INERT[k][0]) for k in ATTRS}
 
 
 def check_inert(kwargs: Dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from . import models
 from .chat_api import ChatMixin
 from .completion_api import CompletionMixin
-from .ctor_args import check_chat_format, check_inert
+from .ctor_args import check_chat_format, check_inert, inert_attrs
 from .embedding import EmbeddingMixin
 from .generation import GenerationMixin
 from .llama_api import LlamaCppMixin, PyriverTokenizer
@@ -50,14 +50,19 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                  n_threads_batch: Optional[int] = None, logits_all: bool = False, embedding: bool = False,
                  pooling_type: int = llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED, flash_attn: bool = False,
                  last_n_tokens_size: int = 64, chat_format: Optional[str] = None, chat_handler=None,
-                 draft_model=None, tokenizer=None, verbose: bool = True,
+                 draft_model=None, tokenizer=None, spm_infill: bool = False, verbose: bool = True,
                  # pyriver's own
                  rpc_servers: Optional[str] = None, rpc_timeout: float = 300.0, river: Optional[str] = "auto",
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
                  river_rebuild: bool = False, batch_invariant: Optional[bool] = None,
                  lossless: Optional[bool] = None, draft_max: Optional[int] = None, **llama_cpp_args):
+        # what __getstate__ re-creates this Llama from (llama_cpp pickles its arguments, not its tokenizer)
+        self._init_args = {**{k: v for k, v in locals().items() if k not in ("self", "llama_cpp_args", "tokenizer")},
+                           **llama_cpp_args}
         check_inert(llama_cpp_args)   # the rest of llama_cpp's arguments: inert values only
+        self.__dict__.update(inert_attrs(llama_cpp_args))   # kv_overrides, lora_path, ... as llama_cpp keeps them
+        self.spm_infill, self.tensor_split = bool(spm_infill), tensor_split
         if last_n_tokens_size < 0:
             raise ValueError(f"last_n_tokens_size must be >= 0, got {last_n_tokens_size}")
         _lg.set_verbose(verbose)  # llama.cpp's (and ggml's) log lines, as llama-cpp-python does
@@ -135,8 +140,9 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             for i, v in enumerate(tensor_split):
                 mp.tensor_split[i] = float(v)
         self.rpc_servers = rpc_servers or None
-        servers = ffi.new("char[]", rpc_servers.encode()) if rpc_servers else ffi.NULL
+        self._servers_c = servers = ffi.new("char[]", rpc_servers.encode()) if rpc_servers else ffi.NULL
         mp.rpc_servers = servers
+        self.model_params = mp   # pyriver's pr_model_params (llama_cpp: llama.cpp's llama_model_params)
         mp.rpc_timeout_ms = int(rpc_timeout * 1000)
         out = ffi.new("pr_model **")
         check(lib.pr_model_load(self.model_path.encode(), mp, out))
@@ -339,11 +345,13 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
 
     def devices(self) -> List[str]:
         """ggml device name of each block, then of the head ("CPU", "RPC0", ...)."""
+        self._live()
         return read_text(lambda buf, size, needed: lib.pr_model_devices(self._model, buf, size, needed)).splitlines()
 
     def meta(self, key: str) -> Optional[str]:
         """A GGUF metadata value as text, read by pyriver; None when the file has no such key
         (`metadata` is llama_cpp's dict of llama.cpp's view of them)."""
+        self._live()
         try:
             return read_text(lambda buf, size, needed: lib.pr_model_meta(self._model, key.encode(), buf, size, needed))
         except ValueError:

@@ -135,6 +135,7 @@ class LlamaCppMixin:
         return constrain(chain, self.vocab, grammar, 0)
 
     def _logits_at(self, idx: Optional[int]) -> np.ndarray:
+        self._live()
         n = self.n_tokens
         if n == 0 or self._last_logits is None:
             raise ValueError("sample needs evaluated tokens (call eval first)")

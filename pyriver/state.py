@@ -23,6 +23,15 @@ class StateMixin:
         the longest cached prefix of a prompt from it, and stores its state after."""
         self.cache = cache
 
+    def __getstate__(self) -> dict:
+        """llama_cpp's pickling: the constructor's arguments (with the current seed); unpickling
+        loads the model again from model_path. The cache, the tokens and any setting changed
+        after construction (set_exit, set_lossless, ...) are not carried, as in llama_cpp."""
+        return {**self._init_args, "model_path": self.model_path, "seed": self._seed}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)
+
     def set_seed(self, seed: int) -> None:
         self._seed = int(seed)
 

@@ -16,16 +16,29 @@ class Vocab:
         self._model = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), params)
         if not self._model:
             raise ValueError(f"llama.cpp could not load the vocabulary of {path}")
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self._handle = llama_cpp.llama_model_get_vocab(self._model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
         self.bos = llama_cpp.llama_vocab_bos(self._vocab)
         self.eos = llama_cpp.llama_vocab_eos(self._vocab)
         self.nl = llama_cpp.llama_vocab_nl(self._vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self.add_eos = bool(llama_cpp.llama_vocab_get_add_eos(self._vocab))
+        self.sep = llama_cpp.llama_vocab_sep(self._vocab)   # (llama.cpp's CLS is now its BOS)
+        # fill-in-the-middle tokens (-1: the model has none)
+        self.fim = tuple(f(self._vocab) for f in (llama_cpp.llama_vocab_fim_pre, llama_cpp.llama_vocab_fim_suf,
+                                                  llama_cpp.llama_vocab_fim_mid))
         self._buf = ctypes.create_string_buffer(256)
+
+    @property
+    def _vocab(self):
+        """llama.cpp's vocab handle; a closed Vocab raises here instead of handing out a freed pointer."""
+        if not self._model:
+            raise RuntimeError("this Llama is closed")
+        return self._handle
 
     def close(self) -> None:
         model, self._model = self._model, None   # cleared first, as Llama.close
+        self._handle = None
         if model:
             llama_cpp.llama_model_free(model)
 
@@ -36,19 +49,30 @@ class Vocab:
             pass
 
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> List[int]:
+        if not isinstance(text, (bytes, bytearray, memoryview)):
+            # llama_cpp lets ctypes raise ArgumentError here; a TypeError that says what to pass
+            raise TypeError(f"tokenize takes bytes (UTF-8 encoded text, e.g. text.encode()), not {type(text).__name__}")
+        text = bytes(text)
+        vocab = self._vocab
         n_max = len(text) + 8
         out = (llama_cpp.llama_token * n_max)()
-        n = llama_cpp.llama_tokenize(self._vocab, text, len(text), out, n_max, add_bos, special)
+        n = llama_cpp.llama_tokenize(vocab, text, len(text), out, n_max, add_bos, special)
         if n < 0:
             n_max = -n
             out = (llama_cpp.llama_token * n_max)()
-            n = llama_cpp.llama_tokenize(self._vocab, text, len(text), out, n_max, add_bos, special)
+            n = llama_cpp.llama_tokenize(vocab, text, len(text), out, n_max, add_bos, special)
             if n < 0:
                 raise ValueError(f"tokenization failed ({n})")
         return list(out[:n])
 
+    def _id(self, token) -> int:
+        t = int(token)
+        if not 0 <= t < self.n_vocab:   # llama.cpp aborts (std::out_of_range) on these
+            raise ValueError(f"token id {t} is out of range [0, {self.n_vocab})")
+        return t
+
     def piece(self, token: int, special: bool = False) -> bytes:
-        n = llama_cpp.llama_token_to_piece(self._vocab, int(token), self._buf, len(self._buf), 0, special)
+        n = llama_cpp.llama_token_to_piece(self._vocab, self._id(token), self._buf, len(self._buf), 0, special)
         if n < 0:
             raise ValueError(f"token {token} has no text")
         return self._buf.raw[:n]
@@ -56,8 +80,7 @@ class Vocab:
     def detokenize(self, tokens: Sequence[int], prev_tokens: Optional[Sequence[int]] = None,
                    special: bool = False) -> bytes:
         for t in tokens:
-            if not 0 <= int(t) < self.n_vocab:
-                raise ValueError(f"token id {t} is out of range [0, {self.n_vocab})")
+            self._id(t)
         out = b"".join(self.piece(t, special) for t in tokens)
         # As llama-cpp-python: a leading space after BOS is the tokenizer's, not the text's.
         if tokens and tokens[0] == self.bos and out[:1] == b" ":
@@ -65,15 +88,16 @@ class Vocab:
         return out
 
     def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, int(token)))
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, self._id(token)))
 
     def token_text(self, token: int) -> str:
-        return llama_cpp.llama_vocab_get_text(self._vocab, int(token)).decode("utf-8", "replace")
+        return llama_cpp.llama_vocab_get_text(self._vocab, self._id(token)).decode("utf-8", "replace")
 
     def metadata(self) -> Dict[str, str]:
         """The GGUF's metadata as llama.cpp shows it, key -> text (llama_cpp's Llama.metadata)."""
         out: Dict[str, str] = {}
         buf = ctypes.create_string_buffer(1024)
+        self._vocab   # raises when closed
         for i in range(llama_cpp.llama_model_meta_count(self._model)):
             vals = []
             for get in (llama_cpp.llama_model_meta_key_by_index, llama_cpp.llama_model_meta_val_str_by_index):

@@ -173,3 +173,78 @@ def test_prompt_steps_are_llama_cpps(request):
         assert np.array_equal(llm.decode_logits(toks, logits_all=True), want)
     with Llama(path, n_ctx=512, n_batch=256, n_threads=2, verbose=False) as llm:
         assert not np.array_equal(llm.decode_logits(toks, logits_all=True), want)
+
+
+AFTER_CLOSE = '''
+import inspect, sys
+from pyriver import Llama
+llm = Llama(sys.argv[1], n_ctx=64, embedding=True, verbose=False)
+llm.eval(llm.tokenize(b"Hi"))
+llm.close()
+msgs = [{"role": "user", "content": "hi"}]
+args = {"tokenize": (b"hi",), "detokenize": ([1],), "eval": ([1],), "decode_logits": ([1],), "generate": ([1],),
+        "create_completion": ("hi",), "__call__": ("hi",), "create_chat_completion": (msgs,),
+        "create_chat_completion_openai_v1": (msgs,), "chat_tokens": (msgs,), "meta": ("general.architecture",),
+        "set_exit": (0.9,), "attach_river": ("q4_0",), "embed": ("hi",), "create_embedding": ("hi",)}
+for name in ["sample", "devices", "n_embd", "save_state", "reset", "tokenizer"] + sorted(args):
+    try:
+        r = getattr(llm, name)(*args.get(name, ()))
+        if inspect.isgenerator(r):
+            next(r)
+        if name == "tokenizer":
+            r.encode("hi")
+        print(name, "ran")
+    except RuntimeError as e:
+        print(name, "RuntimeError", e)
+print(llm.n_ctx(), llm.n_vocab(), llm.token_bos(), llm.metadata["general.architecture"])
+'''
+
+
+def test_every_call_after_close_is_a_clear_error(smol_path):
+    """llama_cpp crashes here (freed handles); pyriver raises RuntimeError("... closed") from every
+    call that needs the model, in a child process so that a crash fails the test, not the run."""
+    import subprocess
+    import sys
+    from helpers import child_env
+    r = subprocess.run([sys.executable, "-c", AFTER_CLOSE, smol_path], capture_output=True, text=True,
+                       timeout=300, env=child_env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert len(lines) == 22 and lines[-1].endswith("llama"), r.stdout
+    assert all("RuntimeError" in ln and "closed" in ln for ln in lines[:-1]), r.stdout
+
+
+def test_tokenize_takes_bytes_and_says_so(llm):
+    with pytest.raises(TypeError, match="bytes"):
+        llm.tokenize("a str")
+    with pytest.raises(TypeError, match="bytes"):
+        llm.tokenizer().tokenize("a str")
+    with pytest.raises(ValueError, match="out of range"):
+        llm.detokenize([llm.n_vocab()])
+    assert llm.tokenize(bytearray(b"Hi")) == llm.tokenize(b"Hi")   # bytes-like too
+    assert llm("Hi", max_tokens=2, temperature=0)["choices"][0]["text"] is not None   # still usable
+
+
+def test_pickle_recreates_the_llama_from_its_arguments_as_llama_cpp(smol_path):
+    import pickle
+    from pyriver import Llama
+    with Llama(smol_path, n_ctx=96, n_batch=32, seed=11, logits_all=True, verbose=False) as llm:
+        want = llm("The river", max_tokens=6, temperature=0.9)["choices"][0]["text"]   # moves the seed on
+        state = llm.__getstate__()
+        assert state["seed"] == llm._seed != 11 and state["n_ctx"] == 96 and "tokenizer" not in state
+        with pickle.loads(pickle.dumps(llm)) as copy:
+            assert (copy.n_ctx(), copy.n_batch, copy._logits_all, copy._seed) == (96, 32, True, llm._seed)
+            assert copy.n_tokens == 0   # the cache is not carried (llama_cpp's rule)
+            copy.set_seed(11)
+            assert copy("The river", max_tokens=6, temperature=0.9)["choices"][0]["text"] == want
+
+
+def test_create_chat_completion_openai_v1(llm):
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    msgs = [{"role": "user", "content": "Say hi."}]
+    r = llm.create_chat_completion_openai_v1(msgs, max_tokens=6, temperature=0)
+    assert isinstance(r, ChatCompletion)
+    assert r.choices[0].message.content == llm.create_chat_completion(msgs, max_tokens=6, temperature=0)[
+        "choices"][0]["message"]["content"]
+    chunks = list(llm.create_chat_completion_openai_v1(msgs, max_tokens=6, temperature=0, stream=True))
+    assert chunks and all(isinstance(c, ChatCompletionChunk) for c in chunks)
