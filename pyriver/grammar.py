@@ -209,6 +209,11 @@ class Grammar:
         return int(np.argmax(self.mask(scores)))
 
     def mask_allows_any(self) -> bool:
+        arr = np.zeros(min(_TOP, self.vocab.n_vocab), dtype=_TOKEN_DATA)   # the first ids: nearly always enough
+        arr["id"] = np.arange(arr.size, dtype=np.int32)
+        self._apply(arr)
+        if np.isfinite(arr["logit"]).any():
+            return True
         try:
             self.mask(np.zeros(self.vocab.n_vocab, dtype=np.float32))
             return True
@@ -242,6 +247,7 @@ class ConstrainedSampler:
         self.n_prompt = int(n_prompt)
         self._states: Dict[int, Grammar] = {0: grammar}   # state after i generated tokens
         self._tokens: list = []   # the generated tokens the states were built from
+        self._rewinds = False     # set by distribution(): lossless mode, whose drafts may be rejected
 
     def __getattr__(self, name):   # p, rng and whatever else the sampler has
         if name == "inner":
@@ -250,10 +256,14 @@ class ConstrainedSampler:
 
     def state(self, history: Sequence[int]) -> Grammar:
         """The grammar state after history (the prompt, then generated tokens)."""
-        gen = [int(t) for t in history[self.n_prompt:]]
-        n = 0
-        while n < min(len(gen), len(self._tokens)) and gen[n] == self._tokens[n]:
-            n += 1
+        k, m = len(self._tokens), len(history) - self.n_prompt
+        if not self._rewinds and m >= k and (k == 0 or history[self.n_prompt + k - 1] == self._tokens[-1]):
+            n, gen = k, self._tokens + [int(t) for t in history[self.n_prompt + k:]]   # it only grew
+        else:
+            gen = [int(t) for t in history[self.n_prompt:]]
+            n = 0
+            while n < min(len(gen), k) and gen[n] == self._tokens[n]:
+                n += 1
         for i in [i for i in self._states if i > n]:   # a rejected draft: its states go
             self._states.pop(i).close()
         del self._tokens[n:]
@@ -263,8 +273,17 @@ class ConstrainedSampler:
                 base.accept(t)
             self._states[n] = base
         for t in gen[n:]:
-            g = self._states[len(self._tokens)].clone()
-            g.accept(t)
+            cur = len(self._tokens)
+            if self._rewinds or cur == 0:   # lossless mode rewinds: each state kept (state 0 always)
+                g = self._states[cur].clone()
+                g.accept(t)
+            else:   # no rewinds: the newest state advances in place (accept leaves it as it was if it refuses)
+                g = self._states.pop(cur)
+                try:
+                    g.accept(t)
+                except GrammarError:
+                    self._states[cur] = g
+                    raise
             self._tokens.append(t)
             self._states[len(self._tokens)] = g
             old = len(self._tokens) - _KEEP
@@ -292,6 +311,7 @@ class ConstrainedSampler:
         return self.inner.sample(g.mask(np.asarray(logits, dtype=np.float32)), history, *args, **kwargs)
 
     def distribution(self, logits: np.ndarray, history: Sequence[int] = (), *args, **kwargs) -> np.ndarray:
+        self._rewinds = True
         g = self.state(history)
         return self.inner.distribution(g.mask(np.asarray(logits, dtype=np.float32)), history, *args, **kwargs)
 
