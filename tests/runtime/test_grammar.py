@@ -285,7 +285,7 @@ def test_auto_tools_in_chat_answer_freely(llm):
     plain = llm.create_chat_completion(msgs, temperature=0.0, max_tokens=16)
     auto = llm.create_chat_completion(msgs, tools=[WEATHER], tool_choice="auto", temperature=0.0, max_tokens=16)
     assert auto["choices"][0]["message"].get("tool_calls") is None
-    assert auto["choices"][0]["message"]["content"]
+    assert auto["choices"][0]["message"]["content"] and "<tool_call>" not in auto["choices"][0]["message"]["content"]
     assert plain["choices"][0]["message"]["content"]
 
 
