@@ -66,6 +66,13 @@ class Sampler:
         ids, probs = self._candidates(logits)
         return int(ids[self.rng.choice(probs.size, p=probs)])
 
+    def greedy_scores(self, logits: np.ndarray, history: Sequence[int] = ()) -> Optional[np.ndarray]:
+        """When greedy, the scores sample() takes the argmax of (None otherwise): a grammar can
+        then look for the best token it allows among the top few (pyriver.grammar)."""
+        if self.p.temperature > 0.0:
+            return None
+        return self._penalize(np.asarray(logits, dtype=np.float32), history)
+
     def distribution(self, logits: np.ndarray, history: Sequence[int] = ()) -> np.ndarray:
         """The distribution sample() draws from, over the whole vocabulary (float64; one-hot at
         the argmax when greedy): what speculative decoding compares drafts against."""

@@ -86,6 +86,12 @@ class ChainSampler(Sampler):
         ids, probs = self._candidates(x)
         return int(ids[self.rng.choice(probs.size, p=probs)])
 
+    def greedy_scores(self, logits: np.ndarray, history: Sequence[int] = (), input_ids=None):
+        """Sampler.greedy_scores; None with logits processors (they may read the masked logits)."""
+        if self.p.temperature != 0.0 or self.processors is not None:
+            return None
+        return self._penalize(np.asarray(logits, dtype=np.float32), history[self.skip:])
+
     def distribution(self, logits: np.ndarray, history: Sequence[int] = ()) -> np.ndarray:
         if self.stateful:
             raise ValueError("mirostat sampling cannot be verified in lossless mode (its distribution "

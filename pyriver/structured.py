@@ -79,3 +79,5 @@ class ChatPlan:
         if forced is not None and own is not None:
             raise GrammarError("a required or named tool_choice cannot be combined with a grammar or JSON format")
         self.grammar = forced if forced is not None else own
+        if self.grammar is None and self.tools is not None:   # tool_choice auto: calls constrained once opened
+            self.grammar = toolcall.auto_grammar(self.tools)

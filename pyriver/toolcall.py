@@ -7,8 +7,10 @@ implementation for pyriver.Llama and the server.
   tools in a system message and is asked for the Hermes syntax; a bare JSON call is also taken.
 - Tools go into the template as `tools` (as Hugging Face's apply_chat_template passes them).
 - tool_choice "required" or a named function is enforced by a grammar built from the tools'
-  parameter schemas with llama-cpp-python's JSON-schema converter; "auto" parses what the model
-  wrote; "none" neither renders tools nor parses.
+  parameter schemas with llama-cpp-python's JSON-schema converter; "auto" gets the same grammar
+  lazily (llama.cpp's lazy grammar, as its server does): the model answers freely until it opens
+  a call (`<tool_call>`, `[TOOL_CALLS]`, a Llama 3 JSON call), and from there the call is
+  constrained; "none" neither renders tools nor parses.
 - Messages: content as a list of text parts is joined; image parts are refused; an assistant
   message with tool_calls (content null) and `tool` messages render on the next turn (as text
   for templates that know no tools)."""
@@ -22,7 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from llama_cpp.llama_grammar import SchemaConverter
 
-from .grammar import GrammarError
+from .grammar import GrammarError, LazyGrammar
 
 HERMES, LLAMA3, MISTRAL, GENERIC = "hermes", "llama3", "mistral", "generic"
 
@@ -176,11 +178,24 @@ def render_messages(messages: List[Dict], tp: Optional[ToolPlan], template_sourc
     return msgs, {"tools": tp.tools}
 
 
-def call_grammar(tp: ToolPlan) -> Optional[str]:
-    """GBNF that forces tool calls in the template's syntax (tool_choice required or named); None for auto."""
-    if tp.choice == "auto":
+# What opens a call in each syntax (tool_choice auto): words (a single-token word triggers as that
+# token), and patterns whose first capture group starts the call (ECMAScript and Python regex alike).
+_TRIGGERS = {HERMES: (("<tool_call>",), ()), GENERIC: (("<tool_call>",), ()),
+             MISTRAL: (("[TOOL_CALLS]",), ()), LLAMA3: ((), (r"^\s*(\{)[\s\S]*$",))}
+
+
+def auto_grammar(tp: ToolPlan) -> LazyGrammar:
+    """tool_choice auto: the grammar of a call to any of the tools, applied from the call's opening on."""
+    words, patterns = _TRIGGERS[tp.syntax]
+    return LazyGrammar(call_grammar(tp, force=False), words=words, patterns=patterns)
+
+
+def call_grammar(tp: ToolPlan, force: bool = True) -> Optional[str]:
+    """GBNF of tool calls in the template's syntax: those tool_choice required or named forces
+    (None for auto), or with force=False a call to any tool (auto's lazy grammar)."""
+    if tp.choice == "auto" and force:
         return None
-    tools = [t for t in tp.tools if tp.choice == "required" or t["function"]["name"] == tp.choice]
+    tools = [t for t in tp.tools if tp.choice in ("required", "auto") or t["function"]["name"] == tp.choice]
     conv = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     alts = []
     key = "parameters" if tp.syntax == LLAMA3 else "arguments"

@@ -206,7 +206,12 @@ class Scheduler:
             going = []
             for s in active:
                 logits, exits = res[s.seq]
-                d, q = lossless.draft_token(s.req.sampler, logits, s.history + s.drafts)
+                try:
+                    d, q = lossless.draft_token(s.req.sampler, logits, s.history + s.drafts)
+                except GrammarError as e:   # its grammar's dead end: this request alone ends
+                    self.dec.truncate(s.seq, n0.pop(s.seq))
+                    self._finish(s, f"error: grammar: {e}")
+                    continue
                 s.drafts.append(d)
                 s.qs.append(q)
                 s.req.lossless["draft_exits"].extend(exits)
@@ -218,7 +223,11 @@ class Scheduler:
 
     def _verify(self, s: Slot, rows) -> int:
         """Lossless: emits what the verify step decides for slot s; returns the tokens emitted."""
-        out = lossless.decide(rows, s.drafts, s.qs, s.history, s.req.sampler, self.spec.rule)
+        try:
+            out = lossless.decide(rows, s.drafts, s.qs, s.history, s.req.sampler, self.spec.rule)
+        except GrammarError as e:   # its grammar's dead end: this request alone ends
+            self._finish(s, f"error: grammar: {e}")
+            return 0
         kept = len(out) - 1
         self.dec.truncate(s.seq, self.dec.pos(s.seq) - len(s.drafts) + kept)
         lossless.count_step(s.req.lossless, len(s.drafts), kept)

@@ -81,6 +81,9 @@ def parser() -> argparse.ArgumentParser:
                    "off, and on under each --batch-rules with --river) and, with --competitor, llama-cpp-python's and "
                    "llama.cpp's llama-server (built once into the cache)")
     b.add_argument("--streams", type=int, nargs="+", default=[1, 2, 4, 8], help="--serve: concurrent streams")
+    b.add_argument("--json-schema", default=None, metavar="FILE|builtin",
+                   help="--serve: also every request under this JSON schema (llama.cpp's json_schema field), "
+                        "interleaved with the plain ones: the grammar's cost and its ratio to llama-server")
     b.add_argument("--batch-rules", nargs="+", default=["split", "minimum", "all"], help="--serve: batch exit rules")
     b.add_argument("--chat-turns", action="store_true", help="second chat turn's time to first token, with and without prefix reuse")
     b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")

@@ -6,7 +6,9 @@ built once into the cache: llama_server.py). Every server runs in its own proces
 port; within each repeat the servers rotate, so machine noise falls on all. Reported per server
 and stream count, medians over repeats: aggregate decode tok/s (all streams' tokens over the wall
 time from the first request to the last token), time to first token and inter-token latency p50
-and p95 (over every stream's gaps)."""
+and p95 (over every stream's gaps). With --json-schema every server also runs the same requests
+under a JSON schema (the `json_schema` field both servers take), interleaved with the plain ones:
+the cost of the grammar, and pyriver's constrained throughput against llama-server's."""
 from __future__ import annotations
 
 import json
@@ -28,6 +30,23 @@ PROMPTS = ["The history of the river begins in the mountains, where", "def quick
            "Once upon a time, in a small village by the sea,", "The three laws of motion state that",
            "Dear hiring manager, I am writing to apply for", "import json\n\ndef load_config(path):",
            "The recipe for a simple bread needs flour, water,", "In the year 1850, the town of"]
+
+
+# The built-in schema of --json-schema builtin: nested objects, an array, an enum, required fields.
+SCHEMA = {"type": "object", "properties": {
+    "title": {"type": "string"}, "year": {"type": "integer"},
+    "kind": {"enum": ["story", "letter", "code", "science", "history"]},
+    "people": {"type": "array", "items": {"type": "object", "properties": {
+        "name": {"type": "string"}, "role": {"type": "string"}}, "required": ["name", "role"]}},
+    "summary": {"type": "string"}}, "required": ["title", "year", "kind", "people", "summary"]}
+
+
+def load_schema(arg):
+    """The schema of --json-schema: builtin, or a JSON file."""
+    if arg in (None, "builtin"):
+        return None if arg is None else SCHEMA
+    with open(arg) as f:
+        return json.load(f)
 
 
 def _get(url: str, body=None, timeout=600):
@@ -97,11 +116,12 @@ def servers(a, path: str) -> List[_Server]:
             if a.tau:
                 argv += ["--tau", str(a.tau[0])]
             out.append(_Server(f"pyriver river {rule}", argv, p))
-    if a.competitor:
+    if a.competitor and not a.json_schema:   # llama-cpp-python's server takes no json_schema field
         argv = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--n_threads", str(a.threads),
                 "--n_threads_batch", str(a.threads), "--n_ctx", "1024", "--interrupt_requests", "False",
                 "--port", str(p := _port())]
         out.append(_Server("llama-cpp-python server", argv, p))
+    if a.competitor:
         # llama.cpp's own batching server, as pyriver's: --parallel slots of 1024 positions each
         # (-c is shared among slots), the same threads, flash attention off as in the others.
         from .llama_server import ensure
@@ -112,8 +132,10 @@ def servers(a, path: str) -> List[_Server]:
     return out
 
 
-def _stream(url: str, prompt: str, n: int, t0: float, rec: Dict) -> None:
+def _stream(url: str, prompt: str, n: int, t0: float, rec: Dict, schema=None) -> None:
     body = {"prompt": prompt, "max_tokens": n, "temperature": 0.0, "stream": True}
+    if schema is not None:
+        body["json_schema"] = schema
     times = []
     for line in _lines(url, body):
         if line.startswith("data: ") and line != "data: [DONE]":
@@ -126,10 +148,10 @@ def _stream(url: str, prompt: str, n: int, t0: float, rec: Dict) -> None:
     rec["end"] = times[-1] if times else t0
 
 
-def run_level(srv: _Server, k: int, n: int) -> Dict:
+def run_level(srv: _Server, k: int, n: int, schema=None) -> Dict:
     recs = [dict() for _ in range(k)]
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=_stream, args=(srv.url, PROMPTS[i % len(PROMPTS)], n, t0, recs[i]))
+    threads = [threading.Thread(target=_stream, args=(srv.url, PROMPTS[i % len(PROMPTS)], n, t0, recs[i], schema))
                for i in range(k)]
     for t in threads:
         t.start()
@@ -187,43 +209,59 @@ def fidelity(srvs: List[_Server], n: int) -> Dict[str, Dict]:
     return out
 
 
+SCHEMA_TAG = " +json-schema"
+
+
 def main(a) -> int:
     from pyriver import models
     path = str(models.resolve(a.model))
+    schema = load_schema(getattr(a, "json_schema", None))
+    a.json_schema = schema
     srvs = servers(a, path)
-    res: Dict[str, Dict[int, List[Dict]]] = {s.name: {k: [] for k in a.streams} for s in srvs}
+    # each (server, schema or None) is one entry: the constrained runs sit beside the plain ones
+    entries = [(s, None) for s in srvs] + ([(s, schema) for s in srvs] if schema is not None else [])
+    name = lambda e: e[0].name + (SCHEMA_TAG if e[1] is not None else "")   # noqa: E731
+    res: Dict[str, Dict[int, List[Dict]]] = {name(e): {k: [] for k in a.streams} for e in entries}
     try:
-        for s in srvs:   # warm-up
-            run_level(s, 1, 8)
+        for s, sc in entries:   # warm-up
+            run_level(s, 1, 8, sc)
         for rep in range(a.repeats):
-            order = srvs[rep % len(srvs):] + srvs[:rep % len(srvs)]
+            order = entries[rep % len(entries):] + entries[:rep % len(entries)]
             for k in a.streams:
-                for s in order:
-                    res[s.name][k].append(run_level(s, k, a.gen_tokens))
+                for e in order:
+                    res[name(e)][k].append(run_level(e[0], k, a.gen_tokens, e[1]))
         fid = fidelity(srvs, a.gen_tokens)
     finally:
         for s in srvs:
             s.close()
-    med = {name: {k: {m: statistics.median(r[m] for r in runs) for m in runs[0]} for k, runs in lv.items()}
-           for name, lv in res.items()}
-    print(f"{'server':<28}{'streams':>8}{'tok/s':>9}{'TTFT p50':>10}{'p95':>8}{'ITL p50 ms':>12}{'p95':>8}")
-    for name, lv in med.items():
+    med = {n: {k: {m: statistics.median(r[m] for r in runs) for m in runs[0]} for k, runs in lv.items()}
+           for n, lv in res.items()}
+    print(f"{'server':<40}{'streams':>8}{'tok/s':>9}{'TTFT p50':>10}{'p95':>8}{'ITL p50 ms':>12}{'p95':>8}")
+    for n, lv in med.items():
         for k, m in lv.items():
-            print(f"{name:<28}{k:>8}{m['tok_s']:>9.1f}{m['ttft_p50']:>10.3f}{m['ttft_p95']:>8.3f}"
+            print(f"{n:<40}{k:>8}{m['tok_s']:>9.1f}{m['ttft_p50']:>10.3f}{m['ttft_p95']:>8.3f}"
                   f"{1000 * m['itl_p50']:>12.1f}{1000 * m['itl_p95']:>8.1f}")
     print(f"medians over {a.repeats} repeats; {a.gen_tokens} tokens a stream, greedy; {a.threads} threads")
     ratios = {}
-    if "llama-server" in res:
-        ref = res["llama-server"]
-        ratios = {name: {k: {m: paired_ratio(runs, ref[k], m) for m in ("tok_s", "itl_p95")} for k, runs in lv.items()}
-                  for name, lv in res.items() if name != "llama-server"}
-        print("against llama-server, medians of the ratios within each repeat (tok/s, ITL p95):")
-        for name, lv in ratios.items():
-            print(f"  {name:<26}" + "  ".join(f"{k}: {r['tok_s']:.3f}x {r['itl_p95']:.3f}x" for k, r in lv.items()))
-    for name, f in fid.items():
-        print(f"{name}: texts equal to River off {f['texts_equal']:.2f}, text kept before the first difference "
+    if "llama-server" in res:   # each entry against llama-server under the same schema (or none)
+        ref = lambda n: res["llama-server" + (SCHEMA_TAG if n.endswith(SCHEMA_TAG) else "")]   # noqa: E731
+        ratios = {n: {k: {m: paired_ratio(runs, ref(n)[k], m) for m in ("tok_s", "itl_p95")} for k, runs in lv.items()}
+                  for n, lv in res.items() if n not in ("llama-server", "llama-server" + SCHEMA_TAG)}
+        print("against llama-server (under the same schema), medians of the ratios within each repeat (tok/s, ITL p95):")
+        for n, lv in ratios.items():
+            print(f"  {n:<38}" + "  ".join(f"{k}: {r['tok_s']:.3f}x {r['itl_p95']:.3f}x" for k, r in lv.items()))
+    cost = {}
+    if schema is not None:   # each server against itself without the schema
+        cost = {s.name: {k: paired_ratio(res[s.name + SCHEMA_TAG][k], res[s.name][k], "tok_s") for k in a.streams}
+                for s in srvs}
+        print("json-schema tok/s against the same server without it, medians of the ratios within each repeat:")
+        for n, lv in cost.items():
+            print(f"  {n:<38}" + "  ".join(f"{k}: {r:.3f}x" for k, r in lv.items()))
+    for n, f in fid.items():
+        print(f"{n}: texts equal to River off {f['texts_equal']:.2f}, text kept before the first difference "
               f"{f['prefix_share']:.2f}, mean exit block {f['mean_exit_block']:.1f}, river work {f['river_work_share']:.2f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"medians": med, "ratios_to_llama_server": ratios, "runs": res, "fidelity": fid}, f, indent=1)
+            json.dump({"medians": med, "ratios_to_llama_server": ratios, "schema_cost": cost, "runs": res,
+                       "fidelity": fid, "schema": schema}, f, indent=1)
     return 0

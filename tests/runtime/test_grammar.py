@@ -73,6 +73,27 @@ def test_greedy_is_argmax_of_allowed_tokens(llm):
     assert plain != got   # the grammar changed the answer
 
 
+def test_best_is_argmax_of_mask(llm):
+    """Grammar.best (the top candidates first) equals the argmax over the whole masked vocabulary:
+    random scores, the allowed tokens far down the order, and a tie at the cut."""
+    from pyriver.grammar import _TOP
+    rng = np.random.default_rng(0)
+    g = Grammar(llm.vocab, 'root ::= [0-9]+ "x"')
+    n = llm.vocab.n_vocab
+    digits = [t for t in range(n) if g.allows(t)]
+    cases = [rng.standard_normal(n).astype(np.float32) for _ in range(5)]
+    for c in cases:   # allowed tokens among the top candidates, not the first of them
+        c[digits] += 2.5
+    low = rng.standard_normal(n).astype(np.float32)
+    low[digits] -= 100.0   # every allowed token below the top candidates: the whole-vocabulary path
+    tie = np.zeros(n, dtype=np.float32)   # all equal: the lowest allowed id wins, as np.argmax's
+    cases += [low, tie]
+    for scores in cases:
+        assert g.best(scores) == int(np.argmax(g.mask(scores)))
+    top = np.argsort(-cases[0], kind="stable")[:_TOP]
+    assert any(t in digits for t in top)   # the first cases do take the fast path
+
+
 def test_json_schema_grammar_validates(llm):
     g = LlamaGrammar.from_json_schema(json.dumps(PERSON), verbose=False)
     for prompt in ("A person as JSON:\n", "Describe Ada Lovelace as a JSON object.\n"):
@@ -207,6 +228,90 @@ def test_chat_content_parts(llm):
                                    tool_choice={"type": "function", "function": {"name": "nope"}})
 
 
+# -- tool_choice auto: the call grammar applies lazily, from the call's opening on ------------------
+def _scripted(llm, script: str):
+    """A logits processor that makes the model write script first, then lets it go on."""
+    toks = llm.tokenize(script.encode(), add_bos=False, special=False)
+    state = {"i": 0}
+
+    def proc(ids, logits):
+        if state["i"] < len(toks):
+            logits[:] = -1e9
+            logits[toks[state["i"]]] = 0.0
+            state["i"] += 1
+        return logits
+    return proc
+
+
+def test_auto_tool_grammar_is_lazy(llm):
+    """Free text until the model opens a call; the call is then in the grammar (parses, validates);
+    a token that would open a call the grammar refuses is never accepted (llama.cpp aborts the
+    process on such a trigger) but refused, so the model picks another."""
+    from llama_cpp import LogitsProcessorList
+    from pyriver import toolcall
+    from pyriver.grammar import LazyGrammar
+    tp = toolcall.plan([WEATHER, TIME], "auto", None, "")   # a template without tools: Hermes syntax
+    lazy = toolcall.auto_grammar(tp)
+    assert isinstance(lazy, LazyGrammar) and lazy.words == ("<tool_call>",)
+    g = Grammar(llm.vocab, lazy)
+    free = llm.tokenize(b"Sure, I can do that.", add_bos=False)
+    assert all(g.allows(t) for t in free) and g.awaiting
+    assert np.array_equal(g.mask(np.arange(llm.vocab.n_vocab, dtype=np.float32)),
+                          np.arange(llm.vocab.n_vocab, dtype=np.float32))   # nothing masked before the trigger
+    for t in free + llm.tokenize(b" <tool_call", add_bos=False):
+        g.accept(t)
+    bad = [t for t in range(llm.vocab.n_vocab) if llm.vocab.piece(t).startswith(b">") and len(llm.vocab.piece(t)) > 1
+           and llm.vocab.piece(t)[1:2] not in b"\n"]
+    assert bad and not any(g.allows(t) for t in bad[:20])   # ">x": a call opened wrongly
+    with pytest.raises(GrammarError):
+        g.accept(bad[0])
+    gt = llm.tokenize(b">", add_bos=False)
+    assert g.allows(gt[0])
+    g.accept(gt[0])
+    assert not g.awaiting and not g.allows(llm.tokenize(b"hello", add_bos=False)[0])   # now constrained
+    # a whole answer: the model is made to open a call; what follows is a valid call of a tool
+    for kw in SETTINGS[:2]:
+        out = llm.create_completion("Q: the weather in Paris?\nA:", grammar=lazy, max_tokens=80,
+                                    logits_processor=LogitsProcessorList([_scripted(llm, " Let me look. <tool_call>")]),
+                                    **kw)["choices"][0]["text"]
+        content, calls = toolcall.parse(out, tp)
+        assert content == "Let me look." and len(calls) >= 1, out
+        _check_calls(calls)
+
+
+def test_auto_tools_in_chat_answer_freely(llm):
+    """tool_choice auto through create_chat_completion: the lazy grammar lets plain answers through."""
+    msgs = [{"role": "user", "content": "Say hello."}]
+    plain = llm.create_chat_completion(msgs, temperature=0.0, max_tokens=16)
+    auto = llm.create_chat_completion(msgs, tools=[WEATHER], tool_choice="auto", temperature=0.0, max_tokens=16)
+    assert auto["choices"][0]["message"].get("tool_calls") is None
+    assert auto["choices"][0]["message"]["content"] and "<tool_call>" not in auto["choices"][0]["message"]["content"]
+    assert plain["choices"][0]["message"]["content"]
+
+
+def test_bad_tool_inputs_are_clear_errors(llm):
+    """A tool whose schema the converter cannot handle (auto's lazy grammar and forced calls alike),
+    a malformed tool, a schema the converter cannot handle: clear errors; a call the model writes
+    that does not parse (forced here by a grammar) is content; the Llama stays usable."""
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    before = llm.create_chat_completion(msgs, temperature=0.0, max_tokens=6)["choices"][0]["message"]
+    bad_tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}}
+    for choice in ("auto", "required"):
+        with pytest.raises(GrammarError, match="tool 'f'"):
+            llm.create_chat_completion(msgs, tools=[bad_tool], tool_choice=choice, max_tokens=4)
+    with pytest.raises(ValueError, match="tools must be"):
+        llm.create_chat_completion(msgs, tools=[{"type": "function", "function": {"description": "no name"}}])
+    with pytest.raises(GrammarError, match="cannot be turned into a grammar"):
+        llm.create_chat_completion(msgs, response_format={"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}})
+    r = llm.create_chat_completion(msgs, tools=[WEATHER], temperature=0.0, max_tokens=30,
+                                   grammar='root ::= "<tool_call>\\nnot json\\n</tool_call>"')
+    assert r["choices"][0]["finish_reason"] == "stop" and "tool_calls" not in r["choices"][0]["message"]
+    assert r["choices"][0]["message"]["content"] == "<tool_call>\nnot json\n</tool_call>"
+    assert llm.create_chat_completion(msgs, temperature=0.0, max_tokens=6)["choices"][0]["message"] == before
+
+
 CITY_WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 QWEN = "/root/.cache/pyriver/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -231,3 +336,48 @@ def test_qwen_calls_tools_by_itself():
                        {"role": "tool", "tool_call_id": calls[0]["id"], "content": "23 C and sunny"}]
         a = q.create_chat_completion(turn, tools=[CITY_WEATHER], tool_choice="none", temperature=0.0, max_tokens=40)
         assert a["choices"][0]["finish_reason"] == "stop" and "23" in a["choices"][0]["message"]["content"]
+        # auto (a lazy grammar, triggered by Qwen's single <tool_call> token): a question without a
+        # tool to call gets a text answer
+        from pyriver.grammar import Grammar
+        g = Grammar(q.vocab, __import__("pyriver").toolcall.auto_grammar(
+            __import__("pyriver").toolcall.plan([CITY_WEATHER], "auto", None, q._template.source)))
+        assert len(g._trigger_toks) == 1
+        t = q.create_chat_completion([{"role": "user", "content": "What is 2 + 2? One word."}], tools=[CITY_WEATHER],
+                                     temperature=0.0, max_tokens=12)
+        assert t["choices"][0]["finish_reason"] in ("stop", "length") and t["choices"][0]["message"]["content"]
+
+
+def test_server_lossless_dead_end_ends_only_its_request(smol_path):
+    """The server's scheduler in lossless mode: a grammar that reaches a dead end (here while the
+    River drafts) ends its own request with a grammar error and frees its slot; the requests beside
+    it give the tokens they give alone."""
+    from pyriver.grammar import constrain
+    from pyriver.sampling import Sampler, SamplingParams
+    from pyriver.server.scheduler import Request, Scheduler
+
+    def run(sched, reqs):
+        for r in reqs:
+            sched.submit(r)
+        out = []
+        for r in reqs:
+            toks = []
+            while (item := r.out.get(timeout=300))[0] != "end":
+                toks.append(item[1])
+            out.append((toks, item[1]))
+        return out
+
+    with Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.9,
+               lossless=True) as ll:
+        sched = Scheduler(ll, 3)
+        try:
+            prompts = [ll.tokenize(p.encode()) for p in ("Say a:", "The sky is", "Once upon a time")]
+            greedy = lambda: Sampler(SamplingParams(temperature=0.0))   # noqa: E731
+            alone = run(sched, [Request(prompt=p, sampler=greedy(), max_tokens=12) for p in prompts[1:]])
+            dead = constrain(greedy(), ll.vocab, 'root ::= "a" "\\x00"', len(prompts[0]))
+            got = run(sched, [Request(prompt=prompts[0], sampler=dead, max_tokens=12)]
+                      + [Request(prompt=p, sampler=greedy(), max_tokens=12) for p in prompts[1:]])
+            assert got[0][1].startswith("error: grammar: ") and "allows no token" in got[0][1]
+            assert got[1:] == alone and all(reason == "length" for _, reason in alone)
+            assert sched.busy_slots() == 0
+        finally:
+            sched.stop()

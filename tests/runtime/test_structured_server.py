@@ -130,6 +130,8 @@ def test_tool_loop(client, stream):
                                        temperature=0.0, max_tokens=8)
     assert p.choices[0].message.content == s.choices[0].message.content
 
+BAD_TOOL = {"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}}
 
 BAD = [({"grammar": 'root ::= "abc'}, "does not parse"), ({"grammar": 'root ::= x\nx ::= x "a"'}, "does not parse"),
        ({"grammar": 'root ::= "\\x00"'}, "allows no token"),
@@ -138,6 +140,9 @@ BAD = [({"grammar": 'root ::= "abc'}, "does not parse"), ({"grammar": 'root ::= 
        ({"response_format": {"type": "xml"}}, "response_format"),
        ({"response_format": {"type": "json_object"}, "grammar": 'root ::= "a"'}, "one of"),
        ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "not in tools"),
+       ({"tools": [BAD_TOOL], "tool_choice": "required"}, "cannot be turned into a grammar"),
+       ({"tools": [BAD_TOOL]}, "cannot be turned into a grammar"),   # auto: its lazy grammar too
+       ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools must be"),
        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "image_url")]
 
 
@@ -164,3 +169,18 @@ def test_bad_requests_are_400_and_server_keeps_serving(server):
     assert re.search(r"^pyriver_slots_busy 0(\.0)?$", m, re.M), m
     status, ok = http("POST", server.url + "/v1/completions", {"prompt": "The sky is", "max_tokens": 4})
     assert status == 200 and ok["choices"][0]["text"]
+
+
+def test_explosive_grammar_and_unparseable_call_end_cleanly(server, client):
+    """A grammar of nested, ambiguous repetition ends in bounded time in the language; a tool call
+    the model writes that does not parse (here forced by a grammar) is content, finish "stop"."""
+    t0 = time.perf_counter()
+    status, r = http("POST", server.url + "/v1/completions", {"prompt": "aaaa", "max_tokens": 40, "temperature": 0.0,
+                                                              "grammar": 'root ::= ((("a"*)*)*)* "b"?'}, timeout=60)
+    assert status == 200 and set(r["choices"][0]["text"]) <= set("ab") and time.perf_counter() - t0 < 30
+    bad_call = "<tool_call>\nnot json\n</tool_call>"
+    r = client.chat.completions.create(model=client.models.list().data[0].id, tools=[WEATHER], temperature=0.0,
+                                       messages=[{"role": "user", "content": "Weather in Paris?"}], max_tokens=30,
+                                       extra_body={"grammar": 'root ::= "<tool_call>\\nnot json\\n</tool_call>"'})
+    assert r.choices[0].finish_reason == "stop" and not r.choices[0].message.tool_calls
+    assert r.choices[0].message.content == bad_call
