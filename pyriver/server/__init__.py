@@ -102,8 +102,6 @@ def settings(a: argparse.Namespace) -> dict:
     spec = draft_settings(a, a.lossless, a.river is not None)
     if a.lossless:
         kw.update(lossless=True, **({} if a.draft_max is None else {"draft_max": a.draft_max}))
-    elif a.draft_max is not None and spec is None:
-        raise ValueError("--draft-max needs --lossless or a drafter (--model-draft, --spec-type)")
     if a.batch_invariant and a.not_batch_invariant:
         raise ValueError("--batch-invariant and --not-batch-invariant exclude each other")
     if a.batch_invariant or a.not_batch_invariant:

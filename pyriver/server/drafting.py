@@ -35,11 +35,9 @@ def settings(a, lossless: bool, river: bool) -> Optional[Dict]:
         raise ValueError("--spec-type draft-simple needs --model-draft")
     if kind == "ngram-simple" and a.model_draft is not None:
         raise ValueError("--model-draft drafts with --spec-type draft-simple, not ngram-simple")
-    if kind is None:
-        for flag, v in (("--spec-draft-n-min", a.draft_min), ("--spec-draft-p-min", a.draft_p_min),
-                        ("--spec-synth-rates", a.spec_synth_rates), ("--spec-draft-ngl", a.draft_ngl)):
-            if v is not None:
-                raise ValueError(f"{flag} needs a drafter (--model-draft or --spec-type ngram-simple)")
+    if kind is None:   # the draft sizes are accepted and change nothing, as llama-server takes them
+        if a.spec_synth_rates is not None:
+            raise ValueError("--spec-synth-rates needs a drafter (--model-draft or --spec-type ngram-simple)")
         return None
     if lossless:
         raise ValueError("one drafter per server: --lossless drafts on the River path, --model-draft/--spec-type "

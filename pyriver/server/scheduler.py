@@ -81,6 +81,7 @@ class Scheduler:
         self.ctx_shift = ctx_shift
         self.dec = BatchDecoder(llm, n_slots, batch_rule)
         self.n_ctx = self.dec.n_ctx
+        self.invariant = self.dec.batch_invariant   # the context's own (--batch-invariant)
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: "collections.deque[Request]" = collections.deque()
         self.n_starts = 0
@@ -287,7 +288,7 @@ class Scheduler:
         feeds = self._feeds()
         if not feeds:
             return
-        res = self.dec.step(feeds)
+        res = self._run_step(feeds)
         dt = time.perf_counter() - t0
         n_decode = 0
         for f in feeds:
@@ -306,6 +307,24 @@ class Scheduler:
                 self._sample(s, logits)
         if self.metrics:
             self.metrics.step(n_decode, dt)
+
+    def _run_step(self, feeds: List[Feed]):
+        """One step; with a drafter on a context that is not batch-invariant, the verify rows run
+        in a step of their own with one-token products, so that every token a stream gets has the
+        bits a decode step without drafts gives it (alone in its step), and the prompt chunks in
+        another with llama.cpp's kernels, as without drafts."""
+        verify = [f for f in feeds if f.all_logits]
+        if self.drafter is None or not verify or self.invariant:
+            return self.dec.step(feeds)
+        self.dec.set_batch_invariant(True)
+        try:
+            res = self.dec.step(verify)
+        finally:
+            self.dec.set_batch_invariant(False)
+        rest = [f for f in feeds if not f.all_logits]
+        if rest:
+            res.update(self.dec.step(rest))
+        return res
 
     def _sample(self, s: Slot, logits) -> None:
         try:
@@ -344,8 +363,8 @@ class Scheduler:
 
     def _shift(self, s: Slot) -> None:
         """llama-server's context shift: keep the first n_keep tokens (the BOS), drop half of the
-        rest. Where llama-server moves the kept cache rows to their new positions, they run again
-        here as a prompt chunk (the same tokens at the same positions, computed afresh)."""
+        rest. Where llama-server moves the kept cache rows to their new positions (rotating their
+        keys), the kept tokens run again here at those positions, as prompt chunks."""
         n_keep = min(self.n_ctx - 4, 1 if self.llm.vocab.add_bos else 0)
         n_left = len(s.history) - 1 - n_keep   # the tokens in the cache
         n_discard = max(0, min(n_left // 2, n_left - 1))
