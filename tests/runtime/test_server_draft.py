@@ -96,6 +96,29 @@ def test_context_shift_with_drafts(smol_path):
         s.close()
 
 
+def test_default_kernels_same_tokens(smol_path):
+    """Without --batch-invariant a verify step's rows still get a decode step's bits (they run in
+    a step of their own with one-token products): a lone stream's sampled tokens are the ones it
+    gets without drafts (llama.cpp's test_with_and_without_draft request)."""
+    body = {"prompt": "I believe the meaning of life is", "temperature": 0.2, "top_k": 5, "seed": 4242,
+            "n_predict": 24, "return_tokens": True}
+    got = {}
+    for name, extra in (("plain", ()), ("draft", ("-md", smol_path, "--spec-draft-n-max", "8"))):
+        s = ServerProcess(smol_path, "-np", "1", "-t", "2", "--ctx", "512", *extra)
+        try:
+            got[name] = [http("POST", s.url + "/completion", dict(body, prompt=p))[1]["tokens"] for p in PROMPTS[:3]]
+        finally:
+            s.close()
+    assert got["draft"] == got["plain"]
+
+
+def test_vocabulary_rule(smol_path, gemma_path, synth_paths):
+    from pyriver.server.drafting import check_vocab
+    check_vocab(smol_path, synth_paths["mha"])   # SmolLM2's tokenizer, other weights: accepted
+    with pytest.raises(ValueError, match="does not share the model's vocabulary"):
+        check_vocab(smol_path, gemma_path)
+
+
 def refusal(*args: str) -> str:
     p = subprocess.run([sys.executable, "-m", "pyriver.server", *args, "--port", "9"], capture_output=True, text=True,
                        timeout=120)
