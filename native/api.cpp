@@ -209,6 +209,15 @@ void pr_context_free(pr_context * ctx) {
 
 int32_t pr_context_batch_invariant(const pr_context * ctx) { return live(ctx, "ctx") && ctx->c->batch_invariant ? 1 : 0; }
 
+pr_status pr_context_set_batch_invariant(pr_context * ctx, int32_t on) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        if (on != 0 && on != 1) pr::fail(PR_ERR_INVALID_ARG, "on must be 0 or 1, got %d", on);
+        if (on && ctx->c->params.flash_attn) pr::fail(PR_ERR_INVALID_ARG, "batch_invariant needs flash_attn off");
+        ctx->c->batch_invariant = on == 1;
+    });
+}
+
 pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_all, int32_t prompt) {
     return guarded([&] {
         if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");

@@ -108,6 +108,10 @@ PR_API pr_status pr_context_new(pr_model * model, const pr_context_params * para
 PR_API void      pr_context_free(pr_context * ctx);
 /* 1 when the context's steps are batch-invariant (see batch_invariant), else 0. */
 PR_API int32_t   pr_context_batch_invariant(const pr_context * ctx);
+/* Switches batch invariance for the steps that follow (on: 1, off: 0). The server's drafters turn it on
+ * for the steps that verify drafts, so that a drafted token's logits are a one-token step's bits. 1 with
+ * flash_attn is refused. */
+PR_API pr_status pr_context_set_batch_invariant(pr_context * ctx, int32_t on);
 
 /* Appends n tokens at the end of the cache and runs them. With logits_all, logits of every token
  * are kept (pr_logits index 0..n-1); otherwise only the last token's (index 0). Whether the tokens

@@ -68,6 +68,14 @@ class BatchDecoder:
             raise ValueError(last_error())
         return n
 
+    @property
+    def batch_invariant(self) -> bool:
+        return bool(lib.pr_context_batch_invariant(self._ctx))
+
+    def set_batch_invariant(self, on: bool) -> None:
+        """Batch invariance for the steps that follow (pr_context_set_batch_invariant)."""
+        check(lib.pr_context_set_batch_invariant(self._ctx, 1 if on else 0))
+
     def truncate(self, seq: int, n_keep: int) -> None:
         check(lib.pr_seq_truncate(self._ctx, int(seq), int(n_keep)))
 

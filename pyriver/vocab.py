@@ -93,6 +93,24 @@ class Vocab:
     def token_text(self, token: int) -> str:
         return llama_cpp.llama_vocab_get_text(self._vocab, self._id(token)).decode("utf-8", "replace")
 
+    def mismatch(self, other: "Vocab") -> Optional[str]:
+        """Why tokens of this vocabulary do not mean the same as other's (None: they do), by llama.cpp's
+        rule for a draft model (common_speculative_are_compatible): the same tokenizer type, BOS and
+        EOS, sizes within 128, and the same text for every token from id 5 on."""
+        a, b = self._vocab, other._vocab
+        if llama_cpp.llama_vocab_type(a) != llama_cpp.llama_vocab_type(b):
+            return f"tokenizer types differ ({llama_cpp.llama_vocab_type(a)} vs {llama_cpp.llama_vocab_type(b)})"
+        for name, add, tok in (("BOS", llama_cpp.llama_vocab_get_add_bos, llama_cpp.llama_vocab_bos),
+                               ("EOS", llama_cpp.llama_vocab_get_add_eos, llama_cpp.llama_vocab_eos)):
+            if add(a) != add(b) or (add(a) and tok(a) != tok(b)):
+                return f"{name} tokens differ ({tok(a)} vs {tok(b)})"
+        if abs(self.n_vocab - other.n_vocab) > 128:
+            return f"sizes differ ({self.n_vocab} vs {other.n_vocab} tokens)"
+        for t in range(5, min(self.n_vocab, other.n_vocab)):
+            if llama_cpp.llama_vocab_get_text(a, t) != llama_cpp.llama_vocab_get_text(b, t):
+                return f"token {t} differs ({self.token_text(t)!r} vs {other.token_text(t)!r})"
+        return None
+
     def metadata(self) -> Dict[str, str]:
         """The GGUF's metadata as llama.cpp shows it, key -> text (llama_cpp's Llama.metadata)."""
         out: Dict[str, str] = {}

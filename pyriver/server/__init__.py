@@ -26,7 +26,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-exit-layer", type=int, default=None)
     p.add_argument("--lossless", action="store_true",
                    help="the river drafts, the backbone verifies: every stream's tokens are full depth's (needs --river)")
-    p.add_argument("--draft-max", type=int, default=None, help="lossless: most tokens drafted per step")
+    p.add_argument("--draft-max", "--spec-draft-n-max", "--draft", "--draft-n", dest="draft_max", type=int, default=None,
+                   help="most tokens drafted per step (lossless mode; a draft model: default 3)")
+    # llama-server's speculative decoding (server/drafting.py): a draft model or n-gram lookup
+    p.add_argument("--model-draft", "-md", "--spec-draft-model", dest="model_draft", default=None,
+                   help="a draft model (GGUF of the same vocabulary) whose drafts the model verifies")
+    p.add_argument("--spec-type", default=None, help="draft-simple (with --model-draft) or ngram-simple")
+    p.add_argument("--spec-draft-n-min", "--draft-min", "--draft-n-min", dest="draft_min", type=int, default=None,
+                   help="a draft model's drafts shorter than this are dropped (default 0)")
+    p.add_argument("--spec-draft-p-min", "--draft-p-min", dest="draft_p_min", type=float, default=None,
+                   help="a draft model stops drafting below this probability of its top token (default 0)")
+    p.add_argument("--spec-draft-ngl", "-ngld", "--n-gpu-layers-draft", "--gpu-layers-draft", dest="draft_ngl",
+                   type=int, default=None, help="the draft model's blocks on devices, as -ngl")
+    p.add_argument("--spec-ngram-simple-size-n", dest="ngram_n", type=int, default=12,
+                   help="ngram-simple: tokens looked up (default 12)")
+    p.add_argument("--spec-ngram-simple-size-m", dest="ngram_m", type=int, default=48,
+                   help="ngram-simple: most tokens drafted (default 48)")
+    p.add_argument("--spec-synth-rates", default=None,
+                   help="benchmarking only: keep draft i with these probabilities instead of checking it")
+    p.add_argument("--context-shift", action="store_true",
+                   help="a full slot drops half of its tokens (after the BOS) and generates on, as llama-server")
+    p.add_argument("--no-context-shift", action="store_true", help="a full slot ends its request (the default)")
     p.add_argument("--batch-rule", choices=["split", "minimum", "all"], default="split",
                    help="how a step of several sequences exits (see docs/server.md)")
     p.add_argument("--batch-invariant", action="store_true",
@@ -78,10 +98,10 @@ def settings(a: argparse.Namespace) -> dict:
         kw = dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer)
     elif a.tau is not None or a.min_exit_layer is not None or a.lossless:
         raise ValueError("--tau, --min-exit-layer and --lossless need --river")
+    from .drafting import settings as draft_settings
+    spec = draft_settings(a, a.lossless, a.river is not None)
     if a.lossless:
         kw.update(lossless=True, **({} if a.draft_max is None else {"draft_max": a.draft_max}))
-    elif a.draft_max is not None:
-        raise ValueError("--draft-max needs --lossless")
     if a.batch_invariant and a.not_batch_invariant:
         raise ValueError("--batch-invariant and --not-batch-invariant exclude each other")
     if a.batch_invariant or a.not_batch_invariant:
@@ -100,18 +120,21 @@ def settings(a: argparse.Namespace) -> dict:
                 prompt_chunk=a.prompt_chunk, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
                 verbose=a.verbose, webui=not a.no_webui, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
                 chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
-                reasoning=a.reasoning)
+                reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     a = parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         s = settings(a)
+        if s["spec"] is not None and s["spec"]["model"] is not None:
+            from .drafting import check_vocab
+            check_vocab(s["model"], s["spec"]["model"])
         import uvicorn
     except ImportError as e:
         print(f"pyriver serve needs the server extra (pip install \"pyriver[server]\"): {e}", file=sys.stderr)
         return 1
-    except ValueError as e:
+    except (ValueError, OSError) as e:
         print(f"pyriver serve: error: {e}", file=sys.stderr)
         return 2
     from .app import Server, build_app

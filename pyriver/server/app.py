@@ -25,7 +25,7 @@ from ..logprobs import as_dict as logprobs_dict
 from ..sampling import Sampler
 from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream, ToolError
-from . import embeddings
+from . import drafting, embeddings
 from . import builtin_template, llamacpp_api as L
 from .cors import CORS
 from .inbox import Inbox
@@ -57,8 +57,10 @@ class Server:
             llm.chat_stops(None)   # compiles the chat template once, before any request thread
             llm._template = builtin_template.from_settings(s, llm._template)   # --chat-template(-file)
             self.model_id = self.model_id or llm.model_path.rsplit("/", 1)[-1]
+            drafter = drafting.make(s.get("spec"), llm, s["parallel"], s["threads"], s.get("llama_kwargs", {}))
             self.sched = Scheduler(llm, s["parallel"], batch_rule=s["batch_rule"], queue_max=s["queue"],
-                                   prompt_chunk=s["prompt_chunk"], metrics=self.metrics)
+                                   prompt_chunk=s["prompt_chunk"], metrics=self.metrics, drafter=drafter,
+                                   ctx_shift=s.get("ctx_shift", False))
             self.metrics.n_slots = s["parallel"]
             self.metrics.sched = self.sched
             self.llm = llm
@@ -109,8 +111,13 @@ class Server:
             raise APIError(400, str(e), param="grammar", code="invalid_grammar") from None
 
     def submit(self, f: Dict, toks: List[int], logprobs: Optional[int], sampler: Sampler) -> Request:
-        max_tokens = f["max_tokens"] or self.sched.n_ctx - len(toks)
-        return self.submit_request(toks, sampler, max_tokens, logprobs)
+        return self.submit_request(toks, sampler, f["max_tokens"] or self.max_tokens(toks), logprobs)
+
+    def max_tokens(self, toks: List[int]) -> int:
+        """A request's token limit when it gives none: --n-predict, else the rest of the context
+        (llama-server: a request's own n_predict/max_tokens wins over --n-predict)."""
+        n = self.settings.get("n_predict", -1)
+        return n if n and n > 0 else self.sched.n_ctx - len(toks)
 
     def samplers(self, f: Dict, toks: List[int], grammar) -> List[Sampler]:
         """One sampler per choice (f["n"]), each with its own grammar state (run off the event loop)."""
@@ -130,8 +137,6 @@ class Server:
 
     def submit_request(self, toks: List[int], sampler: Sampler, max_tokens: int, logprobs: Optional[int],
                        probs=None) -> Request:
-        cap = self.settings.get("n_predict", -1)   # --n-predict caps every request, as llama-server's
-        max_tokens = min(max_tokens, cap) if cap and cap > 0 else max_tokens
         r = Request(prompt=toks, sampler=sampler, max_tokens=max_tokens, logprobs=logprobs, out=self.inbox.out(),
                     probs=probs)
         try:

@@ -106,7 +106,14 @@ def timings(r, t_end: Optional[float] = None) -> Dict[str, Any]:
             "prompt_per_second": 1e3 * n_prompt / p_ms if p_ms > 0 else 0.0,
             "predicted_n": n_gen, "predicted_ms": g_ms,
             "predicted_per_token_ms": g_ms / (n_gen - 1) if n_gen > 1 else 0.0,
-            "predicted_per_second": 1e3 * (n_gen - 1) / g_ms if g_ms > 0 and n_gen > 1 else 0.0}
+            "predicted_per_second": 1e3 * (n_gen - 1) / g_ms if g_ms > 0 and n_gen > 1 else 0.0,
+            **_draft_counts(r)}
+
+
+def _draft_counts(r) -> Dict[str, int]:
+    """llama-server's draft_n and draft_n_accepted, with a drafter or in lossless mode."""
+    ls = r.lossless
+    return {} if ls is None else {"draft_n": ls["drafted"], "draft_n_accepted": ls["accepted"]}
 
 
 def _tok(vocab, tok: int) -> Tuple[str, List[int]]:
@@ -283,9 +290,7 @@ class Native:
     def __init__(self, srv, f: Dict, toks: List[int], index: int):
         self.srv, self.f, self.index = srv, f, index
         self.toks = srv.prompt_tokens(toks)
-        max_tokens = f["n_predict"] or srv.sched.n_ctx - len(toks)
-        cap = srv.settings.get("n_predict", -1)
-        self.max_tokens = min(max_tokens, cap) if cap and cap > 0 else max_tokens
+        self.max_tokens = f["n_predict"] or srv.max_tokens(toks)
         sampler = BiasedSampler(f["params"], f["seed"], f["bias"]) if f["bias"] else Sampler(f["params"], f["seed"])
         self.r = srv.submit_request(toks, sampler, self.max_tokens, f["n_probs"] or None,
                                     post_sampling(sampler, f["n_probs"]) if f["post"] else None)

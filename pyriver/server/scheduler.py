@@ -6,7 +6,9 @@ the other streams), then samples each slot's next token and hands it to the requ
 In lossless mode (a Llama made with lossless=True) each decoding slot drafts first: up to k decode
 steps on the River path, every drafting slot in one step each; then its newest token and drafts
 run at full depth in the step with the prompt chunks, and each slot keeps what pyriver.lossless's
-rule keeps (its own drafts, its own draft length): the tokens of a stream are full depth's."""
+rule keeps (its own drafts, its own draft length): the tokens of a stream are full depth's. With
+a drafter instead (server.drafting: a draft model, n-gram lookup) the drafts come from it and
+its rule decides; with context shift a full slot drops half of its tokens after n_keep and goes on."""
 from __future__ import annotations
 
 import collections
@@ -68,13 +70,18 @@ class Slot:
 
 class Scheduler:
     def __init__(self, llm, n_slots: int, batch_rule: str = "split", queue_max: int = 64, prompt_chunk: int = 64,
-                 metrics=None):
+                 metrics=None, drafter=None, ctx_shift: bool = False):
         self.llm = llm
         self.spec = llm.speculator   # lossless mode, or None
         if self.spec is not None and self.spec.draft_model is not None:
             raise ValueError("the server drafts on the River path; a draft_model is not supported")
+        if self.spec is not None and drafter is not None:
+            raise ValueError("one drafter per server: lossless mode drafts on the River path")
+        self.drafter = drafter   # server.drafting's, or None
+        self.ctx_shift = ctx_shift
         self.dec = BatchDecoder(llm, n_slots, batch_rule)
         self.n_ctx = self.dec.n_ctx
+        self.invariant = self.dec.batch_invariant   # the context's own (--batch-invariant)
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: "collections.deque[Request]" = collections.deque()
         self.n_starts = 0
@@ -107,6 +114,8 @@ class Scheduler:
             self.cond.notify()
         self.thread.join(timeout=30)
         self.dec.close()
+        if self.drafter is not None:
+            self.drafter.close()
 
     # -- the scheduler thread ----------------------------------------------------------------
     def _run(self) -> None:
@@ -173,6 +182,9 @@ class Scheduler:
         if self.spec is not None:
             s.k = self.spec.draft_max   # each request starts afresh, as Llama's lossless calls do
             r.lossless = lossless.new_stats("river")
+        if self.drafter is not None:
+            r.lossless = lossless.new_stats(self.drafter.source)
+            self.drafter.start(s.seq, r.sampler)
 
     def _finish(self, s: Slot, reason: str) -> None:
         """Ends the slot's request; its prompt stays cached for the next one (generated tokens do not:
@@ -192,7 +204,7 @@ class Scheduler:
         """Lossless: each decoding slot drafts up to its k tokens (no further than its max_tokens,
         the context, or its share of a step), all drafting slots in one decode step per token
         under the exit rule; their rows are cut again, the verify step rewrites them."""
-        decoding = [s for s in self.slots if s.req is not None and s.next_tok is not None]
+        decoding = [s for s in self.slots if s.req is not None and s.next_tok is not None and not s.pending]
         share = max(1, self.dec.n_batch // len(self.slots)) - 1
         limit = {}
         for s in decoding:
@@ -221,17 +233,34 @@ class Scheduler:
         for seq, n in n0.items():
             self.dec.truncate(seq, n)
 
+    def _draft_other(self) -> None:
+        """A drafter's drafts for each decoding slot, no further than its max_tokens, the context
+        (one token short, for the next step's) or its share of a step."""
+        share = max(1, self.dec.n_batch // len(self.slots)) - 1
+        want = {}
+        for s in self.slots:
+            if s.req is not None and s.next_tok is not None and not s.pending:
+                s.drafts, s.qs = [], []
+                room = min(s.req.max_tokens - s.req.n_generated, self.n_ctx - len(s.history))
+                want[s.seq] = (s.history, min(self.drafter.n_max, room - 1, share))
+        for seq, drafts in self.drafter.propose(want).items():
+            self.slots[seq].drafts = drafts
+
     def _verify(self, s: Slot, rows) -> int:
         """Lossless: emits what the verify step decides for slot s; returns the tokens emitted."""
         try:
-            out = lossless.decide(rows, s.drafts, s.qs, s.history, s.req.sampler, self.spec.rule)
+            if self.drafter is not None:
+                out = self.drafter.decide(s.seq, rows, s.drafts, s.history, s.req.sampler, self.llm.vocab.is_eog)
+            else:
+                out = lossless.decide(rows, s.drafts, s.qs, s.history, s.req.sampler, self.spec.rule)
         except GrammarError as e:   # its grammar's dead end: this request alone ends
             self._finish(s, f"error: grammar: {e}")
             return 0
         kept = len(out) - 1
         self.dec.truncate(s.seq, self.dec.pos(s.seq) - len(s.drafts) + kept)
         lossless.count_step(s.req.lossless, len(s.drafts), kept)
-        s.k = lossless.next_draft_len(s.k, len(s.drafts), kept, self.spec.draft_max)
+        if self.spec is not None:
+            s.k = lossless.next_draft_len(s.k, len(s.drafts), kept, self.spec.draft_max)
         n = 0
         for tok, logits in out:
             if s.req is None:
@@ -243,8 +272,8 @@ class Scheduler:
     def _feeds(self) -> List[Feed]:
         feeds, budget = [], self.dec.n_batch
         for s in self.slots:
-            if s.req is not None and s.next_tok is not None:
-                if self.spec is not None:   # the newest token and the drafts, at full depth
+            if s.req is not None and s.next_tok is not None and not s.pending:
+                if self.spec is not None or self.drafter is not None:   # the newest token and the drafts, at full depth
                     feeds.append(Feed(s.seq, [s.next_tok] + s.drafts, prompt=True, all_logits=True))
                     budget -= 1 + len(s.drafts)
                 else:
@@ -254,7 +283,8 @@ class Scheduler:
             if s.req is not None and s.pending and budget > 0:
                 k = min(len(s.pending), self.prompt_chunk, budget)
                 chunk = s.pending[:k]
-                feeds.append(Feed(s.seq, chunk, prompt=True, logits=k == len(s.pending)))
+                # after a context shift the kept tokens run again, then the slot decodes on
+                feeds.append(Feed(s.seq, chunk, prompt=True, logits=k == len(s.pending) and s.next_tok is None))
                 budget -= k
         return feeds
 
@@ -262,10 +292,12 @@ class Scheduler:
         t0 = time.perf_counter()
         if self.spec is not None:
             self._draft()
+        elif self.drafter is not None:
+            self._draft_other()
         feeds = self._feeds()
         if not feeds:
             return
-        res = self.dec.step(feeds)
+        res = self._run_step(feeds)
         dt = time.perf_counter() - t0
         n_decode = 0
         for f in feeds:
@@ -284,6 +316,24 @@ class Scheduler:
                 self._sample(s, logits)
         if self.metrics:
             self.metrics.step(n_decode, dt)
+
+    def _run_step(self, feeds: List[Feed]):
+        """One step; with a drafter on a context that is not batch-invariant, the verify rows run
+        in a step of their own with one-token products, so that every token a stream gets has the
+        bits a decode step without drafts gives it (alone in its step), and the prompt chunks in
+        another with llama.cpp's kernels, as without drafts."""
+        verify = [f for f in feeds if f.all_logits]
+        if self.drafter is None or not verify or self.invariant:
+            return self.dec.step(feeds)
+        self.dec.set_batch_invariant(True)
+        try:
+            res = self.dec.step(verify)
+        finally:
+            self.dec.set_batch_invariant(False)
+        rest = [f for f in feeds if not f.all_logits]
+        if rest:
+            res.update(self.dec.step(rest))
+        return res
 
     def _sample(self, s: Slot, logits) -> None:
         try:
@@ -313,7 +363,21 @@ class Scheduler:
             r.logprob_entries.append(lp)
         r.out.put(("token", tok, piece, lp))
         s.history.append(tok)
-        if r.n_generated >= r.max_tokens or len(s.history) >= self.n_ctx:
+        if r.n_generated >= r.max_tokens or len(s.history) >= self.n_ctx and not self.ctx_shift:
             self._finish(s, "length")
         else:
+            if len(s.history) >= self.n_ctx:
+                self._shift(s)
             s.next_tok = tok
+
+    def _shift(self, s: Slot) -> None:
+        """llama-server's context shift: keep the first n_keep tokens (the BOS), drop half of the
+        rest. Where llama-server moves the kept cache rows to their new positions (rotating their
+        keys), the kept tokens run again here at those positions, as prompt chunks."""
+        n_keep = min(self.n_ctx - 4, 1 if self.llm.vocab.add_bos else 0)
+        n_left = len(s.history) - 1 - n_keep   # the tokens in the cache
+        n_discard = max(0, min(n_left // 2, n_left - 1))
+        s.history = s.history[:n_keep] + s.history[n_keep + n_discard:]
+        self.dec.truncate(s.seq, n_keep)
+        s.cached = s.history[:n_keep]
+        s.pending = s.history[n_keep:-1]   # the newest token runs when the slot decodes again
