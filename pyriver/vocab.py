@@ -22,6 +22,9 @@ class Vocab:
         self.eos = llama_cpp.llama_vocab_eos(self._vocab)
         self.nl = llama_cpp.llama_vocab_nl(self._vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self.sep = llama_cpp.llama_vocab_sep(self._vocab)   # rerank prompts (llama-server's format_prompt_rerank)
+        self.add_eos = bool(llama_cpp.llama_vocab_get_add_eos(self._vocab))
+        self.add_sep = bool(llama_cpp.llama_vocab_get_add_sep(self._vocab))
         self._buf = ctypes.create_string_buffer(256)
 
     def close(self) -> None:
