@@ -31,7 +31,7 @@ def test_undefined_plus_a_string_is_the_string_as_llama_cpps():
     `suffix + "\n" + functions`); any other use of it raises as jinja2's."""
     t = chat.ChatTemplate('{{ "a" + functions + "b" }}|{{ functions }}|{% if functions %}x{% endif %}', "", "")
     assert t.render([]) == "ab||"
-    for src in ("{{ functions + 1 }}", "{{ functions.name }}", "{{ functions | length }}"):
+    for src in ("{{ functions + 1 }}", "{{ functions.name }}", "{{ 1 + functions }}"):
         with pytest.raises(jinja2.exceptions.UndefinedError):
             chat.ChatTemplate(src, "", "").render([])
 
