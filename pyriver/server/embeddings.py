@@ -5,7 +5,6 @@ none, as llama-server's does (`--pooling mean` for a chat model whose GGUF decla
 from __future__ import annotations
 
 import base64
-import json
 from typing import Dict, List
 
 import numpy as np
@@ -15,7 +14,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ..embedding import LLAMA_POOLING_TYPE_NONE
-from .schema import APIError
+from .schema import APIError, json_object
 
 POOLINGS = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
 
@@ -93,12 +92,7 @@ async def _handle(srv, req: HTTPRequest, oai: bool) -> JSONResponse:
     pooled = llm.pooling_type() != LLAMA_POOLING_TYPE_NONE
     if oai and not pooled:
         raise APIError(400, "Pooling type 'none' is not OAI compatible. Please use a different pooling type (--pooling)")
-    try:
-        body = json.loads(await req.body())
-    except ValueError as e:
-        raise APIError(400, f"the body is not JSON: {e}")
-    if not isinstance(body, dict):
-        raise APIError(400, "the body must be a JSON object")
+    body = json_object(await req.body())
     fmt = body.get("encoding_format", "float")
     if fmt not in ("float", "base64"):
         raise APIError(400, "The format to return the embeddings in. Can be either float or base64",

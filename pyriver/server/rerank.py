@@ -10,7 +10,6 @@ Jina's request and answer (`documents`; `results` of `index`, `relevance_score`;
 kept."""
 from __future__ import annotations
 
-import json
 from typing import Dict, List
 
 from starlette.concurrency import run_in_threadpool
@@ -20,7 +19,7 @@ from starlette.routing import Route
 
 from ..embedding import LLAMA_POOLING_TYPE_RANK
 from .embeddings import check_tokens
-from .schema import APIError
+from .schema import APIError, json_object
 
 PATHS = ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")
 
@@ -103,11 +102,7 @@ async def _handle(srv, req: HTTPRequest) -> JSONResponse:
     if not getattr(llm, "_embedding", False) or llm.pooling_type() != LLAMA_POOLING_TYPE_RANK:
         raise APIError(501, "This server does not support reranking. Start it with `--reranking`",
                        type_="not_supported_error")
-    try:
-        body = json.loads(await req.body())
-    except ValueError as e:
-        raise APIError(400, f"the body is not JSON: {e}")
-    f = parse(body)
+    f = parse(json_object(await req.body()))
     batches = await run_in_threadpool(_tokens, srv, f["query"], f["documents"])
     vecs = await run_in_threadpool(llm.embed_tokens, batches, False)
     scores = [float(v[0]) for v in vecs]

@@ -86,8 +86,11 @@ def json_object(raw: bytes) -> Dict[str, Any]:
     """A request body that must be a JSON object; APIError 400 otherwise (every endpoint's rule)."""
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise APIError(400, f"the request body is not valid JSON: {e}") from None
+        # json.loads lets lone surrogates through (bytes decoded with surrogatepass, or \udcff
+        # escapes): text that cannot be UTF-8 again is refused here, before any tokenizer sees it
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except (ValueError, UnicodeError, RecursionError) as e:   # RecursionError: nesting too deep
+        raise APIError(400, f"the request body is not valid JSON in UTF-8: {str(e)[:200]}") from None
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
     return body

@@ -63,6 +63,7 @@ def test_content_parts_are_the_string(server):
 
 @pytest.mark.parametrize("body,status,words", [
     ({"input": {"content": "string"}}, 400, "array of content parts"),
+    ({"input": "\udcff"}, 400, "UTF-8"),   # a lone surrogate: was a 500 (server_fuzz found it)
     ({"input": [{"content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]}, 400, "not supported"),
     ({"input": [{"x": 1}]}, 400, "content"),
     ({"input": []}, 400, "input"),
