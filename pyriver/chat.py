@@ -17,6 +17,18 @@ CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n
           "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 
 
+class MinjaUndefined(jinja2.Undefined):
+    """An undefined value as llama.cpp's template engine (minja) takes it in `+` with a string: as
+    '' (firefunction-v2's `suffix + "\n" + functions` with no tools). jinja2 raises there; every
+    other use raises as before, so a template that rendered renders the same."""
+
+    def __add__(self, other):
+        return other if isinstance(other, str) else super().__add__(other)
+
+    def __radd__(self, other):
+        return other if isinstance(other, str) else super().__radd__(other)
+
+
 def _raise(msg):
     raise jinja2.exceptions.TemplateError(msg)
 
@@ -24,7 +36,8 @@ def _raise(msg):
 class ChatTemplate:
     def __init__(self, source: str, bos_token: str, eos_token: str):
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader(),
-                                            extensions=["jinja2.ext.loopcontrols"])   # {% break %} (Cohere ...)
+                                            extensions=["jinja2.ext.loopcontrols"],   # {% break %} (Cohere ...)
+                                            undefined=MinjaUndefined)
         self.template = env.from_string(source)
         self.source = source   # what pyriver.toolcall reads the tool-call syntax from
         self.bos_token, self.eos_token = bos_token, eos_token

@@ -12,13 +12,20 @@ from .structured import ChatPlan
 
 class ChatMixin:
     # -- chat -------------------------------------------------------------------------------
-    def chat_tokens(self, messages: List[Dict], **extra) -> List[int]:
+    def chat_tokens(self, messages: List[Dict], add_generation_prompt: bool = True, continue_final: bool = False,
+                    **extra) -> List[int]:
         """The prompt of a chat, rendered by the GGUF's template (compiled once per Llama) with
         the generation prompt; special tokens are parsed and BOS comes from the template itself.
-        extra: more template variables (tools)."""
+        continue_final: the last (assistant) message is continued, as llama-server's prefill: the
+        messages before it with the generation prompt, then its text. extra: more template
+        variables (tools)."""
         if self._template is None:
             self._template = chat.template_for(self)
-        prompt = self._template.render(messages, add_generation_prompt=True, **extra)
+        if continue_final:
+            prompt = self._template.render(messages[:-1], add_generation_prompt=True, **extra) \
+                + (messages[-1].get("content") or "")
+        else:
+            prompt = self._template.render(messages, add_generation_prompt=add_generation_prompt, **extra)
         return self.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
 
     def chat_stops(self, stop: Optional[Union[str, List[str]]]) -> List[str]:

@@ -39,7 +39,25 @@ def pool(rows: np.ndarray, pooling_type: int) -> np.ndarray:
         return rows[0]
     if pooling_type == LLAMA_POOLING_TYPE_LAST:
         return rows[-1]
+    if pooling_type == LLAMA_POOLING_TYPE_RANK:
+        # a causal model without a classifier head: llama.cpp's RANK takes the last token's row
+        # (build_inp_cls picks the last position when causal_attn) and projects nothing; qwen3
+        # then applies its softmax (see rank_head)
+        return rows[-1]
     raise ValueError(f"unsupported pooling_type {pooling_type}")
+
+
+def rank_head(path: str, arch: str) -> bool:
+    """What llama.cpp's RANK pooling does on this file beyond the last token's row: True when it
+    then takes a softmax (qwen3, qwen3vl). A classifier head (`cls.*` tensors: BERT-style rerankers,
+    Qwen3-Reranker's `cls.output`) is refused: pyriver's graph does not build it, and scores
+    without it would not be llama.cpp's."""
+    import gguf
+    r = gguf.GGUFReader(path, "r")
+    head = sorted(t.name for t in r.tensors if t.name.split(".")[0] == "cls")
+    if head:
+        raise ValueError(f"pooling_type RANK (4): this model's classifier head ({', '.join(head)}) is not supported")
+    return arch in ("qwen3", "qwen3vl")
 
 
 def normalize_embedding(v: np.ndarray) -> np.ndarray:
@@ -64,8 +82,9 @@ class EmbeddingMixin:
             pooling_type = int(declared) if declared is not None else LLAMA_POOLING_TYPE_NONE
         if not LLAMA_POOLING_TYPE_UNSPECIFIED <= pooling_type <= LLAMA_POOLING_TYPE_RANK:
             raise ValueError(f"pooling_type must be -1 (unspecified) or 0..4 (none, mean, cls, last, rank), got {pooling_type}")
+        self._rank_softmax = False
         if self._embedding and pooling_type == LLAMA_POOLING_TYPE_RANK:
-            raise ValueError("pooling_type RANK (4) needs a reranker's classifier head, which pyriver does not support")
+            self._rank_softmax = rank_head(self.model_path, self.info["arch"])
         self._pooling_type = pooling_type
 
     def pooling_type(self) -> int:
@@ -133,6 +152,9 @@ class EmbeddingMixin:
         n_embd = self.n_embd()
         rows = np.frombuffer(ffi.buffer(ptr, 4 * n_embd * len(tokens)), dtype=np.float32).reshape(len(tokens), n_embd)
         pooled = pool(rows, self._pooling_type)
+        if self._rank_softmax:
+            e = np.exp(pooled.astype(np.float64) - pooled.max())
+            pooled = e / e.sum()
         if pooled.ndim == 2:
             return [(normalize_embedding(r) if normalize else r.astype(np.float64)).tolist() for r in pooled]
         return (normalize_embedding(pooled) if normalize else pooled.astype(np.float64)).tolist()

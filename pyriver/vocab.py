@@ -23,7 +23,8 @@ class Vocab:
         self.nl = llama_cpp.llama_vocab_nl(self._vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self.add_eos = bool(llama_cpp.llama_vocab_get_add_eos(self._vocab))
-        self.sep = llama_cpp.llama_vocab_sep(self._vocab)   # (llama.cpp's CLS is now its BOS)
+        self.add_sep = bool(llama_cpp.llama_vocab_get_add_sep(self._vocab))
+        self.sep = llama_cpp.llama_vocab_sep(self._vocab)   # rerank prompts (llama-server's format_prompt_rerank)
         # fill-in-the-middle tokens (-1: the model has none)
         self.fim = tuple(f(self._vocab) for f in (llama_cpp.llama_vocab_fim_pre, llama_cpp.llama_vocab_fim_suf,
                                                   llama_cpp.llama_vocab_fim_mid))

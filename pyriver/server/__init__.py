@@ -58,8 +58,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--alias", default=None, help="the model name /v1/models reports (default: the file name)")
     p.add_argument("--no-webui", action="store_true", help="do not serve the chat page at /")
     p.add_argument("--embedding", "--embeddings", action="store_true", help="serve /v1/embeddings and /embeddings")
-    p.add_argument("--pooling", choices=["none", "mean", "cls", "last"], default=None,
+    p.add_argument("--pooling", choices=["none", "mean", "cls", "last", "rank"], default=None,
                    help="embeddings' pooling (default: the model's, else none, which /v1/embeddings refuses)")
+    p.add_argument("--reranking", "--rerank", action="store_true", help="serve /rerank (--embedding --pooling rank)")
     p.add_argument("--verbose", action="store_true")
     # llama-server's names, same meaning: its command line starts this server unchanged where it can
     p.add_argument("--model", "-m", dest="model_file", default=None, help="the GGUF path (the positional argument)")
@@ -106,6 +107,8 @@ def settings(a: argparse.Namespace) -> dict:
         raise ValueError("--batch-invariant and --not-batch-invariant exclude each other")
     if a.batch_invariant or a.not_batch_invariant:
         kw["batch_invariant"] = bool(a.batch_invariant)
+    if a.reranking:   # as llama-server's: embeddings on, pooling RANK
+        a.embedding, a.pooling = True, "rank"
     if a.embedding:
         from .embeddings import POOLINGS
         kw.update(embedding=True, pooling_type=-1 if a.pooling is None else POOLINGS[a.pooling])

@@ -25,7 +25,7 @@ from ..logprobs import as_dict as logprobs_dict
 from ..sampling import Sampler
 from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream, ToolError
-from . import drafting, embeddings
+from . import drafting, embeddings, rerank, responses
 from . import builtin_template, llamacpp_api as L
 from .cors import CORS
 from .inbox import Inbox
@@ -254,7 +254,7 @@ def build_app(srv: Server) -> Starlette:
         srv.check_model(f["model"])
         plan = await run_in_threadpool(_chat_plan, srv, f)
         try:
-            toks = await run_in_threadpool(_chat_tokens, srv, plan)
+            toks = await run_in_threadpool(_chat_tokens, srv, plan, f)
         except ValueError as e:
             raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
         srv.prompt_tokens(toks)
@@ -303,7 +303,8 @@ def build_app(srv: Server) -> Starlette:
               Route("/health", health, methods=["GET"]),
               Route("/v1/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"]),
-              *L.routes(srv, guarded)] + webui_routes(srv, guarded) + embeddings.routes(srv, guarded)
+              *L.routes(srv, guarded)] + webui_routes(srv, guarded) + embeddings.routes(srv, guarded) \
+        + rerank.routes(srv, guarded) + responses.routes(srv, guarded)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -329,9 +330,9 @@ def _chat_plan(srv: Server, f: Dict) -> ChatPlan:
                     f["tools"], f["tool_choice"], f["parallel_tool_calls"])
 
 
-def _chat_tokens(srv: Server, plan: ChatPlan) -> List[int]:
+def _chat_tokens(srv: Server, plan: ChatPlan, f: Dict) -> List[int]:
     with srv.sched.vocab_lock:
-        return srv.llm.chat_tokens(plan.messages, **plan.extra)
+        return srv.llm.chat_tokens(plan.messages, f["add_generation_prompt"], f["continue_final"], **plan.extra)
 
 
 async def _collect(r: Request, stops: List[str]):

@@ -75,7 +75,9 @@ CHAT = dict(_COMMON, messages=(_messages, "a list of {role, content} objects", N
             top_logprobs=(lambda v: v is None or (_int(v) and 0 <= v <= 20), "an integer in [0, 20]", None),
             tools=(lambda v: isinstance(v, list), "a list of tools", None),
             tool_choice=(lambda v: isinstance(v, (str, dict)), "'none', 'auto', 'required' or a named function", None),
-            parallel_tool_calls=(lambda v: isinstance(v, bool), "a boolean", None))
+            parallel_tool_calls=(lambda v: isinstance(v, bool), "a boolean", None),
+            add_generation_prompt=(lambda v: isinstance(v, bool), "a boolean", True),
+            continue_final_message=(lambda v: True, "", None))   # llama.cpp: true, "content", "reasoning_content"
 _LOGIT_BIAS = (lambda v: isinstance(v, (dict, list)), "an object {token: bias}", None)   # checked in llamacpp_api
 COMPLETION["logit_bias"] = CHAT["logit_bias"] = _LOGIT_BIAS
 
@@ -84,8 +86,11 @@ def json_object(raw: bytes) -> Dict[str, Any]:
     """A request body that must be a JSON object; APIError 400 otherwise (every endpoint's rule)."""
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise APIError(400, f"the request body is not valid JSON: {e}") from None
+        # json.loads lets lone surrogates through (bytes decoded with surrogatepass, or \udcff
+        # escapes): text that cannot be UTF-8 again is refused here, before any tokenizer sees it
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except (ValueError, UnicodeError, RecursionError) as e:   # RecursionError: nesting too deep
+        raise APIError(400, f"the request body is not valid JSON in UTF-8: {str(e)[:200]}") from None
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
     return body
@@ -126,4 +131,25 @@ def parse(raw: bytes, fields: Dict, required: str, defaults: Optional[Dict] = No
     out["sampling"] = params
     out["stops"] = [out["stop"]] if isinstance(out["stop"], str) else list(out["stop"] or [])
     out["include_usage"] = bool((out["stream_options"] or {}).get("include_usage", False))
+    if required == "messages":
+        out["continue_final"] = continuation(out)
     return out
+
+
+def continuation(f: Dict[str, Any]) -> bool:
+    """llama-server's prefill rules (oaicompat_chat_params_parse): a trailing assistant message is
+    continued, not answered (the generation prompt is then off), unless two end the list; asking
+    for a continuation with the generation prompt on, or of a message with tool calls, is refused."""
+    msgs, agp = f["messages"], f["add_generation_prompt"]
+    cont = f["continue_final_message"] is True or f["continue_final_message"] in ("content", "reasoning_content")
+    if not cont and msgs[-1]["role"] == "assistant":
+        if len(msgs) >= 2 and msgs[-2]["role"] == "assistant":
+            raise APIError(400, "Cannot have 2 or more assistant messages at the end of the list.", param="messages")
+        cont, agp = True, False
+    if cont and agp:
+        raise APIError(400, "Cannot set both add_generation_prompt and continue_final_message to true.",
+                       param="continue_final_message")
+    if cont and msgs[-1]["role"] == "assistant" and msgs[-1].get("tool_calls"):
+        raise APIError(400, "Cannot continue an assistant message that contains tool calls.", param="messages")
+    f["add_generation_prompt"] = agp
+    return cont and msgs[-1]["role"] == "assistant"

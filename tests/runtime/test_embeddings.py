@@ -190,9 +190,25 @@ def test_river_does_not_change_embeddings(smol_path):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+def test_rank_pooling_without_a_head(smol_path, tmp_path):
+    """RANK on a causal model without a classifier head is llama.cpp's: the last token's row (its
+    element 0 is llama-server's rerank score); a file with a head (cls.* tensors) is refused."""
+    import gguf
+    from pyriver.embedding import rank_head
+    ref = _ref(smol_path, 3)   # llama.cpp's LAST: RANK's row on this file
+    with _ours(smol_path, 4) as llm:
+        assert llm.pooling_type() == 4
+        _close(llm.embed(TEXTS[0]), ref.embed(TEXTS[0]), ("smollm2", "rank"), 1e-4)
+    assert rank_head(smol_path, "llama") is False and rank_head(smol_path, "qwen3") is True
+    headed = tmp_path / "headed.gguf"
+    w = gguf.GGUFWriter(str(headed), "llama")
+    w.add_tensor("cls.output.weight", np.zeros((1, 4), dtype=np.float32))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    with pytest.raises(ValueError, match="classifier head.*cls.output.weight"):
+        rank_head(str(headed), "llama")
+
+
 def test_bad_pooling_type(smol_path):
-    with pytest.raises(ValueError, match="RANK"):
-        _ours(smol_path, 4)
     with pytest.raises(ValueError, match="pooling_type"):
         _ours(smol_path, 9)
     with _ours(smol_path, 1) as llm:

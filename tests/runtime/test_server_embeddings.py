@@ -52,7 +52,20 @@ def test_llama_server_shape_and_generation_alongside(server, want):
     assert status == 200 and body["choices"][0]["text"]
 
 
+def test_content_parts_are_the_string(server):
+    """An input given as {"content": [text parts]} (llama-server's) embeds as their joined text."""
+    status, body = http("POST", server.url + "/v1/embeddings", {"input": [
+        "hello world", {"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]}]})
+    assert status == 200 and body["data"][0]["embedding"] == body["data"][1]["embedding"]
+    status, one = http("POST", server.url + "/v1/embeddings", {"input": {"content": [{"type": "text", "text": "hello world"}]}})
+    assert status == 200 and one["data"][0]["embedding"] == body["data"][0]["embedding"]
+
+
 @pytest.mark.parametrize("body,status,words", [
+    ({"input": {"content": "string"}}, 400, "array of content parts"),
+    ({"input": "\udcff"}, 400, "UTF-8"),   # a lone surrogate: was a 500 (server_fuzz found it)
+    ({"input": [{"content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]}, 400, "not supported"),
+    ({"input": [{"x": 1}]}, 400, "content"),
     ({"input": []}, 400, "input"),
     ({"input": ""}, 400, "cannot be empty"),   # SmolLM2 adds no BOS: no tokens, as llama-server says
     ({"input": [[1, 2], [99999999]]}, 400, "out of range"),

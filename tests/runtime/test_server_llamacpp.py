@@ -257,7 +257,30 @@ BAD = [
     ("/apply-template", {"messages": "hi"}, "'messages' must be"),
     ("/apply-template", {"messages": [{"content": "x"}]}, "role"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logit_bias": {"1": "x"}}, "logit_bias"),
+    # what the request fuzzer (pyriver.tools.server_fuzz) found answered 500: a lone surrogate, deep nesting
+    ("/completion", b'{"prompt": "\\udcff"}', "UTF-8"),
+    ("/v1/responses", b"[" * 100000, "not valid JSON"),
+    # llama-server's prefill rules, its words
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "a"},
+                                           {"role": "assistant", "content": "b"}]}, "2 or more assistant messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "a"}],
+                              "continue_final_message": True, "add_generation_prompt": True},
+     "both add_generation_prompt and continue_final_message"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": "no"},
+     "'add_generation_prompt' must be"),
 ]
+
+
+def test_assistant_prefill_is_continued(server):
+    """A trailing assistant message is continued, as llama-server's prefill: its prompt is the
+    messages before it with the generation prompt, then its text (prompt tokens say so)."""
+    user = [{"role": "user", "content": "Name a river."}]
+    base = post(server, "/v1/chat/completions", {"messages": user, "max_tokens": 1})[1]["usage"]["prompt_tokens"]
+    n_prefill = len(post(server, "/tokenize", {"content": " The Nile"})[1]["tokens"])
+    for extra in ({}, {"continue_final_message": True, "add_generation_prompt": False}):
+        code, got = post(server, "/v1/chat/completions", {"messages": user + [{"role": "assistant", "content": " The Nile"}],
+                                                          "max_tokens": 1, **extra})
+        assert code == 200 and got["usage"]["prompt_tokens"] == base + n_prefill, got
 
 
 @pytest.mark.parametrize("path, body, words", BAD)
@@ -325,3 +348,39 @@ def test_post_sampling_probs(server):
                                        "post_sampling_probs": True})[1]
     assert all(e["prob"] == 1.0 and [t["id"] for t in e["top_probs"]] == [e["id"]]
                for e in got["completion_probabilities"])   # greedy: one certain token
+
+
+def test_responses(server):
+    """/v1/responses through the openai client: the text of the same chat completion (greedy), its
+    usage; streamed, the named events in order with the same text; llama-server's progress and
+    timings when asked; bad input a 400."""
+    c = client(server)
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a river."}]
+    want = c.chat.completions.create(model="x", messages=msgs, max_tokens=8, temperature=0)
+    r = c.responses.create(model="gpt-4.1", instructions="Be brief.", input=[{"role": "user", "content": "Name a river."}],
+                           max_output_tokens=8, temperature=0)
+    assert r.id.startswith("resp_") and r.output[0].id.startswith("msg_") and r.model == "gpt-4.1"
+    assert r.output_text == want.choices[0].message.content
+    assert r.usage.input_tokens == want.usage.prompt_tokens and r.usage.output_tokens == want.usage.completion_tokens
+    kinds, text = [], ""
+    for ev in c.responses.create(model="x", instructions="Be brief.", max_output_tokens=8, temperature=0, stream=True,
+                                 input=[{"role": "user", "content": [{"type": "input_text", "text": "Name a river."}]}]):
+        kinds.append(ev.type)
+        text += ev.delta if ev.type == "response.output_text.delta" else ""
+        if ev.type == "response.completed":
+            assert ev.response.output_text == text == r.output_text
+    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"]
+    assert kinds[-4:] == ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+                          "response.completed"]
+    got = [json.loads(line[6:]) for line in sse(server.url, "/responses", {
+        "input": "Rivers " * 10, "max_output_tokens": 4, "stream": True, "timings_per_token": True,
+        "return_progress": True}, headers=H) if line.startswith("data: ")]
+    prog = [d for d in got if "prompt_progress" in d]
+    assert len(prog) == 1 and prog[0]["type"] == "response.in_progress" and prog[0]["prompt_progress"]["total"] > 0
+    assert all("timings" in d for d in got if d["type"] == "response.output_text.delta")
+    assert got[-1]["type"] == "response.completed" and "timings" in got[-1]
+    for body in ({"input": 5}, {"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, {},
+                 {"input": "x", "previous_response_id": "resp_1"}, {"input": "x", "return_progress": "yes"}):
+        code, err = post(server, "/v1/responses", body)
+        assert code == 400 and "error" in err, (body, code, err)

@@ -26,6 +26,16 @@ def test_template_sees_bos_eos_and_can_raise():
         t.render([{"role": "tool", "content": "x"}])
 
 
+def test_undefined_plus_a_string_is_the_string_as_llama_cpps():
+    """llama.cpp's minja takes an undefined value in `+` with a string as '' (firefunction-v2's
+    `suffix + "\n" + functions`); any other use of it raises as jinja2's."""
+    t = chat.ChatTemplate('{{ "a" + functions + "b" }}|{{ functions }}|{% if functions %}x{% endif %}', "", "")
+    assert t.render([]) == "ab||"
+    for src in ("{{ functions + 1 }}", "{{ functions.name }}", "{{ 1 + functions }}"):
+        with pytest.raises(jinja2.exceptions.UndefinedError):
+            chat.ChatTemplate(src, "", "").render([])
+
+
 def test_template_is_sandboxed():
     t = chat.ChatTemplate("{{ messages.__class__.__mro__ }}", "", "")
     with pytest.raises(jinja2.exceptions.SecurityError):
