@@ -8,6 +8,7 @@ import contextlib
 import hmac
 import json
 import threading
+import types
 from typing import AsyncIterator, Dict, List, Optional, Tuple
 
 from starlette.applications import Starlette
@@ -304,7 +305,8 @@ def build_app(srv: Server) -> Starlette:
               Route("/v1/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"]),
               *L.routes(srv, guarded)] + webui_routes(srv, guarded) + embeddings.routes(srv, guarded) \
-        + rerank.routes(srv, guarded) + responses.routes(srv, guarded)
+        + rerank.routes(srv, guarded) + responses.routes(
+        srv, guarded, types.SimpleNamespace(plan=_chat_plan, tokens=_chat_tokens, collect=_collect, events=events))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):

@@ -23,9 +23,11 @@ from . import llamacpp_api as L
 from .schema import CHAT, APIError, json_object, parse
 
 
-def routes(srv, guarded) -> List[Route]:
+def routes(srv, guarded, app_chat) -> List[Route]:
+    """app_chat: app's chat helpers (plan, tokens, collect, events), handed in so this module does not
+    import app, which imports it to build the routes."""
     async def responses(req: HTTPRequest):
-        return await guarded(req, lambda r: _handle(srv, r))
+        return await guarded(req, lambda r: _handle(srv, r, app_chat))
     return [Route("/v1/responses", responses, methods=["POST"]), Route("/responses", responses, methods=["POST"])]
 
 
@@ -92,8 +94,7 @@ def _response(rid: str, mid: str, model: str, text: str, r, created: int) -> Dic
                       "input_tokens_details": {"cached_tokens": r.n_cached}}}
 
 
-async def _handle(srv, req: HTTPRequest):
-    from .app import _chat_plan, _chat_tokens, _collect, events   # app builds the routes: imported late
+async def _handle(srv, req: HTTPRequest, app_chat):
     body = json_object(await req.body())
     extra = {k: body.get(k) for k in ("return_progress", "timings_per_token")}
     for k, v in extra.items():
@@ -105,9 +106,9 @@ async def _handle(srv, req: HTTPRequest):
     f = parse(json.dumps(chat).encode(), CHAT, "messages", srv.settings.get("defaults"))
     if f["n"] != 1:
         raise APIError(400, "'n' is not a field of /v1/responses", param="n")
-    plan = await run_in_threadpool(_chat_plan, srv, f)
+    plan = await run_in_threadpool(app_chat.plan, srv, f)
     try:
-        toks = await run_in_threadpool(_chat_tokens, srv, plan, f)
+        toks = await run_in_threadpool(app_chat.tokens, srv, plan, f)
     except ValueError as e:
         raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="input")
     srv.prompt_tokens(toks)
@@ -116,7 +117,7 @@ async def _handle(srv, req: HTTPRequest):
     rid, mid, created, model = "resp_" + secrets.token_hex(16), "msg_" + secrets.token_hex(16), int(time.time()), \
         f["model"] or srv.model_id
     if not f["stream"]:
-        text, _ = await _collect(r, stops)
+        text, _ = await app_chat.collect(r, stops)
         return JSONResponse(_response(rid, mid, model, text, r, created))
 
     def sse(kind: str, data: Dict) -> str:
@@ -128,7 +129,7 @@ async def _handle(srv, req: HTTPRequest):
             yield sse("response.created", head)
             yield sse("response.in_progress", head)
             parts, started, progressed = [], False, not extra["return_progress"]
-            async for text, _fin in events(r, stops):
+            async for text, _fin in app_chat.events(r, stops):
                 if not progressed and r.t_first is not None:
                     progressed = True
                     n = len(r.prompt)

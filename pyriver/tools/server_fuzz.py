@@ -144,7 +144,10 @@ def run(model: Optional[str], n: int, seed: int, timeout: float) -> Dict:
         counts: Dict[str, int] = {}
         bad: List[Dict] = []
         t0 = time.time()
-        for path, raw, what in cases(seed, n):
+        trace = []   # the RSS after each tenth of the cases: flat, or still growing at the end
+        for i, (path, raw, what) in enumerate(cases(seed, n)):
+            if i and i % max(1, n // 10) == 0:
+                trace.append(_rss_kb(proc.pid))
             status, body = send(port, path, raw, timeout)
             key = "hang" if status is None else "no answer" if status < 0 else f"{status // 100}xx"
             counts[key] = counts.get(key, 0) + 1
@@ -159,7 +162,7 @@ def run(model: Optional[str], n: int, seed: int, timeout: float) -> Dict:
         return {"cases": n, "seed": seed, "seconds": round(time.time() - t0, 1), "counts": counts,
                 "5xx": sum(1 for b in bad if isinstance(b["status"], int) and b["status"] >= 500),
                 "hangs": counts.get("hang", 0), "slots_busy_after": int(busy.group(1)) if busy else None,
-                "rss_kb_after_warmup": rss0, "rss_kb_after": rss1, "failures": bad[:50]}
+                "rss_kb_after_warmup": rss0, "rss_kb_trace": trace, "rss_kb_after": rss1, "failures": bad[:50]}
     finally:
         proc.terminate()
         try:

@@ -163,7 +163,7 @@ def test_context_full_in_the_middle_of_a_draft(request, model):
     assert outs[0][1] == "length"
 
 
-@pytest.mark.parametrize("fn", ["generate", "_step", "_draft"])
+@pytest.mark.parametrize("fn", ["generate", "_step", "_river_draft"])   # _draft hands river drafts to _river_draft
 def test_interrupt_at_every_line_of_draft_and_verify(synth_paths, fn):
     """A KeyboardInterrupt at each line of the lossless loop (mid-draft, mid-verify, mid-cut): the
     next result equals a fresh object's, statistics included. The check's prompt continues the
