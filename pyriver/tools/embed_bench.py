@@ -4,7 +4,8 @@
 requests (C concurrent clients, each posting batches of B texts) in turn, the order rotating between
 repeats; reported: embedded prompt tokens per second (tokens from the server's own `usage`), the
 median over repeats and the ratio pyriver / llama-server taken within each repeat, and how close the
-two servers' vectors are (cosine, the worst over the texts)."""
+two servers' vectors are (cosine, the worst over the texts, each text in a request of its own) and
+whether each server gives a text in a batch the vector it gives it alone."""
 from __future__ import annotations
 
 import argparse
@@ -40,6 +41,10 @@ def vectors(srv: _Server, texts: List[str]) -> np.ndarray:
     if st != 200:
         raise RuntimeError(f"{srv.name}: /v1/embeddings answered {st}: {body[:200]}")
     return np.array([d["embedding"] for d in json.loads(body)["data"]], dtype=np.float64)
+
+
+def _worst_cos(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.min(np.sum(a * b, 1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
 
 
 def run_once(srv: _Server, clients: int, batch: int, rounds: int) -> float:
@@ -79,9 +84,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = p.parse_args(argv)
     srvs = start(a.model, a.threads, a.pooling, a.clients)
     try:
-        ref = vectors(srvs[1], TEXTS)
-        ours = vectors(srvs[0], TEXTS)
-        cos = float(np.min(np.sum(ref * ours, 1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(ours, axis=1))))
+        alone = {s.name: np.vstack([vectors(s, [t]) for t in TEXTS]) for s in srvs}
+        cos = _worst_cos(alone["pyriver"], alone["llama-server"])
+        batch_vs_alone = {s.name: _worst_cos(vectors(s, TEXTS), alone[s.name]) for s in srvs}
         for s in srvs:   # warm-up
             run_once(s, a.clients, a.batch, 1)
         runs: Dict[str, List[float]] = {s.name: [] for s in srvs}
@@ -99,10 +104,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             s.close()
     out = {"model": a.model, "pooling": a.pooling, "clients": a.clients, "batch": a.batch, "rounds": a.rounds,
            "threads": a.threads, "tok_s": {k: statistics.median(v) for k, v in runs.items()},
-           "runs": runs, "ratio_median": statistics.median(ratios), "ratios": ratios, "min_cosine": cos}
+           "runs": runs, "ratio_median": statistics.median(ratios), "ratios": ratios, "min_cosine": cos,
+           "min_cosine_batch_vs_alone": batch_vs_alone}
     print(f"median: pyriver {out['tok_s']['pyriver']:.1f}, llama-server {out['tok_s']['llama-server']:.1f} tok/s; "
           f"ratio within each repeat {out['ratio_median']:.3f} ({min(ratios):.3f}..{max(ratios):.3f}); "
-          f"vectors: worst cosine {cos:.6f}")
+          f"vectors (each text alone): worst cosine {cos:.6f}; a batch against alone, worst cosine: "
+          + ", ".join(f"{k} {v:.6f}" for k, v in batch_vs_alone.items()))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -21,6 +21,14 @@ def test_shaped():
     assert not F._shaped(400, b"Bad Request") and not F._shaped(422, b'{"detail": "x"}')
 
 
+def test_only_back_pressure_and_not_built_are_allowed_5xx():
+    assert F._allowed_5xx(501, b'{"error": {"message": "x"}}')
+    assert F._allowed_5xx(503, b'{"error": {"message": "busy", "code": "queue_full"}}')
+    assert not F._allowed_5xx(503, b'{"error": {"message": "x", "code": null}}')
+    assert not F._allowed_5xx(500, b'{"error": {"message": "x", "code": "queue_full"}}')
+    assert not F._allowed_5xx(503, b"Service Unavailable")
+
+
 @pytest.mark.slow
 def test_short_live_run(smol_path):
     r = F.run(smol_path, 90, 7, 60.0)
