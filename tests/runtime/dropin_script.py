@@ -1,6 +1,8 @@
 """A script written for llama-cpp-python 0.3.36, using the API issue 26 names. It is run unchanged
 by test_dropin_script.py once with `llama_cpp.Llama` and once with `pyriver.Llama` (the only
 difference: the `Llama` class handed to `run`), and what it returns is compared there."""
+import itertools
+
 import numpy as np
 from llama_cpp import LlamaRAMCache, LogitsProcessorList, StoppingCriteriaList
 
@@ -12,6 +14,11 @@ MSGS = [{"role": "system", "content": "You are a terse geography tutor."},
 def texts(res):
     c = res["choices"][0]
     return c["text"], c["finish_reason"], res["usage"]
+
+
+def first_12(tokens):
+    """The first 12 tokens of a generate() loop, which runs until the caller stops."""
+    return list(itertools.islice(tokens, 12))
 
 
 def run(Llama, path):
@@ -38,12 +45,7 @@ def run(Llama, path):
     out["input_ids"] = llm.input_ids[: llm.n_tokens].tolist()
     out["scores"] = np.array(llm.scores[: llm.n_tokens])
     out["sample"] = llm.sample(temp=0.0)
-    gen = []
-    for t in llm.generate(toks, temp=0.0, top_k=1):
-        gen.append(t)
-        if len(gen) == 12:
-            break
-    out["generate"] = gen
+    out["generate"] = first_12(llm.generate(toks, temp=0.0, top_k=1))
 
     # save_state / load_state: back to the evaluated prompt after something else ran
     llm.reset()
@@ -52,12 +54,7 @@ def run(Llama, path):
     llm.eval(llm.tokenize(b" and then something else entirely", add_bos=False))
     llm.load_state(state)
     out["restored_n_tokens"] = llm.n_tokens
-    again = []
-    for t in llm.generate(toks, temp=0.0, top_k=1):
-        again.append(t)
-        if len(again) == 12:
-            break
-    out["generate_after_load"] = again
+    out["generate_after_load"] = first_12(llm.generate(toks, temp=0.0, top_k=1))
 
     # completions: greedy, stop strings, logits_processor, stopping_criteria, logit_bias
     greedy = llm(PROMPT, max_tokens=24, temperature=0, stop=["Q:"])
