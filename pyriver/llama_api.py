@@ -96,8 +96,10 @@ class LlamaCppMixin:
 
     def _note_logits(self, n_new: int, rows: np.ndarray) -> None:
         """After a decode of n_new tokens ending at n_tokens: the last row, and every row into
-        scores with logits_all."""
-        self._last_logits = rows[-1].copy()
+        scores with logits_all. A single row is kept as it is (decode_logits made it a fresh copy;
+        llama_cpp's processors too write into the scores they are given); a row of many is copied
+        so that it does not keep the others alive."""
+        self._last_logits = rows[-1] if rows.shape[0] == 1 else rows[-1].copy()
         self._requires_eval = False
         if self._logits_all:
             end = len(self._tokens)
