@@ -97,8 +97,11 @@ class Scheduler:
     # -- the HTTP side ----------------------------------------------------------------------
     def submit(self, req: Request) -> None:
         with self.cond:
-            if len(self.waiting) >= self.queue_max and not any(s.req is None for s in self.slots):
-                raise QueueFull(f"all {len(self.slots)} slots are busy and {len(self.waiting)} requests wait")
+            # A free slot takes one waiting request when the scheduler thread next looks: count
+            # them, so that a burst (a multi-prompt /completion) cannot queue past the bound.
+            free = sum(1 for s in self.slots if s.req is None)
+            if len(self.waiting) >= self.queue_max + free:
+                raise QueueFull(f"{len(self.slots) - free} of {len(self.slots)} slots are busy and {len(self.waiting)} requests wait")
             self.waiting.append(req)
             self.cond.notify()
 

@@ -247,6 +247,14 @@ def test_queue_limit(smol_path):
         assert code == 503 and busy["error"]["code"] == "queue_full", (code, busy)
         assert [c for c, _ in results] == [200, 200]
         assert http("POST", s.url + "/v1/completions", dict(body, max_tokens=2))[0] == 200
+        # A burst counts too: with the slot free, room for two (one taken, one waiting), so
+        # llama-server's multi-prompt /completion of four is refused whole, one of two runs.
+        _wait_metric(s, "pyriver_slots_busy", 0)
+        native = {"n_predict": 2, "temperature": 0.0}
+        code, busy = http("POST", s.url + "/completion", dict(native, prompt=PROMPTS[:4]))
+        assert code == 503 and busy["error"]["code"] == "queue_full", (code, busy)
+        code, two = http("POST", s.url + "/completion", dict(native, prompt=PROMPTS[:2]))
+        assert code == 200 and len(two) == 2, (code, two)
     finally:
         s.close()
 
