@@ -6,7 +6,7 @@ temperature, draw."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 
@@ -15,7 +15,21 @@ from .sampling import Sampler, SamplingParams, _softmax
 MIROSTAT_M = 100   # llama_cpp's mirostat_m
 
 
-def logit_bias_processor(logit_bias: Dict, n_vocab: int) -> Callable:
+class LogitBias:
+    """A bias added to some tokens' logits (-inf: never sampled), as a logits processor: the one
+    home of the rule for llama_cpp's logit_bias and the server's."""
+
+    def __init__(self, bias: Dict[int, float]):
+        self.ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
+        self.vals = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
+
+    def __call__(self, input_ids, scores):
+        out = np.array(scores, dtype=np.float32, copy=True)
+        out[self.ids] += self.vals
+        return out
+
+
+def logit_bias_processor(logit_bias: Dict, n_vocab: int) -> LogitBias:
     """llama_cpp's logit_bias (token id -> bias added to its logit) as a logits processor; an
     id outside the vocabulary is a ValueError here, before anything runs."""
     bias = {}
@@ -27,14 +41,7 @@ def logit_bias_processor(logit_bias: Dict, n_vocab: int) -> Callable:
         if not 0 <= t < n_vocab:
             raise ValueError(f"logit_bias token id {t} is out of range [0, {n_vocab})")
         bias[t] = float(v)
-    ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
-    vals = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
-
-    def apply(input_ids, scores):
-        out = np.array(scores, dtype=np.float32, copy=True)
-        out[ids] += vals
-        return out
-    return apply
+    return LogitBias(bias)
 
 
 class ChainSampler(Sampler):

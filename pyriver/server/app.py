@@ -238,8 +238,10 @@ def build_app(srv: Server) -> Starlette:
         choices = []
         for i, ri in enumerate(rs):
             text, finish = await _collect(ri, f["stops"])
-            lp = logprobs_dict(srv.llm.vocab, ri.logprob_entries, text, len(p) if isinstance(p, str) else 0) \
-                if f["logprobs"] is not None else None
+            lp = None
+            if f["logprobs"] is not None:
+                with srv.sched.vocab_lock:   # pieces come from the shared Vocab buffer
+                    lp = logprobs_dict(srv.llm.vocab, ri.logprob_entries, text, len(p) if isinstance(p, str) else 0)
             choices.append(dict(C.completion_dict(cid, created, model, text, finish, None, logprobs=lp)["choices"][0],
                                 index=i))
         d = C.completion_dict(cid, created, model, "", None, _usage(*rs))

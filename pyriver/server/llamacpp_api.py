@@ -18,6 +18,7 @@ from starlette.routing import Route
 from .. import __version__
 from .. import completion as C
 from ..sampling import Sampler, SamplingParams
+from ..sampling_chain import LogitBias
 from .schema import APIError, json_object
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF   # what llama-server reports for "a random seed"
@@ -35,15 +36,10 @@ class BiasedSampler(Sampler):
 
     def __init__(self, params: SamplingParams, seed: Optional[int], bias: Dict[int, float]):
         super().__init__(params, seed)
-        self.ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
-        self.vals = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
+        self.bias = LogitBias(bias)
 
     def _penalize(self, logits, history):
-        logits = super()._penalize(logits, history)
-        if self.ids.size:
-            logits = logits.copy()
-            logits[self.ids] += self.vals
-        return logits
+        return self.bias(None, super()._penalize(logits, history))
 
 
 def _bias_value(v) -> float:
