@@ -10,7 +10,7 @@ import gguf
 import numpy as np
 import pytest
 
-from helpers import RIVER_PROMPT
+from helpers import RIVER_PROMPT, model_path
 from pyriver import Llama, ModelLoadError
 from pyriver import river as R
 from pyriver.tools.engine import feed, greedy
@@ -96,6 +96,31 @@ def test_the_rivers_attention_is_the_backbones(model, tmp_path):
     # so do the full-depth steps after one: they read the K/V the exited tokens wrote).
     assert np.array_equal(got[0], base[0])
     assert all(not np.array_equal(got[i + 1], base[i + 1]) for i, e in enumerate(exits) if e < L - 1)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "phi3", "qwen3moe"])   # biases; a fused QKV; experts and a router
+def test_each_architectures_attention_is_kept(request, arch, tmp_path):
+    """The attention matrices of each table (attn_qkv included) stay out of the sidecar, every
+    other river matrix is in it, and the river computes what a sidecar holding the backbone's
+    attention bytes computes."""
+    path = str(tmp_path / "m.gguf")
+    shutil.copy(model_path(request, arch), path)
+    backbone = gguf.GGUFReader(path).tensors
+    kw = dict(n_ctx=128, n_threads=2, verbose=False, exit_threshold=2.0)
+    with Llama(path, river="q4_0", **kw) as plain:
+        L = plain.info["n_layer"]
+        prompt = plain.tokenize(RIVER_PROMPT)
+        tokens = greedy(plain, prompt, 6).tokens
+        plain_path = plain.river_path
+    with Llama(path, river="q4_0+attn-backbone", **kw) as llm:
+        got, _ = _forced(llm, prompt, tokens, [0, L - 1, 1])
+        kept = {t.name for t in gguf.GGUFReader(llm.river_path).tensors}
+    attn = {t.name for t in backbone if ".attn_" in t.name and len(t.shape) > 1}
+    assert attn and not kept & attn and kept == {t.name for t in gguf.GGUFReader(plain_path).tensors} - attn
+    hybrid = _rewrite(plain_path, tmp_path / "hybrid.gguf", tensors={t.name: t for t in backbone if t.name in attn})
+    with Llama(path, river=hybrid, **kw) as llm:
+        same, _ = _forced(llm, prompt, tokens, [0, L - 1, 1])
+    assert np.array_equal(got, same)
 
 
 @pytest.mark.parametrize("spec", ["q4_0+attn-backbone+head-q4_0", "q4_0+head-q4_0+attn-backbone"])
