@@ -337,13 +337,13 @@ pr_status pr_seq_truncate(pr_context * ctx, int32_t seq, int32_t n_keep) {
     });
 }
 
-pr_status pr_river_build(pr_model * model, const char * river_type, const char * head_type, int32_t force,
+pr_status pr_river_build(pr_model * model, const char * river_type, const char * head_type, int32_t keep_attn, int32_t force,
                          const char * backbone_sha256, const char * out_path, int32_t n_threads, pr_progress_fn progress,
                          void * user) {
     return guarded([&] {
         if (!model) pr::fail(PR_ERR_INVALID_ARG, "model is NULL");
         model->river_report.clear();
-        pr::build_river(*model->m, river_type, head_type, force != 0, backbone_sha256, out_path, n_threads, progress, user,
+        pr::build_river(*model->m, river_type, head_type, keep_attn != 0, force != 0, backbone_sha256, out_path, n_threads, progress, user,
                         model->river_report);
     });
 }

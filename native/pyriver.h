@@ -164,8 +164,9 @@ typedef int32_t (*pr_progress_fn)(int32_t done, int32_t total, void * user); /* 
 /* Writes the sidecar for river_type (a ggml type name: "q4_0", "q8_0", ...). Tensors whose rows do
  * not fit the type fall back to the nearest type that fits (pr_river_report lists them). A river
  * type that is not cheaper than the backbone's is refused unless force. head_type (NULL or "":
- * none) adds a copy of the LM head at that type, used for the logits of tokens that exit. */
-PR_API pr_status pr_river_build(pr_model * model, const char * river_type, const char * head_type, int32_t force,
+ * none) adds a copy of the LM head at that type, used for the logits of tokens that exit. keep_attn
+ * leaves the attention's matrices out: the river uses the backbone's (declared in the sidecar). */
+PR_API pr_status pr_river_build(pr_model * model, const char * river_type, const char * head_type, int32_t keep_attn, int32_t force,
                                 const char * backbone_sha256, const char * out_path, int32_t n_threads,
                                 pr_progress_fn progress, void * user);
 /* The fallbacks of the model's last pr_river_build, one line a tensor ("" when none). */

@@ -16,7 +16,12 @@ static const char * KEY_SIZE = "pyriver.river.backbone.size";
 static const char * KEY_NAME = "pyriver.river.backbone.name";
 static const char * KEY_TYPES = "pyriver.river.tensor_types";
 static const char * KEY_HEAD = "pyriver.river.head_type";
+static const char * KEY_KEPT = "pyriver.river.backbone_matrices";   // "attn": the river's attention is the backbone's
+static const char * KEPT_ATTN = "attn";
 static const char * RIVER_HEAD = "output.weight";   // the exited tokens' head, when the sidecar has one
+
+// The attention's matrices (Q/K/V/O, a fused QKV), by the tables' one naming rule.
+static bool attention_matrix(const tensor_spec & t) { return strncmp(t.name, "attn_", 5) == 0; }
 
 // The matrices a river requantizes: those its architecture's table marks as matrices, each
 // expert of a mixture (a stacked tensor's rows) included, its router not (river == false).
@@ -69,8 +74,9 @@ static void to_f32(const ggml_tensor * t, const void * src, float * dst) {
     ggml_get_type_traits(t->type)->to_float(src, dst, n);
 }
 
-void build_river(const model & m, const char * river_type, const char * head_type, bool force, const char * backbone_sha256,
-                 const char * out_path, int n_threads, progress_fn progress, void * user, std::string & report) {
+void build_river(const model & m, const char * river_type, const char * head_type, bool keep_attn, bool force,
+                 const char * backbone_sha256, const char * out_path, int n_threads, progress_fn progress, void * user,
+                 std::string & report) {
     if (!river_type || !out_path || !backbone_sha256) fail(PR_ERR_INVALID_ARG, "river type, output path and sha256 are required");
     const ggml_type want = type_by_name(river_type);
     if (!quantizable(want)) fail(PR_ERR_INVALID_ARG, "river type '%s' cannot be made without an importance matrix", river_type);
@@ -99,6 +105,7 @@ void build_river(const model & m, const char * river_type, const char * head_typ
         for (const tensor_spec * spec : block_matrices(m)) {
             const ggml_tensor * src = m.blocks[il].*(spec->member);
             if (!src) continue;   // an optional matrix this file lacks (separate Q/K/V beside a fused attn_qkv)
+            if (keep_attn && attention_matrix(*spec)) continue;   // the backbone's own, bound at attach
             add_job("blk." + std::to_string(il) + "." + spec->name, src, want);
         }
     }
@@ -138,6 +145,7 @@ void build_river(const model & m, const char * river_type, const char * head_typ
     gguf_set_val_str(g, KEY_VERSION, pr_version());
     gguf_set_val_str(g, KEY_TYPE, ggml_type_name(want));
     if (with_head) gguf_set_val_str(g, KEY_HEAD, ggml_type_name(want_head));
+    if (keep_attn) gguf_set_val_str(g, KEY_KEPT, KEPT_ATTN);
     gguf_set_val_str(g, KEY_SHA, backbone_sha256);
     gguf_set_val_u64(g, KEY_SIZE, (uint64_t) m.file->size);
     const std::string bname = m.path.substr(m.path.find_last_of('/') + 1);
@@ -176,6 +184,12 @@ void attach_river(model & m, const char * path, const char * backbone_sha256, bo
     }
     if ((size_t) size != m.file->size) fail(PR_ERR_MODEL, "river sidecar '%s' was built for a backbone of %lld bytes, this one has %zu", path, (long long) size, m.file->size);
 
+    // What the sidecar declares left at the backbone's: those matrices must be absent from it (a
+    // file that declares and holds them is not one this code wrote), the others present.
+    const std::string kept = meta_str(g, KEY_KEPT, "");
+    if (!kept.empty() && kept != KEPT_ATTN) fail(PR_ERR_MODEL, "river sidecar '%s' keeps unknown backbone matrices '%s'", path, kept.c_str());
+    const bool keep_attn = kept == KEPT_ATTN;
+
     const int L = m.hp.n_layer;
     r->blocks.resize(L);
     for (int il = 0; il < L; il++) {
@@ -187,6 +201,10 @@ void attach_river(model & m, const char * path, const char * backbone_sha256, bo
             if (!b) continue;
             const std::string name = "blk." + std::to_string(il) + "." + spec->name;
             ggml_tensor * t = r->file->tensor(name);
+            if (keep_attn && attention_matrix(*spec)) {
+                if (t) fail(PR_ERR_MODEL, "river sidecar '%s' declares its attention the backbone's but holds '%s'", path, name.c_str());
+                continue;   // rb's is bb's: shared, no copy
+            }
             if (!t) fail(PR_ERR_MODEL, "river sidecar '%s' lacks tensor '%s'", path, name.c_str());
             if (!usable_type(t->type)) fail(PR_ERR_MODEL, "river tensor '%s' has unsupported type %d", name.c_str(), (int) t->type);
             if (t->ne[0] != b->ne[0] || t->ne[1] != b->ne[1] || t->ne[2] != b->ne[2] || t->ne[3] != 1) {

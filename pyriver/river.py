@@ -18,7 +18,7 @@ def build(model_handle, model_path: str, river_type: str, out: Path, *, force: b
           progress: bool = True, sha256: Optional[str] = None) -> str:
     """Write the sidecar for river_type (a spec: see parse_spec); returns the fallback report (one
     line per tensor whose type differs from the request)."""
-    blocks, head = parse_spec(river_type)
+    spec = parse_spec(river_type)
     sha256 = sha256 or file_sha256(model_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     bar = None
@@ -40,8 +40,9 @@ def build(model_handle, model_path: str, river_type: str, out: Path, *, force: b
         return 0
 
     try:
-        status = lib.pr_river_build(model_handle, blocks.encode(), (head or "").encode(), 1 if force else 0, sha256.encode(),
-                                    str(out).encode(), os.cpu_count() or 1, on_progress, ffi.NULL)
+        status = lib.pr_river_build(model_handle, spec.blocks.encode(), (spec.head or "").encode(), int(spec.keep_attn),
+                                    1 if force else 0, sha256.encode(), str(out).encode(), os.cpu_count() or 1, on_progress,
+                                    ffi.NULL)
     finally:
         if bar is not None:
             bar.close()

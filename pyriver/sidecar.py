@@ -7,7 +7,7 @@ import glob
 import json
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import gguf
 
@@ -16,17 +16,41 @@ from .cache import cache_dir, file_sha256
 #: Metadata keys of a stored calibration (enabled, exit_threshold, min_exit_layer, report).
 CALIBRATION_PREFIX = "pyriver.calibration."
 
-#: A river spec names the blocks' type and, optionally, a low-bit copy of the LM head that tokens
-#: which exit use: "q4_0", or "q4_0+head-q4_0" (the head at q4_0, the backbone's for full depth).
+#: A river spec names the blocks' type and options after it, each once, in any order:
+#: "+head-HEADTYPE", a low-bit copy of the LM head that tokens which exit use (the backbone's for
+#: full depth); "+attn-backbone", the river blocks' attention matrices are the backbone's own
+#: (shared), only the FFN is requantized. E.g. "q4_0", "q4_0+head-q4_0", "q4_0+attn-backbone+head-q4_0".
 HEAD_SEP = "+head-"
+ATTN_BACKBONE = "+attn-backbone"
 
 
-def parse_spec(river: str) -> Tuple[str, Optional[str]]:
-    """(block type, head type or None) of a river spec."""
-    blocks, sep, head = river.partition(HEAD_SEP)
-    if not blocks or (sep and not head):
-        raise ValueError(f"bad river spec {river!r}: TYPE or TYPE{HEAD_SEP}HEADTYPE (e.g. q4_0{HEAD_SEP}q4_0)")
-    return blocks, head or None
+class RiverSpec(NamedTuple):
+    blocks: str
+    head: Optional[str] = None
+    keep_attn: bool = False
+
+    @property
+    def name(self) -> str:
+        """The spec in its one spelling (the sidecar's file name): TYPE[+attn-backbone][+head-HEADTYPE]."""
+        return self.blocks + (ATTN_BACKBONE if self.keep_attn else "") + (HEAD_SEP + self.head if self.head else "")
+
+
+def parse_spec(river: str) -> RiverSpec:
+    """The block type, head type (or None) and whether attention stays the backbone's, of a river spec."""
+    blocks, *opts = river.split("+")
+    head, keep_attn = None, False
+    bad = not blocks or len(set(opts)) != len(opts)
+    for o in opts:
+        if "+" + o == ATTN_BACKBONE:
+            keep_attn = True
+        elif ("+" + o).startswith(HEAD_SEP) and len(o) > len(HEAD_SEP) - 1 and head is None:
+            head = o[len(HEAD_SEP) - 1:]
+        else:
+            bad = True
+    if bad:
+        raise ValueError(f"bad river spec {river!r}: TYPE, then optionally {HEAD_SEP}HEADTYPE and/or {ATTN_BACKBONE}, "
+                         f"each once (e.g. q4_0{ATTN_BACKBONE}{HEAD_SEP}q4_0)")
+    return RiverSpec(blocks, head, keep_attn)
 
 
 def _places(model_path: str, sha256: Optional[str] = None) -> List[Tuple[Path, str]]:
@@ -41,9 +65,10 @@ def _places(model_path: str, sha256: Optional[str] = None) -> List[Tuple[Path, s
 
 
 def sidecar_path(model_path: str, river_type: str, sha256: Optional[str] = None) -> Path:
-    """Where the sidecar of river_type is made: `<model>.river-<type>.gguf` (type in lower case)."""
+    """Where the sidecar of river_type (a spec) is made: `<model>.river-<spec>.gguf` (the spec's one
+    spelling, in lower case)."""
     folder, prefix = _places(model_path, sha256)[-1]
-    return folder / f"{prefix}{river_type.lower()}.gguf"
+    return folder / f"{prefix}{parse_spec(river_type).name.lower()}.gguf"
 
 
 def sidecars(model_path: str) -> List[str]:
