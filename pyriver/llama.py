@@ -166,13 +166,15 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             cal = find_calibration(self.model_path)
             if cal is not None and not (cal["setting"].get("lossless") and lossless is False):
                 self.calibration = cal
-                river = cal["sidecar"]
-                exit_threshold = cal["setting"]["tau"] if exit_threshold is None else exit_threshold
-                min_exit_layer = cal["setting"]["min_exit_layer"] if min_exit_layer is None else min_exit_layer
+                s = cal["setting"]
+                if s.get("draft") != "ngram":   # n-gram drafts need no river: it stays unbound
+                    river = cal["sidecar"]
+                    exit_threshold = s["tau"] if exit_threshold is None else exit_threshold
+                    min_exit_layer = s["min_exit_layer"] if min_exit_layer is None else min_exit_layer
                 if verbose:
-                    s = cal["setting"]
-                    how = (f"lossless, drafts at tau {exit_threshold} min layer {min_exit_layer} k {s['draft_max']}"
-                           if s.get("lossless") else f"tau {exit_threshold} min layer {min_exit_layer} (top-1 "
+                    at = "" if river is None else f" at tau {exit_threshold} min layer {min_exit_layer}"
+                    how = (f"lossless, {s.get('draft', 'river')} drafts{at} k {s['draft_max']}" if s.get("lossless")
+                           else f"tau {exit_threshold} min layer {min_exit_layer} (top-1 "
                            f"{cal['candidate']['top1_agreement']:.4f} >= {cal['target_fidelity']})")
                     print(f"pyriver: River on from calibration: {s['river']} {how}; {cal['sidecar']}; "
                           f"river=None turns it off", file=sys.stderr)

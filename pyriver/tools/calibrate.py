@@ -118,6 +118,9 @@ def measure_lossless(a, model_path: str) -> List[Dict]:
                        "full_depth_tok_s": summary(full_tok_s),
                        "speedup": statistics.median(tok_s) / statistics.median(full_tok_s),
                        "text_equals_full_depth": all(x["texts"] == full[0]["texts"] for x in rr + full),
+                       # the answers equal to full depth's in every repeat (of the prompts)
+                       "prompts_equal_full_depth": sum(all(x["texts"][i] == full[0]["texts"][i] for x in rr + full)
+                                                       for i in range(len(prompts))),
                        "drafted": dr, "accepted": ac, "verify_steps": st,
                        "acceptance_rate": ac / dr if dr else None, "mean_accepted_length": ac / st if st else None})
     return points
@@ -227,7 +230,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         acc = "-" if p["acceptance_rate"] is None else f"{100 * p['acceptance_rate']:.0f}%"
         print(f"{p['name']}: {p['decode_tok_s']['median']:.1f} vs {p['full_depth_tok_s']['median']:.1f} tok/s at full "
               f"depth ({p['speedup']:.2f}x), {acc} of the drafts kept, text equal to full depth: "
-              f"{p['text_equals_full_depth']}")
+              f"{p['text_equals_full_depth']} ({p['prompts_equal_full_depth']}/"
+              f"{res['conditions']['prompts']} prompts)")
     if d["enabled"]:
         s = d["setting"]
         where = next(p["sidecar"] for p in points if p["kind"] == "river" and p["river"] == s["river"])
