@@ -192,7 +192,7 @@ class Scheduler:
             s.dl = None if self.spec.cost is None else DraftLength(self.spec.cost, self.spec.draft_max)
             r.lossless = lossless.new_stats("river", "grow/shrink" if s.dl is None else "by cost")
         if self.drafter is not None:
-            r.lossless = lossless.new_stats(self.drafter.source, getattr(self.drafter, "length", "grow/shrink"))
+            r.lossless = lossless.new_stats(self.drafter.source, self.drafter.length)
             self.drafter.start(s.seq, r.sampler)
 
     def _finish(self, s: Slot, reason: str) -> None:
