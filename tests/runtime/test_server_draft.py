@@ -73,7 +73,7 @@ def test_draft_stats(servers):
     assert "draft_n" not in http("POST", servers["plain"].url + "/completion", body)[1]["timings"]
 
 
-def test_lossless_drafter_reaches_the_scheduler(servers):
+def test_lossless_drafter_reaches_the_scheduler(servers, smol_path):
     """--lossless --lossless-draft ngram --draft-cost default: the requests' lossless statistics name
     the n-gram drafter and the draft length by cost, and it drafts on a text that repeats itself."""
     body = {"prompt": PROMPTS[4], "n_predict": 32, "temperature": 0.0, "ignore_eos": True}
@@ -86,6 +86,32 @@ def test_lossless_drafter_reaches_the_scheduler(servers):
     assert ls["draft"] == "PromptLookupDecoding" and ls["draft_length"] == "by cost"
     assert set(ls["by_source"]) == {"ngram"} and ls["by_source"]["ngram"]["drafted"] > 0
     assert http("GET", servers["lossless-ngram"].url + "/river")[1]["river"]["draft"] == "PromptLookupDecoding"
+    # A lone stream drafts what Llama's lossless mode drafts with the same drafter and cost rule.
+    from pyriver import Llama
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river=None, batch_invariant=True, lossless=True,
+               draft_model="ngram", draft_max=6, draft_cost="default") as llm:
+        want = llm(PROMPTS[4], max_tokens=32, temperature=0)
+    assert r.choices[0].text == want["choices"][0]["text"]
+    assert (ls["drafted"], ls["accepted"]) == (want["river"]["lossless"]["drafted"], want["river"]["lossless"]["accepted"])
+
+
+def test_lossless_river_drafts_by_cost(smol_path):
+    """--river q4_0 --lossless --draft-cost default: each slot's river drafts by cost, as Llama's
+    lossless mode drafts alone (the CPU table's river draft costs 0.77 of a step: it never pays here)."""
+    s = ServerProcess(smol_path, *COMMON, "--river", "q4_0", "--lossless", "--draft-cost", "default")
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+        r = c.completions.create(model="m", prompt=PROMPTS[4], max_tokens=24, temperature=0.0)
+    finally:
+        s.close()
+    ls = r.model_extra["river"]["lossless"]
+    assert ls["draft_length"] == "by cost" and set(ls["by_source"]) == {"river"}
+    from pyriver import Llama
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", batch_invariant=True, lossless=True,
+               draft_cost="default") as llm:
+        want = llm(PROMPTS[4], max_tokens=24, temperature=0)
+    assert r.choices[0].text == want["choices"][0]["text"]
+    assert (ls["drafted"], ls["accepted"]) == (want["river"]["lossless"]["drafted"], want["river"]["lossless"]["accepted"])
 
 
 def test_drafts_stop_at_the_context(servers, smol_path):
