@@ -30,3 +30,26 @@ def positive(s: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
     return v
+
+
+def draft_cost(spec: str):
+    """--draft-cost: "default" or a `pyriver bench --verify-cost --json` file (pyriver.draftlen.parse_cost)."""
+    from .draftlen import parse_cost
+    try:
+        return parse_cost(spec)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_draft_args(p: argparse.ArgumentParser, many: bool = False, flag: str = "--draft") -> None:
+    """Lossless mode's drafter and draft length rule, alike in run, bench and calibrate (serve: flag
+    --lossless-draft, since its --draft is llama-server's --draft-max). many: several drafters, each
+    measured."""
+    from .draft import DRAFTERS
+    p.add_argument(flag, dest="draft", nargs="+" if many else None, choices=DRAFTERS, default=None,
+                   help="lossless: the drafter" + ("s to measure" if many else "") + ": river (decode steps on the "
+                   "River path), ngram (prompt lookup, no model work) or both (n-grams where the text has a match, else "
+                   "the river) (default river)")
+    p.add_argument("--draft-cost", type=draft_cost, default=None, metavar="default|FILE.json",
+                   help="lossless: the draft length by cost (pyriver.draftlen) from the CPU table measured here "
+                   "('default') or a `pyriver bench --verify-cost --json` file's")

@@ -10,6 +10,7 @@ import sys
 from typing import Dict, List, Optional
 
 from .llama import DEFAULT_RIVER, DEFAULT_TAU, Llama
+from .draft import DRAFTERS
 from .lossless import describe
 
 HELP = """commands:
@@ -17,7 +18,8 @@ HELP = """commands:
   /system TEXT    set the system message (and reset)
   /river on|off   River exits on (building the river if needed) or off
   /tau X          exit threshold
-  /lossless on|off  the river drafts, full depth verifies: exactly full depth's answer
+  /lossless on [river|ngram|both]|off  the river (or n-grams) drafts, full depth verifies:
+                  exactly full depth's answer
   /stats          River statistics of the last answer
   /help           this text
   /quit           leave (Ctrl-D too); Ctrl-C stops an answer"""
@@ -95,23 +97,28 @@ class ChatSession:
         return True
 
     def _lossless(self, arg: str, out) -> None:
-        """Lossless mode drafts on the River path (exits on, at the current tau or the default)
-        and emits only what full depth verified; off returns to what /river had set."""
-        if arg == "on":
-            if self.llm.river_path is None:
-                self.llm.attach_river(self.river_type)
-            if self.llm.exit_threshold > 1.0:
-                self.llm.set_exit(DEFAULT_TAU)
-            self.llm.set_lossless(True)
+        """Lossless mode drafts with the drafter named (pyriver.draft: the River path by default,
+        exits on at the current tau or the default; n-grams need no river) and emits only what
+        full depth verified; off returns to what /river had set."""
+        on, _, draft = arg.partition(" ")
+        draft = draft.strip() or "river"
+        if on == "on" and draft in DRAFTERS:
+            if draft != "ngram":
+                if self.llm.river_path is None:
+                    self.llm.attach_river(self.river_type)
+                if self.llm.exit_threshold > 1.0:
+                    self.llm.set_exit(DEFAULT_TAU)
+            self.llm.set_lossless(True, draft_model=draft)
             self.river_on = False
-            print(f"[lossless on: river {self.llm.river_path} drafts at tau {self.llm.exit_threshold:.4g}, "
-                  "full depth verifies]", file=out)
+            how = ("n-grams draft" if draft == "ngram" else f"river {self.llm.river_path} drafts"
+                   + (" where n-grams do not" if draft == "both" else "") + f" at tau {self.llm.exit_threshold:.4g}")
+            print(f"[lossless on: {how}, full depth verifies]", file=out)
         elif arg == "off":
             self.llm.set_lossless(False)
             self.llm.set_exit(2.0)   # back to full depth; /river on turns exits on again
             print("[lossless off]", file=out)
         else:
-            print("usage: /lossless on|off", file=out)
+            print(f"usage: /lossless on [{'|'.join(DRAFTERS)}] or /lossless off", file=out)
 
     def answer(self, text: str, out) -> str:
         self.messages.append({"role": "user", "content": text})

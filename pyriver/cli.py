@@ -9,7 +9,7 @@ import sys
 from typing import Callable, List, Optional
 
 from . import models
-from .args import device_kwargs
+from .args import add_draft_args, device_kwargs
 
 # Tool commands: the module that parses and runs each (its main(argv)), and its line in --help.
 TOOLS = {
@@ -42,13 +42,19 @@ def _add_river_args(p: argparse.ArgumentParser) -> None:
 
 def _river_kwargs(a) -> dict:
     lossless = getattr(a, "lossless", False)
+    draft, cost = getattr(a, "draft", None), getattr(a, "draft_cost", None)
+    if (draft is not None or cost is not None) and not lossless:
+        raise ValueError("--draft and --draft-cost choose lossless mode's drafter and draft length: add --lossless")
     if a.river is None and not lossless:
         return {}
     from .llama import DEFAULT_RIVER   # the river /river on builds; lossless drafts on it
-    kw = dict(river=a.river or DEFAULT_RIVER, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer,
+    # n-gram drafts need no river: none is built unless --river names one
+    river = a.river or (None if draft == "ngram" else DEFAULT_RIVER)
+    kw = dict(river=river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer,
               force_exit_layer=a.force_exit_layer, river_force=a.river_force)
-    if lossless:   # the river drafts, full depth verifies
-        kw.update(lossless=True, **({} if a.draft_max is None else {"draft_max": a.draft_max}))
+    if lossless:   # the drafter drafts (the river by default), full depth verifies
+        kw.update(lossless=True, draft_model=draft, draft_cost=cost,
+                  **({} if a.draft_max is None else {"draft_max": a.draft_max}))
     return kw
 
 
@@ -122,8 +128,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--verbose", action="store_true")
     r.add_argument("--stats", action="store_true", help="print River exit (or lossless draft) statistics after the answer")
     r.add_argument("--lossless", action="store_true",
-                   help="the river drafts, full depth verifies: exactly full depth's output (river q4_0 unless --river)")
+                   help="drafts (--draft; the river q4_0 unless --river), full depth verifies: exactly full depth's output")
     r.add_argument("--draft-max", type=int, default=None, help="lossless: longest draft in tokens (default 2)")
+    add_draft_args(r)   # --draft river|ngram|both, --draft-cost default|FILE.json
     _add_river_args(r)
     r.set_defaults(fn=cmd_run)
 

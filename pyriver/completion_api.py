@@ -142,8 +142,8 @@ class CompletionMixin:
         and draft statistics (the server's requests); in lossless mode also the draft statistics
         under "lossless" (its tokens then all ran at full depth, so the exit statistics count none).
         None without a river and lossless mode."""
-        if self.river_path is None and (self._spec is None or exits is not None):
-            return None
+        if self.river_path is None and (self._spec is None or exits is not None and lossless is None):
+            return None   # (the server's requests in lossless mode with n-gram drafts have draft statistics)
         d = exit_stats(self.last_stats.get("exits", []) if exits is None else exits, self.info["n_layer"])
         d.update(river=self.river_path, exit_threshold=self.exit_threshold, min_exit_layer=self.min_exit_layer,
                  calibrated=self.calibration is not None,

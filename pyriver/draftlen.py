@@ -7,7 +7,8 @@ The choice reads token counts only (never the clock): a call's k sequence, hence
 context that is not batch-invariant, depends only on the call (each generation starts afresh)."""
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence, Tuple
+import json
+from typing import Dict, List, Optional, Sequence, Tuple
 
 
 class DraftCost:
@@ -37,12 +38,44 @@ class DraftCost:
     def __repr__(self) -> str:
         return f"DraftCost(verify={self.verify}, river_draft={self.river_draft})"
 
+    def to_dict(self) -> Dict:
+        return {"verify": list(self.verify), "river_draft": self.river_draft}
+
 
 # Measured on the 2-core EPYC (docs/lossless.md, verify cost): Qwen2.5-Coder-1.5B requantized to
 # Q8_0, llama.cpp's kernels (docs/lossless/verify-cost-qwen1.5b-q8_0.json); a river draft at tau
 # 0.95 min layer 4 costs about 0.77 of a step (issue 29's run). Other models and devices differ:
 # `pyriver bench --verify-cost` measures a table for DraftCost.
 DEFAULT_COST = DraftCost([1.0, 1.46, 1.66, 1.95, 2.89, 3.04, 3.04, 3.04], river_draft=0.77)
+
+
+
+def verify_table(path: str) -> List[float]:
+    """The verify costs (in decode steps, k = 1..) of a `pyriver bench --verify-cost --json` file."""
+    try:
+        with open(path) as f:
+            k = json.load(f)["k"]
+        return [float(k[str(n)]["decode_steps"]) for n in sorted(map(int, k))]
+    except OSError as e:
+        raise ValueError(f"draft cost {path!r}: not 'default' and not a readable file ({e.strerror})") from None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ValueError(f"draft cost {path!r}: not a `pyriver bench --verify-cost --json` file (no k table of "
+                         "decode_steps)") from None
+
+
+def parse_cost(spec) -> Optional[DraftCost]:
+    """What every front end's draft_cost / --draft-cost means: None (the draft length grows and
+    shrinks by one), a DraftCost, {"verify", "river_draft"} (as a calibration stores it), "default"
+    (DEFAULT_COST) or the path of a `pyriver bench --verify-cost --json` file (its table, with
+    DEFAULT_COST's river draft)."""
+    if spec is None or isinstance(spec, DraftCost):
+        return spec
+    if isinstance(spec, dict) and set(spec) == {"verify", "river_draft"}:
+        return DraftCost(spec["verify"], spec["river_draft"])
+    if isinstance(spec, str):
+        return DEFAULT_COST if spec == "default" else DraftCost(verify_table(spec), DEFAULT_COST.river_draft)
+    raise TypeError(f"draft_cost must be None, 'default', a verify-cost JSON path or a DraftCost, got {spec!r}")
+
 
 # Beta pseudo-counts (kept, rejected) each generation starts from, per source; and how much of
 # the counts beyond them a step keeps (acceptance changes along a text: copied code, then new lines).

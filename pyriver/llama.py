@@ -26,7 +26,7 @@ from .llama_api import LlamaCppMixin, PyriverTokenizer
 from .state import StateMixin
 from .native import check, ffi, lib, read_text
 from .draft import drafter
-from .draftlen import DEFAULT_COST, DraftCost
+from .draftlen import parse_cost
 from .lossless import Speculator
 from .river import prepare
 from .sidecar import find_calibration
@@ -56,7 +56,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
                  river_rebuild: bool = False, batch_invariant: Optional[bool] = None,
-                 lossless: Optional[bool] = None, draft_max: Optional[int] = None, **llama_cpp_args):
+                 lossless: Optional[bool] = None, draft_max: Optional[int] = None, draft_cost=None, **llama_cpp_args):
         # what __getstate__ re-creates this Llama from (llama_cpp pickles its arguments, not its tokenizer)
         self._init_args = {**{k: v for k, v in locals().items() if k not in ("self", "llama_cpp_args", "tokenizer")},
                            **llama_cpp_args}
@@ -125,9 +125,11 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         cal = self.calibration["setting"] if self.calibration is not None else {}
         if lossless is None:   # on with a draft model, as llama-cpp-python's draft_model is, or as calibrated
             lossless = draft_model is not None or (cal.get("lossless", False) and not prefill_exit)
-        if draft_max is None and cal.get("lossless"):
-            draft_max = cal["draft_max"]
-        self.set_lossless(bool(lossless), draft_model=draft_model, draft_max=draft_max)
+        if cal.get("lossless") and lossless:   # the calibrated drafter and draft length rule, unless given
+            draft_max = cal["draft_max"] if draft_max is None else draft_max
+            draft_model = cal.get("draft", "river") if draft_model is None else draft_model
+            draft_cost = cal.get("draft_cost") if draft_cost is None else draft_cost
+        self.set_lossless(bool(lossless), draft_model=draft_model, draft_max=draft_max, draft_cost=draft_cost)
 
     def _load(self, n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers, rpc_timeout) -> None:
         mp = ffi.new("pr_model_params *", lib.pr_model_default_params())
@@ -164,13 +166,15 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             cal = find_calibration(self.model_path)
             if cal is not None and not (cal["setting"].get("lossless") and lossless is False):
                 self.calibration = cal
-                river = cal["sidecar"]
-                exit_threshold = cal["setting"]["tau"] if exit_threshold is None else exit_threshold
-                min_exit_layer = cal["setting"]["min_exit_layer"] if min_exit_layer is None else min_exit_layer
+                s = cal["setting"]
+                if s.get("draft") != "ngram":   # n-gram drafts need no river: it stays unbound
+                    river = cal["sidecar"]
+                    exit_threshold = s["tau"] if exit_threshold is None else exit_threshold
+                    min_exit_layer = s["min_exit_layer"] if min_exit_layer is None else min_exit_layer
                 if verbose:
-                    s = cal["setting"]
-                    how = (f"lossless, drafts at tau {exit_threshold} min layer {min_exit_layer} k {s['draft_max']}"
-                           if s.get("lossless") else f"tau {exit_threshold} min layer {min_exit_layer} (top-1 "
+                    at = "" if river is None else f" at tau {exit_threshold} min layer {min_exit_layer}"
+                    how = (f"lossless, {s.get('draft', 'river')} drafts{at} k {s['draft_max']}" if s.get("lossless")
+                           else f"tau {exit_threshold} min layer {min_exit_layer} (top-1 "
                            f"{cal['candidate']['top1_agreement']:.4f} >= {cal['target_fidelity']})")
                     print(f"pyriver: River on from calibration: {s['river']} {how}; {cal['sidecar']}; "
                           f"river=None turns it off", file=sys.stderr)
@@ -258,7 +262,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         callable as llama-cpp-python's draft models, or a drafter's name: "river", "ngram",
         "both") or, without one, on the River path under the exit rule; every emitted token is
         verified by the backbone at full depth. draft_cost: None (the draft length grows and shrinks
-        by one), or by cost: a pyriver.draftlen.DraftCost or "default" (the table measured on the CPU)."""
+        by one), or by cost: a pyriver.draftlen.DraftCost, "default" (the table measured on the CPU) or a
+        `pyriver bench --verify-cost --json` file (pyriver.draftlen.parse_cost)."""
         if isinstance(draft_model, str):
             draft_model = drafter(draft_model)
             if draft_model is None and not on:
@@ -275,10 +280,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             if self.prefill_exit:
                 raise ValueError("lossless mode verifies at full depth; prefill_exit=True runs prompts on the river")
             keep = self._spec.draft_max if self._spec is not None else DEFAULT_DRAFT_MAX
-            cost = DEFAULT_COST if isinstance(draft_cost, str) and draft_cost == "default" else draft_cost
-            if cost is not None and not isinstance(cost, DraftCost):
-                raise TypeError(f"draft_cost must be None, 'default' or a DraftCost, got {draft_cost!r}")
-            self._spec = Speculator(draft_model, keep if draft_max is None else draft_max, draft_p_min, cost)
+            self._spec = Speculator(draft_model, keep if draft_max is None else draft_max, draft_p_min,
+                                    parse_cost(draft_cost))
 
     @property
     def lossless(self) -> bool:

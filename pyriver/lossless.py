@@ -85,15 +85,28 @@ def next_draft_len(k: int, n_drafted: int, n_kept: int, draft_max: int) -> int:
     return k
 
 
-def new_stats(source: str) -> Dict:
-    """The draft statistics of one generation (filled by a Speculator or the server's scheduler)."""
-    return {"draft": source, "drafted": 0, "accepted": 0, "verify_steps": 0, "draft_exits": []}
+def new_stats(source: str, length: str = "grow/shrink") -> Dict:
+    """The draft statistics of one generation (filled by a Speculator or the server's scheduler);
+    length: the draft length rule ("grow/shrink" by one, or "by cost": pyriver.draftlen)."""
+    return {"draft": source, "drafted": 0, "accepted": 0, "verify_steps": 0, "draft_exits": [], "draft_length": length}
 
 
-def count_step(ls: Dict, n_drafted: int, n_kept: int) -> None:
+def cut_proposal(draft_model, prop: np.ndarray, cap: int, dl: Optional[DraftLength] = None):
+    """A draft model's proposal cut to at most cap tokens, or with dl to its choice by cost, under
+    the key "ngram<n>" (n: the drafter's match length, if it says); returns (drafts, key)."""
+    n = getattr(draft_model, "match_size", 0)
+    key = f"ngram{n or ''}"
+    return (prop[:cap] if dl is None else prop[:dl.choose(key, min(cap, prop.size))]), key
+
+
+def count_step(ls: Dict, n_drafted: int, n_kept: int, source: Optional[str] = None) -> None:
+    """One verify step in the statistics; source: the drafter asked ("river", "ngram"; None: none)."""
     ls["drafted"] += n_drafted
     ls["accepted"] += n_kept
     ls["verify_steps"] += 1
+    if source is not None:
+        per = ls.setdefault("by_source", {}).setdefault(source, [0, 0, 0, 0])   # drafted, kept, steps, longest
+        per[0], per[1], per[2], per[3] = per[0] + n_drafted, per[1] + n_kept, per[2] + 1, max(per[3], n_drafted)
 
 
 class Speculator:
@@ -131,7 +144,7 @@ class Speculator:
         decided by one step are yielded one by one; between steps the cache is re-synced when
         another caller used it."""
         n_prompt = len(seq)
-        ls = st["lossless"] = new_stats(self.source)
+        ls = st["lossless"] = new_stats(self.source, "grow/shrink" if self.cost is None else "by cost")
         k = self.draft_max   # each call starts afresh: its result never depends on earlier calls
         dl = DraftLength(self.cost, self.draft_max) if self.cost is not None else None
         ready: List[Tuple[int, np.ndarray]] = []   # decided tokens, each with the logits that chose it
@@ -179,12 +192,9 @@ class Speculator:
         out = decide(rows, drafts, qs, seq, sampler, self.rule)
         m = len(out) - 1   # drafts kept
         llm._truncate(n0 + 1 + m)
-        count_step(ls, len(drafts), m)
-        if source is not None:
-            per = ls.setdefault("by_source", {}).setdefault(source, [0, 0, 0, 0])   # drafted, kept, steps, longest
-            per[0], per[1], per[2], per[3] = per[0] + len(drafts), per[1] + m, per[2] + 1, max(per[3], len(drafts))
-            if dl is not None:
-                dl.update(key, len(drafts), m)
+        count_step(ls, len(drafts), m, source)
+        if source is not None and dl is not None:
+            dl.update(key, len(drafts), m)
         return out, len(drafts)
 
     def _draft(self, llm, seq: List[int], sampler: Sampler, k: int, ls: Dict,
@@ -199,9 +209,7 @@ class Speculator:
             if bad.size:
                 raise ValueError(f"draft_model proposed token id {int(bad[0])}, out of range [0, {llm.n_vocab()})")
             if prop.size or not self.river_fallback:
-                n = getattr(self.draft_model, "match_size", 0)   # the drafter's match length, if it says
-                key = f"ngram{n or ''}"
-                prop = prop[:k] if dl is None else prop[:dl.choose(key, min(room, prop.size))]
+                prop, key = cut_proposal(self.draft_model, prop, k if dl is None else room, dl)
                 return [int(t) for t in prop], [None] * prop.size, "ngram", key
         if dl is not None:
             k = dl.choose("river", room)
@@ -244,7 +252,8 @@ def stats(ls: Optional[Dict]) -> Optional[Dict]:
     if ls is None:
         return None
     steps, ex = ls["verify_steps"], ls["draft_exits"]
-    return {"draft": ls["draft"], "drafted": ls["drafted"], "accepted": ls["accepted"],
+    return {"draft": ls["draft"], "draft_length": ls.get("draft_length"), "drafted": ls["drafted"],
+            "accepted": ls["accepted"],
             "acceptance_rate": ls["accepted"] / ls["drafted"] if ls["drafted"] else None,
             "verify_steps": steps,
             "mean_accepted_length": ls["accepted"] / steps if steps else None,
@@ -263,4 +272,7 @@ def describe(ls: Dict) -> str:
             f"({num(ls['acceptance_rate'] and 100 * ls['acceptance_rate'], '.1f')}%) | verify steps "
             f"{ls['verify_steps']} | mean accepted length {num(ls['mean_accepted_length'], '.2f')} | "
             f"tokens per step {num(ls['tokens_per_step'], '.2f')} | draft mean exit block "
-            f"{num(ls['draft_mean_exit_layer'], '.2f')}")
+            f"{num(ls['draft_mean_exit_layer'], '.2f')}"
+            + "".join(f" | {src}: kept {v['accepted']}/{v['drafted']} in {v['steps']} steps"
+                      for src, v in sorted(ls.get("by_source", {}).items()))
+            + f" | draft length {ls.get('draft_length') or '-'}")

@@ -8,6 +8,8 @@ import socket
 import sys
 from typing import List, Optional
 
+from ..args import add_draft_args
+
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pyriver serve", description="OpenAI-compatible server with batched decoding")
@@ -25,9 +27,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tau", type=float, default=None, help="exit threshold")
     p.add_argument("--min-exit-layer", type=int, default=None)
     p.add_argument("--lossless", action="store_true",
-                   help="the river drafts, the backbone verifies: every stream's tokens are full depth's (needs --river)")
+                   help="the river (or --lossless-draft) drafts, the backbone verifies: every stream's tokens are full "
+                   "depth's (needs --river, unless --lossless-draft ngram)")
     p.add_argument("--draft-max", "--spec-draft-n-max", "--draft", "--draft-n", dest="draft_max", type=int, default=None,
                    help="most tokens drafted per step (lossless mode; a draft model: default 3)")
+    # run's, bench's and calibrate's --draft, named apart: --draft is llama-server's --draft-max here
+    add_draft_args(p, flag="--lossless-draft")
     # llama-server's speculative decoding (server/drafting.py): a draft model or n-gram lookup
     p.add_argument("--model-draft", "-md", "--spec-draft-model", dest="model_draft", default=None,
                    help="a draft model (GGUF of the same vocabulary) whose drafts the model verifies")
@@ -83,6 +88,18 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_lossless_draft(a: argparse.Namespace) -> None:
+    """--lossless-draft and --draft-cost: what the server's batch scheduler can run, else why not."""
+    if (a.draft is not None or a.draft_cost is not None) and not a.lossless:
+        raise ValueError("--lossless-draft and --draft-cost choose lossless mode's drafter and draft length: add "
+                         "--lossless")
+    if a.draft == "both":
+        raise ValueError("--lossless-draft both: the server's batch step drafts each slot on the River path or from "
+                         "n-grams, not from both (use river or ngram; pyriver run, bench and Llama draft with both)")
+    if a.draft == "ngram" and a.river is not None:
+        raise ValueError("--lossless-draft ngram drafts without the river and verifies at full depth: leave out --river")
+
+
 def settings(a: argparse.Namespace) -> dict:
     if a.model_file is not None:
         if a.model is not None:
@@ -95,14 +112,17 @@ def settings(a: argparse.Namespace) -> dict:
     if a.parallel < 1 or a.queue < 0 or a.prompt_chunk < 1 or a.ctx < 16:
         raise ValueError("--parallel and --prompt-chunk must be >= 1, --queue >= 0, --ctx >= 16")
     kw = {"river": None}
+    check_lossless_draft(a)
     if a.river is not None:
         kw = dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer)
-    elif a.tau is not None or a.min_exit_layer is not None or a.lossless:
-        raise ValueError("--tau, --min-exit-layer and --lossless need --river")
+    elif a.tau is not None or a.min_exit_layer is not None or (a.lossless and a.draft != "ngram"):
+        raise ValueError("--tau, --min-exit-layer and --lossless need --river (--lossless --lossless-draft ngram "
+                         "needs none)")
     from .drafting import settings as draft_settings
     spec = draft_settings(a, a.lossless, a.river is not None)
     if a.lossless:
-        kw.update(lossless=True, **({} if a.draft_max is None else {"draft_max": a.draft_max}))
+        kw.update(lossless=True, draft_model=a.draft, draft_cost=a.draft_cost,
+                  **({} if a.draft_max is None else {"draft_max": a.draft_max}))
     if a.batch_invariant and a.not_batch_invariant:
         raise ValueError("--batch-invariant and --not-batch-invariant exclude each other")
     if a.batch_invariant or a.not_batch_invariant:

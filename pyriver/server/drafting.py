@@ -16,6 +16,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..batch import BatchDecoder, Feed
+from ..draftlen import DraftLength
+from ..lossless import cut_proposal
 
 TYPES = ("draft-simple", "ngram-simple")
 OTHER_TYPES = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-map-k", "ngram-map-k4v",
@@ -94,6 +96,12 @@ def make(spec: Optional[Dict], llm, n_slots: int, threads: Optional[int], llama_
 class Drafter:
     """What the scheduler calls: propose() the drafts of the decoding slots, decide() a verify step."""
     source = ""
+    length = "fixed"   # the draft length rule, as lossless statistics name it
+
+    @property
+    def kind(self) -> str:
+        """The drafter as lossless statistics' by_source names it."""
+        return self.source
 
     def __init__(self, spec: Dict):
         self.n_max, self.n_min = spec["n_max"], spec["n_min"]
@@ -159,6 +167,44 @@ def lookup(hist: Sequence[int], n: int, m: int) -> List[int]:
     j = int(hits[-1]) + 1
     copy = min(m, cur - (j + n))
     return [] if copy < n else [int(t) for t in toks[j + n:j + n + copy]]
+
+
+class LlamaDrafter(Drafter):
+    """The served Llama's own draft model in lossless mode (`--lossless --lossless-draft ngram`:
+    pyriver.draft's n-gram prompt lookup; any callable with llama-cpp-python's draft-model
+    signature), called on each decoding slot's tokens. Its proposal is cut to the slot's limit,
+    or with the Llama's DraftCost (--draft-cost) to each slot's own draft length by cost
+    (pyriver.draftlen), as Llama's lossless mode cuts it alone."""
+
+    kind = "ngram"   # as Llama's lossless mode counts a draft model's drafts
+
+    def __init__(self, speculator, n_vocab: int):
+        super().__init__(dict(n_max=speculator.draft_max, n_min=0, synth_rates=None))
+        self.model, self.cost, self.n_vocab = speculator.draft_model, speculator.cost, n_vocab
+        self.source = speculator.source
+        self.length = "fixed" if self.cost is None else "by cost"
+        self.dls: Dict[int, Optional[DraftLength]] = {}
+        self.keys: Dict[int, str] = {}
+
+    def start(self, seq: int, sampler) -> None:
+        self.dls[seq] = None if self.cost is None else DraftLength(self.cost, self.n_max)
+
+    def propose(self, want):
+        out = {}
+        for seq, (hist, limit) in want.items():
+            prop = np.asarray(self.model(np.asarray(hist, dtype=np.intc)), dtype=np.int64).reshape(-1)
+            if ((prop < 0) | (prop >= self.n_vocab)).any():   # a draft model's bad token: no drafts this step
+                prop = prop[:0]
+            prop, self.keys[seq] = cut_proposal(self.model, prop, max(limit, 0), self.dls.get(seq))
+            out[seq] = [int(t) for t in prop]
+        return out
+
+    def decide(self, seq: int, rows: np.ndarray, drafts: List[int], hist: Sequence[int], sampler, is_eog):
+        out = super().decide(seq, rows, drafts, hist, sampler, is_eog)
+        dl = self.dls.get(seq)
+        if dl is not None and drafts:
+            dl.update(self.keys[seq], len(drafts), len(out) - 1)
+        return out
 
 
 class DraftModel(Drafter):

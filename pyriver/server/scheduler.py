@@ -20,9 +20,11 @@ from typing import Callable, List, Optional
 
 from .. import lossless
 from ..batch import BatchDecoder, Feed
+from ..draftlen import DraftLength
 from ..grammar import GrammarError
 from ..logprobs import entry as logprob_entry
 from ..sampling import Sampler
+from . import drafting
 
 
 class QueueFull(Exception):
@@ -63,6 +65,7 @@ class Slot:
         self.history: List[int] = []   # prompt and generated tokens (penalties)
         self.next_tok: Optional[int] = None
         self.k = 0                     # lossless: the draft length of the next step
+        self.dl: Optional[DraftLength] = None   # lossless by cost: the draft length rule (pyriver.draftlen)
         self.drafts: List[int] = []    # lossless: this step's drafts and the distributions they came from
         self.qs: list = []
         self.last_start = 0            # when it last took a request (the scheduler's count of starts)
@@ -73,10 +76,15 @@ class Scheduler:
                  metrics=None, drafter=None, ctx_shift: bool = False):
         self.llm = llm
         self.spec = llm.speculator   # lossless mode, or None
-        if self.spec is not None and self.spec.draft_model is not None:
-            raise ValueError("the server drafts on the River path; a draft_model is not supported")
         if self.spec is not None and drafter is not None:
-            raise ValueError("one drafter per server: lossless mode drafts on the River path")
+            raise ValueError("one drafter per server: lossless mode drafts on the River path or with the model's "
+                             "draft_model")
+        if self.spec is not None and self.spec.draft_model is not None:
+            if self.spec.river_fallback:
+                raise ValueError("the server's batch step drafts each slot on the River path or from one draft model, "
+                                 "not from both (n-grams, else the river): use the river or ngram drafter")
+            # lossless mode with a draft model (n-grams): its drafts per slot, as another drafter's
+            drafter, self.spec = drafting.LlamaDrafter(self.spec, llm.n_vocab()), None
         self.drafter = drafter   # server.drafting's, or None
         self.ctx_shift = ctx_shift
         self.dec = BatchDecoder(llm, n_slots, batch_rule)
@@ -184,9 +192,10 @@ class Scheduler:
         s.last_start = self.n_starts
         if self.spec is not None:
             s.k = self.spec.draft_max   # each request starts afresh, as Llama's lossless calls do
-            r.lossless = lossless.new_stats("river")
+            s.dl = None if self.spec.cost is None else DraftLength(self.spec.cost, self.spec.draft_max)
+            r.lossless = lossless.new_stats("river", "grow/shrink" if s.dl is None else "by cost")
         if self.drafter is not None:
-            r.lossless = lossless.new_stats(self.drafter.source)
+            r.lossless = lossless.new_stats(self.drafter.source, self.drafter.length)
             self.drafter.start(s.seq, r.sampler)
 
     def _finish(self, s: Slot, reason: str) -> None:
@@ -213,7 +222,8 @@ class Scheduler:
         for s in decoding:
             s.drafts, s.qs = [], []
             room = min(s.req.max_tokens - s.req.n_generated, self.n_ctx - len(s.history))
-            limit[s.seq] = min(s.k, room - 1, share)
+            cap = min(room - 1, share)
+            limit[s.seq] = min(s.k, cap) if s.dl is None else s.dl.choose("river", cap)
         active = [s for s in decoding if limit[s.seq] > 0]
         n0 = {s.seq: self.dec.pos(s.seq) for s in active}
         while active:
@@ -261,8 +271,10 @@ class Scheduler:
             return 0
         kept = len(out) - 1
         self.dec.truncate(s.seq, self.dec.pos(s.seq) - len(s.drafts) + kept)
-        lossless.count_step(s.req.lossless, len(s.drafts), kept)
-        if self.spec is not None:
+        lossless.count_step(s.req.lossless, len(s.drafts), kept, "river" if self.drafter is None else self.drafter.kind)
+        if s.dl is not None:
+            s.dl.update("river", len(s.drafts), kept)
+        elif self.spec is not None:
             s.k = lossless.next_draft_len(s.k, len(s.drafts), kept, self.spec.draft_max)
         n = 0
         for tok, logits in out:

@@ -30,6 +30,7 @@ def river_info(srv) -> dict:
                       "exit_threshold": llm.exit_threshold if on else None,
                       "min_exit_layer": llm.min_exit_layer if on else None,
                       "lossless": spec is not None, "draft_max": spec.draft_max if spec is not None else None,
+                      "draft": spec.source if spec is not None else None,
                       "per_request": False}}
 
 

@@ -13,7 +13,8 @@ from pyriver.sidecar import find_calibration
 
 def add_set_args(p: argparse.ArgumentParser, n_default: int, limit_default) -> None:
     p.add_argument("model", nargs="?", default=None, help="GGUF path or registry name (default: SmolLM2-135M-Instruct Q4_1)")
-    p.add_argument("--prompts", default=None, help="builtin (24 chat/code/math/prose prompts), humaneval, or a JSONL "
+    p.add_argument("--prompts", default=None, help="builtin (24 chat/code/math/prose prompts), humaneval, code-edit (6 prompts "
+                   "that ask for a small change to the code they give: where lossless n-gram drafts pay), or a JSONL "
                    "file with one {\"prompt\": ...} a line")
     p.add_argument("--limit", type=positive, default=limit_default, help="use this many prompts, round-robin over categories")
     p.add_argument("-n", type=positive, default=n_default, help="reference tokens per prompt")

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 from tqdm import tqdm
 
 from pyriver import models
-from pyriver.args import tensor_split
+from pyriver.args import add_draft_args, tensor_split
 from pyriver.cli import TOOLS, guarded
 from pyriver.llama import DEFAULT_TAU, Llama
 
@@ -67,13 +67,11 @@ def parser() -> argparse.ArgumentParser:
                    "single steps, k = 1..8, in one process")
     b.add_argument("--draft-max", type=int, nargs="+", default=None, help="lossless: longest drafts to run (default 2 4)")
     b.add_argument("--prompts", type=int, default=6, help="lossless: prompts per set per repeat")
-    b.add_argument("--draft", nargs="+", choices=["river", "ngram", "both"], default=None,
-                   help="lossless: drafters to run (default river)")
     b.add_argument("--prompt-set", choices=["chat", "code-edit", "both"], default="chat",
                    help="lossless: built-in chat prompts, code-edit prompts (the answer repeats the prompt's code) or both")
     b.add_argument("--fixed-k", action="store_true", help="lossless: the old draft length (grow/shrink by one up to "
                    "--draft-max) instead of by cost")
-    b.add_argument("--draft-cost", default=None, help="lossless: a --verify-cost JSON whose table the draft length reads")
+    add_draft_args(b, many=True)   # --draft, --draft-cost (without: DEFAULT_COST's table, unless --fixed-k)
     b.add_argument("--no-llama-cpp", action="store_true", help="lossless: no llama.cpp row")
     b.add_argument("--not-batch-invariant", action="store_true",
                    help="serve: also pyriver's server with --not-batch-invariant (the default; lossless: the default too)")

@@ -4,9 +4,11 @@ set, measured, and stored in the river sidecar's metadata (`pyriver.calibration.
 runtime's: pyriver.sidecar).
 
 The candidates: lossy River settings of the grid whose top-1 agreement meets the target (sweep's
-teacher-forced points), and lossless mode on each river type (drafts under --draft-tau, verified at
-full depth), which meets any target when its greedy answers equalled full depth's on every prompt;
-it is timed on those answers against full depth in the same process, interleaved. The candidate
+teacher-forced points), and lossless mode for each drafter of --draft (river: drafts under
+--draft-tau; ngram: prompt lookup, once; both) on each river type, verified at full depth, its
+draft length by cost with --draft-cost (a river draft's cost measured here). A lossless point
+meets any target when its greedy answers equalled full depth's on every prompt; it is timed on
+those answers against full depth in the same process, interleaved. The candidate
 with the largest speedup over full depth wins. River stays off (every tried sidecar records
 enabled = false) when that speedup is not above --min-speedup, or when llama.cpp running the model
 uniformly requantized to a river type meets the target and is at least as fast."""
@@ -20,8 +22,9 @@ from typing import Dict, List, Optional
 
 from gguf import GGUFValueType as T
 
-from pyriver.args import device_kwargs, positive
+from pyriver.args import add_draft_args, device_kwargs, positive
 from pyriver.cli import TOOLS, guarded
+from pyriver.draftlen import DraftCost
 from pyriver.llama import DEFAULT_DRAFT_MAX, Llama
 from pyriver.sidecar import CALIBRATION_PREFIX as PREFIX
 
@@ -31,6 +34,7 @@ from .engine import progress
 from .generation import greedy_answers
 from .gguf_io import rewrite_kv
 from .results import summary, write_json
+from .specbench import river_draft_cost
 
 
 def store(sidecar: str, record: Dict) -> None:
@@ -44,12 +48,31 @@ def store(sidecar: str, record: Dict) -> None:
         vals[PREFIX + "lossless"] = (bool(s["lossless"]), T.BOOL)
         if s["lossless"]:
             vals[PREFIX + "draft_max"] = (int(s["draft_max"]), T.INT32)
+            vals[PREFIX + "draft"] = (str(s.get("draft", "river")), T.STRING)   # the report holds draft_cost
     rewrite_kv(sidecar, vals, drop_prefix=PREFIX)
 
 
+def _lossless_settings(a, llms) -> List[Dict]:
+    """The lossless candidates: each drafter of --draft on each river type (n-grams draft without
+    the river: once, on the first)."""
+    out = []
+    for d in a.draft or ["river"]:
+        for rt, llm in list(zip(a.river, llms))[:1 if d == "ngram" else None]:
+            out.append(dict(draft=d, river=rt, llm=llm))
+    return out
+
+
+def _cost(a, s: Dict, mn: int) -> Optional[DraftCost]:
+    """--draft-cost's verify table with a river draft's cost measured here (n-grams never draft on the river)."""
+    if a.draft_cost is None:
+        return None
+    river = a.draft_cost.river_draft if s["draft"] == "ngram" else river_draft_cost(s["llm"], a.draft_tau, mn)
+    return DraftCost(a.draft_cost.verify, river)
+
+
 def measure_lossless(a, model_path: str) -> List[Dict]:
-    """One lossless point per river type: greedy answers to the calibration prompts in lossless mode
-    and at full depth, each repeat running every setting once in turn; medians."""
+    """One lossless point per drafter and river type: greedy answers to the calibration prompts in
+    lossless mode and at full depth, each repeat running every setting once in turn; medians."""
     prompts = datasets.subset(datasets.load_prompts(a.prompts), a.limit)
     mn = a.min_exit_layer[0]
     llms = []
@@ -57,16 +80,20 @@ def measure_lossless(a, model_path: str) -> List[Dict]:
         for rt in a.river:
             llms.append(Llama(model_path, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
                               river=rt, river_force=a.river_force, exit_threshold=2.0, **device_kwargs(a)))
+        sets = _lossless_settings(a, llms)
+        for s in sets:
+            s["cost"] = _cost(a, s, mn)
         full: List[Dict] = []
-        runs: List[List[Dict]] = [[] for _ in llms]
-        bar = progress(a.repeats * (len(llms) + 1) * len(prompts), "lossless (prompts)")
+        runs: List[List[Dict]] = [[] for _ in sets]
+        bar = progress(a.repeats * (len(sets) + 1) * len(prompts), "lossless (prompts)")
         for _ in range(a.repeats):
             llms[0].set_exit(2.0, mn)   # full depth; each Llama leaves lossless mode after its own run
             full.append(greedy_answers(llms[0], prompts, a.n))
             bar.update(len(prompts))
-            for llm, rr in zip(llms, runs):
+            for s, rr in zip(sets, runs):
+                llm = s["llm"]
                 llm.set_exit(a.draft_tau, mn)
-                llm.set_lossless(True, draft_max=a.draft_max)
+                llm.set_lossless(True, draft_model=s["draft"], draft_max=a.draft_max, draft_cost=s["cost"])
                 rr.append(greedy_answers(llm, prompts, a.n))
                 llm.set_lossless(False)
                 bar.update(len(prompts))
@@ -76,18 +103,24 @@ def measure_lossless(a, model_path: str) -> List[Dict]:
             llm.close()
     full_tok_s = [x["tok_s"] for x in full if x["tok_s"] is not None]
     points = []
-    for rt, llm, rr in zip(a.river, llms, runs):
+    for s, rr in zip(sets, runs):
         tok_s = [x["tok_s"] for x in rr if x["tok_s"] is not None]
+        name = _label(dict(s, lossless=True, tau=a.draft_tau, min_exit_layer=mn, draft_max=a.draft_max,
+                           draft_cost=s["cost"]), short=True)
         if not tok_s or not full_tok_s:   # every answer ended at once: nothing to time
-            print(f"lossless {rt}: no token generated on the calibration prompts, not a candidate", file=sys.stderr)
+            print(f"{name}: no token generated on the calibration prompts, not a candidate", file=sys.stderr)
             continue
         dr, ac, st = rr[0]["drafted"], rr[0]["accepted"], rr[0]["verify_steps"]
-        points.append({"name": f"lossless {rt} tau {a.draft_tau} min {mn} k {a.draft_max}", "kind": "lossless",
-                       "river": rt, "tau": a.draft_tau, "min_exit_layer": mn, "draft_max": a.draft_max,
-                       "sidecar": llm.river_path, "decode_tok_s": summary(tok_s),
+        points.append({"name": name, "kind": "lossless", "river": s["river"], "draft": s["draft"],
+                       "draft_cost": None if s["cost"] is None else s["cost"].to_dict(),
+                       "tau": a.draft_tau, "min_exit_layer": mn, "draft_max": a.draft_max,
+                       "sidecar": s["llm"].river_path, "decode_tok_s": summary(tok_s),
                        "full_depth_tok_s": summary(full_tok_s),
                        "speedup": statistics.median(tok_s) / statistics.median(full_tok_s),
                        "text_equals_full_depth": all(x["texts"] == full[0]["texts"] for x in rr + full),
+                       # the answers equal to full depth's in every repeat (of the prompts)
+                       "prompts_equal_full_depth": sum(all(x["texts"][i] == full[0]["texts"][i] for x in rr + full)
+                                                       for i in range(len(prompts))),
                        "drafted": dr, "accepted": ac, "verify_steps": st,
                        "acceptance_rate": ac / dr if dr else None, "mean_accepted_length": ac / st if st else None})
     return points
@@ -101,13 +134,14 @@ def decide(points: List[Dict], target: float, min_speedup: float, against_unifor
              for p in points if p["kind"] == "river" and p["top1_agreement"] >= target]
     cands += [dict(river=p["river"], tau=p["tau"], min_exit_layer=p["min_exit_layer"], lossless=True,
                    draft_max=p["draft_max"], top1_agreement=1.0, decode_tok_s=p["decode_tok_s"]["median"],
-                   speedup=p["speedup"])
+                   speedup=p["speedup"], **_drafter(p))
               for p in lossless if p["text_equals_full_depth"]]
     if not cands:
         why = f"no River setting reaches top-1 agreement {target}"
         return {"enabled": False, "reason": why + (" and no lossless run gave full depth's text" if lossless else "")}
     best = max(cands, key=lambda c: c["speedup"])
-    setting = {k: best[k] for k in ("river", "tau", "min_exit_layer", "lossless", "draft_max") if k in best}
+    setting = {k: best[k] for k in ("river", "tau", "min_exit_layer", "lossless", "draft_max", "draft", "draft_cost")
+               if k in best}
     out = {"candidate": best}
     if best["speedup"] <= min_speedup:
         return dict(out, enabled=False, reason=(f"the fastest setting meeting the target ({_label(best)}, "
@@ -123,10 +157,25 @@ def decide(points: List[Dict], target: float, min_speedup: float, against_unifor
     return dict(out, enabled=True, setting=setting, reason=f"{_label(best)}: {best['speedup']:.3f}x full depth")
 
 
-def _label(c: Dict) -> str:
-    if c.get("lossless"):
-        return f"lossless on river {c['river']}, drafts at tau {c['tau']} min layer {c['min_exit_layer']}, k {c['draft_max']}"
-    return f"river {c['river']} tau {c['tau']} min layer {c['min_exit_layer']}"
+def _drafter(p: Dict) -> Dict:
+    """A lossless point's drafter and draft length rule, as a setting stores them (the river drafter
+    with the grow/shrink rule, the only one before, stores neither)."""
+    return {**({"draft": p["draft"]} if p.get("draft", "river") != "river" else {}),
+            **({"draft_cost": p["draft_cost"]} if p.get("draft_cost") is not None else {})}
+
+
+def _label(c: Dict, short: bool = False) -> str:
+    if not c.get("lossless"):
+        return f"river {c['river']} tau {c['tau']} min layer {c['min_exit_layer']}"
+    d, by_cost = c.get("draft", "river"), c.get("draft_cost") is not None
+    k = f"k<={c['draft_max']} by cost" if by_cost else f"k {c['draft_max']}"
+    if short:   # a point's name
+        return (f"lossless ngram on {c['river']} {k}" if d == "ngram" else
+                f"lossless {'' if d == 'river' else d + ' '}{c['river']} tau {c['tau']} min {c['min_exit_layer']} {k}")
+    if d == "ngram":
+        return f"lossless, n-gram drafts, {k} (river {c['river']} sidecar)"
+    how = "n-gram drafts, else river drafts" if d == "both" else "drafts"
+    return f"lossless on river {c['river']}, {how} at tau {c['tau']} min layer {c['min_exit_layer']}, {k}"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -140,6 +189,7 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--draft-tau", type=float, default=0.975, help="exit threshold of lossless mode's drafts")
     k.add_argument("--draft-max", type=positive, default=DEFAULT_DRAFT_MAX, help="lossless mode's longest draft")
     k.add_argument("--no-lossless", action="store_true", help="leave lossless mode out of the candidates")
+    add_draft_args(k, many=True)   # --draft: a lossless candidate per drafter; --draft-cost: the length by cost
     return k
 
 
@@ -165,8 +215,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     record = dict(d, target_fidelity=a.target_fidelity, min_speedup=a.min_speedup, against_uniform=not a.no_uniform,
                   calibration_set=datasets.set_name(a.prompts, a.limit), tokens_per_prompt=a.n,
                   threads=a.threads, model_sha256=res["conditions"]["model_sha256"], utc=res["conditions"]["utc"],
-                  lossless_measured=[{k: p[k] for k in ("river", "tau", "draft_max", "speedup", "acceptance_rate",
-                                                        "text_equals_full_depth")} for p in res["lossless_points"]])
+                  lossless_measured=[{k: p[k] for k in ("river", "draft", "tau", "draft_max", "speedup",
+                                                        "acceptance_rate", "text_equals_full_depth")}
+                                     for p in res["lossless_points"]])
     stored = []
     for p in points:
         sc = p.get("sidecar")
@@ -179,7 +230,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         acc = "-" if p["acceptance_rate"] is None else f"{100 * p['acceptance_rate']:.0f}%"
         print(f"{p['name']}: {p['decode_tok_s']['median']:.1f} vs {p['full_depth_tok_s']['median']:.1f} tok/s at full "
               f"depth ({p['speedup']:.2f}x), {acc} of the drafts kept, text equal to full depth: "
-              f"{p['text_equals_full_depth']}")
+              f"{p['text_equals_full_depth']} ({p['prompts_equal_full_depth']}/"
+              f"{res['conditions']['prompts']} prompts)")
     if d["enabled"]:
         s = d["setting"]
         where = next(p["sidecar"] for p in points if p["kind"] == "river" and p["river"] == s["river"])

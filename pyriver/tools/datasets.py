@@ -11,10 +11,11 @@ import json
 import os
 from typing import Dict, List, Optional
 
-from .prompts import PROMPTS, TEXTS
+from .prompts import CODE_EDIT_PROMPTS, PROMPTS, TEXTS
 
 BUILTIN = "builtin"
 HUMANEVAL = "humaneval"
+CODE_EDIT = "code-edit"   # prompts.CODE_EDIT_PROMPTS: the answer repeats the prompt's code
 
 
 def _humaneval() -> List[Dict]:
@@ -26,12 +27,15 @@ def _humaneval() -> List[Dict]:
 
 
 def load_prompts(source: Optional[str] = None) -> List[Dict]:
-    """`builtin` (default), `humaneval`, or a JSONL file with one {"prompt": ...} a line (optional
+    """`builtin` (default), `humaneval`, `code-edit`, or a JSONL file with one {"prompt": ...} a line (optional
     "category"; "chat": false to continue the prompt as raw text)."""
     if source in (None, BUILTIN):
         return [{"id": f"builtin/{i}", "category": c, "prompt": p, "chat": True} for i, (c, p) in enumerate(PROMPTS)]
     if source == HUMANEVAL:
         return [{"id": t["task_id"], "category": "code", "prompt": t["prompt"], "chat": False} for t in _humaneval()]
+    if source == CODE_EDIT:
+        return [{"id": f"code-edit/{i}", "category": c, "prompt": p, "chat": True}
+                for i, (c, p) in enumerate(CODE_EDIT_PROMPTS)]
     out = []
     with open(source, encoding="utf-8") as f:
         for i, line in enumerate(f, 1):
@@ -92,6 +96,6 @@ def subset(items: List[Dict], limit: Optional[int]) -> List[Dict]:
 def set_name(source: Optional[str], limit: Optional[int] = None) -> str:
     """How a set is named in results (a file by its path)."""
     name = source or BUILTIN
-    if name not in (BUILTIN, HUMANEVAL):
+    if name not in (BUILTIN, HUMANEVAL, CODE_EDIT):
         name = os.path.abspath(name)
     return f"{name}[:{limit}]" if limit else name

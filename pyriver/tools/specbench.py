@@ -10,7 +10,6 @@ cost (pyriver.draftlen) unless --fixed-k, with the verify table of --draft-cost 
 `--verify-cost` JSON) and a river draft's cost measured here before the first repeat."""
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from typing import Dict, List
@@ -76,12 +75,6 @@ def river_draft_cost(llm, tau: float, min_exit_layer, steps: int = 12) -> float:
     return statistics.median(ratios)
 
 
-def _verify_table(a) -> List[float]:
-    if not a.draft_cost:
-        return DEFAULT_COST.verify
-    with open(a.draft_cost) as f:
-        k = json.load(f)["k"]
-    return [k[str(n)]["decode_steps"] for n in sorted(map(int, k))]
 
 
 def main(a) -> int:
@@ -94,7 +87,7 @@ def main(a) -> int:
     ref = None if a.no_llama_cpp else _llama_cpp(a, path)
     settings = _settings(a)
     sets = _prompt_sets(a)
-    verify = _verify_table(a)
+    verify = (a.draft_cost or DEFAULT_COST).verify   # --draft-cost: pyriver.args.draft_cost
     costs = {}
     for t in sorted({s["tau"] for s in settings if s.get("lossless") and s["draft"] != "ngram"}):
         costs[t] = DraftCost(verify, river_draft_cost(llm, t, a.min_exit_layer))

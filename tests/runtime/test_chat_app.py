@@ -101,3 +101,19 @@ def test_chat_lossless_on_and_off_from_a_pipe(smol_path):
     assert lines[i + 1:lines.index(stats)] == answer
     assert "[lossless off]" in lines
     assert lines[-len(answer):] == answer
+
+
+def test_chat_lossless_drafter_from_a_pipe(smol_path):
+    """/lossless on ngram: n-grams draft (no river built), /stats names them and the answer is full
+    depth's; a drafter that does not exist gets the usage line, and the chat goes on."""
+    ask = "Repeat exactly: one two three four, one two three four, one two three four.\n"
+    full = pyriver_cli("chat", smol_path, "-n", "24", "--batch-invariant", input=ask)
+    r = pyriver_cli("chat", smol_path, "-n", "24", "--batch-invariant",
+                    input="/lossless on bigram\n/lossless on ngram\n" + ask + "/stats\n")
+    assert full.returncode == 0 and r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    answer = [ln for ln in full.stdout.splitlines() if ln.strip()]
+    assert lines[0] == "usage: /lossless on [river|ngram|both] or /lossless off"
+    assert lines[1] == "[lossless on: n-grams draft, full depth verifies]"
+    stats = next(ln for ln in lines if ln.startswith("[lossless (PromptLookupDecoding drafts)"))
+    assert lines[2:lines.index(stats)] == answer and "| ngram: kept " in stats and "river:" not in stats

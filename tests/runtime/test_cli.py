@@ -54,3 +54,34 @@ def test_run_lossless_prints_the_full_depth_text_and_draft_stats(smol_path):
     last = r.stdout.strip().splitlines()[-1]
     assert last.startswith("[lossless (river drafts): drafted ") and "verify steps" in last, last
     assert "mean accepted length" in last
+
+
+CODE = ("def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n\n\n"
+        "# The same two functions again, unchanged:\ndef area(w, h):\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft,kind,river", [("ngram", "PromptLookupDecoding", False), ("both", "NgramOrRiver", True)])
+def test_run_lossless_drafter_and_cost_reach_the_llama(smol_path, draft, kind, river):
+    """--draft and --draft-cost reach Llama's lossless mode: the stats line names the drafter, its
+    drafts by source and the draft length by cost; the text is full depth's."""
+    args = ("run", CODE, "-n", "24", "--model", smol_path)
+    full = _pyriver(*args)
+    r = _pyriver(*args, "--lossless", "--draft", draft, "--draft-cost", "default", "--draft-max", "6", "--stats")
+    assert full.returncode == 0 and r.returncode == 0, r.stderr
+    assert r.stdout.split("\n\n[prompt")[0] == full.stdout.split("\n\n[prompt")[0]
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"[lossless ({kind} drafts): drafted ") and "| ngram: kept " in last, last
+    assert last.endswith("| draft length by cost]") and ("| river: kept" in last) <= river, last
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,code,words", [
+    (["--draft", "ngram"], 1, "add --lossless"),
+    (["--draft-cost", "default"], 1, "add --lossless"),
+    (["--lossless", "--draft", "bigram"], 2, "invalid choice: 'bigram'"),
+    (["--lossless", "--draft", "ngram", "--draft-cost", "/nonexistent/vc.json"], 2, "not a readable file"),
+])
+def test_run_bad_drafter_settings(smol_path, args, code, words):
+    r = _pyriver("run", "hi", "-n", "2", "--model", smol_path, *args)
+    assert r.returncode == code and words in r.stderr and "Traceback" not in r.stderr, r.stderr

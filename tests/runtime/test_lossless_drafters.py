@@ -95,3 +95,33 @@ def test_adaptive_k_keeps_full_depth_text(request, name):
     expect = {"ngram": {"ngram"}, "both": {"ngram", "river"}, "river": {"river"}}[name]
     assert set(src) == expect and all(v["drafted"] > 0 and v["accepted"] > 0 for v in src.values())   # drafted, kept
     assert max(v["longest"] for v in src.values()) > 2   # k grew past the starting choice
+
+
+def test_draft_cost_parsing(tmp_path):
+    """Every front end's --draft-cost / draft_cost reads through one rule (pyriver.draftlen.parse_cost)."""
+    from pyriver.draftlen import parse_cost
+    assert parse_cost(None) is None and parse_cost("default") is DEFAULT_COST and parse_cost(CHEAP) is CHEAP
+    vc = tmp_path / "vc.json"
+    vc.write_text('{"k": {"2": {"decode_steps": 1.5}, "1": {"decode_steps": 1.0}, "3": {"decode_steps": 1.7}}}')
+    c = parse_cost(str(vc))
+    assert c.verify == [1.0, 1.5, 1.7] and c.river_draft == DEFAULT_COST.river_draft
+    assert parse_cost(c.to_dict()).verify == c.verify   # as a calibration stores it
+    with pytest.raises(ValueError, match="not 'default' and not a readable file"):
+        parse_cost(str(tmp_path / "missing.json"))
+    vc.write_text('{"points": []}')
+    with pytest.raises(ValueError, match="verify-cost"):
+        parse_cost(str(vc))
+    with pytest.raises(TypeError, match="draft_cost"):
+        parse_cost(3)
+
+
+def test_llama_takes_drafter_and_cost_at_construction(request):
+    """Llama(lossless=True, draft_model=NAME, draft_cost=...) as `pyriver run` and the server make it:
+    n-gram drafts without a river, their statistics by source and the draft length rule."""
+    with Llama(model_path(request, "smol"), n_ctx=256, n_threads=2, verbose=False, river=None, lossless=True,
+               draft_model="ngram", draft_max=6, draft_cost="default") as llm:
+        assert llm.river_path is None and llm.speculator.cost is DEFAULT_COST
+        llm(CODE, max_tokens=24, temperature=0)
+        ls = llm.river_stats()["lossless"]
+        assert ls["draft"] == "PromptLookupDecoding" and ls["draft_length"] == "by cost"
+        assert set(ls["by_source"]) == {"ngram"} and ls["by_source"]["ngram"]["drafted"] > 0

@@ -29,6 +29,9 @@ def servers(smol_path, synth_paths):
         out["random"] = ServerProcess(smol_path, *COMMON, "-md", synth_paths["mha"], "--spec-draft-n-max", "4")
         out["ngram"] = ServerProcess(smol_path, *COMMON, "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n",
                                      "2", "--spec-ngram-simple-size-m", "8")
+        # lossless mode's n-gram drafter (pyriver.draft's, no river) with the draft length by cost
+        out["lossless-ngram"] = ServerProcess(smol_path, *COMMON, "--lossless", "--lossless-draft", "ngram",
+                                              "--draft-max", "6", "--draft-cost", "default")
         yield out
     finally:
         for s in out.values():
@@ -47,7 +50,7 @@ def all_streams(server, **kw):
         return list(ex.map(lambda p: complete(server, p, **kw), PROMPTS))
 
 
-@pytest.mark.parametrize("drafter", ["self", "random", "ngram"])
+@pytest.mark.parametrize("drafter", ["self", "random", "ngram", "lossless-ngram"])
 def test_drafts_change_no_token_greedy(servers, drafter):
     want = all_streams(servers["plain"], temperature=0.0)
     assert all_streams(servers[drafter], temperature=0.0) == want
@@ -68,6 +71,47 @@ def test_draft_stats(servers):
     assert t_self["draft_n"] > 0 and t_self["draft_n_accepted"] == t_self["draft_n"]   # its own drafts: all right
     assert t_rand["draft_n"] > 0 and t_rand["draft_n_accepted"] < t_rand["draft_n"]
     assert "draft_n" not in http("POST", servers["plain"].url + "/completion", body)[1]["timings"]
+
+
+def test_lossless_drafter_reaches_the_scheduler(servers, smol_path):
+    """--lossless --lossless-draft ngram --draft-cost default: the requests' lossless statistics name
+    the n-gram drafter and the draft length by cost, and it drafts on a text that repeats itself."""
+    body = {"prompt": PROMPTS[4], "n_predict": 32, "temperature": 0.0, "ignore_eos": True}
+    code, got = http("POST", servers["lossless-ngram"].url + "/completion", body)
+    assert code == 200, got
+    assert got["timings"]["draft_n"] > 0
+    c = openai.OpenAI(base_url=servers["lossless-ngram"].url + "/v1", api_key="x", max_retries=0)
+    r = c.completions.create(model="m", prompt=PROMPTS[4], max_tokens=32, temperature=0.0)
+    ls = r.model_extra["river"]["lossless"]
+    assert ls["draft"] == "PromptLookupDecoding" and ls["draft_length"] == "by cost"
+    assert set(ls["by_source"]) == {"ngram"} and ls["by_source"]["ngram"]["drafted"] > 0
+    assert http("GET", servers["lossless-ngram"].url + "/river")[1]["river"]["draft"] == "PromptLookupDecoding"
+    # A lone stream drafts what Llama's lossless mode drafts with the same drafter and cost rule.
+    from pyriver import Llama
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river=None, batch_invariant=True, lossless=True,
+               draft_model="ngram", draft_max=6, draft_cost="default") as llm:
+        want = llm(PROMPTS[4], max_tokens=32, temperature=0)
+    assert r.choices[0].text == want["choices"][0]["text"]
+    assert (ls["drafted"], ls["accepted"]) == (want["river"]["lossless"]["drafted"], want["river"]["lossless"]["accepted"])
+
+
+def test_lossless_river_drafts_by_cost(smol_path):
+    """--river q4_0 --lossless --draft-cost default: each slot's river drafts by cost, as Llama's
+    lossless mode drafts alone (the CPU table's river draft costs 0.77 of a step: it never pays here)."""
+    s = ServerProcess(smol_path, *COMMON, "--river", "q4_0", "--lossless", "--draft-cost", "default")
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+        r = c.completions.create(model="m", prompt=PROMPTS[4], max_tokens=24, temperature=0.0)
+    finally:
+        s.close()
+    ls = r.model_extra["river"]["lossless"]
+    assert ls["draft_length"] == "by cost" and set(ls["by_source"]) == {"river"}
+    from pyriver import Llama
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river="q4_0", batch_invariant=True, lossless=True,
+               draft_cost="default") as llm:
+        want = llm(PROMPTS[4], max_tokens=24, temperature=0)
+    assert r.choices[0].text == want["choices"][0]["text"]
+    assert (ls["drafted"], ls["accepted"]) == (want["river"]["lossless"]["drafted"], want["river"]["lossless"]["accepted"])
 
 
 def test_drafts_stop_at_the_context(servers, smol_path):
@@ -139,6 +183,14 @@ def test_other_vocabulary_refused_at_start(smol_path, gemma_path):
     (["--spec-synth-rates", "0.5"], "needs a drafter"),
     (["--spec-type", "ngram-simple", "--spec-synth-rates", "0.5"], "must give 48 values"),
     (["--model-draft", "/nonexistent/draft.gguf"], "draft.gguf"),
+    (["--river", "q4_0", "--lossless", "--lossless-draft", "both"], "not from both"),
+    (["--river", "q4_0", "--lossless", "--lossless-draft", "ngram"], "leave out --river"),
+    (["--lossless-draft", "ngram"], "add --lossless"),
+    (["--river", "q4_0", "--draft-cost", "default"], "add --lossless"),
+    (["--lossless"], "need --river"),
+    (["--lossless", "--lossless-draft", "bigram"], "invalid choice: 'bigram'"),
+    (["--lossless", "--lossless-draft", "ngram", "--draft-cost", "/nonexistent/vc.json"], "not a readable file"),
+    (["--lossless", "--lossless-draft", "ngram", "--spec-type", "ngram-simple"], "one drafter per server"),
 ])
 def test_bad_drafter_settings_refused(smol_path, args, words):
     err = refusal(smol_path, *args)

@@ -18,12 +18,14 @@ import pytest
 
 from helpers import REPO, default_sigint, pyriver_cli as _pyriver
 from pyriver.cache import file_sha256
+from pyriver.draftlen import DEFAULT_COST
 from pyriver.sidecar import read_calibration
 from pyriver.tools import synth
 from pyriver.tools.results import schema
 
 pytestmark = pytest.mark.slow
 
+DEFAULT_VERIFY = DEFAULT_COST.verify
 GRID = ["--river", "q4_0", "--tau", "0.9", "0.99", "--min-exit-layer", "2", "--limit", "4", "-n", "12"]
 
 
@@ -221,6 +223,44 @@ def test_calibrate_chooses_lossless_mode_that_llama_then_runs(tiny, tmp_path, ca
     # lossless=False: the drafts' tau was never checked for lossy fidelity, so River stays off.
     with Llama(model, n_ctx=64, verbose=False, lossless=False) as llm:
         assert llm.river_path is None and not llm.lossless
+
+
+def test_calibrate_measures_each_drafter_and_llama_runs_the_chosen_one(tiny, tmp_path):
+    """--draft ngram both --draft-cost default on the code-edit prompts: a lossless point per drafter
+    (n-grams once), each by cost; with n-grams alone the chosen setting stores the drafter and its
+    cost, and Llama(MODEL) runs it without a river, by cost, its text full depth's."""
+    from pyriver import Llama
+    from pyriver.tools.calibrate import decide
+    model = str(tmp_path / "cal.gguf")
+    shutil.copy(tiny, model)
+    out = tmp_path / "c.json"
+    base = ["--river", "q4_0", "--tau", "0.0", "--min-exit-layer", "2", "--limit", "2", "-n", "16", "-r", "1",
+            "--target-fidelity", "1.0", "--min-speedup", "0", "--no-uniform", "--draft-tau", "0.9", "--draft-max", "6",
+            "--draft-cost", "default", "--prompts", "code-edit", "--json", str(out)]
+    r = _pyriver("calibrate", model, *base, "--draft", "ngram", "both")
+    assert r.returncode == 0, r.stderr
+    d = _valid(out, "calibrate")
+    assert d["conditions"]["prompt_set"].startswith("code-edit")
+    assert [(p["draft"], p["name"]) for p in d["lossless_points"]] == [
+        ("ngram", "lossless ngram on q4_0 k<=6 by cost"), ("both", "lossless both q4_0 tau 0.9 min 2 k<=6 by cost")]
+    assert all(p["draft_cost"]["verify"] == DEFAULT_VERIFY for p in d["lossless_points"])
+    assert decide(d["points"], 1.0, 0.0, False, d["lossless_points"])["setting"] == d["decision"]["setting"]
+    r = _pyriver("calibrate", model, *base, "--draft", "ngram")
+    assert r.returncode == 0, r.stderr
+    s = _valid(out, "calibrate")["decision"]["setting"]
+    assert s["lossless"] and s["draft"] == "ngram" and s["draft_cost"]["verify"] == DEFAULT_VERIFY, s
+    assert "calibrated: lossless, n-gram drafts, k<=6 by cost" in r.stdout
+    prompt = "def f(x):\n    return x + 1\n\n\n# f again, unchanged:\ndef f(x):\n"
+    with Llama(model, n_ctx=256, n_threads=2, verbose=False) as llm, \
+            Llama(model, n_ctx=256, n_threads=2, verbose=False, river=None) as ref:
+        assert llm.lossless and llm.river_path is None and llm.speculator.draft_max == 6
+        got = llm(prompt, max_tokens=16, temperature=0)
+        assert got["choices"][0]["text"] == ref(prompt, max_tokens=16, temperature=0)["choices"][0]["text"]
+        ls = llm.river_stats()["lossless"]
+        assert llm.river_stats()["calibrated"] and ls["draft"] == "PromptLookupDecoding"
+        assert ls["draft_length"] == "by cost" and set(ls["by_source"]) == {"ngram"}
+    r = _pyriver("calibrate", model, *base, "--draft", "bigram")
+    assert r.returncode == 2 and "invalid choice: 'bigram'" in r.stderr
 
 
 @pytest.mark.parametrize("cmd", ["bench", "eval", "sweep", "calibrate"])
