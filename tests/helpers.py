@@ -119,6 +119,30 @@ def check_forced_exits(llm, ref, blocks) -> None:
     assert set(exits) == set(blocks)
 
 
+def river_copy(smol_path, tmp_dir, n: int):
+    """A copy of SmolLM2 in tmp_dir (its sidecars go beside it) and its full-depth greedy run:
+    (path, prompt, n greedy tokens, stacked logits, n_layer)."""
+    import shutil
+    from pyriver import Llama
+    from pyriver.tools.engine import greedy
+    p = tmp_dir / "m.gguf"
+    shutil.copy(smol_path, p)
+    with Llama(str(p), n_ctx=256, n_threads=2, verbose=False) as full:
+        prompt = full.tokenize(RIVER_PROMPT)
+        run = greedy(full, prompt, n, keep_logits=True)
+        L = full.info["n_layer"]
+    return str(p), prompt, run.tokens, np.stack(run.logits), L
+
+
+def forced_logits(llm, prompt, tokens, blocks):
+    """Teacher-forced logits (same tokens, so the same cache) with forced exits changing per step,
+    and the exits seen."""
+    from pyriver.tools.engine import feed
+    run = feed(llm, prompt, tokens, keep_logits=True,
+               before_step=lambda i, _: llm.set_exit(2.0, 1, blocks[i % len(blocks)]))
+    return np.stack(run.logits), run.exits
+
+
 def on_gpu(llm, gpu_layers: int) -> None:
     """With --gpu-layers -1 every block and the head are on one non-CPU device."""
     if gpu_layers == -1:

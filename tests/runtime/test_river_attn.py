@@ -10,7 +10,7 @@ import gguf
 import numpy as np
 import pytest
 
-from helpers import RIVER_PROMPT, model_path
+from helpers import RIVER_PROMPT, forced_logits, model_path, river_copy
 from pyriver import Llama, ModelLoadError
 from pyriver import river as R
 from pyriver.tools.engine import feed, greedy
@@ -21,21 +21,7 @@ KEPT = "pyriver.river.backbone_matrices"
 
 @pytest.fixture(scope="module")
 def model(smol_path, tmp_path_factory):
-    """A copy of SmolLM2 (its sidecars go beside it) and its full-depth greedy tokens and logits."""
-    p = tmp_path_factory.mktemp("attn") / "m.gguf"
-    shutil.copy(smol_path, p)
-    with Llama(str(p), **KW) as full:
-        prompt = full.tokenize(RIVER_PROMPT)
-        run = greedy(full, prompt, 16, keep_logits=True)
-        L = full.info["n_layer"]
-    return str(p), prompt, run.tokens, np.stack(run.logits), L
-
-
-def _forced(llm, prompt, tokens, blocks):
-    """Teacher-forced logits (same tokens, so the same cache) with forced exits changing per step."""
-    run = feed(llm, prompt, tokens, keep_logits=True,
-               before_step=lambda i, _: llm.set_exit(2.0, 1, blocks[i % len(blocks)]))
-    return np.stack(run.logits), run.exits
+    return river_copy(smol_path, tmp_path_factory.mktemp("attn"), 16)
 
 
 def _rewrite(src, dst, *, drop=(), meta=None, tensors=None):
@@ -70,7 +56,7 @@ def test_the_rivers_attention_is_the_backbones(model, tmp_path):
     path, prompt, tokens, ref, L = model
     blocks = [3, L - 1, 10, 1, L - 1, L - 2]
     with Llama(path, river="q4_0", exit_threshold=2.0, **KW) as plain:
-        base, _ = _forced(plain, prompt, tokens, blocks)
+        base, _ = forced_logits(plain, prompt, tokens, blocks)
         plain_path = plain.river_path
     with Llama(path, river="q4_0+attn-backbone", **KW) as llm:
         assert llm.river_path.endswith("m.river-q4_0+attn-backbone.gguf")
@@ -81,7 +67,7 @@ def test_the_rivers_attention_is_the_backbones(model, tmp_path):
         assert r.fields[KEPT].contents() == "attn"
         llm.set_exit(2.0, 1)   # never exiting: full depth's bits
         assert np.array_equal(np.stack(feed(llm, prompt, tokens, keep_logits=True).logits), ref)
-        got, exits = _forced(llm, prompt, tokens, blocks)
+        got, exits = forced_logits(llm, prompt, tokens, blocks)
         attn_path = llm.river_path
     assert set(exits) == set(blocks)
     assert os.path.getsize(attn_path) < os.path.getsize(plain_path)
@@ -90,7 +76,7 @@ def test_the_rivers_attention_is_the_backbones(model, tmp_path):
     backbone = {t.name: t for t in gguf.GGUFReader(path).tensors if ".attn_" in t.name}
     hybrid = _rewrite(plain_path, tmp_path / "hybrid.gguf", tensors=backbone)
     with Llama(path, river=hybrid, exit_threshold=2.0, **KW) as llm:
-        same, _ = _forced(llm, prompt, tokens, blocks)
+        same, _ = forced_logits(llm, prompt, tokens, blocks)
     assert np.array_equal(got, same)
     # The prompt ran at full depth in both; every exited step differs from the plain river's (and
     # so do the full-depth steps after one: they read the K/V the exited tokens wrote).
@@ -113,13 +99,13 @@ def test_each_architectures_attention_is_kept(request, arch, tmp_path):
         tokens = greedy(plain, prompt, 6).tokens
         plain_path = plain.river_path
     with Llama(path, river="q4_0+attn-backbone", **kw) as llm:
-        got, _ = _forced(llm, prompt, tokens, [0, L - 1, 1])
+        got, _ = forced_logits(llm, prompt, tokens, [0, L - 1, 1])
         kept = {t.name for t in gguf.GGUFReader(llm.river_path).tensors}
     attn = {t.name for t in backbone if ".attn_" in t.name and len(t.shape) > 1}
     assert attn and not kept & attn and kept == {t.name for t in gguf.GGUFReader(plain_path).tensors} - attn
     hybrid = _rewrite(plain_path, tmp_path / "hybrid.gguf", tensors={t.name: t for t in backbone if t.name in attn})
     with Llama(path, river=hybrid, **kw) as llm:
-        same, _ = _forced(llm, prompt, tokens, [0, L - 1, 1])
+        same, _ = forced_logits(llm, prompt, tokens, [0, L - 1, 1])
     assert np.array_equal(got, same)
 
 
@@ -128,12 +114,12 @@ def test_it_combines_with_the_low_bit_head(model, spec):
     path, prompt, tokens, ref, L = model
     blocks = [2, L - 1, 12]
     with Llama(path, river="q4_0+attn-backbone", exit_threshold=2.0, **KW) as llm:
-        base, _ = _forced(llm, prompt, tokens, blocks)
+        base, _ = forced_logits(llm, prompt, tokens, blocks)
     with Llama(path, river=spec, exit_threshold=2.0, **KW) as llm:
         assert llm.river_path.endswith("m.river-q4_0+attn-backbone+head-q4_0.gguf")   # one file, either spelling
         types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(llm.river_path).tensors}
         assert types["output.weight"] == "Q4_0" and not [n for n in types if ".attn_" in n]
-        got, exits = _forced(llm, prompt, tokens, blocks)
+        got, exits = forced_logits(llm, prompt, tokens, blocks)
     for i, e in enumerate(exits):   # only the head differs: exited steps' logits, not full depth's
         assert np.array_equal(got[i + 1], base[i + 1]) == (e == L - 1), i
 

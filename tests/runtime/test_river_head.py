@@ -2,44 +2,28 @@
 the sidecar's copy of the LM head, full-depth tokens from the backbone's, bit for bit."""
 from __future__ import annotations
 
-import shutil
-
 import gguf
 import numpy as np
 import pytest
 
-from helpers import RIVER_PROMPT
+from helpers import forced_logits, river_copy
 from pyriver import Llama, ModelLoadError
 from pyriver import river as R
-from pyriver.tools.engine import feed, greedy
+from pyriver.tools.engine import feed
 
 KW = dict(n_ctx=256, n_threads=2, verbose=False)
 
 
 @pytest.fixture(scope="module")
 def model(smol_path, tmp_path_factory):
-    """A copy of SmolLM2 (its sidecars go beside it) and its full-depth greedy tokens and logits."""
-    p = tmp_path_factory.mktemp("head") / "m.gguf"
-    shutil.copy(smol_path, p)
-    with Llama(str(p), **KW) as full:
-        prompt = full.tokenize(RIVER_PROMPT)
-        run = greedy(full, prompt, 24, keep_logits=True)
-        L = full.info["n_layer"]
-    return str(p), prompt, run.tokens, np.stack(run.logits), L
-
-
-def _forced(llm, prompt, tokens, blocks):
-    """Teacher-forced logits (same tokens, so the same cache) with forced exits changing per step."""
-    run = feed(llm, prompt, tokens, keep_logits=True,
-               before_step=lambda i, _: llm.set_exit(2.0, 1, blocks[i % len(blocks)]))
-    return np.stack(run.logits), run.exits
+    return river_copy(smol_path, tmp_path_factory.mktemp("head"), 24)
 
 
 def test_exited_tokens_use_the_low_bit_head_and_full_depth_the_backbones(model):
     path, prompt, tokens, ref, L = model
     blocks = [3, L - 1, 10, 1, L - 1, L - 2]
     with Llama(path, river="q4_0", exit_threshold=2.0, **KW) as plain:
-        base, base_exits = _forced(plain, prompt, tokens, blocks)
+        base, base_exits = forced_logits(plain, prompt, tokens, blocks)
     with Llama(path, river="q4_0+head-q4_0", **KW) as llm:
         assert llm.river_path.endswith("m.river-q4_0+head-q4_0.gguf")
         types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(llm.river_path).tensors}
@@ -48,7 +32,7 @@ def test_exited_tokens_use_the_low_bit_head_and_full_depth_the_backbones(model):
         llm.set_exit(2.0, 1)
         never = feed(llm, prompt, tokens, keep_logits=True)
         assert np.array_equal(np.stack(never.logits), ref)
-        got, exits = _forced(llm, prompt, tokens, blocks)
+        got, exits = forced_logits(llm, prompt, tokens, blocks)
     assert exits == base_exits and set(exits) == set(blocks)
     # Row 0 is the prompt's, row i + 1 step i's. The K/V do not depend on the head, so a step that
     # ran at full depth gives the plain river's bits and an exited one the low-bit head's logits.
