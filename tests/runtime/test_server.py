@@ -253,6 +253,8 @@ def test_queue_limit(smol_path):
         native = {"n_predict": 2, "temperature": 0.0}
         code, busy = http("POST", s.url + "/completion", dict(native, prompt=PROMPTS[:4]))
         assert code == 503 and busy["error"]["code"] == "queue_full", (code, busy)
+        _wait_metric(s, "pyriver_slots_busy", 0)   # the refused burst's admitted half is cancelled
+        _wait_metric(s, "pyriver_queue_length", 0)
         code, two = http("POST", s.url + "/completion", dict(native, prompt=PROMPTS[:2]))
         assert code == 200 and len(two) == 2, (code, two)
     finally:
