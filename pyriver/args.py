@@ -41,6 +41,13 @@ def draft_cost(spec: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def require_lossless(a: argparse.Namespace, flags: str) -> None:
+    """The drafter flags (add_draft_args') choose lossless mode's drafter and draft length: an error
+    without --lossless (flags: their names on this command line)."""
+    if (a.draft is not None or a.draft_cost is not None) and not a.lossless:
+        raise ValueError(f"{flags} choose lossless mode's drafter and draft length: add --lossless")
+
+
 def add_draft_args(p: argparse.ArgumentParser, many: bool = False, flag: str = "--draft") -> None:
     """Lossless mode's drafter and draft length rule, alike in run, bench and calibrate (serve: flag
     --lossless-draft, since its --draft is llama-server's --draft-max). many: several drafters, each

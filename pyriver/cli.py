@@ -9,7 +9,7 @@ import sys
 from typing import Callable, List, Optional
 
 from . import models
-from .args import add_draft_args, device_kwargs
+from .args import add_draft_args, device_kwargs, require_lossless
 
 # Tool commands: the module that parses and runs each (its main(argv)), and its line in --help.
 TOOLS = {
@@ -43,8 +43,8 @@ def _add_river_args(p: argparse.ArgumentParser) -> None:
 def _river_kwargs(a) -> dict:
     lossless = getattr(a, "lossless", False)
     draft, cost = getattr(a, "draft", None), getattr(a, "draft_cost", None)
-    if (draft is not None or cost is not None) and not lossless:
-        raise ValueError("--draft and --draft-cost choose lossless mode's drafter and draft length: add --lossless")
+    if hasattr(a, "draft"):
+        require_lossless(a, "--draft and --draft-cost")
     if a.river is None and not lossless:
         return {}
     from .llama import DEFAULT_RIVER   # the river /river on builds; lossless drafts on it

@@ -49,7 +49,6 @@ class DraftCost:
 DEFAULT_COST = DraftCost([1.0, 1.46, 1.66, 1.95, 2.89, 3.04, 3.04, 3.04], river_draft=0.77)
 
 
-
 def verify_table(path: str) -> List[float]:
     """The verify costs (in decode steps, k = 1..) of a `pyriver bench --verify-cost --json` file."""
     try:

@@ -85,6 +85,11 @@ def next_draft_len(k: int, n_drafted: int, n_kept: int, draft_max: int) -> int:
     return k
 
 
+def length_rule(cost: Optional[DraftCost]) -> str:
+    """The name lossless statistics give Llama's draft length rule: by one, or by cost (pyriver.draftlen)."""
+    return "grow/shrink" if cost is None else "by cost"
+
+
 def new_stats(source: str, length: str = "grow/shrink") -> Dict:
     """The draft statistics of one generation (filled by a Speculator or the server's scheduler);
     length: the draft length rule ("grow/shrink" by one, or "by cost": pyriver.draftlen)."""
@@ -144,7 +149,7 @@ class Speculator:
         decided by one step are yielded one by one; between steps the cache is re-synced when
         another caller used it."""
         n_prompt = len(seq)
-        ls = st["lossless"] = new_stats(self.source, "grow/shrink" if self.cost is None else "by cost")
+        ls = st["lossless"] = new_stats(self.source, length_rule(self.cost))
         k = self.draft_max   # each call starts afresh: its result never depends on earlier calls
         dl = DraftLength(self.cost, self.draft_max) if self.cost is not None else None
         ready: List[Tuple[int, np.ndarray]] = []   # decided tokens, each with the logits that chose it

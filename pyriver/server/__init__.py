@@ -8,7 +8,7 @@ import socket
 import sys
 from typing import List, Optional
 
-from ..args import add_draft_args
+from ..args import add_draft_args, require_lossless
 
 
 def parser() -> argparse.ArgumentParser:
@@ -90,9 +90,7 @@ def parser() -> argparse.ArgumentParser:
 
 def check_lossless_draft(a: argparse.Namespace) -> None:
     """--lossless-draft and --draft-cost: what the server's batch scheduler can run, else why not."""
-    if (a.draft is not None or a.draft_cost is not None) and not a.lossless:
-        raise ValueError("--lossless-draft and --draft-cost choose lossless mode's drafter and draft length: add "
-                         "--lossless")
+    require_lossless(a, "--lossless-draft and --draft-cost")
     if a.draft == "both":
         raise ValueError("--lossless-draft both: the server's batch step drafts each slot on the River path or from "
                          "n-grams, not from both (use river or ngram; pyriver run, bench and Llama draft with both)")

@@ -193,7 +193,7 @@ class Scheduler:
         if self.spec is not None:
             s.k = self.spec.draft_max   # each request starts afresh, as Llama's lossless calls do
             s.dl = None if self.spec.cost is None else DraftLength(self.spec.cost, self.spec.draft_max)
-            r.lossless = lossless.new_stats("river", "grow/shrink" if s.dl is None else "by cost")
+            r.lossless = lossless.new_stats("river", lossless.length_rule(self.spec.cost))
         if self.drafter is not None:
             r.lossless = lossless.new_stats(self.drafter.source, self.drafter.length)
             self.drafter.start(s.seq, r.sampler)

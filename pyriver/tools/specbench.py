@@ -75,8 +75,6 @@ def river_draft_cost(llm, tau: float, min_exit_layer, steps: int = 12) -> float:
     return statistics.median(ratios)
 
 
-
-
 def main(a) -> int:
     path = str(models.resolve(a.model, progress=True))
     need_river = set(a.draft or ["river"]) != {"ngram"}   # n-grams alone draft without one
