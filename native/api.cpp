@@ -420,6 +420,8 @@ int32_t pr_exit_layers(const pr_context * ctx, int32_t * out, int32_t n_max) {
 
 // ---- pyriver_debug.h -----------------------------------------------------------------------
 
+int32_t pr_model_joined(const pr_model * model) { return live(model, "model") ? model->m->n_joined : 0; }
+
 int64_t pr_graph_runs(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->n_graph_runs : 0; }
 
 pr_status pr_kv_fill(pr_context * ctx, float value) {

@@ -95,31 +95,33 @@ static ggml_tensor * softcap(ggml_context * ctx, ggml_tensor * x, float c) {
     return ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, x, 1.0f / c)), c);
 }
 
-// Q and K as [hd, heads, T], V as [n_head_kv * hd, T]: a fused attn_qkv (Phi-3) is split by views
-// of its one product, as llama.cpp's build_qkv does; else three products. Q/K norms per head, or
-// over the whole projection (OLMo 2).
+// Q and K as [hd, heads, T], V as [n_head_kv * hd, T]: a fused attn_qkv (Phi-3) or the joined
+// Q/K/V is split by views of its one product, as llama.cpp's build_qkv does; else three products.
+// Q/K norms per head, or over the whole projection (OLMo 2).
 static void project_qkv(ggml_context * ctx, const model & m, const graph_shape & s, const block_weights & w, ggml_tensor * xn,
                         ggml_tensor *& q, ggml_tensor *& k, ggml_tensor *& v) {
     const hparams & hp = m.hp;
     const int64_t T = xn->ne[1], hd = hp.n_embd_head, Q = hd * hp.n_head, KV = hp.n_embd_k_gqa();
-    if (w.wqkv) {
-        ggml_tensor * b = w.bqkv;
-        if (!b && w.bq && w.bk && w.bv) b = ggml_concat(ctx, ggml_concat(ctx, w.bq, w.bk, 0), w.bv, 0);
-        ggml_tensor * qkv = linear(ctx, s, w.wqkv, xn, b);
-        const size_t es = ggml_element_size(qkv), row = qkv->nb[1];
-        q = ggml_view_3d(ctx, qkv, hd, hp.n_head, T, es * hd, row, 0);
-        k = ggml_view_3d(ctx, qkv, hd, hp.n_head_kv, T, es * hd, row, es * Q);
-        v = ggml_cont(ctx, ggml_view_2d(ctx, qkv, KV, T, row, es * (Q + KV)));   // the cache writes read it whole
-        return;
-    }
-    q = linear(ctx, s, w.wq, xn, w.bq);
-    k = linear(ctx, s, w.wk, xn, w.bk);
-    v = linear(ctx, s, w.wv, xn, w.bv);
     const bool whole = m.arch->qk_norm_full;
+    if (w.wqkv || w.qkv_joined) {
+        ggml_tensor * b = w.wqkv ? w.bqkv : w.bqkv_joined;
+        if (!b && w.wqkv && w.bq && w.bk && w.bv) b = ggml_concat(ctx, ggml_concat(ctx, w.bq, w.bk, 0), w.bv, 0);
+        ggml_tensor * qkv = linear(ctx, s, w.wqkv ? w.wqkv : w.qkv_joined, xn, b);
+        const size_t es = ggml_element_size(qkv), row = qkv->nb[1];
+        q = ggml_view_2d(ctx, qkv, Q, T, row, 0);
+        k = ggml_view_2d(ctx, qkv, KV, T, row, es * Q);
+        v = ggml_view_2d(ctx, qkv, KV, T, row, es * (Q + KV));
+        if (T > 1) v = ggml_cont(ctx, v);   // the cache writes read it whole (one token's row is whole)
+    } else {
+        q = linear(ctx, s, w.wq, xn, w.bq);
+        k = linear(ctx, s, w.wk, xn, w.bk);
+        v = linear(ctx, s, w.wv, xn, w.bv);
+    }
     if (whole && w.q_norm) q = rms_norm(ctx, q, w.q_norm, hp.rms_eps);
     if (whole && w.k_norm) k = rms_norm(ctx, k, w.k_norm, hp.rms_eps);
-    q = ggml_reshape_3d(ctx, q, hd, hp.n_head, T);
-    k = ggml_reshape_3d(ctx, k, hd, hp.n_head_kv, T);
+    // Rows of hd per head; a view where q or k is a part of the fused product's rows.
+    q = ggml_view_3d(ctx, q, hd, hp.n_head, T, ggml_element_size(q) * hd, q->nb[1], 0);
+    k = ggml_view_3d(ctx, k, hd, hp.n_head_kv, T, ggml_element_size(k) * hd, k->nb[1], 0);
     if (!whole && w.q_norm) q = rms_norm(ctx, q, w.q_norm, hp.rms_eps);   // per head: rows of hd
     if (!whole && w.k_norm) k = rms_norm(ctx, k, w.k_norm, hp.rms_eps);
 }
@@ -201,6 +203,8 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
     if (hp.uses_rope(il)) {   // SmolLM3 leaves every 4th layer unrotated
         q = rope(ctx, m, kv, q, in.pos, il);
         k = rope(ctx, m, kv, k, in.pos, il);
+    } else if (!ggml_is_contiguous(q)) {
+        q = ggml_cont(ctx, q);   // a view of the joined product: the attention reshapes it
     }
     if (in.attn_scale) q = ggml_mul(ctx, q, in.attn_scale);   // temperature tuning (Mistral 3), per token
     float scale = hp.kq_scale;
@@ -294,9 +298,9 @@ static ggml_tensor * build_block(ggml_context * ctx, const model & m, const kv_c
     if (w.ffn_gate_inp) {
         f = moe_ffn(ctx, m, s, w, hn);
     } else {
-        ggml_tensor * up = linear(ctx, s, w.ffn_up, hn, w.ffn_up_b);
-        if (!w.ffn_gate) {
-            f = ggml_swiglu(ctx, up);   // gate and up in one product, gate first
+        ggml_tensor * up = linear(ctx, s, w.gate_up_joined ? w.gate_up_joined : w.ffn_up, hn, w.ffn_up_b);
+        if (!w.ffn_gate || w.gate_up_joined) {   // gate and up in one product, gate first
+            f = m.arch->act == ffn_act::gelu ? ggml_geglu(ctx, up) : ggml_swiglu(ctx, up);
         } else {
             ggml_tensor * gate = linear(ctx, s, w.ffn_gate, hn, w.ffn_gate_b);
             f = m.arch->act == ffn_act::gelu ? ggml_geglu_split(ctx, gate, up) : ggml_swiglu_split(ctx, gate, up);

@@ -324,6 +324,42 @@ static ggml_backend_dev_t tensor_dev(const model & m, const ggml_tensor * t) {
     return m.cpu_dev;
 }
 
+// Q/K/V, and gate/up, of each block on the CPU stacked into one matrix each: a decode step is
+// dozens of small products, each two thread barriers, and one product of the stacked rows gives
+// every row the bits its own product gives (each output is one row's dot product with the same
+// quantized input), so llama.cpp's logits stay. Only where the parts share type and kernel.
+static void join_projections(model & m) {
+    auto joinable = [&](const std::vector<const ggml_tensor *> & p) {
+        for (const ggml_tensor * t : p) {
+            if (!t || t->type != p[0]->type || t->ne[0] != p[0]->ne[0] || ggml_n_dims(t) != 2) return false;
+        }
+        return true;
+    };
+    auto join = [&](const std::vector<const ggml_tensor *> & parts, const std::string & name) -> ggml_tensor * {
+        ggml_tensor * t = m.file->join(parts, name, true);
+        if (!same_cpu_kernel(m.cpu_dev, t, parts)) {   // undo: the parts stay as they are
+            m.file->parts_of.erase(name);
+            for (const ggml_tensor * p : parts) m.file->absorbed.erase(ggml_get_name(p));
+            return nullptr;
+        }
+        m.n_joined++;
+        return t;
+    };
+    for (int il = 0; il < m.hp.n_layer; il++) {
+        if (m.layer_dev[il] != m.cpu_dev) continue;   // GPU kernels may pick their algorithm by shape
+        block_weights & b = m.blocks[il];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        const bool biases = b.bq && b.bk && b.bv;
+        if (!b.wqkv && joinable({b.wq, b.wk, b.wv}) && (biases || !(b.bq || b.bk || b.bv))) {
+            b.qkv_joined = join({b.wq, b.wk, b.wv}, p + "attn_qkv.joined");
+            if (b.qkv_joined && biases) b.bqkv_joined = m.file->join({b.bq, b.bk, b.bv}, p + "attn_qkv_b.joined", false);
+        }
+        if (!b.ffn_gate_inp && !b.ffn_gate_b && !b.ffn_up_b && joinable({b.ffn_gate, b.ffn_up})) {
+            b.gate_up_joined = join({b.ffn_gate, b.ffn_up}, p + "ffn_gate_up.joined");
+        }
+    }
+}
+
 model * load_model(const char * path, const pr_model_params & params) {
     std::unique_ptr<model> m(new model());
     m->file = open_weight_file(path);
@@ -342,6 +378,7 @@ model * load_model(const char * path, const pr_model_params & params) {
         m->n_bytes += ggml_nbytes(t);
     }
     assign_devices(*m, params);
+    join_projections(*m);
     const model & mr = *m;
     place_weights(*m->file, [&](const ggml_tensor * t) { return tensor_dev(mr, t); }, m->cpu_dev, params.use_mmap != 0,
                   [&](const ggml_tensor * t) { return t != mr.tok_embd && ggml_n_dims(t) == 2; });

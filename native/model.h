@@ -86,6 +86,10 @@ struct block_weights {
     ggml_tensor * attn_post_norm = nullptr, * ffn_post_norm = nullptr;
     ggml_tensor * ffn_gate_inp = nullptr;                                          // MoE router [n_embd, n_expert]
     ggml_tensor * ffn_gate_exps = nullptr, * ffn_up_exps = nullptr, * ffn_down_exps = nullptr;   // [.., .., n_expert]
+    // The backbone's Q/K/V (with their biases) and gate/up stacked at load, one product instead of
+    // three or two, the same bits (join_projections). The file's matrices above stay descriptors:
+    // the river is built from them, but they hold no memory of their own.
+    ggml_tensor * qkv_joined = nullptr, * bqkv_joined = nullptr, * gate_up_joined = nullptr;
 };
 
 struct river_blocks;
@@ -125,6 +129,7 @@ struct model {
         return n_ctx > hp.rope_n_ctx_orig ? rope_long : rope_short;
     }
 
+    int n_joined = 0;                    // joined matrices (join_projections)
     int64_t n_params = 0;
     int64_t n_bytes = 0;
     ggml_type main_type = GGML_TYPE_F32;

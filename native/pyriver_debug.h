@@ -36,6 +36,8 @@ PR_API pr_status pr_kv_fill(pr_context * ctx, float value);
  * the devices' shares (n_devices values, not all zero). */
 PR_API pr_status pr_place_layers(int32_t n_layer, int32_t n_gpu_layers, int32_t n_devices, const float * shares,
                                  int32_t * out);
+/* Matrices the model joined at load (Q/K/V, gate/up of a CPU block: one product instead of several). */
+PR_API int32_t   pr_model_joined(const pr_model * model);
 /* CDEF END */
 
 #ifdef __cplusplus

@@ -196,6 +196,8 @@ void attach_river(model & m, const char * path, const char * backbone_sha256, bo
         block_weights & rb = r->blocks[il];
         const block_weights & bb = m.blocks[il];
         rb = bb;   // norms, biases, Q/K norms and post-norms are shared, not copied; matrices follow
+        rb.gate_up_joined = nullptr;   // the river's own matrices; its attention the backbone's joined one only when kept
+        if (!keep_attn) rb.qkv_joined = rb.bqkv_joined = nullptr;
         for (const tensor_spec * spec : block_matrices(m)) {
             const ggml_tensor * b = bb.*(spec->member);
             if (!b) continue;

@@ -24,15 +24,42 @@ int64_t weight_file::index(const std::string & name) const {
     return gguf_find_tensor(gguf, it == copy_of.end() ? name.c_str() : it->second.c_str());
 }
 
-ggml_tensor * weight_file::duplicate(const ggml_tensor * src, const std::string & name) {
+// Room for a second descriptor of every file tensor and more (duplicate and join add to it).
+ggml_context * weight_file::copies_ctx() {
     if (!copies) {
-        ggml_init_params ip = {ggml_tensor_overhead() * 4, nullptr, true};
+        ggml_init_params ip = {ggml_tensor_overhead() * (4 + 2 * (size_t) gguf_get_n_tensors(gguf)), nullptr, true};
         copies = ggml_init(ip);
         if (!copies) fail(PR_ERR_BACKEND, "cannot create a tensor context");
     }
+    return copies;
+}
+
+ggml_tensor * weight_file::duplicate(const ggml_tensor * src, const std::string & name) {
+    copies_ctx();
     ggml_tensor * t = ggml_dup_tensor(copies, src);
     ggml_set_name(t, name.c_str());
     copy_of[name] = ggml_get_name(src);
+    return t;
+}
+
+ggml_tensor * weight_file::join(const std::vector<const ggml_tensor *> & parts, const std::string & name, bool absorb) {
+    copies_ctx();
+    const ggml_tensor * a = parts.at(0);
+    const int last = ggml_n_dims(a) - 1;
+    int64_t ne[GGML_MAX_DIMS] = {a->ne[0], a->ne[1], a->ne[2], a->ne[3]};
+    ne[last] = 0;
+    for (const ggml_tensor * p : parts) {
+        for (int d = 0; d < last; d++) {
+            if (p->ne[d] != a->ne[d] || p->type != a->type || ggml_n_dims(p) != last + 1) fail(PR_ERR_INTERNAL, "cannot join '%s'", name.c_str());
+        }
+        ne[last] += p->ne[last];
+    }
+    ggml_tensor * t = ggml_new_tensor(copies, a->type, last + 1, ne);
+    ggml_set_name(t, name.c_str());
+    parts_of[name] = parts;
+    if (absorb) {
+        for (const ggml_tensor * p : parts) absorbed[ggml_get_name(p)] = true;
+    }
     return t;
 }
 
@@ -109,6 +136,16 @@ static bool buft_takes_matmul(ggml_backend_dev_t cpu, ggml_backend_buffer_type_t
     return ok;
 }
 
+bool same_cpu_kernel(ggml_backend_dev_t cpu, ggml_tensor * w, const std::vector<const ggml_tensor *> & parts) {
+    ggml_backend_buffer_type_t repack = cpu_repack_buft(cpu);
+    if (!repack) return true;
+    const bool joined = buft_takes_matmul(cpu, repack, w);
+    for (const ggml_tensor * p : parts) {
+        if (buft_takes_matmul(cpu, repack, const_cast<ggml_tensor *>(p)) != joined) return false;
+    }
+    return true;
+}
+
 // Memory a device can still give: MemAvailable for host memory (what Linux can hand out without
 // swapping or the OOM killer), the device's own report otherwise; 0 when unknown.
 static size_t available_bytes(ggml_backend_buffer_type_t buft) {
@@ -165,15 +202,26 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
     std::map<ggml_backend_buffer_type_t, std::vector<ggml_tensor *>> per_buft;
     std::vector<ggml_tensor *> all;
     for (ggml_context * c : {f.meta, f.copies}) {
-        for (ggml_tensor * t = c ? ggml_get_first_tensor(c) : nullptr; t; t = ggml_get_next_tensor(c, t)) all.push_back(t);
+        for (ggml_tensor * t = c ? ggml_get_first_tensor(c) : nullptr; t; t = ggml_get_next_tensor(c, t)) {
+            if (!f.absorbed.count(ggml_get_name(t))) all.push_back(t);
+        }
     }
     for (ggml_tensor * t : all) {
         ggml_backend_dev_t d = dev_of(t);
         ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(d);
+        const bool joined = f.parts_of.count(ggml_get_name(t)) > 0;   // no one place in the file to map
         if (d == cpu && repack_buft && repack(t) && buft_takes_matmul(cpu, repack_buft, t)) buft = repack_buft;
-        else if (d == cpu && use_mmap) buft = nullptr;
+        else if (d == cpu && use_mmap && !joined) buft = nullptr;
         per_buft[buft].push_back(t);
     }
+    // The copy is what computes now: let the mapped pages go (they stay in the page cache, not in
+    // this process), as llama.cpp unmaps the fragments it copied.
+    auto release = [&](const ggml_tensor * t) {
+        const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
+        const uintptr_t a = GGML_PAD((uintptr_t) (base + file_off(t)), page);
+        const uintptr_t b = ((uintptr_t) (base + file_off(t)) + ggml_nbytes(t)) & ~(page - 1);
+        if (b > a) madvise((void *) a, b - a, MADV_DONTNEED);
+    };
 
     for (auto & kv : per_buft) {
         if (kv.first == nullptr) {
@@ -193,13 +241,20 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
         ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         f.buffers.push_back(buf);
         for (ggml_tensor * t : kv.second) {
-            ggml_backend_tensor_set(t, base + file_off(t), 0, ggml_nbytes(t));
-            // The copy is what computes now: let the mapped pages go (they stay in the page
-            // cache, not in this process), as llama.cpp unmaps the fragments it copied.
-            const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
-            const uintptr_t a = GGML_PAD((uintptr_t) (base + file_off(t)), page);
-            const uintptr_t b = ((uintptr_t) (base + file_off(t)) + ggml_nbytes(t)) & ~(page - 1);
-            if (b > a) madvise((void *) a, b - a, MADV_DONTNEED);
+            auto joined = f.parts_of.find(ggml_get_name(t));
+            if (joined == f.parts_of.end()) {
+                ggml_backend_tensor_set(t, base + file_off(t), 0, ggml_nbytes(t));
+                release(t);
+                continue;
+            }
+            // Set at once: a repacked buffer takes a tensor's data only whole.
+            std::vector<uint8_t> bytes;
+            bytes.reserve(ggml_nbytes(t));
+            for (const ggml_tensor * p : joined->second) bytes.insert(bytes.end(), base + file_off(p), base + file_off(p) + ggml_nbytes(p));
+            ggml_backend_tensor_set(t, bytes.data(), 0, bytes.size());
+            for (const ggml_tensor * p : joined->second) {
+                if (f.absorbed.count(ggml_get_name(p))) release(p);
+            }
         }
     }
 }

@@ -23,8 +23,10 @@ struct weight_file {
     ggml_context * meta = nullptr;       // tensor descriptors (no data of their own)
     void * mapping = nullptr;            // the whole file, read-only
     std::vector<ggml_backend_buffer_t> buffers;
-    ggml_context * copies = nullptr;     // second descriptors of file tensors (see duplicate)
+    ggml_context * copies = nullptr;     // second descriptors of file tensors (see duplicate, join)
     std::map<std::string, std::string> copy_of;
+    std::map<std::string, std::vector<const ggml_tensor *>> parts_of;   // joined tensor -> its parts
+    std::map<std::string, bool> absorbed;   // parts whose only copy is their joined tensor's
 
     ~weight_file();
     ggml_tensor * tensor(const std::string & name) const;   // nullptr when absent
@@ -34,6 +36,12 @@ struct weight_file {
     // (llama.cpp's duplicated tied head: the embedding stays on the CPU, the head's copy goes
     // with the head).
     ggml_tensor * duplicate(const ggml_tensor * src, const std::string & name);
+    // A tensor holding the data of parts one after the other (their rows stacked: same type and
+    // row length), placed on the parts' device by place_weights. With absorb the parts get no
+    // memory of their own (they stay descriptors: their bytes are still read from the file).
+    ggml_tensor * join(const std::vector<const ggml_tensor *> & parts, const std::string & name, bool absorb);
+  private:
+    ggml_context * copies_ctx();
 };
 
 // Opens, parses and checks that every tensor lies inside the file. Throws PR_ERR_IO.
@@ -44,6 +52,10 @@ bool usable_type(ggml_type t);
 // One buffer of buft holding the given tensors, each bound at its aligned place (data not set).
 ggml_backend_buffer_t alloc_tensors(ggml_backend_buffer_type_t buft, const std::vector<ggml_tensor *> & tensors,
                                     const char * what);
+
+// Whether the CPU computes mul_mat with w by the kernel it uses for each of parts (stacking rows
+// must not move a matrix into or out of ggml's repacked layout: the sums would change order).
+bool same_cpu_kernel(ggml_backend_dev_t cpu, ggml_tensor * w, const std::vector<const ggml_tensor *> & parts);
 
 // Binds each tensor to memory on the device dev_of(t) returns: the CPU reads the mapping in
 // place (use_mmap) or a copy; other devices get an uploaded copy. CPU tensors for which

@@ -12,6 +12,11 @@ def graph_runs(llm) -> int:
     return int(lib.pr_graph_runs(llm._ctx))
 
 
+def joined(llm) -> int:
+    """Matrices the Llama's model joined at load (Q/K/V and gate/up of its CPU blocks)."""
+    return int(lib.pr_model_joined(llm._model))
+
+
 def kv_fill(llm, value: float) -> None:
     """Fill every KV cache slot with value (rows a token reads must have been written)."""
     check(lib.pr_kv_fill(llm._ctx, float(value)))

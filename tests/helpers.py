@@ -134,6 +134,35 @@ def river_copy(smol_path, tmp_dir, n: int):
     return str(p), prompt, run.tokens, np.stack(run.logits), L
 
 
+def rewrite_sidecar(src, dst, *, drop=(), meta=None, tensors=None):
+    """A copy of the river sidecar src at dst without the tensors in drop, with metadata keys set (a value of
+    None removes the key) and tensors taken from `tensors` (name -> ReaderTensor) where named."""
+    meta, tensors = dict(meta or {}), dict(tensors or {})
+    import gguf
+    r = gguf.GGUFReader(str(src))
+    w = gguf.GGUFWriter(str(dst), arch="pyriver-river")
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture" or f.name in meta:
+            continue
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_array(f.name, f.contents())
+        else:
+            w.add_key_value(f.name, f.contents(), f.types[0])
+    for k, v in meta.items():
+        if v is not None:
+            w.add_string(k, v)
+    for t in r.tensors:
+        if t.name in drop:
+            continue
+        t = tensors.get(t.name, t)
+        w.add_tensor(t.name, t.data, raw_shape=tuple(t.data.shape), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(dst)
+
+
 def forced_logits(llm, prompt, tokens, blocks):
     """Teacher-forced logits (same tokens, so the same cache) with forced exits changing per step,
     and the exits seen."""

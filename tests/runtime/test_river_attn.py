@@ -10,7 +10,7 @@ import gguf
 import numpy as np
 import pytest
 
-from helpers import RIVER_PROMPT, forced_logits, model_path, river_copy
+from helpers import RIVER_PROMPT, forced_logits, model_path, rewrite_sidecar, river_copy
 from pyriver import Llama, ModelLoadError
 from pyriver import river as R
 from pyriver.tools.engine import feed, greedy
@@ -22,34 +22,6 @@ KEPT = "pyriver.river.backbone_matrices"
 @pytest.fixture(scope="module")
 def model(smol_path, tmp_path_factory):
     return river_copy(smol_path, tmp_path_factory.mktemp("attn"), 16)
-
-
-def _rewrite(src, dst, *, drop=(), meta=None, tensors=None):
-    """A copy of the GGUF src at dst without the tensors in drop, with metadata keys set (a value of
-    None removes the key) and tensors taken from `tensors` (name -> ReaderTensor) where named."""
-    meta, tensors = dict(meta or {}), dict(tensors or {})
-    r = gguf.GGUFReader(str(src))
-    w = gguf.GGUFWriter(str(dst), arch="pyriver-river")
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture" or f.name in meta:
-            continue
-        if f.types[0] == gguf.GGUFValueType.ARRAY:
-            w.add_array(f.name, f.contents())
-        else:
-            w.add_key_value(f.name, f.contents(), f.types[0])
-    for k, v in meta.items():
-        if v is not None:
-            w.add_string(k, v)
-    for t in r.tensors:
-        if t.name in drop:
-            continue
-        t = tensors.get(t.name, t)
-        w.add_tensor(t.name, t.data, raw_shape=tuple(t.data.shape), raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return str(dst)
 
 
 def test_the_rivers_attention_is_the_backbones(model, tmp_path):
@@ -74,7 +46,7 @@ def test_the_rivers_attention_is_the_backbones(model, tmp_path):
     # The plain q4_0 river with its attention tensors replaced by the backbone's bytes (and no
     # declaration): the same computation, so the same bits, and not the plain river's.
     backbone = {t.name: t for t in gguf.GGUFReader(path).tensors if ".attn_" in t.name}
-    hybrid = _rewrite(plain_path, tmp_path / "hybrid.gguf", tensors=backbone)
+    hybrid = rewrite_sidecar(plain_path, tmp_path / "hybrid.gguf", tensors=backbone)
     with Llama(path, river=hybrid, exit_threshold=2.0, **KW) as llm:
         same, _ = forced_logits(llm, prompt, tokens, blocks)
     assert np.array_equal(got, same)
@@ -103,7 +75,7 @@ def test_each_architectures_attention_is_kept(request, arch, tmp_path):
         kept = {t.name for t in gguf.GGUFReader(llm.river_path).tensors}
     attn = {t.name for t in backbone if ".attn_" in t.name and len(t.shape) > 1}
     assert attn and not kept & attn and kept == {t.name for t in gguf.GGUFReader(plain_path).tensors} - attn
-    hybrid = _rewrite(plain_path, tmp_path / "hybrid.gguf", tensors={t.name: t for t in backbone if t.name in attn})
+    hybrid = rewrite_sidecar(plain_path, tmp_path / "hybrid.gguf", tensors={t.name: t for t in backbone if t.name in attn})
     with Llama(path, river=hybrid, **kw) as llm:
         same, _ = forced_logits(llm, prompt, tokens, [0, L - 1, 1])
     assert np.array_equal(got, same)
@@ -132,12 +104,12 @@ def test_a_sidecar_that_contradicts_its_declaration_is_rejected(model, tmp_path)
         R.build(llm._model, path, "q4_0", plain, progress=False)
     cases = [
         # attention left out without the declaration
-        (_rewrite(kept, tmp_path / "a.gguf", meta={KEPT: None}), "lacks tensor 'blk.0.attn_q.weight'"),
+        (rewrite_sidecar(kept, tmp_path / "a.gguf", meta={KEPT: None}), "lacks tensor 'blk.0.attn_q.weight'"),
         # declared, but an FFN matrix missing
-        (_rewrite(kept, tmp_path / "b.gguf", drop={"blk.3.ffn_down.weight"}), "lacks tensor 'blk.3.ffn_down.weight'"),
+        (rewrite_sidecar(kept, tmp_path / "b.gguf", drop={"blk.3.ffn_down.weight"}), "lacks tensor 'blk.3.ffn_down.weight'"),
         # declared, and yet holding the attention
-        (_rewrite(plain, tmp_path / "c.gguf", meta={KEPT: "attn"}), "declares its attention the backbone's but holds"),
-        (_rewrite(kept, tmp_path / "d.gguf", meta={KEPT: "ffn"}), "keeps unknown backbone matrices 'ffn'"),
+        (rewrite_sidecar(plain, tmp_path / "c.gguf", meta={KEPT: "attn"}), "declares its attention the backbone's but holds"),
+        (rewrite_sidecar(kept, tmp_path / "d.gguf", meta={KEPT: "ffn"}), "keeps unknown backbone matrices 'ffn'"),
     ]
     for bad, msg in cases:
         with pytest.raises(ModelLoadError, match=msg):

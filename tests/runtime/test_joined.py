@@ -1,0 +1,62 @@
+"""Q/K/V and gate/up joined at load (native/model.cpp, join_projections): each block on the CPU
+computes them as one product. test_parity holds the joined graphs to llama.cpp's bits; these tests
+hold that the parity runs do go through joined matrices, in every architecture that has them, and
+that the river's own matrices stay its own."""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+from helpers import ARCH_SPECS, RIVER_PROMPT, forced_logits, rewrite_sidecar, river_copy
+from pyriver import Llama, debug
+
+# Joined matrices per block: Q/K/V and gate/up, where the file has them separate and of one type.
+PER_BLOCK = {"phi3": 0,        # attn_qkv and ffn_up are fused in the file already
+             "qwen3moe": 1,    # experts: only Q/K/V
+             "llama_biases": 1}   # FFN biases: gate and up stay apart (Q/K/V biases are joined too)
+
+
+def _logits(llm, n=8):
+    toks = llm.tokenize(RIVER_PROMPT, add_bos=True)
+    out = [llm.decode_logits(toks)[-1]]
+    for _ in range(n):
+        out.append(llm.decode_logits([int(np.argmax(out[-1]))])[-1])
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("name", sorted(ARCH_SPECS))
+def test_parity_architectures_run_joined(arch_paths, name):
+    with Llama(arch_paths[name], n_ctx=128, verbose=False, river=None) as llm:
+        assert debug.joined(llm) == PER_BLOCK.get(name, 2) * ARCH_SPECS[name]["n_layer"]
+
+
+def test_smollm2_joined_mapped_or_copied(smol_path):
+    """The joined matrices are copies in either case (no one place in the file to map): the same
+    bits with and without mmap, every block joined."""
+    runs = []
+    for use_mmap in (True, False):
+        with Llama(smol_path, n_ctx=128, verbose=False, river=None, use_mmap=use_mmap) as llm:
+            assert debug.joined(llm) == 2 * llm.info["n_layer"]
+            runs.append(_logits(llm))
+    assert np.array_equal(runs[0], runs[1])
+
+
+def test_river_keeps_its_own_matrices(smol_path, tmp_path):
+    """A river over a joined backbone computes with its own gate/up and Q/K/V: its exited steps
+    differ from those of a sidecar holding the backbone's bytes for them (the same numbers the
+    backbone's joined matrices hold)."""
+    path, prompt, tokens, _, L = river_copy(smol_path, tmp_path, 8)
+    blocks = [0, L - 1, 3]
+    kw = dict(n_ctx=256, n_threads=2, verbose=False, exit_threshold=2.0)
+    with Llama(path, river="q4_0", **kw) as llm:
+        assert debug.joined(llm) == 2 * L
+        own, exits = forced_logits(llm, prompt, tokens, blocks)
+        sidecar = llm.river_path
+    backbone = gguf.GGUFReader(path).tensors
+    for parts in ("ffn_gate", "ffn_up"), ("attn_q", "attn_k", "attn_v"):
+        names = {t.name: t for t in backbone if t.name.startswith("blk.") and t.name.split(".")[2] in parts}
+        with Llama(path, river=rewrite_sidecar(sidecar, tmp_path / f"{parts[0]}.gguf", tensors=names), **kw) as llm:
+            other, _ = forced_logits(llm, prompt, tokens, blocks)
+        assert np.array_equal(own[0], other[0])   # the prompt at full depth
+        assert all(not np.array_equal(own[i + 1], other[i + 1]) for i, e in enumerate(exits) if e < L - 1), parts
