@@ -12,6 +12,7 @@
 #include <memory>
 #include <string_view>
 #include <unordered_set>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -329,6 +330,8 @@ static ggml_backend_dev_t tensor_dev(const model & m, const ggml_tensor * t) {
 // every row the bits its own product gives (each output is one row's dot product with the same
 // quantized input), so llama.cpp's logits stay. Only where the parts share type and kernel.
 static void join_projections(model & m) {
+    const char * off = getenv("PYRIVER_JOIN");   // "0": not joined (scripts/join_ab.py measures the gain)
+    if (off && strcmp(off, "0") == 0) return;
     auto joinable = [&](const std::vector<const ggml_tensor *> & p) {
         for (const ggml_tensor * t : p) {
             if (!t || t->type != p[0]->type || t->ne[0] != p[0]->ne[0] || ggml_n_dims(t) != 2) return false;
