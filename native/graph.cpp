@@ -96,7 +96,7 @@ static ggml_tensor * softcap(ggml_context * ctx, ggml_tensor * x, float c) {
 }
 
 // Q and K as [hd, heads, T], V as [n_head_kv * hd, T]: a fused attn_qkv (Phi-3) or the joined
-// Q/K/V is split by views of its one product, as llama.cpp's build_qkv does; else three products.
+// Q/K(/V) is split by views of its one product, as llama.cpp's build_qkv does; else three products.
 // Q/K norms per head, or over the whole projection (OLMo 2).
 static void project_qkv(ggml_context * ctx, const model & m, const graph_shape & s, const block_weights & w, ggml_tensor * xn,
                         ggml_tensor *& q, ggml_tensor *& k, ggml_tensor *& v) {
@@ -110,8 +110,12 @@ static void project_qkv(ggml_context * ctx, const model & m, const graph_shape &
         const size_t es = ggml_element_size(qkv), row = qkv->nb[1];
         q = ggml_view_2d(ctx, qkv, Q, T, row, 0);
         k = ggml_view_2d(ctx, qkv, KV, T, row, es * Q);
-        v = ggml_view_2d(ctx, qkv, KV, T, row, es * (Q + KV));
-        if (T > 1) v = ggml_cont(ctx, v);   // the cache writes read it whole (one token's row is whole)
+        if (qkv->ne[0] == Q + 2 * KV) {
+            v = ggml_view_2d(ctx, qkv, KV, T, row, es * (Q + KV));
+            if (T > 1) v = ggml_cont(ctx, v);   // the cache writes read it whole (one token's row is whole)
+        } else {   // Q/K joined, V apart
+            v = linear(ctx, s, w.wv, xn, w.bv);
+        }
     } else {
         q = linear(ctx, s, w.wq, xn, w.bq);
         k = linear(ctx, s, w.wk, xn, w.bk);

@@ -353,9 +353,15 @@ static void join_projections(model & m) {
         block_weights & b = m.blocks[il];
         const std::string p = "blk." + std::to_string(il) + ".";
         const bool biases = b.bq && b.bk && b.bv;
-        if (!b.wqkv && joinable({b.wq, b.wk, b.wv}) && (biases || !(b.bq || b.bk || b.bv))) {
-            b.qkv_joined = join({b.wq, b.wk, b.wv}, p + "attn_qkv.joined");
-            if (b.qkv_joined && biases) b.bqkv_joined = m.file->join({b.bq, b.bk, b.bv}, p + "attn_qkv_b.joined", false);
+        if (!b.wqkv && (biases || !(b.bq || b.bk || b.bv))) {
+            // Q/K/V, else Q/K alone (Q4_K_M files often keep V at another type).
+            if (joinable({b.wq, b.wk, b.wv})) b.qkv_joined = join({b.wq, b.wk, b.wv}, p + "attn_qkv.joined");
+            const bool with_v = b.qkv_joined != nullptr;
+            if (!with_v && joinable({b.wq, b.wk})) b.qkv_joined = join({b.wq, b.wk}, p + "attn_qk.joined");
+            if (b.qkv_joined && biases) {
+                b.bqkv_joined = with_v ? m.file->join({b.bq, b.bk, b.bv}, p + "attn_qkv_b.joined", false)
+                                       : m.file->join({b.bq, b.bk}, p + "attn_qk_b.joined", false);
+            }
         }
         if (!b.ffn_gate_inp && !b.ffn_gate_b && !b.ffn_up_b && joinable({b.ffn_gate, b.ffn_up})) {
             b.gate_up_joined = join({b.ffn_gate, b.ffn_up}, p + "ffn_gate_up.joined");

@@ -4,7 +4,8 @@ GGUF and threads, and against llama.cpp running the model requantized to the riv
 Every repeat of every engine runs in a fresh process (pyriver.tools.worker: so peak RSS is that
 engine's alone), and the engines rotate within each repeat (so machine noise falls on all).
 Reported: medians, min and max, and ratios to llama.cpp on the same file. Timings exclude model
-loading. --overhead, --inprocess and --chat-turns measure in one process (inprocess.py),
+loading. --paired puts pyriver and llama.cpp in one process, steps alternated (paired.py);
+--overhead, --inprocess and --chat-turns measure in one process (inprocess.py),
 --systems a synthetic 1B or 8B model (systems.py)."""
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from pyriver.args import add_draft_args, tensor_split
 from pyriver.cli import TOOLS, guarded
 from pyriver.llama import DEFAULT_TAU, Llama
 
-from . import inprocess, specbench, systems, verifycost
+from . import inprocess, paired, specbench, systems, verifycost
 from .args import apply_calibration
 from .quantize import requantized
 from .results import conditions, summary, write_json
@@ -46,6 +47,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--rpc-servers", default=None, help="host:port,... of ggml RPC servers, for both engines")
     b.add_argument("--tensor-split", default=None, help="share of the offloaded blocks per device, e.g. 1,1")
     b.add_argument("--competitor", action="store_true", help="also run llama.cpp on the model requantized to the river type")
+    b.add_argument("--paired", action="store_true", help="pyriver (full depth) and llama.cpp in one process, prompts "
+                   "and decode steps alternated one by one: their speed ratio to ~1%% on a noisy machine (no peak RSS)")
     b.add_argument("--overhead", action="store_true", help="cost of the exit checks alone, in one process")
     b.add_argument("--inprocess", action="store_true", help="River vs full depth in one process on the model's own chat answer")
     b.add_argument("--chunks", type=int, nargs="+", default=None,
@@ -175,7 +178,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parser().parse_args(argv)
     if a.tau is None and a.inprocess:
         a.tau = [DEFAULT_TAU]
-    modes = (("systems", systems.main), ("serve", _serve), ("overhead", inprocess.overhead),
+    modes = (("paired", paired.paired), ("systems", systems.main), ("serve", _serve), ("overhead", inprocess.overhead),
              ("chat_turns", inprocess.chat_turns), ("verify_cost", verifycost.main), ("lossless", specbench.main), ("inprocess", inprocess.inprocess))
     for flag, run in modes:   # the first mode asked for; else engines in their own processes
         if getattr(a, flag):

@@ -31,6 +31,16 @@ def test_parity_architectures_run_joined(arch_paths, name):
         assert debug.joined(llm) == PER_BLOCK.get(name, 2) * ARCH_SPECS[name]["n_layer"]
 
 
+def test_q4_k_m_joins_q_and_k_where_v_differs(gemma_path):
+    """Gemma 3 270M's Q4_K_M keeps V at q8_0 in half of its blocks: there Q and K are joined
+    alone (test_parity holds the file to llama.cpp's bits), so every block has two joins."""
+    with Llama(gemma_path, n_ctx=64, verbose=False, river=None) as llm:
+        types = {t.name: t.tensor_type for t in gguf.GGUFReader(gemma_path).tensors}
+        L = llm.info["n_layer"]
+        assert any(types[f"blk.{i}.attn_v.weight"] != types[f"blk.{i}.attn_q.weight"] for i in range(L))
+        assert debug.joined(llm) == 2 * L
+
+
 def test_smollm2_joined_mapped_or_copied(smol_path):
     """The joined matrices are copies in either case (no one place in the file to map): the same
     bits with and without mmap, every block joined."""

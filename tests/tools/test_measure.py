@@ -67,6 +67,21 @@ def test_bench_end_to_end(tiny, tmp_path):
     assert d["engines"]["pyriver river=q4_0 tau=0.9"]["mean_exit_layer"] is not None
 
 
+def test_bench_paired(tiny, tmp_path):
+    """--paired: both engines in one process, their logits equal after every step on the CPU, and the
+    ratios the per-repeat ratios of the engines' own speeds."""
+    out = tmp_path / "p.json"
+    r = _pyriver("bench", tiny, "--paired", "--repeats", "2", "--prompt-tokens", "16", "--gen-tokens", "8", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "logits equal to llama.cpp's after the prompt and every step: yes" in r.stdout
+    d = json.loads(out.read_text())
+    assert d["schema"] == "pyriver.bench-paired/1" and d["logits_equal"] is True
+    for m in ("prefill_tok_s", "decode_tok_s"):
+        py, lc = d["engines"]["pyriver"][m]["values"], d["engines"]["llama.cpp"][m]["values"]
+        assert len(py) == 2 and all(v > 0 for v in py + lc)
+        assert d["ratio_to_llama_cpp"][m]["values"] == [p / q for p, q in zip(py, lc)]
+
+
 def test_eval_end_to_end(tiny, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt": "Say hello.", "category": "chat"}) + "\n\n" +

@@ -1,0 +1,91 @@
+"""`pyriver bench --paired`: pyriver at full depth against llama.cpp (llama-cpp-python) in one
+process, every prompt and every decode step alternated between them (the first engine swapped each
+time). On a shared machine a run in a process of its own moves by 15-30% with the load, far more
+than the few percent between two engines on the same kernels; alternated step by step, the noise
+falls on both alike and the ratio within a repeat is read to about 1%.
+
+Per repeat: a prompt of --prompt-tokens from an empty cache by each engine, then WARMUP untimed
+and --gen-tokens timed greedy steps each, each engine fed its own argmax, logits compared bit for
+bit after the prompt and every step. Reported: per engine the median over repeats of its prefill
+and decode speed, and the median (min..max) of the per-repeat ratios to llama.cpp. Peak RSS needs
+a process per engine: the default mode measures it."""
+from __future__ import annotations
+
+import time
+from typing import Dict, List
+
+import numpy as np
+
+from pyriver import models
+from pyriver.args import tensor_split
+from pyriver.llama import Llama
+
+from .engine import LlamaCppEngine
+from .results import conditions, summary, write_json
+from .worker import WARMUP, engine_kwargs, text_prompt
+
+NAMES = ("llama.cpp", "pyriver")
+
+
+def _timed(engine, tokens: List[int]):
+    t = time.perf_counter()
+    logits = engine.decode_logits(tokens)[-1]
+    return logits, time.perf_counter() - t
+
+
+def _repeat(engines: Dict, prompt: List[int], n_gen: int, flip: int) -> Dict:
+    """One repeat: the prompt, then the steps, each alternated; times in seconds."""
+    order = lambda i: NAMES if (i + flip) % 2 == 0 else NAMES[::-1]
+    logits, prefill = {}, {}
+    for k in order(0):
+        engines[k].reset()
+        logits[k], prefill[k] = _timed(engines[k], prompt)
+    equal = bool(np.array_equal(logits["pyriver"], logits["llama.cpp"]))
+    steps: Dict[str, List[float]] = {k: [] for k in NAMES}
+    for i in range(WARMUP + n_gen):
+        for k in order(i + 1):
+            logits[k], dt = _timed(engines[k], [int(np.argmax(logits[k]))])
+            if i >= WARMUP:
+                steps[k].append(dt)
+        equal = equal and bool(np.array_equal(logits["pyriver"], logits["llama.cpp"]))
+    n_prompt = len(prompt)
+    return {"prefill_tok_s": {k: n_prompt / prefill[k] for k in NAMES},
+            "decode_tok_s": {k: n_gen / sum(steps[k]) for k in NAMES},
+            "logits_equal": equal}
+
+
+def paired(a) -> int:
+    path = str(models.resolve(a.model, progress=True))
+    n_ctx = a.prompt_tokens + a.gen_tokens + WARMUP + 8
+    kw = engine_kwargs({"n_gpu_layers": a.n_gpu_layers, "flash_attn": a.flash_attn,
+                        "tensor_split": tensor_split(a.tensor_split)})
+    engines = {"llama.cpp": LlamaCppEngine(path, n_ctx, a.threads, **kw),
+               "pyriver": Llama(path, n_ctx=n_ctx, n_batch=512, n_threads=a.threads, n_threads_batch=a.threads,
+                                verbose=False, river=None, **kw)}
+    prompt = text_prompt(lambda b: engines["llama.cpp"].tokenize(b, add_bos=False), a.prompt_tokens)
+    for k in NAMES:   # untimed: first graphs built and buffers allocated
+        engines[k].reset()
+        engines[k].decode_logits(prompt)
+    reps = [_repeat(engines, prompt, a.gen_tokens, r % 2) for r in range(a.repeats)]
+    for e in engines.values():
+        e.close()
+    metrics = ("prefill_tok_s", "decode_tok_s")
+    res = {"schema": "pyriver.bench-paired/1",
+           "conditions": conditions(path, a.threads, prompt_tokens=a.prompt_tokens, gen_tokens=a.gen_tokens,
+                                    repeats=a.repeats, prompt_set="bench.TEXT (fixed prose, repeated to length)",
+                                    n_gpu_layers=a.n_gpu_layers, flash_attn=a.flash_attn, warmup_steps=WARMUP),
+           "engines": {k: {m: summary([r[m][k] for r in reps]) for m in metrics} for k in NAMES},
+           "ratio_to_llama_cpp": {m: summary([r[m]["pyriver"] / r[m]["llama.cpp"] for r in reps]) for m in metrics},
+           "logits_equal": all(r["logits_equal"] for r in reps)}
+    print(f"\nmodel {path.rsplit('/', 1)[-1]}  threads {a.threads}  prompt {a.prompt_tokens}  gen {a.gen_tokens}  "
+          f"repeats {a.repeats}  (one process, prompts and steps alternated)")
+    print(f"{'engine':<12}{'prefill tok/s':>16}{'decode tok/s':>16}")
+    for k in NAMES:
+        print(f"{k:<12}" + "".join(f"{res['engines'][k][m]['median']:>16.1f}" for m in metrics))
+    rr = res["ratio_to_llama_cpp"]
+    print("pyriver / llama.cpp, median of the per-repeat ratios (min..max): " + ", ".join(
+        f"{m.split('_')[0]} {rr[m]['median']:.3f} ({rr[m]['min']:.3f}..{rr[m]['max']:.3f})" for m in metrics))
+    print(f"logits equal to llama.cpp's after the prompt and every step: {'yes' if res['logits_equal'] else 'NO'}")
+    if a.json:
+        write_json(a.json, res)
+    return 0
