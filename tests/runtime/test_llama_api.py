@@ -191,7 +191,7 @@ def test_bad_states_are_refused_and_the_object_stays_usable(smol_path, ours, tok
     ours.eval(tokens[:2])
     _native_checks(ours, good)
     for state, match in bad:
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(ValueError, match=match or None):   # "": any message (a cut or corrupt blob)
             ours.load_state(state)
         assert ours.n_tokens == 2   # unchanged
     assert _gen(ours, tokens) == expected
