@@ -332,7 +332,7 @@ static ggml_backend_dev_t tensor_dev(const model & m, const ggml_tensor * t) {
 static void join_projections(model & m) {
     const char * off = getenv("PYRIVER_JOIN");   // "0": not joined (scripts/join_ab.py measures the gain)
     if (off && strcmp(off, "0") == 0) return;
-    auto joinable = [&](const std::vector<const ggml_tensor *> & p) {
+    auto joinable = [](const std::vector<const ggml_tensor *> & p) {
         for (const ggml_tensor * t : p) {
             if (!t || t->type != p[0]->type || t->ne[0] != p[0]->ne[0] || ggml_n_dims(t) != 2) return false;
         }
@@ -341,8 +341,7 @@ static void join_projections(model & m) {
     auto join = [&](const std::vector<const ggml_tensor *> & parts, const std::string & name) -> ggml_tensor * {
         ggml_tensor * t = m.file->join(parts, name, true);
         if (!same_cpu_kernel(m.cpu_dev, t, parts)) {   // undo: the parts stay as they are
-            m.file->parts_of.erase(name);
-            for (const ggml_tensor * p : parts) m.file->absorbed.erase(ggml_get_name(p));
+            m.file->unjoin(name);
             return nullptr;
         }
         m.n_joined++;

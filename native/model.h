@@ -87,8 +87,9 @@ struct block_weights {
     ggml_tensor * ffn_gate_inp = nullptr;                                          // MoE router [n_embd, n_expert]
     ggml_tensor * ffn_gate_exps = nullptr, * ffn_up_exps = nullptr, * ffn_down_exps = nullptr;   // [.., .., n_expert]
     // The backbone's Q/K/V (or Q/K alone, when V differs in type; with their biases) and gate/up
-    // stacked at load, one product instead of three or two, the same bits (join_projections). The file's matrices above stay descriptors:
-    // the river is built from them, but they hold no memory of their own.
+    // stacked at load, one product instead of three or two, the same bits (join_projections).
+    // The file's matrices above stay descriptors: the river is built from them, but they hold no
+    // memory of their own.
     ggml_tensor * qkv_joined = nullptr, * bqkv_joined = nullptr, * gate_up_joined = nullptr;
 };
 

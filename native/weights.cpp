@@ -63,6 +63,13 @@ ggml_tensor * weight_file::join(const std::vector<const ggml_tensor *> & parts, 
     return t;
 }
 
+void weight_file::unjoin(const std::string & name) {
+    auto it = parts_of.find(name);
+    if (it == parts_of.end()) return;
+    for (const ggml_tensor * p : it->second) absorbed.erase(ggml_get_name(p));
+    parts_of.erase(it);
+}
+
 ggml_tensor * weight_file::tensor(const std::string & name) const {
     return index(name) < 0 ? nullptr : ggml_get_tensor(meta, name.c_str());
 }
@@ -203,7 +210,10 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
     std::vector<ggml_tensor *> all;
     for (ggml_context * c : {f.meta, f.copies}) {
         for (ggml_tensor * t = c ? ggml_get_first_tensor(c) : nullptr; t; t = ggml_get_next_tensor(c, t)) {
-            if (!f.absorbed.count(ggml_get_name(t))) all.push_back(t);
+            const std::string name = ggml_get_name(t);
+            // A copy is a duplicate or a join; a join taken back (unjoin) stays in the context, unused.
+            const bool live = c == f.meta || f.copy_of.count(name) || f.parts_of.count(name);
+            if (live && !f.absorbed.count(name)) all.push_back(t);
         }
     }
     for (ggml_tensor * t : all) {

@@ -40,6 +40,8 @@ struct weight_file {
     // row length), placed on the parts' device by place_weights. With absorb the parts get no
     // memory of their own (they stay descriptors: their bytes are still read from the file).
     ggml_tensor * join(const std::vector<const ggml_tensor *> & parts, const std::string & name, bool absorb);
+    // Takes join(name) back: the parts keep their own memory, the joined tensor gets none.
+    void unjoin(const std::string & name);
   private:
     ggml_context * copies_ctx();
 };

@@ -4,12 +4,18 @@ hold that the parity runs do go through joined matrices, in every architecture t
 that the river's own matrices stay its own."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import gguf
 import numpy as np
 import pytest
 
 from helpers import ARCH_SPECS, RIVER_PROMPT, forced_logits, rewrite_sidecar, river_copy
 from pyriver import Llama, debug
+from pyriver.tools import synth
+from pyriver.tools.engine import LlamaCppEngine
+from pyriver.tools.quantize import quantize
 
 # Joined matrices per block: Q/K/V and gate/up, where the file has them separate and of one type.
 PER_BLOCK = {"phi3": 0,        # attn_qkv and ffn_up are fused in the file already
@@ -39,6 +45,26 @@ def test_q4_k_m_joins_q_and_k_where_v_differs(gemma_path):
         L = llm.info["n_layer"]
         assert any(types[f"blk.{i}.attn_v.weight"] != types[f"blk.{i}.attn_q.weight"] for i in range(L))
         assert debug.joined(llm) == 2 * L
+
+
+def test_a_join_taken_back_loads(smol_path, tmp_path):
+    """Q4_0 with 12 rows of K (one KV head of 12) and 216 of Q/K/V: on a CPU that repacks Q4_0 by
+    8 rows the joined matrix would be repacked and K not, so both joins are taken back. The file
+    loads (a taken-back join once reached the file's offsets by a name it lacks: ggml aborted),
+    with llama.cpp's logits."""
+    f16 = tmp_path / "odd.f16.gguf"
+    synth.write_llama(f16, n_layer=2, n_embd=192, n_head=16, n_head_kv=1, n_ff=512, tied_output=True, seed=5,
+                      dtype="f16", tokenizer_from=smol_path)
+    path = str(quantize(f16, tmp_path / "odd.q4_0.gguf", "q4_0"))
+    code = f"from pyriver import Llama; Llama({path!r}, n_ctx=32, verbose=False, river=None).decode_logits([1, 2, 3])"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    with Llama(path, n_ctx=32, verbose=False, river=None) as llm:
+        ours = llm.decode_logits([1, 2, 3])
+        assert 2 <= debug.joined(llm) <= 4   # gate/up always; Q/K/V unless taken back
+    ref = LlamaCppEngine(path, 32, 2)
+    assert np.array_equal(ours, ref.decode_logits([1, 2, 3]))
+    ref.close()
 
 
 def test_smollm2_joined_mapped_or_copied(smol_path):
