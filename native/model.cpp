@@ -379,6 +379,13 @@ model * load_model(const char * path, const pr_model_params & params) {
     if (m->hp.arch.empty()) fail(PR_ERR_MODEL, "not a model file: general.architecture is missing");
     m->arch = &find_arch(m->hp.arch);
     read_hparams(m->gguf, m->hp, *m->arch);
+    // llama.cpp's context overrides (cparams.rope_freq_base/scale): the sliding-window layers keep
+    // the trained values, which their defaults were read from above
+    if (!std::isfinite(params.rope_freq_base) || params.rope_freq_base < 0.0f || !std::isfinite(params.rope_freq_scale) || params.rope_freq_scale < 0.0f) {
+        fail(PR_ERR_INVALID_ARG, "rope_freq_base and rope_freq_scale must be finite and >= 0 (0: the file's), got %g and %g", params.rope_freq_base, params.rope_freq_scale);
+    }
+    if (params.rope_freq_base > 0.0f) m->hp.rope_freq_base = params.rope_freq_base;
+    if (params.rope_freq_scale > 0.0f) m->hp.rope_freq_scale = params.rope_freq_scale;
     validate_and_bind(*m);
 
     for (ggml_tensor * t = ggml_get_first_tensor(m->meta); t; t = ggml_get_next_tensor(m->meta, t)) {

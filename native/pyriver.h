@@ -50,6 +50,8 @@ typedef struct {
     float   tensor_split[16]; /* share of the offloaded blocks per device; all 0: by free memory, as llama.cpp */
     const char * rpc_servers; /* "host:port,...": ggml RPC servers, first in the device list; NULL: none */
     int32_t rpc_timeout_ms;   /* a call that waits longer on its RPC servers fails; 0: no limit */
+    float   rope_freq_base;   /* RoPE base of the non-sliding-window layers; 0: the file's (llama.cpp's context param) */
+    float   rope_freq_scale;  /* RoPE frequency scale of those layers; 0: the file's */
 } pr_model_params;
 
 typedef struct {

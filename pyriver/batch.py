@@ -37,7 +37,7 @@ class BatchDecoder:
         cp = ffi.new("pr_context_params *", llm.context_params[0])
         cp.n_seq_max = n_seq
         out = ffi.new("pr_context **")
-        check(lib.pr_context_new(llm._model, cp, out))
+        check(lib.pr_context_new(llm._native_model, cp, out))
         self._ctx = out[0]
         self.n_ctx = lib.pr_n_ctx(self._ctx)
         self.n_batch = cp.n_batch

@@ -10,7 +10,6 @@ import numpy as np
 from llama_cpp.llama import LogitsProcessorList
 
 from . import completion as C
-from .ctor_args import rng_seed
 from .errors import ContextFullError
 from .grammar import constrain
 from .infill import fim_tokens, has_fim
@@ -73,14 +72,13 @@ class CompletionMixin:
         procs = list(logits_processor) if logits_processor is not None else []
         if logit_bias:
             procs.append(logit_bias_processor(logit_bias, self.n_vocab()))
+        self._cache_lookup(prompt_tokens)
+        # llama_cpp's seeds: the call's, else one drawn from the last (a seeded Llama repeats its runs)
+        self.set_seed(seed if seed is not None else random.Random(self._seed).randint(0, 2 ** 32))
         chain = self._chain(top_k, top_p, min_p, typical_p, temperature, repeat_penalty, frequency_penalty,
                             presence_penalty, mirostat_mode, mirostat_tau, mirostat_eta,
                             LogitsProcessorList(procs) if procs else None)
         chain.skip = len(prompt_tokens)
-        self._cache_lookup(prompt_tokens)
-        # llama_cpp's seeds: the call's, else one drawn from the last (a seeded Llama repeats its runs)
-        self.set_seed(seed if seed is not None else random.Random(self._seed).randint(0, 2 ** 32))
-        chain.rng = np.random.default_rng(rng_seed(self._seed))
         chain = constrain(chain, self.vocab, grammar, len(prompt_tokens))   # grammar: pyriver.grammar
         if max_tokens is None or max_tokens <= 0:
             max_tokens = self._n_ctx - len(prompt_tokens)

@@ -3,6 +3,7 @@ each is accepted at the values that change nothing pyriver computes, and refused
 naming it otherwise (docs/api.md, "Constructor arguments", is the table of every argument)."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict
 
 import llama_cpp
@@ -24,8 +25,6 @@ INERT: Dict[str, tuple] = {
     "attention_type": (llama_cpp.LLAMA_ATTENTION_TYPE_UNSPECIFIED,
                        lambda v: v in (llama_cpp.LLAMA_ATTENTION_TYPE_UNSPECIFIED, llama_cpp.LLAMA_ATTENTION_TYPE_CAUSAL),
                        "pyriver's attention is causal"),
-    "rope_freq_base": (0.0, _falsy, "pyriver uses the GGUF's RoPE base (0 = from the model)"),
-    "rope_freq_scale": (0.0, _falsy, "pyriver uses the GGUF's RoPE scale (0 = from the model)"),
     "yarn_ext_factor": (-1.0, lambda v: v == -1.0, "pyriver has no YaRN scaling"),
     "yarn_attn_factor": (1.0, lambda v: v == 1.0, "pyriver has no YaRN scaling"),
     "yarn_beta_fast": (32.0, lambda v: v == 32.0, "pyriver has no YaRN scaling"),
@@ -51,12 +50,17 @@ def inert_attrs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
     return {k: kwargs.get(k, INERT[k][0]) for k in ATTRS}
 
 
-def check_inert(kwargs: Dict[str, Any]) -> None:
-    """Refuse unknown names, and known ones at values pyriver cannot honour (ValueError naming it)."""
+def check_inert(kwargs: Dict[str, Any], verbose: bool = False) -> None:
+    """llama_cpp.Llama takes any other keyword (its **kwargs) and ignores it, and the libraries
+    built on it pass old ones (LangChain: f16_kv, n_parts): pyriver does the same, naming them in
+    a warning when verbose. Known names at values pyriver cannot honour: ValueError naming it."""
     unknown = sorted(k for k in kwargs if k not in INERT)
-    if unknown:
-        raise TypeError(f"pyriver.Llama got unexpected keyword arguments: {', '.join(unknown)}")
+    if unknown and verbose:
+        warnings.warn(f"pyriver.Llama ignores keyword arguments it does not know, as llama_cpp.Llama does: "
+                      f"{', '.join(unknown)}", stacklevel=3)
     for k, v in kwargs.items():
+        if k not in INERT:
+            continue
         default, ok, why = INERT[k]
         if not ok(v):
             raise ValueError(f"{k}={v!r} is not supported: {why} (llama-cpp-python's default is {default!r})")

@@ -9,17 +9,17 @@ from .native import check, ffi, lib
 
 def graph_runs(llm) -> int:
     """Graphs the Llama's context has computed since it was created."""
-    return int(lib.pr_graph_runs(llm._ctx))
+    return int(lib.pr_graph_runs(llm._native_ctx))
 
 
 def joined(llm) -> int:
     """Matrices the Llama's model joined at load (Q/K/V and gate/up of its CPU blocks)."""
-    return int(lib.pr_model_joined(llm._model))
+    return int(lib.pr_model_joined(llm._native_model))
 
 
 def kv_fill(llm, value: float) -> None:
     """Fill every KV cache slot with value (rows a token reads must have been written)."""
-    check(lib.pr_kv_fill(llm._ctx, float(value)))
+    check(lib.pr_kv_fill(llm._native_ctx, float(value)))
 
 
 def place_layers(n_layer: int, n_gpu_layers: int, shares: Sequence[float]) -> List[int]:

@@ -143,10 +143,10 @@ class EmbeddingMixin:
 
     def _embed_tokens(self, tokens: List[int], normalize: bool):
         """One input in an empty cache: its pooled (and normalized) vector or vectors, as lists."""
-        check(lib.pr_kv_clear(self._ctx))
+        check(lib.pr_kv_clear(self._native_ctx))
         arr = ffi.new("int32_t[]", tokens)
-        check(lib.pr_embed(self._ctx, arr, len(tokens)))
-        ptr = lib.pr_embeddings(self._ctx, 0)
+        check(lib.pr_embed(self._native_ctx, arr, len(tokens)))
+        ptr = lib.pr_embeddings(self._native_ctx, 0)
         if ptr == ffi.NULL:
             raise PyriverError(last_error())
         n_embd = self.n_embd()

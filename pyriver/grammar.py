@@ -235,11 +235,12 @@ class Grammar:
 
 
 class ConstrainedSampler:
-    """A Sampler under a grammar. sample() does what llama.cpp's common sampler does: the
-    sampler's token first, checked alone against the grammar; only when the grammar forbids it,
-    the grammar applied to every candidate and the sampler run again (greedy gives the
-    grammar's argmax either way; a greedy sampler that exposes its scores, greedy_scores, gets
-    the best allowed token found among the top candidates first, Grammar.best). distribution() (lossless mode's p and q) is the sampler's
+    """A Sampler under a grammar. A sampler that draws gets the allowed tokens only, as in
+    llama_cpp's chain (the same seed, the same token). A greedy one (whose token is the grammar's
+    argmax either way) and a lazy grammar awaiting its trigger do what llama.cpp's common sampler
+    does: the sampler's token first, checked alone against the grammar; only when the grammar
+    forbids it, the grammar applied to every candidate (a greedy sampler that exposes its scores,
+    greedy_scores, gets the best allowed token found among the top candidates first, Grammar.best). distribution() (lossless mode's p and q) is the sampler's
     distribution over the allowed tokens."""
 
     def __init__(self, sampler, grammar: Grammar, n_prompt: int):
@@ -293,6 +294,10 @@ class ConstrainedSampler:
 
     def sample(self, logits: np.ndarray, history: Sequence[int] = (), *args, **kwargs) -> int:
         g = self.state(history)
+        if not self.inner.greedy and not g.awaiting:
+            # a draw: llama_cpp's chain masks before it draws (one draw from the allowed tokens),
+            # so the same seed draws the same token
+            return self.inner.sample(g.mask(np.asarray(logits, dtype=np.float32)), history, *args, **kwargs)
         tok = self.inner.sample(logits, history, *args, **kwargs)
         if g.allows(tok):
             return tok

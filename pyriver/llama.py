@@ -51,6 +51,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                  pooling_type: int = llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED, flash_attn: bool = False,
                  last_n_tokens_size: int = 64, chat_format: Optional[str] = None, chat_handler=None,
                  draft_model=None, tokenizer=None, spm_infill: bool = False, verbose: bool = True,
+                 rope_freq_base: float = 0.0, rope_freq_scale: float = 0.0,
                  # pyriver's own
                  rpc_servers: Optional[str] = None, rpc_timeout: float = 300.0, river: Optional[str] = "auto",
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
@@ -60,7 +61,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         # what __getstate__ re-creates this Llama from (llama_cpp pickles its arguments, not its tokenizer)
         self._init_args = {**{k: v for k, v in locals().items() if k not in ("self", "llama_cpp_args", "tokenizer")},
                            **llama_cpp_args}
-        check_inert(llama_cpp_args)   # the rest of llama_cpp's arguments: inert values only
+        check_inert(llama_cpp_args, verbose)   # the rest of llama_cpp's arguments: inert values only; others ignored
         self.__dict__.update(inert_attrs(llama_cpp_args))   # kv_overrides, lora_path, ... as llama_cpp keeps them
         self.spm_infill, self.tensor_split = bool(spm_infill), tensor_split
         if last_n_tokens_size < 0:
@@ -68,7 +69,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         _lg.set_verbose(verbose)  # llama.cpp's (and ggml's) log lines, as llama-cpp-python does
         self.verbose = verbose
         self._lock = threading.RLock()
-        self._model = self._ctx = ffi.NULL
+        self._native_model = self._native_ctx = ffi.NULL
         self.model_path = str(models.resolve(model_path))
         if not os.path.isfile(self.model_path):
             raise FileNotFoundError(f"model file not found: {self.model_path}")
@@ -93,7 +94,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             self.tokenizer_ = tokenizer or PyriverTokenizer(self)
             self.river_path = self.calibration = self._spec = None
             return
-        self._load(n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers, rpc_timeout)
+        self._load(n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers, rpc_timeout,
+                   rope_freq_base, rope_freq_scale)
         exit_threshold, min_exit_layer = self._bind_river(river, exit_threshold, min_exit_layer, river_force,
                                                           river_rebuild, use_mmap, verbose, lossless)
         self.vocab = Vocab(self.model_path)
@@ -131,8 +133,11 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             draft_cost = cal.get("draft_cost") if draft_cost is None else draft_cost
         self.set_lossless(bool(lossless), draft_model=draft_model, draft_max=draft_max, draft_cost=draft_cost)
 
-    def _load(self, n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers, rpc_timeout) -> None:
+    def _load(self, n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers, rpc_timeout,
+              rope_freq_base, rope_freq_scale) -> None:
         mp = ffi.new("pr_model_params *", lib.pr_model_default_params())
+        # llama.cpp's context overrides, 0 = the file's (LangChain passes 10000 and 1.0 whatever the model)
+        mp.rope_freq_base, mp.rope_freq_scale = float(rope_freq_base or 0.0), float(rope_freq_scale or 0.0)
         mp.n_gpu_layers = int(n_gpu_layers)
         mp.use_mmap = 1 if use_mmap else 0
         mp.split_mode, mp.main_gpu = int(split_mode), int(main_gpu)
@@ -148,9 +153,9 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         mp.rpc_timeout_ms = int(rpc_timeout * 1000)
         out = ffi.new("pr_model **")
         check(lib.pr_model_load(self.model_path.encode(), mp, out))
-        self._model = out[0]
+        self._native_model = out[0]
         info = ffi.new("pr_model_info *")
-        check(lib.pr_model_get_info(self._model, info))
+        check(lib.pr_model_get_info(self._native_model, info))
         self.info = {k: (ffi.string(getattr(info, k)).decode() if k in ("arch", "name") else getattr(info, k))
                      for k in dir(info)}
 
@@ -180,7 +185,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                           f"river=None turns it off", file=sys.stderr)
         if river is not None:
             try:
-                self.river_path = str(prepare(self._model, self.model_path, river, force=force, rebuild=rebuild,
+                self.river_path = str(prepare(self._native_model, self.model_path, river, force=force, rebuild=rebuild,
                                               progress=True, use_mmap=use_mmap, verbose=verbose))
             except Exception as e:
                 if self.calibration is None:
@@ -205,15 +210,15 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         cp.flash_attn = 1 if flash_attn else 0
         cp.batch_invariant = -1 if batch_invariant is None else (1 if batch_invariant else 0)
         out = ffi.new("pr_context **")
-        check(lib.pr_context_new(self._model, cp, out))
-        self._ctx = out[0]
+        check(lib.pr_context_new(self._native_model, cp, out))
+        self._native_ctx = out[0]
         self.context_params = cp   # what a BatchDecoder (pyriver.batch) on this model starts from
         # The default (False) computes each step as llama.cpp does, so the same steps give llama.cpp's
         # bits: a prompt in steps of min(n_batch, n_ubatch) tokens, as llama_cpp.Llama's decode
         # splits it. True: a token's logits do not depend on the step it was computed in, at a cost
         # in prompt speed (docs/bench/default-cpu.md; pr_context_params.batch_invariant).
-        self.batch_invariant = bool(lib.pr_context_batch_invariant(self._ctx))
-        self._n_ctx = lib.pr_n_ctx(self._ctx)
+        self.batch_invariant = bool(lib.pr_context_batch_invariant(self._native_ctx))
+        self._n_ctx = lib.pr_n_ctx(self._native_ctx)
         self.n_batch, self.n_ubatch = n_batch, cp.n_batch
 
     def attach_river(self, river: str, *, force: bool = False, rebuild: bool = False) -> str:
@@ -222,7 +227,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             self._live()
             if self.river_path is not None:
                 raise ValueError(f"a river is already attached: {self.river_path}")
-            self.river_path = str(prepare(self._model, self.model_path, river, force=force, rebuild=rebuild))
+            self.river_path = str(prepare(self._native_model, self.model_path, river, force=force, rebuild=rebuild))
             return self.river_path
 
     def set_exit(self, exit_threshold: float, min_exit_layer: Optional[int] = None, force_exit_layer: int = -1,
@@ -249,9 +254,9 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             default = lib.pr_exit_debug_default_params()
             self.exit_params = (p, d)   # a BatchDecoder on this model applies the same rule
             if all(getattr(d, k) == getattr(default, k) for k in dir(default)):
-                check(lib.pr_context_set_exit(self._ctx, p))
+                check(lib.pr_context_set_exit(self._native_ctx, p))
             else:   # the testing and benchmark knobs (pyriver_debug.h)
-                check(lib.pr_context_set_exit_debug(self._ctx, p, d))
+                check(lib.pr_context_set_exit_debug(self._native_ctx, p, d))
             self.exit_threshold, self.min_exit_layer = p.exit_threshold, p.min_exit_layer
             self._exiting = force_exit_layer >= 0 or p.exit_threshold <= 1.0
             self.prefill_exit = prefill_exit
@@ -306,10 +311,10 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         # Each handle is cleared before it is freed: a Ctrl-C (KeyboardInterrupt between two
         # bytecodes) inside close must leave at worst a leak, never a handle that __del__ frees again.
         with self._lock:
-            ctx, self._ctx = self._ctx, ffi.NULL
+            ctx, self._native_ctx = self._native_ctx, ffi.NULL
             if ctx:
                 lib.pr_context_free(ctx)
-            model, self._model = self._model, ffi.NULL
+            model, self._native_model = self._native_model, ffi.NULL
             if model:
                 lib.pr_model_free(model)
             if getattr(self, "vocab", None):
@@ -330,8 +335,29 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
     def _live(self):
         if self.vocab_only:
             raise RuntimeError("this Llama was made with vocab_only=True: it tokenizes, it has no weights to run")
-        if not self._ctx:
+        if not self._native_ctx:
             raise RuntimeError("this Llama is closed")
+
+    # -- llama.cpp's handles, as llama_cpp.Llama has them ------------------------------------
+    @property
+    def _model(self) -> "LlamaCppModel":
+        """llama_cpp's `_model` (a LlamaModel): `.model` is the llama_model_p of the vocabulary
+        pyriver loads from the same file (libraries read its vocab through it, as outlines does)."""
+        return LlamaCppModel(self.vocab)
+
+    @property
+    def model(self):
+        """llama_cpp's `model`: the llama_model_p of this file's vocabulary (no weights: pyriver
+        computes with its own graphs)."""
+        return self._model.model
+
+    @property
+    def _ctx(self) -> "LlamaCppContext":
+        return LlamaCppContext(self)
+
+    @property
+    def ctx(self):
+        return self._ctx.ctx
 
     # -- model facts ------------------------------------------------------------------------
     def n_ctx(self) -> int:
@@ -349,14 +375,14 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
     def devices(self) -> List[str]:
         """ggml device name of each block, then of the head ("CPU", "RPC0", ...)."""
         self._live()
-        return read_text(lambda buf, size, needed: lib.pr_model_devices(self._model, buf, size, needed)).splitlines()
+        return read_text(lambda buf, size, needed: lib.pr_model_devices(self._native_model, buf, size, needed)).splitlines()
 
     def meta(self, key: str) -> Optional[str]:
         """A GGUF metadata value as text, read by pyriver; None when the file has no such key
         (`metadata` is llama_cpp's dict of llama.cpp's view of them)."""
         self._live()
         try:
-            return read_text(lambda buf, size, needed: lib.pr_model_meta(self._model, key.encode(), buf, size, needed))
+            return read_text(lambda buf, size, needed: lib.pr_model_meta(self._native_model, key.encode(), buf, size, needed))
         except ValueError:
             return None
 
@@ -378,3 +404,49 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                    special: bool = False) -> bytes:
         return self.tokenizer_.detokenize(list(tokens), prev_tokens=prev_tokens, special=special)
 
+
+
+class LlamaCppModel:
+    """What llama_cpp's internals.LlamaModel offers libraries, over pyriver's Vocab."""
+
+    def __init__(self, vocab: Vocab):
+        self._v = vocab
+
+    @property
+    def model(self):
+        self._v._vocab   # raises when closed
+        return self._v._model
+
+    @property
+    def vocab(self):
+        return self._v._vocab
+
+    def n_vocab(self) -> int:
+        return self._v.n_vocab
+
+    def token_get_text(self, token: int) -> str:
+        return self._v.token_text(token)
+
+    def token_bos(self) -> int:
+        return self._v.bos
+
+    def token_eos(self) -> int:
+        return self._v.eos
+
+
+class LlamaCppContext:
+    """llama_cpp's `_ctx`. A vocab_only Llama has a real llama.cpp context over its vocabulary, as
+    llama_cpp's has (made when first asked for); a Llama with weights computes with pyriver's own
+    graphs and has no llama.cpp context to hand out."""
+
+    def __init__(self, llama: "Llama"):
+        self._llama = llama
+
+    @property
+    def ctx(self):
+        L = self._llama
+        if not L.vocab_only:
+            raise AttributeError("pyriver.Llama has no llama.cpp context (llama_context_p): it computes with its "
+                                 "own ggml graphs (the native context is Llama._native_ctx); tokenize, detokenize "
+                                 "and Llama.model (llama.cpp's llama_model_p of the vocabulary) are there")
+        return L.vocab.context()

@@ -133,7 +133,8 @@ class LlamaCppMixin:
                                 repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
                                 presence_penalty=presence_penalty, penalty_last_n=self.last_n_tokens_size)
         chain = ChainSampler(params, rng_seed(self._seed), mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
-                             mirostat_eta=mirostat_eta, logits_processor=logits_processor, n_vocab=self.n_vocab())
+                             mirostat_eta=mirostat_eta, logits_processor=logits_processor, n_vocab=self.n_vocab(),
+                             vocab=self.vocab)
         return constrain(chain, self.vocab, grammar, 0)
 
     def _logits_at(self, idx: Optional[int]) -> np.ndarray:

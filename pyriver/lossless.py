@@ -53,7 +53,7 @@ def draft_token(sampler: Sampler, logits: np.ndarray, hist: List[int]) -> Tuple[
     """A river draft: the sampler's distribution q of the draft logits and the token drawn from it
     (its argmax when greedy)."""
     q = sampler.distribution(logits, hist)
-    d = int(np.argmax(q)) if sampler.p.temperature <= 0.0 else int(sampler.rng.choice(q.size, p=q))
+    d = int(np.argmax(q)) if sampler.greedy else int(sampler.rng.choice(q.size, p=q))
     return d, q
 
 

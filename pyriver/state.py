@@ -45,9 +45,9 @@ class StateMixin:
             self._live()
             self._reconcile()
             size = ffi.new("size_t *")
-            check(lib.pr_state_size(self._ctx, size))
+            check(lib.pr_state_size(self._native_ctx, size))
             buf = ffi.new("uint8_t[]", size[0])
-            check(lib.pr_state_get(self._ctx, buf, size[0], size))
+            check(lib.pr_state_get(self._native_ctx, buf, size[0], size))
             native = bytes(ffi.buffer(buf, size[0]))
             head = json.dumps({**self._identity(), "kinds": self._kinds, "crc32": zlib.crc32(native)}).encode()
             blob = MAGIC + struct.pack("<Q", len(head)) + head + native
@@ -81,7 +81,7 @@ class StateMixin:
         with self._lock:
             self._live()
             self._version += 1
-            check(lib.pr_state_set(self._ctx, native, len(native)))   # checked natively before it writes
+            check(lib.pr_state_set(self._native_ctx, native, len(native)))   # checked natively before it writes
             self._tokens, self._kinds = ids, kinds
             self._reconcile()
             self._requires_eval = True   # llama_cpp's: a restored state is decoded again before sampling

@@ -37,7 +37,22 @@ class Vocab:
             raise RuntimeError("this Llama is closed")
         return self._handle
 
+    def context(self):
+        """A llama.cpp context over this vocabulary (llama_cpp's vocab_only Llama has one), made once."""
+        self._vocab   # raises when closed
+        if getattr(self, "_llama_ctx", None) is None:
+            params = llama_cpp.llama_context_default_params()
+            params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 512, 512, 512, 1
+            ctx = llama_cpp.llama_init_from_model(self._model, params)
+            if not ctx:
+                raise RuntimeError("llama.cpp could not make a context over this vocabulary")
+            self._llama_ctx = ctx
+        return self._llama_ctx
+
     def close(self) -> None:
+        ctx, self._llama_ctx = getattr(self, "_llama_ctx", None), None
+        if ctx:
+            llama_cpp.llama_free(ctx)
         model, self._model = self._model, None   # cleared first, as Llama.close
         self._handle = None
         if model:

@@ -105,11 +105,18 @@ class Server:
     def sampler(self, f: Dict, toks: List[int], grammar) -> Sampler:
         """The request's sampler, under its grammar (parsed and checked here: run it off the event loop)."""
         bias = L.logit_bias(self, f.get("logit_bias"))
-        base = L.BiasedSampler(f["sampling"], f["seed"], bias) if bias else Sampler(f["sampling"], f["seed"])
+        base = self.base_sampler(f["sampling"], f["seed"], bias)
         try:
             return constrain(base, self.llm.vocab, grammar, len(toks))
         except GrammarError as e:
             raise APIError(400, str(e), param="grammar", code="invalid_grammar") from None
+
+    def base_sampler(self, params, seed, bias) -> Sampler:
+        """llama.cpp's samplers for a request (llama-server's chain; penalties see the prompt too)."""
+        try:
+            return Sampler(params, seed, bias=bias, vocab=self.llm.vocab)
+        except ValueError as e:
+            raise APIError(400, str(e)) from None
 
     def submit(self, f: Dict, toks: List[int], logprobs: Optional[int], sampler: Sampler) -> Request:
         return self.submit_request(toks, sampler, f["max_tokens"] or self.max_tokens(toks), logprobs)

@@ -17,8 +17,7 @@ from starlette.routing import Route
 
 from .. import __version__
 from .. import completion as C
-from ..sampling import Sampler, SamplingParams
-from ..sampling_chain import LogitBias
+from ..sampling import SamplingParams
 from .schema import APIError, json_object
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF   # what llama-server reports for "a random seed"
@@ -27,19 +26,6 @@ LLAMA_DEFAULT_SEED = 0xFFFFFFFF   # what llama-server reports for "a random seed
 def fingerprint() -> str:
     """llama-server's system_fingerprint is its build ("b<number>-<commit>"); pyriver's names its version."""
     return f"b{__version__}-pyriver"
-
-
-# -- sampling with a logit bias -------------------------------------------------------------------
-class BiasedSampler(Sampler):
-    """A Sampler whose logits get a bias per token id after the penalties (-inf: never sampled),
-    as llama.cpp's logit-bias sampler."""
-
-    def __init__(self, params: SamplingParams, seed: Optional[int], bias: Dict[int, float]):
-        super().__init__(params, seed)
-        self.bias = LogitBias(bias)
-
-    def _penalize(self, logits, history):
-        return self.bias(None, super()._penalize(logits, history))
 
 
 def _bias_value(v) -> float:
@@ -287,7 +273,7 @@ class Native:
         self.srv, self.f, self.index = srv, f, index
         self.toks = srv.prompt_tokens(toks)
         self.max_tokens = f["n_predict"] or srv.max_tokens(toks)
-        sampler = BiasedSampler(f["params"], f["seed"], f["bias"]) if f["bias"] else Sampler(f["params"], f["seed"])
+        sampler = srv.base_sampler(f["params"], f["seed"], f["bias"])
         self.r = srv.submit_request(toks, sampler, self.max_tokens, f["n_probs"] or None,
                                     post_sampling(sampler, f["n_probs"]) if f["post"] else None)
         self.text = C.TextStream([s.encode("utf-8") for s in f["stops"] if s])

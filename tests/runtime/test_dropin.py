@@ -136,8 +136,6 @@ def test_unsupported_arguments_are_errors(smol_path):
         Llama(smol_path, chat_handler=object(), verbose=False)
     with pytest.raises(ValueError, match="chat_format"):
         Llama(smol_path, chat_format="no-such-format", verbose=False)
-    with pytest.raises(TypeError, match="n_parts"):
-        Llama(smol_path, n_parts=2, verbose=False)
     with Llama(smol_path, n_ctx=64, verbose=False) as llm:
         with pytest.raises(TypeError, match="no_such_argument"):
             llm("hi", no_such_argument=1)

@@ -221,11 +221,11 @@ def test_native_embeddings_rows(smol_path):
     from pyriver.native import ffi, lib
     with _ours(smol_path, 1) as llm:
         toks = llm.tokenize(b"two words")
-        assert lib.pr_embed(llm._ctx, ffi.new("int32_t[]", toks), len(toks)) == 0
-        assert lib.pr_embeddings(llm._ctx, len(toks) - 1) != ffi.NULL
-        assert lib.pr_embeddings(llm._ctx, len(toks)) == ffi.NULL
-        assert lib.pr_logits(llm._ctx, 0) == ffi.NULL
-        assert lib.pr_embed(llm._ctx, ffi.new("int32_t[]", [10 ** 9]), 1) == 1   # PR_ERR_INVALID_ARG
+        assert lib.pr_embed(llm._native_ctx, ffi.new("int32_t[]", toks), len(toks)) == 0
+        assert lib.pr_embeddings(llm._native_ctx, len(toks) - 1) != ffi.NULL
+        assert lib.pr_embeddings(llm._native_ctx, len(toks)) == ffi.NULL
+        assert lib.pr_logits(llm._native_ctx, 0) == ffi.NULL
+        assert lib.pr_embed(llm._native_ctx, ffi.new("int32_t[]", [10 ** 9]), 1) == 1   # PR_ERR_INVALID_ARG
         llm.reset()
         llm.decode_logits(toks)
-        assert lib.pr_embeddings(llm._ctx, 0) == ffi.NULL
+        assert lib.pr_embeddings(llm._native_ctx, 0) == ffi.NULL

@@ -61,15 +61,39 @@ def test_every_llama_cpp_constructor_argument_is_accepted_at_its_default(smol_pa
 @pytest.mark.parametrize("kw, err, match", [
     ({"lora_path": "x.gguf"}, ValueError, "lora_path"),
     ({"type_k": llama_cpp.GGML_TYPE_Q8_0}, ValueError, "type_k"),
-    ({"rope_freq_base": 5e5}, ValueError, "rope_freq_base"),
+    ({"rope_freq_base": -1.0}, ValueError, "rope_freq_base"),
     ({"kv_overrides": {"a": 1}}, ValueError, "kv_overrides"),
     ({"numa": True}, ValueError, "numa"),
-    ({"n_parts": 2}, TypeError, "n_parts"),
     ({"chat_format": "no-such"}, ValueError, "chat_format"),
 ])
 def test_arguments_pyriver_cannot_honour_are_refused_by_name(smol_path, kw, err, match):
     with pytest.raises(err, match=match):
         Llama(smol_path, **dict(OURS, **kw))
+
+
+def test_unknown_arguments_are_ignored_as_llama_cpp_ignores_them(smol_path):
+    """LangChain passes f16_kv and n_parts, which llama_cpp takes through its **kwargs."""
+    with pytest.warns(UserWarning, match="f16_kv, n_parts"):
+        m = Llama(smol_path, n_ctx=64, n_parts=-1, f16_kv=True, verbose=True)
+    m.close()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Llama(smol_path, n_ctx=64, f16_kv=True, verbose=False).close()
+
+
+def test_rope_overrides_give_llama_cpp_s_logits(smol_path):
+    """rope_freq_base / rope_freq_scale as llama.cpp's context parameters (LangChain passes 10000
+    and 1.0 whatever the model): the same logits as llama_cpp with the same values."""
+    toks = [1, 504, 3158, 282, 4649, 314, 3575, 30, 378, 1191, 282]
+    kw = dict(n_ctx=64, verbose=False, rope_freq_base=10000.0, rope_freq_scale=0.5, logits_all=True)
+    ref = llama_cpp.Llama(smol_path, **kw)
+    ref.eval(toks)
+    with Llama(smol_path, **kw) as m, Llama(smol_path, n_ctx=64, verbose=False) as plain:
+        m.eval(toks)
+        plain.eval(toks)
+        assert np.array_equal(m.scores[len(toks) - 1], ref.scores[len(toks) - 1])
+        assert not np.array_equal(plain.scores[len(toks) - 1], ref.scores[len(toks) - 1])
 
 
 def test_vocab_only_tokenizes_as_llama_cpp(tmp_path):
@@ -210,8 +234,8 @@ def _native_checks(llm, good):
             bad = bad[:off]
         else:
             bad[off:off + len(val)] = val
-        assert lib.pr_state_set(llm._ctx, bytes(bad), len(bad)) != 0
-        assert lib.pr_kv_pos(llm._ctx) == 2
+        assert lib.pr_state_set(llm._native_ctx, bytes(bad), len(bad)) != 0
+        assert lib.pr_kv_pos(llm._native_ctx) == 2
 
 
 def test_ram_cache_hit_loads_the_state_once(smol_path, tokens):

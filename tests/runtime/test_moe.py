@@ -23,7 +23,7 @@ def test_sidecar_requantizes_every_expert_and_keeps_the_router(arch_paths, tmp_p
     path = arch_paths["qwen3moe"]
     with Llama(path, n_ctx=64, verbose=False) as llm:
         L = llm.info["n_layer"]
-        R.build(llm._model, path, "q4_0", tmp_path / "r.gguf", progress=False)
+        R.build(llm._native_model, path, "q4_0", tmp_path / "r.gguf", progress=False)
     side, backbone = _types(tmp_path / "r.gguf"), _types(path)
     for il in range(L):
         for name in EXPERT_TENSORS:
@@ -39,7 +39,7 @@ def test_fallback_is_reported_per_expert_tensor(arch_paths, tmp_path):
     tensor falls back once, as a whole, to the 32-block type of q4_K's bits per weight."""
     path = arch_paths["qwen3moe"]
     with Llama(path, n_ctx=64, verbose=False) as llm:
-        report = R.build(llm._model, path, "q4_K", tmp_path / "r.gguf", progress=False)
+        report = R.build(llm._native_model, path, "q4_K", tmp_path / "r.gguf", progress=False)
     lines = report.strip().splitlines()
     assert len(lines) == 4 * 7
     assert "blk.2.ffn_down_exps.weight: q4_K does not fit rows of 96, using q4_0" in lines
@@ -68,8 +68,8 @@ def test_not_cheaper_rule_per_expert_tensor(arch_paths, tmp_path):
     path = _with_q4_0_experts(arch_paths["qwen3moe"], tmp_path / "m.gguf")
     with Llama(path, n_ctx=64, verbose=False) as llm:
         with pytest.raises(ValueError, match="q4_0 is not cheaper than the backbone's q4_0 for blk.0.ffn_gate_exps.weight"):
-            R.build(llm._model, path, "q4_0", tmp_path / "r.gguf", progress=False)
-        R.build(llm._model, path, "q4_0", tmp_path / "r.gguf", force=True, progress=False)
+            R.build(llm._native_model, path, "q4_0", tmp_path / "r.gguf", progress=False)
+        R.build(llm._native_model, path, "q4_0", tmp_path / "r.gguf", force=True, progress=False)
         ref = llm.decode_logits(llm.tokenize(b"The river runs to the sea"))[-1]
     with Llama(path, n_ctx=64, verbose=False, river=str(tmp_path / "r.gguf")) as llm:
         llm.set_exit(2.0, 1, 1, prefill_exit=True)   # every token leaves the backbone after block 1

@@ -170,7 +170,7 @@ def test_kquant_river_falls_back_on_576_wide_rows(smol_path, tmp_path):
     p = tmp_path / "m.gguf"
     shutil.copy(smol_path, p)
     with Llama(str(p), n_ctx=64, verbose=False) as llm:
-        report = R.build(llm._model, str(p), "q4_K", tmp_path / "r.gguf", progress=False)
+        report = R.build(llm._native_model, str(p), "q4_K", tmp_path / "r.gguf", progress=False)
     lines = report.strip().splitlines()
     # Rows of 576 (every matrix but ffn_down) do not fit 256-element blocks; ffn_down's 1536 do.
     assert len(lines) == 30 * 6
@@ -183,9 +183,9 @@ def test_kquant_river_falls_back_on_gemma_640_wide_rows(gemma_path, tmp_path):
     back to the 32-block type of nearest bits per weight (MXFP4 for q3_K); attn_output (1024) and
     ffn_down (2048) take q3_K. q4_0 is refused: not cheaper than the backbone's Q4_K attn_output."""
     with Llama(gemma_path, n_ctx=64, verbose=False) as llm:
-        report = R.build(llm._model, gemma_path, "q3_K", tmp_path / "r.gguf", progress=False)
+        report = R.build(llm._native_model, gemma_path, "q3_K", tmp_path / "r.gguf", progress=False)
         with pytest.raises(ValueError, match="not cheaper than the backbone's q4_K for blk.0.attn_output"):
-            R.build(llm._model, gemma_path, "q4_0", tmp_path / "r4.gguf", progress=False)
+            R.build(llm._native_model, gemma_path, "q4_0", tmp_path / "r4.gguf", progress=False)
     lines = report.strip().splitlines()
     assert len(lines) == 18 * 5
     assert all("does not fit rows of 640, using mxfp4" in ln for ln in lines)
@@ -222,11 +222,11 @@ def test_bad_sidecars_are_rejected(smol_path, synth_paths, tmp_path):
     shutil.copy(smol_path, p)
     good = tmp_path / "good.gguf"
     with Llama(str(p), n_ctx=64, verbose=False) as llm:
-        R.build(llm._model, str(p), "q4_0", good, progress=False)
+        R.build(llm._native_model, str(p), "q4_0", good, progress=False)
     # A sidecar of another model.
     other = tmp_path / "other.gguf"
     with Llama(synth_paths["mha"], n_ctx=64, verbose=False) as syn:
-        R.build(syn._model, synth_paths["mha"], "q4_0", other, progress=False)
+        R.build(syn._native_model, synth_paths["mha"], "q4_0", other, progress=False)
     with pytest.raises(ModelLoadError, match="belongs to another model"):
         Llama(str(p), n_ctx=64, verbose=False, river=str(other))
     # Truncated.

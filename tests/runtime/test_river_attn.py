@@ -100,8 +100,8 @@ def test_a_sidecar_that_contradicts_its_declaration_is_rejected(model, tmp_path)
     path, *_ = model
     kept, plain = tmp_path / "kept.gguf", tmp_path / "plain.gguf"
     with Llama(path, n_ctx=64, verbose=False) as llm:
-        R.build(llm._model, path, "q4_0+attn-backbone", kept, progress=False)
-        R.build(llm._model, path, "q4_0", plain, progress=False)
+        R.build(llm._native_model, path, "q4_0+attn-backbone", kept, progress=False)
+        R.build(llm._native_model, path, "q4_0", plain, progress=False)
     cases = [
         # attention left out without the declaration
         (rewrite_sidecar(kept, tmp_path / "a.gguf", meta={KEPT: None}), "lacks tensor 'blk.0.attn_q.weight'"),

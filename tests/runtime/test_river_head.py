@@ -50,7 +50,7 @@ def test_a_head_of_the_wrong_shape_is_rejected(model, tmp_path):
     path, *_ = model
     good = tmp_path / "good.gguf"
     with Llama(path, n_ctx=64, verbose=False) as llm:
-        R.build(llm._model, path, "q4_0+head-q4_0", good, progress=False)
+        R.build(llm._native_model, path, "q4_0+head-q4_0", good, progress=False)
     r = gguf.GGUFReader(str(good))
     w = gguf.GGUFWriter(str(tmp_path / "bad.gguf"), arch="pyriver-river")
     for f in r.fields.values():

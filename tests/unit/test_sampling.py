@@ -1,4 +1,5 @@
-"""The samplers on hand-made logits: llama.cpp's chain order, penalties, seeds and bad values."""
+"""The samplers (llama.cpp's, pyriver.sampling) on hand-made logits: the chain order, penalties,
+seeds, llama-server's extra samplers and bad values."""
 from __future__ import annotations
 
 import numpy as np
@@ -60,7 +61,7 @@ def test_seed_reproduces_and_differs():
 
 def test_penalties_change_only_the_recent_tokens():
     s = Sampler(SamplingParams(temperature=0.0, repeat_penalty=2.0, frequency_penalty=0.5, presence_penalty=0.25))
-    out = s._penalize(LOGITS.copy(), [1, 1, 3])
+    out = s.greedy_scores(LOGITS.copy(), [1, 1, 3])
     # token 1: 3.0 / 2 - 2 * 0.5 - 0.25; token 3: -1.0 * 2 - 0.5 - 0.25; the others unchanged.
     np.testing.assert_allclose(out, [1.0, 0.25, 2.5, -2.75, 0.0])
     assert s.sample(LOGITS, [1, 1, 3]) == 2   # the repeated best token lost its place
@@ -78,3 +79,34 @@ def test_penalty_window_is_the_last_tokens_only():
 def test_bad_values_are_value_errors(kw, match):
     with pytest.raises(ValueError, match=match):
         Sampler(SamplingParams(**kw))
+
+
+def test_penalties_follow_a_rewound_history():
+    """A lossless rewind hands a history that is not an extension of the last: the penalties forget the rest."""
+    s = Sampler(SamplingParams(temperature=0.0, repeat_penalty=10.0))
+    assert s.sample(LOGITS, [1, 2]) == 0
+    assert s.sample(LOGITS, [1, 4]) == 2     # 2 was rewound away
+    assert s.sample(LOGITS, [3]) == 1
+
+
+def test_top_n_sigma_keeps_the_logits_within_n_sigma_of_the_best():
+    # std of LOGITS is 1.43: within 0.5 sigma of 3.0 only token 1 (and not 2.5 - 3.0 = -0.5 > -0.71? it is kept)
+    counts = _draws(2000, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, top_n_sigma=0.5)
+    assert set(np.nonzero(counts)[0]) == {1, 2}
+
+
+def test_xtc_removes_the_top_choices_above_its_threshold():
+    # probability 1: every token above the threshold but the least likely of them is removed
+    counts = _draws(500, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, xtc_probability=1.0, xtc_threshold=0.1)
+    assert counts[1] == 0 and counts.sum() == 500
+
+
+def test_dry_needs_the_vocabulary():
+    with pytest.raises(ValueError, match="DRY"):
+        Sampler(SamplingParams(dry_multiplier=0.8))
+
+
+def test_logit_bias_comes_first():
+    s = Sampler(SamplingParams(temperature=0.0), bias={4: 10.0}, n_vocab=LOGITS.size)
+    assert s.sample(LOGITS) == 4
+    assert Sampler(SamplingParams(temperature=0.0), bias={1: float("-inf")}, n_vocab=LOGITS.size).sample(LOGITS) == 2
