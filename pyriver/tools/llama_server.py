@@ -23,14 +23,21 @@ def binary() -> Path:
     return cache_dir() / "llama-server" / llama_cpp.__version__ / "build" / "bin" / "llama-server"
 
 
+def sdist_download(python: str, version: str, dest: Path) -> list:
+    """The command that downloads llama-cpp-python's sdist. pip prepares its metadata on the way, which
+    needs its build backend (scikit-build-core): in pip's isolated build environment, since the
+    environment pyriver's README makes does not have it."""
+    return [python, "-m", "pip", "download", f"llama-cpp-python=={version}", "--no-binary", ":all:",
+            "--no-deps", "-q", "-d", str(dest)]
+
+
 def _source(root: Path, version: str) -> Path:
     """The sdist's vendor/llama.cpp, downloaded (pip, from the index pip is set up for) and unpacked once."""
     src = root / f"llama_cpp_python-{version}" / "vendor" / "llama.cpp"
     if src.is_dir():
         return src
     dl = root / "sdist"
-    subprocess.run([sys.executable, "-m", "pip", "download", f"llama-cpp-python=={version}", "--no-binary", ":all:",
-                    "--no-deps", "--no-build-isolation", "-q", "-d", str(dl)], check=True)
+    subprocess.run(sdist_download(sys.executable, version, dl), check=True)
     tar = next(dl.glob("llama_cpp_python-*.tar.gz"))
     with tarfile.open(tar) as t:
         t.extractall(root, filter="data")

@@ -1,0 +1,27 @@
+"""pyriver.tools.llama_server gets llama.cpp's source from llama-cpp-python's sdist: its download
+command must work in a fresh virtual environment (the README's install has no scikit-build-core)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+
+import llama_cpp
+import pytest
+
+from pyriver.tools import llama_server
+
+
+@pytest.mark.slow
+def test_the_sdist_downloads_in_a_fresh_venv(tmp_path):
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
+    py = str(tmp_path / "venv" / "bin" / "python")
+    gone = subprocess.run([py, "-c", "import scikit_build_core"], capture_output=True)
+    assert gone.returncode != 0   # the fresh venv lacks the sdist's build backend, as a user's does
+    dest = tmp_path / "sdist"
+    r = subprocess.run(llama_server.sdist_download(py, llama_cpp.__version__, dest), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (tar,) = dest.glob("llama_cpp_python-*.tar.gz")
+    with tarfile.open(tar) as t:
+        assert f"llama_cpp_python-{llama_cpp.__version__}/vendor/llama.cpp/CMakeLists.txt" in t.getnames()
