@@ -1,5 +1,5 @@
 """Draft models for lossless (speculative) decoding that cost no model work: pyriver's n-gram
-prompt lookup. Any callable with llama-cpp-python's draft-model signature works in its place
+lookup (SuffixLookup) and llama-cpp-python's prompt lookup rule (PromptLookupDecoding). Any callable with llama-cpp-python's draft-model signature works in its place
 (`draft(input_ids: np.ndarray[intc]) -> np.ndarray` of proposed next tokens), including
 llama-cpp-python's own `LlamaPromptLookupDecoding`."""
 from __future__ import annotations
@@ -50,6 +50,54 @@ def _lookup(input_ids: np.ndarray, max_ngram_size: int, num_pred_tokens: int):
     return np.empty(0, dtype=np.intc), 0
 
 
+class SuffixLookup:
+    """pyriver's n-gram drafter (the "ngram" drafter of lossless mode and the server): the longest
+    suffix of the text, up to max_ngram_size tokens, that occurred earlier, at its most recent
+    occurrence (llama-server's ngram-simple searches backwards too); the up to num_pred_tokens
+    tokens that followed it are the proposal. Unlike a fixed n-gram it drafts as soon as one token
+    matches and says how long the match was (match_size): lossless mode's draft length by cost
+    learns how often drafts of each match length are kept (a long match is a long, likely draft:
+    a stretch of the prompt the answer copies) and cuts the proposal where more would not pay."""
+
+    def __init__(self, max_ngram_size: int = 32, num_pred_tokens: int = 64):
+        if max_ngram_size < 1 or num_pred_tokens < 1:
+            raise ValueError("max_ngram_size and num_pred_tokens must be >= 1")
+        self.max_ngram_size = int(max_ngram_size)
+        self.num_pred_tokens = int(num_pred_tokens)
+        self.match_size = 0
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
+        out, self.match_size = suffix_lookup(input_ids, self.max_ngram_size, self.num_pred_tokens)
+        return out
+
+    def __repr__(self) -> str:
+        return f"SuffixLookup(max_ngram_size={self.max_ngram_size}, num_pred_tokens={self.num_pred_tokens})"
+
+
+def suffix_lookup(input_ids: np.ndarray, max_ngram_size: int, num_pred_tokens: int):
+    """(the tokens after the most recent earlier occurrence of the text's longest repeated suffix
+    of at most max_ngram_size tokens, at most num_pred_tokens of them; that suffix's length, 0: none)."""
+    ids = np.asarray(input_ids).reshape(-1)
+    n = ids.size
+    if n < 2:
+        return np.empty(0, dtype=np.intc), 0
+    ends = np.flatnonzero(ids[:n - 1] == ids[n - 1])   # where an earlier copy of the suffix would end
+    if ends.size == 0:
+        return np.empty(0, dtype=np.intc), 0
+    length = np.ones(ends.size, dtype=np.int64)
+    alive = np.ones(ends.size, dtype=bool)
+    for t in range(1, max_ngram_size):   # grow every candidate's match backwards while it holds
+        at = ends - t
+        alive &= at >= 0
+        alive[alive] = ids[at[alive]] == ids[n - 1 - t]
+        if not alive.any():
+            break
+        length += alive
+    best = int(length.max())
+    end = int(ends[np.flatnonzero(length == best)[-1]])   # the most recent of the longest
+    return ids[end + 1:end + 1 + num_pred_tokens].astype(np.intc), best
+
+
 class NgramOrRiver:
     """The combined drafter: the n-gram drafter's proposal where the text has a match, else (an
     empty proposal) lossless mode drafts on the River path (`river_fallback`). Called alone it is
@@ -58,7 +106,7 @@ class NgramOrRiver:
     river_fallback = True
 
     def __init__(self, ngram=None):
-        self.ngram = PromptLookupDecoding() if ngram is None else ngram
+        self.ngram = SuffixLookup() if ngram is None else ngram
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         return self.ngram(input_ids, **kwargs)
@@ -76,11 +124,11 @@ DRAFTERS = ("river", "ngram", "both")
 
 def drafter(name: str):
     """The draft model for a drafter's name: "river" (None: lossless mode drafts on the River
-    path), "ngram" (PromptLookupDecoding) or "both" (NgramOrRiver)."""
+    path), "ngram" (SuffixLookup) or "both" (NgramOrRiver)."""
     if name == "river":
         return None
     if name == "ngram":
-        return PromptLookupDecoding()
+        return SuffixLookup()
     if name == "both":
         return NgramOrRiver()
     raise ValueError(f"unknown drafter {name!r}: one of {', '.join(DRAFTERS)}")

@@ -8,38 +8,52 @@ context that is not batch-invariant, depends only on the call (each generation s
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 
 class DraftCost:
-    """What a lossless step costs, in single decode steps: verify[n - 1] for one full-depth step of
-    n tokens with logits for every row (`pyriver bench --verify-cost` measures it), and one river
-    draft token (a decode step under the exit rule). n-gram drafts cost nothing. Beyond the table
-    a step's cost grows by the table's mean increment."""
+    """What a lossless step costs, in single decode steps: the cost of one full-depth step of n
+    tokens with logits for every row (`pyriver bench --verify-cost` measures it), and of one river
+    draft token (a decode step under the exit rule). n-gram drafts cost nothing. verify is a list
+    (n = 1, 2, ...) or {n: cost} for the sizes measured (Llama's draft_cost="auto" measures a few:
+    pyriver.costcurve); a step of a size between them is not taken. The table is kept as measured:
+    a longer step can cost less than a shorter one (ggml's multi-token kernels pay from about 16
+    rows on), and the draft length rule then drafts the longer. Beyond the table a step's cost grows
+    by the table's mean increment."""
 
-    def __init__(self, verify: Sequence[float], river_draft: float):
-        v = [float(x) for x in verify]
-        if not v or any(x <= 0 for x in v):
-            raise ValueError(f"verify costs must be positive, got {verify}")
-        for i in range(1, len(v)):   # a longer step never costs less (measured noise aside)
-            v[i] = max(v[i], v[i - 1])
+    def __init__(self, verify, river_draft: float):
+        pts = ({int(n): float(c) for n, c in verify.items()} if isinstance(verify, dict)
+               else {i + 1: float(c) for i, c in enumerate(verify)})
+        if 1 not in pts or any(not c > 0 for c in pts.values()) or any(n < 1 for n in pts):
+            raise ValueError(f"verify costs must be positive and include a step of 1 token, got {verify}")
         if river_draft < 0:
             raise ValueError(f"river_draft must be >= 0, got {river_draft}")
-        self.verify = v
+        self.points = dict(sorted(pts.items()))
         self.river_draft = float(river_draft)
+        self._last = max(self.points)
 
-    def step(self, n_verify: int) -> float:
-        v = self.verify
-        if n_verify <= len(v):
-            return v[n_verify - 1]
-        inc = (v[-1] - v[0]) / (len(v) - 1) if len(v) > 1 else v[-1]
-        return v[-1] + inc * (n_verify - len(v))
+    @property
+    def verify(self) -> List[float]:
+        """The costs of the sizes measured, in order."""
+        return list(self.points.values())
+
+    def step(self, n_verify: int) -> Optional[float]:
+        """The cost of a step of n_verify tokens; None where the table skips that size."""
+        p = self.points
+        if n_verify in p:
+            return p[n_verify]
+        if n_verify < self._last:
+            return None
+        inc = (p[self._last] - p[1]) / (self._last - 1) if self._last > 1 else p[1]
+        return p[self._last] + inc * (n_verify - self._last)
 
     def __repr__(self) -> str:
-        return f"DraftCost(verify={self.verify}, river_draft={self.river_draft})"
+        return f"DraftCost(verify={self.points}, river_draft={self.river_draft})"
 
     def to_dict(self) -> Dict:
-        return {"verify": list(self.verify), "river_draft": self.river_draft}
+        dense = list(self.points) == list(range(1, self._last + 1))
+        return {"verify": self.verify if dense else {str(n): c for n, c in self.points.items()},
+                "river_draft": self.river_draft}
 
 
 # Measured on the 2-core EPYC (docs/lossless.md, verify cost): Qwen2.5-Coder-1.5B requantized to
@@ -49,12 +63,12 @@ class DraftCost:
 DEFAULT_COST = DraftCost([1.0, 1.46, 1.66, 1.95, 2.89, 3.04, 3.04, 3.04], river_draft=0.77)
 
 
-def verify_table(path: str) -> List[float]:
-    """The verify costs (in decode steps, k = 1..) of a `pyriver bench --verify-cost --json` file."""
+def verify_table(path: str) -> Dict[int, float]:
+    """The verify costs (in decode steps, {k: cost}) of a `pyriver bench --verify-cost --json` file."""
     try:
         with open(path) as f:
             k = json.load(f)["k"]
-        return [float(k[str(n)]["decode_steps"]) for n in sorted(map(int, k))]
+        return {n: float(k[str(n)]["decode_steps"]) for n in sorted(map(int, k))}
     except OSError as e:
         raise ValueError(f"draft cost {path!r}: not 'default' and not a readable file ({e.strerror})") from None
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -62,72 +76,109 @@ def verify_table(path: str) -> List[float]:
                          "decode_steps)") from None
 
 
-def parse_cost(spec) -> Optional[DraftCost]:
+AUTO = "auto"
+
+
+def parse_cost(spec):
     """What every front end's draft_cost / --draft-cost means: None (the draft length grows and
     shrinks by one), a DraftCost, {"verify", "river_draft"} (as a calibration stores it), "default"
-    (DEFAULT_COST) or the path of a `pyriver bench --verify-cost --json` file (its table, with
-    DEFAULT_COST's river draft)."""
-    if spec is None or isinstance(spec, DraftCost):
+    (DEFAULT_COST), "auto" (returned as it is: the Llama measures its own table, pyriver.costcurve)
+    or the path of a `pyriver bench --verify-cost --json` file (its table, with DEFAULT_COST's river draft)."""
+    if spec is None or isinstance(spec, DraftCost) or spec == AUTO:
         return spec
     if isinstance(spec, dict) and set(spec) == {"verify", "river_draft"}:
         return DraftCost(spec["verify"], spec["river_draft"])
     if isinstance(spec, str):
         return DEFAULT_COST if spec == "default" else DraftCost(verify_table(spec), DEFAULT_COST.river_draft)
-    raise TypeError(f"draft_cost must be None, 'default', a verify-cost JSON path or a DraftCost, got {spec!r}")
+    raise TypeError(f"draft_cost must be None, 'default', 'auto', a verify-cost JSON path or a DraftCost, got {spec!r}")
 
 
-# Beta pseudo-counts (kept, rejected) each generation starts from, per source; and how much of
-# the counts beyond them a step keeps (acceptance changes along a text: copied code, then new lines).
-PRIOR = {"ngram": (1.0, 1.0), "river": (3.0, 1.0)}
+# How much of the counts beyond the prior a choice keeps (acceptance changes along a text: copied
+# code, then new lines), and the prior's weight in pseudo-observations.
 MEMORY = 0.8
+PRIOR_WEIGHT = 8.0
+# n-gram matches are pooled by length: 1, 2, 3, 4-5, 6-8, 9-15, 16 and more
+NGRAM_BUCKETS = (1, 2, 3, 4, 6, 9, 16)
+
+
+def prior(source: str) -> Tuple[float, float]:
+    """(p1, a) before a generation has seen a draft of source: the chance the first draft is kept,
+    and that each next one is kept once the one before was. An n-gram match of n tokens: both
+    n / (n + 1) (a long match is a stretch the answer copies: on the 1.5B's code edits a match of 9
+    or more keeps its first draft 93% of the time and then about 20 tokens, a match of one token
+    23% and 1; the form and weight were chosen on those answers by scripts/draft_sim.py); a river
+    draft 0.75 and 0.75; a draft model that says nothing 0.5."""
+    if source == "river":
+        return 0.75, 0.75
+    if source.startswith("ngram") and source[5:].isdigit():
+        n = float(source[5:])
+        return n / (n + 1.0), n / (n + 1.0)
+    return 0.5, 0.5
+
+
+def bucket(source: str) -> str:
+    """The key an n-gram source's counts are pooled under (ngram<n>: the bucket's shortest n)."""
+    if source.startswith("ngram") and source[5:].isdigit():
+        n = int(source[5:])
+        return "ngram" + str(max(b for b in NGRAM_BUCKETS if b <= max(n, 1)))
+    return source
 
 
 class DraftLength:
-    """Acceptance per draft source in one generation and the draft length it buys. A source is
-    "river", "ngram" or "ngram<n>" (an n-gram drafter that says the length n of its match: longer
-    matches are kept more often). Counts are kept apart by whether the source's previous step kept
-    all its drafts: n-gram drafts come in runs (a copied stretch of code is kept whole, then a
-    changed line rejects). Each choice first moves the source's counts back toward the prior by
-    MEMORY, so a source whose drafts stopped paying (k = 0, nothing more to learn from) is tried
-    again a few steps later."""
+    """What a generation has learned of each draft source and the draft length it buys. A source
+    is "river", "ngram" or "ngram<n>" (an n-gram drafter that says the length n of its match,
+    pooled by bucket). Two chances per source, each a Beta count from its prior: p1, that the
+    first draft is kept, and a, that a draft is kept once the one before it was (copied code is
+    kept in long runs, so a is high where p1 may not be). A step of k drafts then emits
+    1 + p1 (1 + a + ... + a^(k-1)) tokens on average, at the cost of a verify step of k + 1 tokens
+    (DraftCost: the measured curve, not monotone per token) plus k river drafts where the source
+    is the river. Each choice first moves the counts back toward the prior by MEMORY, so a source
+    whose drafts stopped paying (k = 0: nothing more to learn from) is tried again a few steps later."""
 
     def __init__(self, cost: DraftCost, draft_max: int, memory: float = MEMORY):
         self.cost = cost
         self.draft_max = int(draft_max)
         self.memory = float(memory)
-        self.counts: Dict[Tuple[str, bool], Tuple[float, float]] = {}
-        self.last_full: Dict[str, bool] = {}
+        self.counts: Dict[str, List[float]] = {}   # key -> [first kept, first rejected, next kept, next rejected]
 
     @staticmethod
-    def _prior(source: str) -> Tuple[float, float]:
-        return PRIOR["river" if source == "river" else "ngram"]
+    def _prior_counts(key: str) -> List[float]:
+        p1, a = prior(key)
+        w = PRIOR_WEIGHT
+        return [w * p1, w * (1.0 - p1), w * a, w * (1.0 - a)]
 
-    def _counts(self, source: str) -> Tuple[Tuple[str, bool], Tuple[float, float]]:
-        key = (source, self.last_full.get(source, False))
-        return key, self.counts.get(key, self._prior(source))
+    def _get(self, key: str) -> List[float]:
+        if key not in self.counts:
+            self.counts[key] = self._prior_counts(key)
+        return self.counts[key]
+
+    def chances(self, source: str) -> Tuple[float, float]:
+        """(p1, a) of source now."""
+        c = self._get(bucket(source))
+        return c[0] / (c[0] + c[1]), c[2] / (c[2] + c[3])
 
     def acceptance(self, source: str) -> float:
-        """The chance that a draft is kept given the ones before it were (kept / (kept + rejections)),
-        in the source's current state."""
-        kept, rej = self._counts(source)[1]
-        return kept / (kept + rej)
+        """The chance that a draft is kept given the ones before it were (a)."""
+        return self.chances(source)[1]
 
-    def _forget(self, source: str) -> None:
-        pk, pr = self._prior(source)
-        for key, (k, r) in self.counts.items():
-            if key[0] == source:
-                self.counts[key] = (pk + self.memory * (k - pk), pr + self.memory * (r - pr))
+    def _forget(self, key: str) -> None:
+        c, p = self._get(key), self._prior_counts(key)
+        self.counts[key] = [pv + self.memory * (cv - pv) for cv, pv in zip(c, p)]
 
     def choose(self, source: str, cap: Optional[int] = None) -> int:
         """The k in 0..min(draft_max, cap) with the most expected tokens per cost."""
-        self._forget(source)
-        a = self.acceptance(source)
+        self._forget(bucket(source))
+        p1, a = self.chances(source)
         per_draft = self.cost.river_draft if source == "river" else 0.0
         top = self.draft_max if cap is None else min(self.draft_max, cap)
-        best, best_rate, expect = 0, -1.0, 0.0
-        for k in range(top + 1):
-            expect += a ** k   # tokens a step emits: the drafts kept plus the backbone's own
-            rate = expect / (self.cost.step(k + 1) + k * per_draft)
+        best, best_rate, expect, run = 0, 1.0 / self.cost.step(1), 1.0, p1
+        for k in range(1, top + 1):
+            expect += run   # the k-th draft is kept with p1 * a^(k-1)
+            run *= a
+            step = self.cost.step(k + 1)
+            if step is None:
+                continue
+            rate = expect / (step + k * per_draft)
             if rate > best_rate + 1e-12:
                 best, best_rate = k, rate
         return best
@@ -135,6 +186,10 @@ class DraftLength:
     def update(self, source: str, n_drafted: int, n_kept: int) -> None:
         if n_drafted <= 0:
             return
-        key, (kept, rej) = self._counts(source)
-        self.counts[key] = (kept + n_kept, rej + (1.0 if n_kept < n_drafted else 0.0))
-        self.last_full[source] = n_kept == n_drafted
+        c = self._get(bucket(source))
+        if n_kept == 0:
+            c[1] += 1.0
+            return
+        c[0] += 1.0
+        c[2] += n_kept - 1
+        c[3] += 1.0 if n_kept < n_drafted else 0.0

@@ -26,7 +26,7 @@ from .llama_api import LlamaCppMixin, PyriverTokenizer
 from .state import StateMixin
 from .native import check, ffi, lib, read_text
 from .draft import drafter
-from .draftlen import parse_cost
+from .draftlen import AUTO, parse_cost
 from .lossless import Speculator
 from .river import prepare
 from .sidecar import find_calibration
@@ -38,8 +38,15 @@ from .vocab import Vocab
 DEFAULT_TAU = 0.985
 DEFAULT_MIN_EXIT_LAYER = 4
 DEFAULT_RIVER = "q4_0"
-# Lossless mode's longest draft (README, Lossless mode: 2 beat 4 on every model measured there).
+# Lossless mode's longest draft (README, Lossless mode: 2 beat 4 on every model measured there), and
+# with the measured cost table (draft_cost="auto"), where the length rule cuts each draft itself.
 DEFAULT_DRAFT_MAX = 2
+DEFAULT_DRAFT_MAX_BY_COST = 64
+# The text the automatic verify cost table is measured after (any text of a few hundred tokens)
+COST_PROMPT = ("Rename the variable `cnt` to `count` in this code and reply with the whole code.\n\n"
+               "def word_counts(path):\n    cnt = {}\n    with open(path) as f:\n        for line in f:\n"
+               "            for word in line.lower().split():\n                cnt[word] = cnt.get(word, 0) + 1\n"
+               "    return cnt\n") * 2
 
 
 class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMixin, EmbeddingMixin):
@@ -285,8 +292,12 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             if self.prefill_exit:
                 raise ValueError("lossless mode verifies at full depth; prefill_exit=True runs prompts on the river")
             keep = self._spec.draft_max if self._spec is not None else DEFAULT_DRAFT_MAX
-            self._spec = Speculator(draft_model, keep if draft_max is None else draft_max, draft_p_min,
-                                    parse_cost(draft_cost))
+            cost = parse_cost(draft_cost)
+            if cost == AUTO:   # this model's own verify cost table (measured once, cached)
+                from .costcurve import auto
+                cost = auto(self, self.tokenize(COST_PROMPT.encode()))
+                keep = DEFAULT_DRAFT_MAX_BY_COST if draft_max is None else keep
+            self._spec = Speculator(draft_model, keep if draft_max is None else draft_max, draft_p_min, cost)
 
     @property
     def lossless(self) -> bool:

@@ -247,11 +247,18 @@ class Sampler:
         self._hist.apply(arr)
         return arr
 
+    def _greedy_logits(self, logits: np.ndarray, history: Sequence[int]) -> np.ndarray:
+        """What a greedy sampler takes the argmax of: the logits themselves when nothing changes
+        them (no bias, penalties or DRY: no token-data array to fill, the common case)."""
+        if not self._hist.n:
+            return np.asarray(logits, dtype=np.float32)
+        return self._penalized(logits, history)["logit"]
+
     # -- what the generation loops call ------------------------------------------------------
     def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
-        arr = self._penalized(logits, history)
         if self._draw is None:
-            return int(np.argmax(arr["logit"]))
+            return int(np.argmax(self._greedy_logits(logits, history)))
+        arr = self._penalized(logits, history)
         sub, _, srt = self._filters.apply(arr)
         sub, sel, _ = self._draw.apply(sub, srt)
         if not 0 <= sel < sub.size:
@@ -263,7 +270,7 @@ class Sampler:
         then look for the best token it allows among the top few (pyriver.grammar)."""
         if self._draw is not None:
             return None
-        return self._penalized(logits, history)["logit"].copy()
+        return np.array(self._greedy_logits(logits, history), copy=True)
 
     def distribution(self, logits: np.ndarray, history: Sequence[int] = ()) -> np.ndarray:
         """The distribution sample() draws from, over the whole vocabulary (float64; one-hot at
@@ -271,11 +278,13 @@ class Sampler:
         if self.stateful:
             raise ValueError("mirostat sampling cannot be verified in lossless mode (its distribution "
                              "changes with every draw); use lossless=False")
+        if self._draw is None:
+            x = self._greedy_logits(logits, history)
+            out = np.zeros(x.size, dtype=np.float64)
+            out[int(np.argmax(x))] = 1.0
+            return out
         arr = self._penalized(logits, history)
         out = np.zeros(arr.size, dtype=np.float64)
-        if self._draw is None:
-            out[int(np.argmax(arr["logit"]))] = 1.0
-            return out
         sub, _, _ = self._filters.apply(arr)
         x = sub["logit"].astype(np.float64)
         e = np.exp(x - x.max())

@@ -68,6 +68,7 @@ def parser() -> argparse.ArgumentParser:
                    "in one process on chat answers (--tau, --draft-max, --prompts)")
     b.add_argument("--verify-cost", action="store_true", help="lossless: one full-depth step of k tokens vs k "
                    "single steps, k = 1..8, in one process")
+    b.add_argument("--verify-k-max", type=int, default=64, help="--verify-cost: the longest step measured")
     b.add_argument("--draft-max", type=int, nargs="+", default=None, help="lossless: longest drafts to run (default 2 4)")
     b.add_argument("--prompts", type=int, default=6, help="lossless: prompts per set per repeat")
     b.add_argument("--prompt-set", choices=["chat", "code-edit", "both"], default="chat",

@@ -93,3 +93,85 @@ CODE_EDIT_PROMPTS = [
                   "    for product in products:\n        if product[\"price\"] <= budget and product[\"in_stock\"]:\n"
                   "            result.append(product)\n    return result\n```"),
 ]
+
+
+def _edit(task: str, lang: str, code: str) -> tuple:
+    return ("code-edit", f"{task} Reply with the whole code.\n\n```{lang}\n{code}```")
+
+
+# Code edits whose answer rewrites most of the prompt's code (the kind of request where n-gram drafts
+# pay), several kinds of edit: rename, type hints, dataclass, bug fix, logging, error handling,
+# f-strings, a new parameter, a docstring per function, another language. `pyriver bench --spec-serve`.
+SERVE_EDIT_PROMPTS = [
+    _edit("Rename the function `calc` to `compute_invoice_total` and the variable `t` to `total` everywhere.",
+          "python", "def calc(items, tax_rate, discount=None):\n    t = 0.0\n    for item in items:\n"
+          "        price = item[\"price\"] * item.get(\"quantity\", 1)\n        if item.get(\"taxable\", True):\n"
+          "            price *= 1 + tax_rate\n        t += price\n    if discount is not None:\n"
+          "        t -= discount\n    if t < 0:\n        t = 0.0\n    return round(t, 2)\n\n\n"
+          "def summary(items, tax_rate):\n    t = calc(items, tax_rate)\n    lines = [f\"{len(items)} items\"]\n"
+          "    lines.append(\"total: %.2f\" % t)\n    return \"\\n\".join(lines)\n"),
+    _edit("Add type hints to every function and method.",
+          "python", "import json\n\n\nclass Inventory:\n    def __init__(self, path):\n        self.path = path\n"
+          "        self.items = {}\n\n    def load(self):\n        with open(self.path) as f:\n"
+          "            self.items = json.load(f)\n        return len(self.items)\n\n    def add(self, name, count):\n"
+          "        self.items[name] = self.items.get(name, 0) + count\n\n    def remove(self, name, count):\n"
+          "        have = self.items.get(name, 0)\n        if count > have:\n"
+          "            raise ValueError(f\"only {have} of {name}\")\n        self.items[name] = have - count\n\n"
+          "    def save(self):\n        with open(self.path, \"w\") as f:\n            json.dump(self.items, f, indent=2)\n\n\n"
+          "def merge(a, b):\n    out = dict(a)\n    for k, v in b.items():\n        out[k] = out.get(k, 0) + v\n    return out\n"),
+    _edit("Turn this class into a dataclass and keep its methods.",
+          "python", "class Order:\n    def __init__(self, order_id, customer, items, shipped=False, notes=\"\"):\n"
+          "        self.order_id = order_id\n        self.customer = customer\n        self.items = items\n"
+          "        self.shipped = shipped\n        self.notes = notes\n\n    def total(self):\n"
+          "        return sum(i[\"price\"] * i[\"qty\"] for i in self.items)\n\n    def ship(self):\n"
+          "        if self.shipped:\n            raise RuntimeError(\"already shipped\")\n        self.shipped = True\n\n"
+          "    def __repr__(self):\n        return f\"Order({self.order_id!r}, {self.customer!r}, {len(self.items)} items)\"\n"),
+    _edit("Fix the off-by-one bug in `chunks` (the last chunk is lost).",
+          "python", "def chunks(seq, size):\n    if size <= 0:\n        raise ValueError(\"size must be positive\")\n"
+          "    out = []\n    for start in range(0, len(seq) - size, size):\n        out.append(seq[start:start + size])\n"
+          "    return out\n\n\ndef batched_sum(values, size):\n    return [sum(c) for c in chunks(values, size)]\n\n\n"
+          "def pairs(seq):\n    return chunks(seq, 2)\n\n\nif __name__ == \"__main__\":\n"
+          "    print(chunks([1, 2, 3, 4, 5], 2))\n    print(batched_sum(list(range(10)), 3))\n"),
+    _edit("Add logging with the `logging` module: a module logger, a debug line when each file is read and a "
+          "warning for each skipped line.",
+          "python", "import csv\n\n\ndef read_rows(paths):\n    rows = []\n    for path in paths:\n"
+          "        with open(path, newline=\"\") as f:\n            reader = csv.reader(f)\n            header = next(reader)\n"
+          "            for n, row in enumerate(reader, start=2):\n                if len(row) != len(header):\n"
+          "                    continue\n                rows.append(dict(zip(header, row)))\n    return rows\n\n\n"
+          "def totals(rows, key, value):\n    out = {}\n    for row in rows:\n"
+          "        out[row[key]] = out.get(row[key], 0.0) + float(row[value])\n    return out\n"),
+    _edit("Add error handling: `fetch_user` should raise a `LookupError` with a clear message when the user is "
+          "missing, and `parse_age` should raise `ValueError` for text that is not a whole number.",
+          "python", "USERS = {\"ada\": {\"age\": \"36\", \"city\": \"London\"}, \"alan\": {\"age\": \"41\", \"city\": \"Wilmslow\"}}\n\n\n"
+          "def fetch_user(name):\n    return USERS[name]\n\n\ndef parse_age(text):\n    return int(text)\n\n\n"
+          "def describe(name):\n    user = fetch_user(name)\n    age = parse_age(user[\"age\"])\n"
+          "    return f\"{name} is {age} and lives in {user['city']}\"\n\n\ndef oldest(names):\n    best, best_age = None, -1\n"
+          "    for name in names:\n        age = parse_age(fetch_user(name)[\"age\"])\n        if age > best_age:\n"
+          "            best, best_age = name, age\n    return best\n"),
+    _edit("Replace every %-formatting and .format() call with f-strings.",
+          "python", "def report(name, scores):\n    lines = [\"Report for %s\" % name]\n    for subject, score in scores.items():\n"
+          "        lines.append(\"{}: {:.1f}\".format(subject, score))\n    avg = sum(scores.values()) / len(scores)\n"
+          "    lines.append(\"average: %.2f\" % avg)\n    best = max(scores, key=scores.get)\n"
+          "    lines.append(\"best subject: {} ({})\".format(best, scores[best]))\n    return \"\\n\".join(lines)\n\n\n"
+          "def greeting(first, last, title=None):\n    if title:\n        return \"Dear %s %s %s,\" % (title, first, last)\n"
+          "    return \"Dear {} {},\".format(first, last)\n"),
+    _edit("Add a `timeout` parameter (seconds, default 10) to `download` and pass it to `urlopen`.",
+          "python", "import hashlib\nimport urllib.request\n\n\ndef download(url, dest, chunk_size=65536):\n"
+          "    digest = hashlib.sha256()\n    with urllib.request.urlopen(url) as r, open(dest, \"wb\") as f:\n"
+          "        while True:\n            chunk = r.read(chunk_size)\n            if not chunk:\n                break\n"
+          "            digest.update(chunk)\n            f.write(chunk)\n    return digest.hexdigest()\n\n\n"
+          "def download_all(urls, folder):\n    out = {}\n    for i, url in enumerate(urls):\n"
+          "        out[url] = download(url, f\"{folder}/file{i}\")\n    return out\n"),
+    _edit("Make `findUser` and `countActive` skip users whose `deleted` flag is true.",
+          "javascript", "function findUser(users, id) {\n  for (const user of users) {\n    if (user.id === id) {\n"
+          "      return user;\n    }\n  }\n  return null;\n}\n\nfunction countActive(users) {\n  let n = 0;\n"
+          "  for (const user of users) {\n    if (user.active) {\n      n += 1;\n    }\n  }\n  return n;\n}\n\n"
+          "function names(users) {\n  return users.map((u) => u.name).sort();\n}\n\n"
+          "module.exports = { findUser, countActive, names };\n"),
+    _edit("Convert the loops in `squares_of_evens` and `index_by` into comprehensions.",
+          "python", "def squares_of_evens(numbers):\n    out = []\n    for n in numbers:\n        if n % 2 == 0:\n"
+          "            out.append(n * n)\n    return out\n\n\ndef index_by(records, key):\n    out = {}\n"
+          "    for record in records:\n        out[record[key]] = record\n    return out\n\n\n"
+          "def main():\n    print(squares_of_evens(range(10)))\n    print(index_by([{\"id\": 1}, {\"id\": 2}], \"id\"))\n\n\n"
+          "if __name__ == \"__main__\":\n    main()\n"),
+]

@@ -115,5 +115,5 @@ def test_chat_lossless_drafter_from_a_pipe(smol_path):
     answer = [ln for ln in full.stdout.splitlines() if ln.strip()]
     assert lines[0] == "usage: /lossless on [river|ngram|both] or /lossless off"
     assert lines[1] == "[lossless on: n-grams draft, full depth verifies]"
-    stats = next(ln for ln in lines if ln.startswith("[lossless (PromptLookupDecoding drafts)"))
+    stats = next(ln for ln in lines if ln.startswith("[lossless (SuffixLookup drafts)"))
     assert lines[2:lines.index(stats)] == answer and "| ngram: kept " in stats and "river:" not in stats

@@ -61,7 +61,7 @@ CODE = ("def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("draft,kind,river", [("ngram", "PromptLookupDecoding", False), ("both", "NgramOrRiver", True)])
+@pytest.mark.parametrize("draft,kind,river", [("ngram", "SuffixLookup", False), ("both", "NgramOrRiver", True)])
 def test_run_lossless_drafter_and_cost_reach_the_llama(smol_path, draft, kind, river):
     """--draft and --draft-cost reach Llama's lossless mode: the stats line names the drafter, its
     drafts by source and the draft length by cost; the text is full depth's."""

@@ -8,7 +8,7 @@ import pytest
 
 from helpers import model_path
 from pyriver import Llama
-from pyriver.draft import NgramOrRiver, PromptLookupDecoding, drafter
+from pyriver.draft import SuffixLookup, NgramOrRiver, PromptLookupDecoding, drafter
 from pyriver.draftlen import DEFAULT_COST, DraftCost, DraftLength
 from pyriver.sampling import Sampler, SamplingParams
 
@@ -26,13 +26,13 @@ def _greedy(llm, prompt: str, n: int = 64):
 
 def test_drafter_selection(request):
     assert drafter("river") is None
-    assert type(drafter("ngram")) is PromptLookupDecoding and not getattr(drafter("ngram"), "river_fallback", False)
+    assert type(drafter("ngram")) is SuffixLookup and not getattr(drafter("ngram"), "river_fallback", False)
     assert type(drafter("both")) is NgramOrRiver and drafter("both").river_fallback
     with pytest.raises(ValueError, match="unknown drafter"):
         drafter("bigram")
     path = model_path(request, "smol")
     with Llama(path, n_ctx=256, n_threads=2, verbose=False, river="q4_0") as llm:
-        for name, kind, fallback in [("ngram", PromptLookupDecoding, False), ("both", NgramOrRiver, True),
+        for name, kind, fallback in [("ngram", SuffixLookup, False), ("both", NgramOrRiver, True),
                                      ("river", type(None), True)]:
             llm.set_lossless(True, draft_model=name, draft_max=5, draft_cost="default")
             s = llm.speculator
@@ -49,6 +49,14 @@ def test_drafter_selection(request):
         assert llm.lossless
 
 
+def test_suffix_lookup_takes_the_longest_most_recent_match():
+    d = SuffixLookup(max_ngram_size=8, num_pred_tokens=3)
+    assert list(d(np.array([1, 2, 3, 4, 9, 2, 3, 4, 5, 1, 2, 3]))) == [4, 9, 2] and d.match_size == 3
+    assert list(d(np.array([7, 3, 1, 8, 3, 2, 3]))) == [2, 3] and d.match_size == 1   # the most recent of equals
+    assert d(np.array([5, 6, 7])).size == 0 and d.match_size == 0
+    assert SuffixLookup(max_ngram_size=2)(np.array([1, 2, 3, 1, 2, 3])).size and SuffixLookup(2).match_size == 0
+
+
 def test_ngram_match_size():
     d = PromptLookupDecoding(max_ngram_size=3, num_pred_tokens=4)
     assert list(d(np.array([5, 1, 2, 3, 9, 7, 1, 2, 3]))) == [9, 7, 1, 2] and d.match_size == 3
@@ -58,8 +66,8 @@ def test_ngram_match_size():
 
 
 def test_draft_length_by_cost():
-    dl = DraftLength(DraftCost([1.0, 1.1, 1.2, 1.3], river_draft=0.8), draft_max=6)
-    assert dl.choose("ngram") == 2                 # free drafts at the 50% prior: 2 (1.46 tokens per cost)
+    dl = DraftLength(DraftCost([1.0, 1.3, 1.4, 1.5], river_draft=0.8), draft_max=6)
+    assert dl.choose("ngram") == 2                 # free drafts at the 50% prior: 2 (1.25 tokens per cost)
     assert dl.choose("ngram", cap=1) == 1          # never past the proposal
     assert dl.choose("river") == 0                 # a draft at 0.8 of a step does not pay at 75%
     for _ in range(20):
@@ -71,7 +79,14 @@ def test_draft_length_by_cost():
         cheap.update("river", 4, 4)
     assert cheap.choose("river") == 6              # cheap, always kept: as long as allowed
     assert DraftCost([1.0, 1.5], 0.0).step(4) == 2.5   # beyond the table: the last increment
-    assert DraftCost([1.0, 0.8, 1.2], 0.0).verify == [1.0, 1.0, 1.2]   # noise: never cheaper when longer
+    assert DraftCost([1.0, 0.8, 1.2], 0.0).verify == [1.0, 0.8, 1.2]   # as measured: a longer step may cost less
+    sparse = DraftCost({1: 1.0, 2: 1.8, 16: 7.6, 12: 8.8}, 0.0)
+    assert sparse.step(16) == 7.6 and sparse.step(13) is None   # a size not measured is never taken
+    dl = DraftLength(sparse, draft_max=64)
+    for _ in range(5):
+        dl.update("ngram16", 15, 15)               # long matches kept whole
+    assert dl.choose("ngram20", cap=15) == 15      # 16 rows cost less than 12: the longer draft
+    assert dl.choose("ngram20", cap=14) == 11      # a step of 13..15 is not in the table: the 12 below
     with pytest.raises(ValueError):
         DraftCost([1.0, 0.0], 0.0)
 
@@ -123,5 +138,5 @@ def test_llama_takes_drafter_and_cost_at_construction(request):
         assert llm.river_path is None and llm.speculator.cost is DEFAULT_COST
         llm(CODE, max_tokens=24, temperature=0)
         ls = llm.river_stats()["lossless"]
-        assert ls["draft"] == "PromptLookupDecoding" and ls["draft_length"] == "by cost"
+        assert ls["draft"] == "SuffixLookup" and ls["draft_length"] == "by cost"
         assert set(ls["by_source"]) == {"ngram"} and ls["by_source"]["ngram"]["drafted"] > 0

@@ -83,9 +83,9 @@ def test_lossless_drafter_reaches_the_scheduler(servers, smol_path):
     c = openai.OpenAI(base_url=servers["lossless-ngram"].url + "/v1", api_key="x", max_retries=0)
     r = c.completions.create(model="m", prompt=PROMPTS[4], max_tokens=32, temperature=0.0)
     ls = r.model_extra["river"]["lossless"]
-    assert ls["draft"] == "PromptLookupDecoding" and ls["draft_length"] == "by cost"
+    assert ls["draft"] == "SuffixLookup" and ls["draft_length"] == "by cost"
     assert set(ls["by_source"]) == {"ngram"} and ls["by_source"]["ngram"]["drafted"] > 0
-    assert http("GET", servers["lossless-ngram"].url + "/river")[1]["river"]["draft"] == "PromptLookupDecoding"
+    assert http("GET", servers["lossless-ngram"].url + "/river")[1]["river"]["draft"] == "SuffixLookup"
     # A lone stream drafts what Llama's lossless mode drafts with the same drafter and cost rule.
     from pyriver import Llama
     with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river=None, batch_invariant=True, lossless=True,

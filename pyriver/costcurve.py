@@ -1,0 +1,97 @@
+"""What a lossless verify step costs on this machine, for one model and setting: one full-depth step
+of n tokens with logits for every row, in single decode steps. Lossless mode's draft length by cost
+(pyriver.draftlen) reads it. `pyriver bench --verify-cost` measures every n; draft_cost="auto"
+(the server's and chat's default) measures the sizes in SIZES once per model file, threads and
+device setting and keeps the table in the cache (`<cache>/verify-cost/`), so a later start reads it.
+
+Why measured and not a formula: the curve is not monotone per token. On the 2-core EPYC the 1.5B
+Q4_K_M's step of 8 tokens costs 7.1 single steps and its step of 16 only 7.6 (ggml's multi-token
+kernels pay from about 16 rows on), so where a draft of 9 is worth taking a draft of 15 is cheaper
+per kept token (docs/lossless.md, "The verify cost curve")."""
+from __future__ import annotations
+
+import hashlib
+import os
+import json
+import statistics
+import sys
+import time
+from typing import Dict, List
+
+from .atomic import write_text
+from .cache import cache_dir
+from .draftlen import DraftCost, DEFAULT_COST
+
+# The step sizes the automatic table measures: every size to 4, then the kernels' steps (16, 32, 48,
+# 64) and a point between each; a size not measured is never taken (DraftCost.step).
+SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+SCHEMA = "pyriver.verify_cost/1"
+
+
+def _time(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def measure(llm, sizes, repeats: int, prompt: List[int]) -> Dict[int, Dict[str, List[float]]]:
+    """Per size n: seconds of one n-token verify step after prompt, and its ratio to a single decode
+    step timed in the same repeat (the median of three); the cache is cut back to the prompt after
+    each and emptied at the end. llm: a pyriver Llama with an empty cache."""
+    n0 = len(prompt)
+    llm.decode_logits(prompt, prompt=True)
+    toks = (prompt * (1 + max(sizes) // len(prompt)))[:max(sizes)]   # any tokens: the cost does not depend on which
+    out: Dict[int, Dict[str, List[float]]] = {n: {"multi_s": [], "single_s": [], "ratio": []} for n in sizes}
+    try:
+        for _ in range(repeats):
+            singles = []
+            for _ in range(3):
+                singles.append(_time(lambda: llm.decode_logits(toks[:1])))
+                llm._truncate(n0)
+            one = statistics.median(singles)
+            for n in sizes:
+                m = _time(lambda: llm.decode_logits(toks[:n], logits_all=True, prompt=True))
+                llm._truncate(n0)
+                out[n]["multi_s"].append(m)
+                out[n]["single_s"].append(one)
+                out[n]["ratio"].append(m / one)
+    finally:
+        llm.reset()
+        llm._truncate(0)
+    return out
+
+
+def table(res: Dict[int, Dict[str, List[float]]]) -> Dict[int, float]:
+    """{n: median ratio to a single step}, the single step itself 1."""
+    t = {n: statistics.median(r["ratio"]) for n, r in res.items()}
+    t[1] = 1.0
+    return t
+
+
+def _key(llm) -> str:
+    st = os.stat(llm.model_path)
+    ident = {"path": llm.model_path, "size": st.st_size, "mtime": int(st.st_mtime), "threads": llm.n_threads,
+             "threads_batch": llm.n_threads_batch, "devices": llm.devices(), "batch_invariant": llm.batch_invariant,
+             "sizes": list(SIZES)}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def auto(llm, prompt: List[int]) -> DraftCost:
+    """The verify cost table of llm's model and setting: from the cache, else measured now (one repeat
+    of SIZES: about 4 s on the 1.5B Q4_K_M, 0.3 s on SmolLM2) and cached; the river draft's cost is
+    DEFAULT_COST's. A model whose context cannot hold the largest step gets the sizes that fit."""
+    path = cache_dir() / "verify-cost" / f"{_key(llm)}.json"
+    try:
+        d = json.loads(path.read_text())
+        return DraftCost({int(n): c for n, c in d["steps"].items()}, DEFAULT_COST.river_draft)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    sizes = [n for n in SIZES if len(prompt) + n <= llm.n_ctx()]
+    if llm.verbose:
+        print(f"pyriver: measuring the verify cost of {len(sizes)} step sizes for lossless drafts (once)",
+              file=sys.stderr)
+    t = table(measure(llm, sizes, 1, prompt))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps({"schema": SCHEMA, "model": llm.model_path, "threads": llm.n_threads,
+                                 "steps": {str(n): c for n, c in t.items()}}))
+    return DraftCost(t, DEFAULT_COST.river_draft)
