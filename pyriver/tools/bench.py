@@ -68,6 +68,12 @@ def parser() -> argparse.ArgumentParser:
                    "in one process on chat answers (--tau, --draft-max, --prompts)")
     b.add_argument("--verify-cost", action="store_true", help="lossless: one full-depth step of k tokens vs k "
                    "single steps, k = 1..8, in one process")
+    b.add_argument("--spec-serve", action="store_true", help="pyriver serve's drafting against llama-server plain and "
+                   "with --spec-type ngram-simple/ngram-mod/ngram-map-k, end to end through chat completions")
+    b.add_argument("--edit-prompts", type=int, default=6, help="--spec-serve: code-edit prompts (of 10)")
+    b.add_argument("--chat-prompts", type=int, default=3, help="--spec-serve: chat prompts")
+    b.add_argument("--pyriver-setting", action="append", default=None, metavar="FLAGS",
+                   help="--spec-serve: another pyriver serve to run, with these flags (repeatable)")
     b.add_argument("--verify-k-max", type=int, default=64, help="--verify-cost: the longest step measured")
     b.add_argument("--draft-max", type=int, nargs="+", default=None, help="lossless: longest drafts to run (default 2 4)")
     b.add_argument("--prompts", type=int, default=6, help="lossless: prompts per set per repeat")
@@ -179,12 +185,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parser().parse_args(argv)
     if a.tau is None and a.inprocess:
         a.tau = [DEFAULT_TAU]
-    modes = (("paired", paired.paired), ("systems", systems.main), ("serve", _serve), ("overhead", inprocess.overhead),
+    modes = (("paired", paired.paired), ("systems", systems.main), ("spec_serve", _spec_serve), ("serve", _serve), ("overhead", inprocess.overhead),
              ("chat_turns", inprocess.chat_turns), ("verify_cost", verifycost.main), ("lossless", specbench.main), ("inprocess", inprocess.inprocess))
     for flag, run in modes:   # the first mode asked for; else engines in their own processes
         if getattr(a, flag):
             return run(a)
     return processes(a)
+
+
+def _spec_serve(a) -> int:
+    from . import spec_serve
+    return spec_serve.main(a)
 
 
 def _serve(a) -> int:

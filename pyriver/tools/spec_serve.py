@@ -1,0 +1,143 @@
+"""`pyriver bench --spec-serve`: lossless drafting in the servers people run, end to end. pyriver
+serve (plain, and each of its drafting settings) against llama-server plain and with its own
+n-gram speculative decoding (--spec-type ngram-simple, ngram-mod, ngram-map-k), the same model,
+threads and chat prompts (code edits whose answer rewrites the prompt's code, prompts.SERVE_EDIT_PROMPTS,
+and short chat prompts), greedy, at most --gen-tokens tokens, through /v1/chat/completions.
+
+Each round starts every server afresh (all listening, one computing at a time) and sends each
+prompt to each server in turn, the order rotated per prompt; with --streams 4 the prompts go in
+groups of four concurrent requests. Reported per server, prompt kind and stream count: end-to-end
+tokens per second as a client sees them (completion tokens over the wall time of the request,
+prompt processing included; for a group, all its tokens over the group's wall time), as the ratio
+to plain llama-server on the same prompt (or group) and round, median (min..max) over prompts and
+rounds; and how many texts equal plain llama-server's."""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import threading
+import time
+from typing import Dict, List, Tuple
+
+from .prompts import PROMPTS, SERVE_EDIT_PROMPTS
+from .serve_bench import _get, _port, _Server
+
+LLAMA_SPEC_TYPES = ("ngram-simple", "ngram-mod", "ngram-map-k")
+# pyriver's settings: name -> the command-line flags after the model
+PYRIVER_SETTINGS = {
+    "pyriver plain": ["--no-lossless"],
+    "pyriver default": [],
+}
+
+
+def configs(a, path: str) -> List[Tuple[str, List[str]]]:
+    """(name, argv) of every server, each with one slot per stream and 2048 positions a slot."""
+    from .llama_server import ensure
+    n = max(a.streams)
+    exe = str(ensure(a.threads))
+    ls = [exe, "-m", path, "-t", str(a.threads), "-tb", str(a.threads), "-c", str(2048 * n), "--parallel", str(n),
+          "-fa", "off", "--host", "127.0.0.1"]
+    out = [("llama-server", ls)] + [(f"llama-server {t}", ls + ["--spec-type", t]) for t in LLAMA_SPEC_TYPES]
+    py = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "2048",
+          "--parallel", str(n)]
+    settings = dict(PYRIVER_SETTINGS)
+    for extra in a.pyriver_setting or []:
+        settings[f"pyriver {extra}"] = extra.split()
+    out += [(name, py + flags) for name, flags in settings.items()]
+    return out
+
+
+def prompt_set(a) -> List[Tuple[str, str]]:
+    edits = [p for _, p in SERVE_EDIT_PROMPTS][:a.edit_prompts]
+    chats = [p for kind, p in PROMPTS if kind == "chat"][:a.chat_prompts]
+    return [("code-edit", p) for p in edits] + [("chat", p) for p in chats]
+
+
+def _ask(url: str, prompt: str, n: int, rec: Dict) -> None:
+    t0 = time.perf_counter()
+    status, text = _get(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}],
+                                                        "max_tokens": n, "temperature": 0.0})
+    rec["s"] = time.perf_counter() - t0
+    body = json.loads(text)
+    if status != 200:
+        raise RuntimeError(f"{url}: HTTP {status}: {text[:300]}")
+    rec["tokens"] = body["usage"]["completion_tokens"]
+    rec["text"] = body["choices"][0]["message"]["content"]
+
+
+def run_group(url: str, prompts: List[str], n: int) -> Dict:
+    """The prompts as concurrent requests: their tokens over the group's wall time, and their texts."""
+    recs = [dict() for _ in prompts]
+    threads = [threading.Thread(target=_ask, args=(url, p, n, r)) for p, r in zip(prompts, recs)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if any("text" not in r for r in recs):
+        raise RuntimeError(f"{url}: a request failed")
+    return {"tok_s": sum(r["tokens"] for r in recs) / wall, "texts": [r["text"] for r in recs],
+            "tokens": [r["tokens"] for r in recs]}
+
+
+def _spread(v: List[float]) -> Dict:
+    return {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)} if v else None
+
+
+def main(a) -> int:
+    from pyriver import models
+    path = str(models.resolve(a.model))
+    cfgs = configs(a, path)
+    pset = prompt_set(a)
+    # rows[(server, streams)] -> list of (kind, tok/s, texts) per group and round
+    rows: Dict[Tuple[str, int], List[Tuple[str, float, List[str], List[int]]]] = {}
+    for rnd in range(a.repeats):
+        srvs = []
+        try:
+            for name, argv in cfgs:
+                srvs.append(_Server(name, argv + ["--port", str(p := _port())], p))
+            for s in srvs:   # warm-up: the first request of a fresh server pays for page faults
+                run_group(s.url, ["Hi"], 4)
+            for k in a.streams:
+                groups = [pset[i:i + k] for i in range(0, len(pset), k)] if k > 1 else [[p] for p in pset]
+                for gi, group in enumerate(groups):
+                    order = srvs[(gi + rnd) % len(srvs):] + srvs[:(gi + rnd) % len(srvs)]
+                    kind = group[0][0] if len({g[0] for g in group}) == 1 else "mixed"
+                    for s in order:
+                        r = run_group(s.url, [p for _, p in group], a.gen_tokens)
+                        rows.setdefault((s.name, k), []).append((kind, r["tok_s"], r["texts"], r["tokens"]))
+                        print(f"round {rnd} streams {k} group {gi} {kind:<9} {s.name:<32} {r['tok_s']:7.2f} tok/s",
+                              file=sys.stderr, flush=True)
+        finally:
+            for s in srvs:
+                s.close()
+    report: Dict = {"model": path, "threads": a.threads, "gen_tokens": a.gen_tokens, "rounds": a.repeats,
+                    "prompts": {"code-edit": sum(1 for k, _ in pset if k == "code-edit"),
+                                "chat": sum(1 for k, _ in pset if k == "chat")}, "servers": {}}
+    print(f"model {path}  threads {a.threads}  {a.repeats} rounds  at most {a.gen_tokens} tokens, greedy")
+    print("end-to-end tok/s over plain llama-server's on the same prompt (group) and round: median (min..max); "
+          "texts equal to plain llama-server's")
+    for k in a.streams:
+        ref = rows[("llama-server", k)]
+        for name, _ in cfgs:
+            runs = rows[(name, k)]
+            out = {}
+            for kind in ("code-edit", "chat", "mixed"):
+                pairs = [(r, b) for r, b in zip(runs, ref) if r[0] == kind]
+                if not pairs:
+                    continue
+                ratios = [r[1] / b[1] for r, b in pairs]
+                same = sum(x == y for r, b in pairs for x, y in zip(r[2], b[2]))
+                total = sum(len(r[2]) for r, _ in pairs)
+                out[kind] = {"ratio": _spread(ratios), "tok_s": _spread([r[1] for r, _ in pairs]),
+                             "texts_equal": [same, total], "tokens_equal": sum(r[3] == b[3] for r, b in pairs)}
+            report["servers"].setdefault(name, {})[str(k)] = out
+            print(f"{name:<34} streams {k}  " + "  ".join(
+                f"{kind}: {v['ratio']['median']:.2f}x ({v['ratio']['min']:.2f}..{v['ratio']['max']:.2f}) "
+                f"{v['texts_equal'][0]}/{v['texts_equal'][1]}" for kind, v in out.items()))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
