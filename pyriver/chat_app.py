@@ -56,6 +56,9 @@ class ChatSession:
             print("[system message set; conversation cleared]", file=out)
         elif cmd == "river":
             if arg == "on":
+                if self.llm.lossless:   # exits are lossy: the drafts (verified at full depth) stop
+                    self.llm.set_lossless(False)
+                    print("[lossless off]", file=out)
                 if self.llm.river_path is None:
                     self.llm.attach_river(self.river_type)
                 tau = self.llm.exit_threshold if self.llm.exit_threshold <= 1.0 else DEFAULT_TAU
@@ -160,6 +163,9 @@ def run(a) -> int:
     kw = {}
     if a.river:
         kw = dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer, river_force=a.river_force)
+    elif not getattr(a, "no_lossless", False):
+        from .draft import DEFAULT_DRAFTING   # n-grams draft where they pay
+        kw = dict(DEFAULT_DRAFTING)
     if getattr(a, "batch_invariant", False):
         kw["batch_invariant"] = True
     llm = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, **kw)

@@ -45,8 +45,13 @@ def _river_kwargs(a) -> dict:
     draft, cost = getattr(a, "draft", None), getattr(a, "draft_cost", None)
     if hasattr(a, "draft"):
         require_lossless(a, "--draft and --draft-cost")
+    if getattr(a, "no_lossless", False) and lossless:
+        raise ValueError("--lossless and --no-lossless exclude each other")
     if a.river is None and not lossless:
-        return {}
+        if getattr(a, "no_lossless", False):
+            return {}
+        from .draft import DEFAULT_DRAFTING   # n-grams draft where they pay
+        return dict(DEFAULT_DRAFTING, **({} if getattr(a, "draft_max", None) is None else {"draft_max": a.draft_max}))
     from .llama import DEFAULT_RIVER   # the river /river on builds; lossless drafts on it
     # n-gram drafts need no river: none is built unless --river names one
     river = a.river or (None if draft == "ngram" else DEFAULT_RIVER)
@@ -129,7 +134,11 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--stats", action="store_true", help="print River exit (or lossless draft) statistics after the answer")
     r.add_argument("--lossless", action="store_true",
                    help="drafts (--draft; the river q4_0 unless --river), full depth verifies: exactly full depth's output")
-    r.add_argument("--draft-max", type=int, default=None, help="lossless: longest draft in tokens (default 2)")
+    r.add_argument("--no-lossless", action="store_true",
+                   help="no drafts: every token one decode step (by default n-grams draft where the measured cost says "
+                   "they pay)")
+    r.add_argument("--draft-max", type=int, default=None, help="lossless: longest draft in tokens (default 2; 64 for "
+                   "the default n-gram drafts)")
     add_draft_args(r)   # --draft river|ngram|both, --draft-cost default|FILE.json
     _add_river_args(r)
     r.set_defaults(fn=cmd_run)
@@ -145,6 +154,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--tau", type=float, default=None)
     c.add_argument("--min-exit-layer", type=int, default=None)
     c.add_argument("--river-force", action="store_true")
+    c.add_argument("--no-lossless", action="store_true",
+                   help="no drafts (by default n-grams draft where the measured cost says they pay; /lossless off)")
     c.add_argument("--batch-invariant", action="store_true",
                    help="a token's logits never depend on how it reached the cache (slower prompts; docs/determinism.md)")
     c.set_defaults(fn=cmd_chat)

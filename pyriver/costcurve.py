@@ -26,6 +26,7 @@ from .draftlen import DraftCost, DEFAULT_COST
 # 64) and a point between each; a size not measured is never taken (DraftCost.step).
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 SCHEMA = "pyriver.verify_cost/1"
+REPEATS = 3
 
 
 def _time(fn) -> float:
@@ -62,8 +63,11 @@ def measure(llm, sizes, repeats: int, prompt: List[int]) -> Dict[int, Dict[str, 
 
 
 def table(res: Dict[int, Dict[str, List[float]]]) -> Dict[int, float]:
-    """{n: median ratio to a single step}, the single step itself 1."""
-    t = {n: statistics.median(r["ratio"]) for n, r in res.items()}
+    """{n: the fastest n-token step over the fastest single step}, the single step itself 1. The
+    fastest, not the median: another process on the machine only ever adds time (and a ggml thread
+    pool whose cores are taken loses far more on a multi-token step than on a single one)."""
+    one = min(min(r["single_s"]) for r in res.values())
+    t = {n: min(r["multi_s"]) / one for n, r in res.items()}
     t[1] = 1.0
     return t
 
@@ -77,8 +81,8 @@ def _key(llm) -> str:
 
 
 def auto(llm, prompt: List[int]) -> DraftCost:
-    """The verify cost table of llm's model and setting: from the cache, else measured now (one repeat
-    of SIZES: about 4 s on the 1.5B Q4_K_M, 0.3 s on SmolLM2) and cached; the river draft's cost is
+    """The verify cost table of llm's model and setting: from the cache, else measured now (REPEATS
+    of SIZES: about 12 s on the 1.5B Q4_K_M, 1 s on SmolLM2) and cached; the river draft's cost is
     DEFAULT_COST's. A model whose context cannot hold the largest step gets the sizes that fit."""
     path = cache_dir() / "verify-cost" / f"{_key(llm)}.json"
     try:
@@ -86,11 +90,12 @@ def auto(llm, prompt: List[int]) -> DraftCost:
         return DraftCost({int(n): c for n, c in d["steps"].items()}, DEFAULT_COST.river_draft)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
+    prompt = prompt[:max(1, llm.n_ctx() // 2)]   # a small context: a shorter text, the sizes that fit after it
     sizes = [n for n in SIZES if len(prompt) + n <= llm.n_ctx()]
     if llm.verbose:
         print(f"pyriver: measuring the verify cost of {len(sizes)} step sizes for lossless drafts (once)",
               file=sys.stderr)
-    t = table(measure(llm, sizes, 1, prompt))
+    t = table(measure(llm, sizes, REPEATS, prompt))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps({"schema": SCHEMA, "model": llm.model_path, "threads": llm.n_threads,
                                  "steps": {str(n): c for n, c in t.items()}}))

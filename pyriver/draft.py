@@ -120,6 +120,11 @@ class NgramOrRiver:
 
 
 DRAFTERS = ("river", "ngram", "both")
+# What the server and the chat draft without flags (and Llama where asked, or calibrated): n-gram
+# lookup, each draft cut by this machine's measured verify cost (pyriver.costcurve), so drafts run
+# only where they are expected to pay. The text is full depth's as its multi-token steps compute it,
+# the guarantee of llama.cpp's speculative decoding (bit-exact to plain decoding with batch_invariant).
+DEFAULT_DRAFTING = {"lossless": True, "draft_model": "ngram", "draft_cost": "auto"}
 
 
 def drafter(name: str):

@@ -47,6 +47,15 @@ class DraftCost:
         inc = (p[self._last] - p[1]) / (self._last - 1) if self._last > 1 else p[1]
         return p[self._last] + inc * (n_verify - self._last)
 
+    def interp(self, n_verify: int) -> float:
+        """step(n_verify), linear between the measured sizes around it where the table skips it."""
+        c = self.step(n_verify)
+        if c is not None:
+            return c
+        lo = max(n for n in self.points if n < n_verify)
+        hi = min(n for n in self.points if n > n_verify)
+        return self.points[lo] + (self.points[hi] - self.points[lo]) * (n_verify - lo) / (hi - lo)
+
     def __repr__(self) -> str:
         return f"DraftCost(verify={self.points}, river_draft={self.river_draft})"
 
@@ -165,17 +174,20 @@ class DraftLength:
         c, p = self._get(key), self._prior_counts(key)
         self.counts[key] = [pv + self.memory * (cv - pv) for cv, pv in zip(c, p)]
 
-    def choose(self, source: str, cap: Optional[int] = None) -> int:
-        """The k in 0..min(draft_max, cap) with the most expected tokens per cost."""
+    def choose(self, source: str, cap: Optional[int] = None, others: int = 0) -> int:
+        """The k in 0..min(draft_max, cap) with the most expected tokens per cost. others: the rows
+        the same step computes for other sequences (the server's other decoding slots, a token each):
+        drafts then pay only where the whole step's tokens per cost rise, since their rows slow the
+        others' tokens too."""
         self._forget(bucket(source))
         p1, a = self.chances(source)
         per_draft = self.cost.river_draft if source == "river" else 0.0
         top = self.draft_max if cap is None else min(self.draft_max, cap)
-        best, best_rate, expect, run = 0, 1.0 / self.cost.step(1), 1.0, p1
+        best, best_rate, expect, run = 0, (1.0 + others) / self.cost.interp(1 + others), 1.0 + others, p1
         for k in range(1, top + 1):
             expect += run   # the k-th draft is kept with p1 * a^(k-1)
             run *= a
-            step = self.cost.step(k + 1)
+            step = self.cost.step(others + k + 1)
             if step is None:
                 continue
             rate = expect / (step + k * per_draft)

@@ -96,12 +96,13 @@ def new_stats(source: str, length: str = "grow/shrink") -> Dict:
     return {"draft": source, "drafted": 0, "accepted": 0, "verify_steps": 0, "draft_exits": [], "draft_length": length}
 
 
-def cut_proposal(draft_model, prop: np.ndarray, cap: int, dl: Optional[DraftLength] = None):
-    """A draft model's proposal cut to at most cap tokens, or with dl to its choice by cost, under
-    the key "ngram<n>" (n: the drafter's match length, if it says); returns (drafts, key)."""
+def cut_proposal(draft_model, prop: np.ndarray, cap: int, dl: Optional[DraftLength] = None, others: int = 0):
+    """A draft model's proposal cut to at most cap tokens, or with dl to its choice by cost (others:
+    the rows of other sequences in the same step), under the key "ngram<n>" (n: the drafter's match
+    length, if it says); returns (drafts, key)."""
     n = getattr(draft_model, "match_size", 0)
     key = f"ngram{n or ''}"
-    return (prop[:cap] if dl is None else prop[:dl.choose(key, min(cap, prop.size))]), key
+    return (prop[:cap] if dl is None else prop[:dl.choose(key, min(cap, prop.size), others)]), key
 
 
 def count_step(ls: Dict, n_drafted: int, n_kept: int, source: Optional[str] = None) -> None:

@@ -29,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lossless", action="store_true",
                    help="the river (or --lossless-draft) drafts, the backbone verifies: every stream's tokens are full "
                    "depth's (needs --river, unless --lossless-draft ngram). Without --river, --spec-type, --model-draft "
-                   "or --embedding, n-grams draft by default (DEFAULT_DRAFTING), as full depth computes them")
+                   "or --embedding, n-grams draft by default (pyriver.draft.DEFAULT_DRAFTING) where they pay")
     p.add_argument("--no-lossless", action="store_true",
                    help="no drafts at all: every token is one decode step (the default drafts n-grams where they pay)")
     p.add_argument("--draft-max", "--spec-draft-n-max", "--draft", "--draft-n", dest="draft_max", type=int, default=None,
@@ -101,12 +101,6 @@ def check_lossless_draft(a: argparse.Namespace) -> None:
         raise ValueError("--lossless-draft ngram drafts without the river and verifies at full depth: leave out --river")
 
 
-# What the server drafts without flags: n-gram lookup, each draft cut by this machine's measured
-# verify cost (pyriver.costcurve), so drafts run only where they are expected to pay; the output is
-# full depth's as its multi-token steps compute it (the guarantee of llama.cpp's speculation).
-DEFAULT_DRAFTING = ("ngram", "auto")
-
-
 def settings(a: argparse.Namespace) -> dict:
     if a.model_file is not None:
         if a.model is not None:
@@ -124,7 +118,8 @@ def settings(a: argparse.Namespace) -> dict:
         raise ValueError("--lossless and --no-lossless exclude each other")
     if not (a.lossless or a.no_lossless or a.river is not None or a.spec_type is not None or a.model_draft is not None
             or a.embedding or a.reranking):
-        a.lossless, a.draft, a.draft_cost = True, *DEFAULT_DRAFTING
+        from ..draft import DEFAULT_DRAFTING   # n-grams by the measured cost
+        a.lossless, a.draft, a.draft_cost = True, DEFAULT_DRAFTING["draft_model"], DEFAULT_DRAFTING["draft_cost"]
     if a.river is not None:
         kw = dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer)
     elif a.tau is not None or a.min_exit_layer is not None or (a.lossless and a.draft != "ngram"):

@@ -97,6 +97,7 @@ class Drafter:
     """What the scheduler calls: propose() the drafts of the decoding slots, decide() a verify step."""
     source = ""
     length = "fixed"   # the draft length rule, as lossless statistics name it
+    exact = True       # verified with one-token products: every token a decode step's bits (scheduler._run_step)
 
     @property
     def kind(self) -> str:
@@ -177,6 +178,7 @@ class LlamaDrafter(Drafter):
     (pyriver.draftlen), as Llama's lossless mode cuts it alone."""
 
     kind = "ngram"   # as Llama's lossless mode counts a draft model's drafts
+    exact = False    # lossless mode: multi-token verify steps, as Llama's (the speed drafts need)
 
     def __init__(self, speculator, n_vocab: int):
         super().__init__(dict(n_max=speculator.draft_max, n_min=0, synth_rates=None))
@@ -195,7 +197,8 @@ class LlamaDrafter(Drafter):
             prop = np.asarray(self.model(np.asarray(hist, dtype=np.intc)), dtype=np.int64).reshape(-1)
             if ((prop < 0) | (prop >= self.n_vocab)).any():   # a draft model's bad token: no drafts this step
                 prop = prop[:0]
-            prop, self.keys[seq] = cut_proposal(self.model, prop, max(limit, 0), self.dls.get(seq))
+            # the other decoding slots' tokens share the verify step: drafts must pay for their delay too
+            prop, self.keys[seq] = cut_proposal(self.model, prop, max(limit, 0), self.dls.get(seq), len(want) - 1)
             out[seq] = [int(t) for t in prop]
         return out
 

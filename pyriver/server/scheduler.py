@@ -89,7 +89,6 @@ class Scheduler:
         self.ctx_shift = ctx_shift
         self.dec = BatchDecoder(llm, n_slots, batch_rule)
         self.n_ctx = self.dec.n_ctx
-        self.invariant = self.dec.batch_invariant   # the context's own (--batch-invariant)
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: "collections.deque[Request]" = collections.deque()
         self.n_starts = 0
@@ -223,7 +222,7 @@ class Scheduler:
             s.drafts, s.qs = [], []
             room = min(s.req.max_tokens - s.req.n_generated, self.n_ctx - len(s.history))
             cap = min(room - 1, share)
-            limit[s.seq] = min(s.k, cap) if s.dl is None else s.dl.choose("river", cap)
+            limit[s.seq] = min(s.k, cap) if s.dl is None else s.dl.choose("river", cap, len(decoding) - 1)
         active = [s for s in decoding if limit[s.seq] > 0]
         n0 = {s.seq: self.dec.pos(s.seq) for s in active}
         while active:
@@ -333,12 +332,15 @@ class Scheduler:
             self.metrics.step(n_decode, dt)
 
     def _run_step(self, feeds: List[Feed]):
-        """One step; with a drafter on a context that is not batch-invariant, the verify rows run
-        in a step of their own with one-token products, so that every token a stream gets has the
-        bits a decode step without drafts gives it (alone in its step), and the prompt chunks in
-        another with llama.cpp's kernels, as without drafts."""
+        """One step. Lossless mode's verify rows (the default n-gram drafts, river drafts) run with the
+        prompt chunks and decode tokens, with llama.cpp's multi-token kernels: their logits may differ
+        in the last bits from a single decode step's, so drafted text is full depth's as multi-token
+        steps compute it (the guarantee of llama.cpp's speculative decoding), at the speed drafts need.
+        The drafters of llama-server's flags (--model-draft, --spec-type: server.drafting) keep every
+        token a decode step's bits on a context that is not batch-invariant, as llama.cpp's own test
+        of them asks: their verify rows run in a step of their own with one-token products."""
         verify = [f for f in feeds if f.all_logits]
-        if self.drafter is None or not verify or self.invariant:
+        if not (self.drafter is not None and self.drafter.exact) or not verify or self.dec.batch_invariant:
             return self.dec.step(feeds)
         self.dec.set_batch_invariant(True)
         try:

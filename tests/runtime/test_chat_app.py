@@ -24,7 +24,8 @@ def test_chat_in_a_terminal(smol_path):
     c.expect("/help for commands")
     c.expect("> ")
     c.sendline("What is the capital of France?")
-    c.expect(r"\[(\d+) tokens, ([\d.]+) tok/s, prompt (\d+) new tokens \| river off\]")
+    # the chat drafts n-grams by cost by default (pyriver.draft.DEFAULT_DRAFTING)
+    c.expect(r"\[(\d+) tokens, ([\d.]+) tok/s, prompt (\d+) new tokens \| lossless: \d+ verify steps")
     first_prompt = int(c.match.group(3))
     c.expect("> ")
     # The second turn prefills only what is new: the reply and the new message.
@@ -33,6 +34,7 @@ def test_chat_in_a_terminal(smol_path):
     assert 0 < int(c.match.group(1)) < first_prompt + 40
     c.expect("> ")
     c.sendline("/river on")
+    c.expect(r"\[lossless off\]")
     c.expect(r"\[river .*river-q4_0\.gguf on, tau 0\.985\]")
     c.expect("> ")
     c.sendline("/tau 0.97")

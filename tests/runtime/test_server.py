@@ -51,7 +51,8 @@ def test_completion_and_chat_equal_llama(client, solo):
     p = PROMPTS[0]
     r = client.completions.create(prompt=p, max_tokens=N, temperature=0.0, model=_model(client))
     assert r.choices[0].text == solo[p]
-    assert r.usage.completion_tokens > 0 and r.model_extra["river"] is None
+    # the default server drafts n-grams by cost (pyriver.draft.DEFAULT_DRAFTING): its statistics come with the answer
+    assert r.usage.completion_tokens > 0 and r.model_extra["river"]["lossless"]["draft"] == "SuffixLookup"
     streamed = client.completions.create(prompt=p, max_tokens=N, temperature=0.0, stream=True, model=_model(client),
                                          stream_options={"include_usage": True})
     chunks = list(streamed)
@@ -90,9 +91,19 @@ def test_pyriver_serve_command():
                  "--lossless", "--draft-max", "--not-batch-invariant", "--batch-invariant"):
         assert flag in r.stdout
     from pyriver.server import parser, settings
-    assert settings(parser().parse_args(["--not-batch-invariant"]))["llama_kwargs"] == {"river": None, "batch_invariant": False}
-    assert settings(parser().parse_args(["--batch-invariant"]))["llama_kwargs"] == {"river": None, "batch_invariant": True}
+    plain = ["--no-lossless"]
+    assert settings(parser().parse_args(plain + ["--not-batch-invariant"]))["llama_kwargs"] == \
+        {"river": None, "batch_invariant": False}
+    assert settings(parser().parse_args(plain + ["--batch-invariant"]))["llama_kwargs"] == \
+        {"river": None, "batch_invariant": True}
     assert "batch_invariant" not in settings(parser().parse_args([]))["llama_kwargs"]   # Llama's default: not invariant
+    # without flags: n-grams drafted by the measured cost; any River, drafter or embedding flag, or --no-lossless: none
+    assert settings(parser().parse_args([]))["llama_kwargs"] == \
+        {"river": None, "lossless": True, "draft_model": "ngram", "draft_cost": "auto"}
+    for flags in (plain, ["--river", "q4_0"], ["--spec-type", "ngram-simple"], ["--embedding"]):
+        assert "lossless" not in settings(parser().parse_args(flags))["llama_kwargs"]
+    with pytest.raises(ValueError, match="exclude"):
+        settings(parser().parse_args(["--lossless", "--no-lossless", "--lossless-draft", "ngram"]))
     with pytest.raises(ValueError, match="exclude"):
         settings(parser().parse_args(["--batch-invariant", "--not-batch-invariant"]))
     bad = pyriver_cli("serve", "--parallel", "0")

@@ -24,7 +24,7 @@ def servers(smol_path, synth_paths):
     SmolLM2's vocabulary (drafts mostly wrong); n-gram lookup."""
     out = {}
     try:
-        out["plain"] = ServerProcess(smol_path, *COMMON)
+        out["plain"] = ServerProcess(smol_path, *COMMON, "--no-lossless")
         out["self"] = ServerProcess(smol_path, *COMMON, "--model-draft", smol_path, "--spec-draft-n-max", "6")
         out["random"] = ServerProcess(smol_path, *COMMON, "-md", synth_paths["mha"], "--spec-draft-n-max", "4")
         out["ngram"] = ServerProcess(smol_path, *COMMON, "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n",
@@ -147,7 +147,7 @@ def test_default_kernels_same_tokens(smol_path):
     body = {"prompt": "I believe the meaning of life is", "temperature": 0.2, "top_k": 5, "seed": 4242,
             "n_predict": 24, "return_tokens": True}
     got = {}
-    for name, extra in (("plain", ()), ("draft", ("-md", smol_path, "--spec-draft-n-max", "8"))):
+    for name, extra in (("plain", ("--no-lossless",)), ("draft", ("-md", smol_path, "--spec-draft-n-max", "8"))):
         s = ServerProcess(smol_path, "-np", "1", "-t", "2", "--ctx", "512", *extra)
         try:
             got[name] = [http("POST", s.url + "/completion", dict(body, prompt=p))[1]["tokens"] for p in PROMPTS[:3]]
