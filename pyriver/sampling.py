@@ -249,6 +249,11 @@ class Sampler:
 
     # -- what the generation loops call ------------------------------------------------------
     def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
+        if self._draw is None and not self._hist.n:
+            # greedy with nothing that rewrites the logits first: the argmax of the logits themselves,
+            # the token the array would give (the same values, the first of equals), without filling
+            # a token-data array of the whole vocabulary (0.3 to 0.4 ms a token for 49k to 152k entries)
+            return int(np.argmax(np.asarray(logits, dtype=np.float32)))
         arr = self._penalized(logits, history)
         if self._draw is None:
             return int(np.argmax(arr["logit"]))
