@@ -61,7 +61,8 @@ class Server:
             drafter = drafting.make(s.get("spec"), llm, s["parallel"], s["threads"], s.get("llama_kwargs", {}))
             self.sched = Scheduler(llm, s["parallel"], batch_rule=s["batch_rule"], queue_max=s["queue"],
                                    prompt_chunk=s["prompt_chunk"], metrics=self.metrics, drafter=drafter,
-                                   ctx_shift=s.get("ctx_shift", False))
+                                   ctx_shift=s.get("ctx_shift", False),
+                                   handoff=None if self.inbox is None else self.inbox.flush)
             self.metrics.n_slots = s["parallel"]
             self.metrics.sched = self.sched
             self.llm = llm
@@ -325,6 +326,8 @@ def build_app(srv: Server) -> Starlette:
         yield
         if srv.sched is not None:
             srv.sched.stop()
+            if not srv.sched.thread.is_alive():   # else it may still hand something over: the pipe stays
+                srv.inbox.close()
 
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan,
                      middleware=[Middleware(CORS, origins=srv.settings.get("cors_origins", "*"))])

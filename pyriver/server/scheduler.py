@@ -73,8 +73,11 @@ class Slot:
 
 class Scheduler:
     def __init__(self, llm, n_slots: int, batch_rule: str = "split", queue_max: int = 64, prompt_chunk: int = 64,
-                 metrics=None, drafter=None, ctx_shift: bool = False):
+                 metrics=None, drafter=None, ctx_shift: bool = False, handoff: Optional[Callable[[], None]] = None):
         self.llm = llm
+        # handoff: called before each native step and before the thread waits for work, so that what the
+        # requests were handed since reaches them (the server's Inbox.flush: one wake-up of the event loop)
+        self.handoff = handoff
         self.spec = llm.speculator   # lossless mode, or None
         if self.spec is not None and drafter is not None:
             raise ValueError("one drafter per server: lossless mode drafts on the River path or with the model's "
@@ -88,6 +91,7 @@ class Scheduler:
         self.drafter = drafter   # server.drafting's, or None
         self.ctx_shift = ctx_shift
         self.dec = BatchDecoder(llm, n_slots, batch_rule)
+        self.dec.before_step = handoff
         self.n_ctx = self.dec.n_ctx
         self.invariant = self.dec.batch_invariant   # the context's own (--batch-invariant)
         self.slots = [Slot(i) for i in range(n_slots)]
@@ -133,6 +137,8 @@ class Scheduler:
         while True:
             with self.cond:
                 while not self._stop and not self.waiting and all(s.req is None for s in self.slots):
+                    if self.handoff is not None:
+                        self.handoff()
                     self.cond.wait()
                 if self._stop:
                     break
@@ -150,6 +156,8 @@ class Scheduler:
                 self._finish(s, "error: the server is shutting down")
         for r in self.waiting:
             r.out.put(("end", "error: the server is shutting down"))
+        if self.handoff is not None:
+            self.handoff()
 
     def _admit(self) -> None:
         for s in self.slots:
