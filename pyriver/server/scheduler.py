@@ -27,6 +27,13 @@ from ..sampling import Sampler
 from . import drafting
 
 
+# Prompt tokens per slot and step beside decoding slots, unless the scheduler is given a number: a
+# long prompt then does not stall the streams that decode. With no slot decoding a prompt takes the
+# whole batch, as llama-server feeds it: 120 prompt tokens in one step rather than 64 + 56 saves a
+# pass over the weights (3% to 7% of the prompt's time on Qwen2.5-Coder 1.5B, 2 cores).
+PROMPT_CHUNK = 64
+
+
 class QueueFull(Exception):
     """Every slot is busy and the waiting queue is full."""
 
@@ -72,7 +79,8 @@ class Slot:
 
 
 class Scheduler:
-    def __init__(self, llm, n_slots: int, batch_rule: str = "split", queue_max: int = 64, prompt_chunk: int = 64,
+    def __init__(self, llm, n_slots: int, batch_rule: str = "split", queue_max: int = 64,
+                 prompt_chunk: Optional[int] = None,
                  metrics=None, drafter=None, ctx_shift: bool = False, handoff: Optional[Callable[[], None]] = None):
         self.llm = llm
         # handoff: called before each native step and before the thread waits for work, so that what the
@@ -98,7 +106,10 @@ class Scheduler:
         self.waiting: "collections.deque[Request]" = collections.deque()
         self.n_starts = 0
         self.queue_max = queue_max
-        self.prompt_chunk = max(1, min(prompt_chunk, self.dec.n_batch - n_slots)) if self.dec.n_batch > n_slots else 1
+        # prompt tokens per slot and step: a number, always; None, PROMPT_CHUNK while other slots decode
+        # and the whole batch when none does (llama-server's: no step then waits on a smaller one)
+        self.prompt_chunk = None if prompt_chunk is None else \
+            max(1, min(prompt_chunk, self.dec.n_batch - n_slots)) if self.dec.n_batch > n_slots else 1
         self.metrics = metrics
         self.cond = threading.Condition()
         self.vocab_lock = threading.Lock()   # the Vocab's piece buffer is shared: one caller at a time
@@ -302,9 +313,12 @@ class Scheduler:
                 else:
                     feeds.append(Feed(s.seq, [s.next_tok]))
                     budget -= 1
+        cap = self.prompt_chunk
+        if cap is None:
+            cap = min(PROMPT_CHUNK, max(1, self.dec.n_batch - len(self.slots))) if feeds else budget
         for s in self.slots:
             if s.req is not None and s.pending and budget > 0:
-                k = min(len(s.pending), self.prompt_chunk, budget)
+                k = min(len(s.pending), cap, budget)
                 chunk = s.pending[:k]
                 # after a context shift the kept tokens run again, then the slot decodes on
                 feeds.append(Feed(s.seq, chunk, prompt=True, logits=k == len(s.pending) and s.next_tok is None))
