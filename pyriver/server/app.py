@@ -175,7 +175,7 @@ class Events:
             text, stopped = self.text.feed(item[2])
             if stopped:
                 self.done = True
-                self.r.cancel()
+                self.r.stop_at(self.n_tokens)
                 return [(text, "stop")]
             return [(text, None)] if text else []
         self.done = True
@@ -360,7 +360,7 @@ async def _collect(r: Request, stops: List[str]):
 def _usage(r: Request, *more: Request) -> dict:
     """OpenAI's usage, with the prompt tokens a slot's cache already held (cached_tokens); with
     several choices (n > 1) the prompt counts once, the generated tokens of all."""
-    return dict(C.usage_dict(len(r.prompt), r.n_generated + sum(m.n_generated for m in more)),
+    return dict(C.usage_dict(len(r.prompt), r.n_decoded + sum(m.n_decoded for m in more)),
                 prompt_tokens_details={"cached_tokens": r.n_cached})
 
 

@@ -52,7 +52,9 @@ class Request:
     exits: List[int] = field(default_factory=list)   # exit block of each generated token after the first
     t_submit: float = field(default_factory=time.perf_counter)
     t_first: Optional[float] = None
+    # tokens sampled, the end-of-generation token that ended the request included (llama-server's n_decoded)
     n_generated: int = 0
+    n_read: Optional[int] = None   # a stop string ended it: the tokens read up to the one that completed it
     logprob_entries: list = field(default_factory=list)   # logprobs.entry of each generated token (logprobs)
     lossless: Optional[dict] = None   # draft statistics in lossless mode (pyriver.lossless.new_stats)
     n_cached: int = 0   # prompt tokens found in the slot's cache (not computed again)
@@ -61,6 +63,19 @@ class Request:
     def cancel(self) -> None:
         """The client is gone or has what it wants (a stop string): the slot frees at the next step."""
         self.cancelled.set()
+
+    def stop_at(self, n_read: int) -> None:
+        """A stop string was completed by the n_read-th token read: the request ends there."""
+        self.n_read = n_read
+        self.cancel()
+
+    @property
+    def n_decoded(self) -> int:
+        """The request's tokens as llama-server counts them (usage.completion_tokens, timings.predicted_n,
+        tokens_predicted: its slot's n_decoded): every token sampled, the end-of-generation token that
+        ended the answer included, and after a stop string none past the token that completed it
+        (the scheduler may have sampled one more before it saw the cancel)."""
+        return self.n_generated if self.n_read is None else min(self.n_generated, self.n_read)
 
 
 class Slot:
@@ -387,6 +402,7 @@ class Scheduler:
             self._finish(s, "cancelled")
             return
         if self.llm.vocab.is_eog(tok):
+            r.n_generated += 1   # sampled, so counted (llama-server's n_decoded), though never handed over
             self._finish(s, "stop")
             return
         lp = None if r.logprobs is None else r.probs(logits, tok, s.history) if r.probs else \
