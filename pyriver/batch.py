@@ -43,6 +43,7 @@ class BatchDecoder:
         self.n_batch = cp.n_batch
         self.batch_rule = batch_rule
         self.exiting = False
+        self.before_step = None   # called right before each native step (the server's hand-over to its event loop)
         if llm.exit_params is not None:
             p, d = llm.exit_params
             ep = ffi.new("pr_exit_params *", p[0])
@@ -98,7 +99,10 @@ class BatchDecoder:
             prompt.extend([1 if f.prompt else 0] * n)
         n = len(toks)
         arr = lambda v: ffi.new("int32_t[]", v)   # noqa: E731
-        check(lib.pr_decode_batch(self._ctx, arr(toks), arr(seqs), arr(pos), arr(want), arr(prompt), n))
+        args = arr(toks), arr(seqs), arr(pos), arr(want), arr(prompt)
+        if self.before_step is not None:
+            self.before_step()
+        check(lib.pr_decode_batch(self._ctx, *args, n))
         exits = ffi.new("int32_t[]", n)
         lib.pr_exit_layers(self._ctx, exits, n)
         out, row, at = {}, 0, 0

@@ -22,7 +22,8 @@ def parser() -> argparse.ArgumentParser:
                    help="llama-server's: the whole context, split evenly over the slots (overrides --ctx)")
     p.add_argument("--threads", "-t", type=int, default=None)
     p.add_argument("--queue", type=int, default=64, help="requests that may wait for a slot; beyond: 503")
-    p.add_argument("--prompt-chunk", type=int, default=64, help="prompt tokens per slot and step")
+    p.add_argument("--prompt-chunk", type=int, default=None,
+                   help="prompt tokens per slot and step (default: 64 while other slots decode, else the whole batch)")
     p.add_argument("--river", default=None, help="river type (q4_0, ...) or sidecar path; off by default")
     p.add_argument("--tau", type=float, default=None, help="exit threshold")
     p.add_argument("--min-exit-layer", type=int, default=None)
@@ -110,7 +111,7 @@ def settings(a: argparse.Namespace) -> dict:
         if a.ctx_size < 0:
             raise ValueError("--ctx-size must be >= 0")
         a.ctx = a.ctx_size // max(a.parallel, 1)
-    if a.parallel < 1 or a.queue < 0 or a.prompt_chunk < 1 or a.ctx < 16:
+    if a.parallel < 1 or a.queue < 0 or (a.prompt_chunk is not None and a.prompt_chunk < 1) or a.ctx < 16:
         raise ValueError("--parallel and --prompt-chunk must be >= 1, --queue >= 0, --ctx >= 16")
     kw = {"river": None}
     check_lossless_draft(a)

@@ -61,7 +61,8 @@ class Server:
             drafter = drafting.make(s.get("spec"), llm, s["parallel"], s["threads"], s.get("llama_kwargs", {}))
             self.sched = Scheduler(llm, s["parallel"], batch_rule=s["batch_rule"], queue_max=s["queue"],
                                    prompt_chunk=s["prompt_chunk"], metrics=self.metrics, drafter=drafter,
-                                   ctx_shift=s.get("ctx_shift", False))
+                                   ctx_shift=s.get("ctx_shift", False),
+                                   handoff=None if self.inbox is None else self.inbox.flush)
             self.metrics.n_slots = s["parallel"]
             self.metrics.sched = self.sched
             self.llm = llm
@@ -174,7 +175,7 @@ class Events:
             text, stopped = self.text.feed(item[2])
             if stopped:
                 self.done = True
-                self.r.cancel()
+                self.r.stop_at(self.n_tokens)
                 return [(text, "stop")]
             return [(text, None)] if text else []
         self.done = True
@@ -325,6 +326,8 @@ def build_app(srv: Server) -> Starlette:
         yield
         if srv.sched is not None:
             srv.sched.stop()
+            if not srv.sched.thread.is_alive():   # else it may still hand something over: the pipe stays
+                srv.inbox.close()
 
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan,
                      middleware=[Middleware(CORS, origins=srv.settings.get("cors_origins", "*"))])
@@ -357,7 +360,7 @@ async def _collect(r: Request, stops: List[str]):
 def _usage(r: Request, *more: Request) -> dict:
     """OpenAI's usage, with the prompt tokens a slot's cache already held (cached_tokens); with
     several choices (n > 1) the prompt counts once, the generated tokens of all."""
-    return dict(C.usage_dict(len(r.prompt), r.n_generated + sum(m.n_generated for m in more)),
+    return dict(C.usage_dict(len(r.prompt), r.n_decoded + sum(m.n_decoded for m in more)),
                 prompt_tokens_details={"cached_tokens": r.n_cached})
 
 

@@ -82,7 +82,7 @@ def timings(r, t_end: Optional[float] = None) -> Dict[str, Any]:
     t_first = r.t_first or t_end
     n_prompt = len(r.prompt) - r.n_cached
     p_ms, g_ms = (t_first - r.t_submit) * 1e3, (t_end - t_first) * 1e3
-    n_gen = r.n_generated
+    n_gen = r.n_decoded
     return {"cache_n": r.n_cached, "prompt_n": n_prompt, "prompt_ms": p_ms,
             "prompt_per_token_ms": p_ms / n_prompt if n_prompt else 0.0,
             "prompt_per_second": 1e3 * n_prompt / p_ms if p_ms > 0 else 0.0,
@@ -281,15 +281,17 @@ class Native:
 
     async def items(self):
         """(text, token ids, logprob entries) as they come; the end sets stop_type."""
+        n_read = 0
         while True:
             item = await self.r.out.get()
             if item[0] == "token":
+                n_read += 1
                 self.raw += item[2]
                 text, stopped = self.text.feed(item[2])
                 if stopped:
                     self.stop_type, self.word = "word", next(
                         (s for s in self.f["stops"] if s and s.encode("utf-8") in self.raw), "")
-                    self.r.cancel()
+                    self.r.stop_at(n_read)
                     self.t_end = time.perf_counter()
                     yield text, [item[1]], [item[3]] if item[3] else []
                     return
@@ -310,7 +312,7 @@ class Native:
         with srv.sched.vocab_lock:
             prompt = srv.llm.vocab.detokenize(self.toks, special=True).decode("utf-8", "replace")
         d = {"index": self.index, "content": content, "tokens": tokens if self.f["return_tokens"] else [],
-             "id_slot": -1, "stop": True, "model": srv.model_id, "tokens_predicted": r.n_generated,
+             "id_slot": -1, "stop": True, "model": srv.model_id, "tokens_predicted": r.n_decoded,
              "tokens_evaluated": len(self.toks), "generation_settings": _settings(srv, self.f, self.max_tokens),
              "prompt": prompt, "has_new_line": "\n" in content,
              "truncated": self.stop_type == "limit" and len(self.toks) + r.n_generated >= srv.sched.n_ctx, "stop_type": self.stop_type,
@@ -479,7 +481,7 @@ def _stream(n: Native) -> StreamingResponse:
                 toks += ts
                 entries += es
                 ch = {"index": n.index, "content": text, "tokens": ts, "stop": False, "id_slot": -1,
-                      "tokens_predicted": n.r.n_generated, "tokens_evaluated": len(n.toks)}
+                      "tokens_predicted": n.r.n_decoded, "tokens_evaluated": len(n.toks)}
                 if es:
                     ch["completion_probabilities"] = native_probs(n.srv, es, n.f["post"])
                 yield f"data: {json.dumps(ch)}\n\n"

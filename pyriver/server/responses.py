@@ -87,7 +87,7 @@ def _response(rid: str, mid: str, model: str, text: str, r, created: int) -> Dic
     part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
     output = [{"type": "message", "status": "completed", "id": mid, "content": [part], "role": "assistant"}] \
         if text else []
-    n_in, n_out = len(r.prompt), r.n_generated
+    n_in, n_out = len(r.prompt), r.n_decoded
     return {"id": rid, "object": "response", "created_at": created, "completed_at": int(time.time()),
             "status": "completed", "model": model, "output": output,
             "usage": {"input_tokens": n_in, "output_tokens": n_out, "total_tokens": n_in + n_out,

@@ -92,6 +92,11 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--json-schema", default=None, metavar="FILE|builtin",
                    help="--serve: also every request under this JSON schema (llama.cpp's json_schema field), "
                         "interleaved with the plain ones: the grammar's cost and its ratio to llama-server")
+    b.add_argument("--chat", action="store_true",
+                   help="--serve: streamed chat completions of the code-edit and chat prompts, end-to-end tok/s "
+                        "(prompt, template and HTTP included; --gen-tokens per request); --competitor: llama-server alone")
+    b.add_argument("--requests-per-stream", type=int, default=2,
+                   help="--serve --chat: requests each stream sends one after the other (code edit, chat, ...)")
     b.add_argument("--batch-rules", nargs="+", default=["split", "minimum", "all"], help="--serve: batch exit rules")
     b.add_argument("--chat-turns", action="store_true", help="second chat turn's time to first token, with and without prefix reuse")
     b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")

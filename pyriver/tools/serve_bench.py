@@ -8,7 +8,16 @@ and stream count, medians over repeats: aggregate decode tok/s (all streams' tok
 time from the first request to the last token), time to first token and inter-token latency p50
 and p95 (over every stream's gaps). With --json-schema every server also runs the same requests
 under a JSON schema (the `json_schema` field both servers take), interleaved with the plain ones:
-the cost of the grammar, and pyriver's constrained throughput against llama-server's."""
+the cost of the grammar, and pyriver's constrained throughput against llama-server's.
+
+With --chat the requests are chat completions (/v1/chat/completions, streamed, greedy, up to
+--gen-tokens each) of the built-in code-edit and chat prompts (tools/prompts.py), as a client
+sends them: each stream sends --requests-per-stream requests one after the other, alternating a
+code-edit and a chat prompt, and tok/s is end to end: every request's completion tokens (the
+server's own usage.completion_tokens) over the wall time from the first request sent to the last
+answer read, prompt processing, template rendering and HTTP included. Each user message opens with
+a tag of its repeat, level and request, so that no prompt is found in a slot's cache from an
+earlier request (the system prompt the template adds still is, on both servers alike)."""
 from __future__ import annotations
 
 import json
@@ -60,12 +69,12 @@ def _get(url: str, body=None, timeout=600):
         return e.code, e.read().decode()
 
 
-def _lines(url: str, body: dict):
+def _lines(url: str, body: dict, path: str = "/v1/completions"):
     """The lines of a streamed POST as they arrive."""
     host, port = url.split("//")[1].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=600)
     try:
-        conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
         r = conn.getresponse()
         for line in iter(r.readline, b""):
             yield line.decode().strip()
@@ -116,7 +125,9 @@ def servers(a, path: str) -> List[_Server]:
             if a.tau:
                 argv += ["--tau", str(a.tau[0])]
             out.append(_Server(f"pyriver river {rule}", argv, p))
-    if a.competitor and not a.json_schema:   # llama-cpp-python's server takes no json_schema field
+    # llama-cpp-python's server takes no json_schema field; under --chat's long answers its one request at a
+    # time would take most of the run, and the anchor is llama-server
+    if a.competitor and not a.json_schema and not getattr(a, "chat", False):
         argv = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--n_threads", str(a.threads),
                 "--n_threads_batch", str(a.threads), "--n_ctx", "1024", "--interrupt_requests", "False",
                 "--port", str(p := _port())]
@@ -162,6 +173,59 @@ def run_level(srv: _Server, k: int, n: int, schema=None) -> Dict:
     return {"tok_s": sum(r["tokens"] for r in recs) / (max(r["end"] for r in recs) - t0),
             "ttft_p50": statistics.median(r["ttft"] for r in recs), "ttft_p95": max(r["ttft"] for r in recs),
             "itl_p50": pct(0.5), "itl_p95": pct(0.95)}
+
+
+def chat_messages(rep: int, k: int, stream: int, j: int) -> List[Dict]:
+    """The messages of request j of a stream at level k in repeat rep: code-edit and chat prompts in
+    turn, each user message opening with a tag of its own (no earlier prompt shares it)."""
+    from .prompts import CODE_EDIT_PROMPTS, PROMPTS
+    i = stream * 97 + j   # spread over the prompts
+    text = CODE_EDIT_PROMPTS[i // 2 % len(CODE_EDIT_PROMPTS)][1] if j % 2 == 0 else PROMPTS[i // 2 % len(PROMPTS)][1]
+    return [{"role": "user", "content": f"[{rep}.{k}.{stream}.{j}] {text}"}]
+
+
+def _chat(url: str, messages: List[Dict], n: int, rec: Dict) -> None:
+    """One streamed greedy chat completion; rec gets its send and token times, tokens and text."""
+    body = {"messages": messages, "max_tokens": n, "temperature": 0.0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    rec["t_send"] = time.perf_counter()
+    times, parts, usage = [], [], None
+    for line in _lines(url, body, "/v1/chat/completions"):
+        if line.startswith("data: ") and line != "data: [DONE]":
+            ch = json.loads(line[6:])
+            if ch.get("usage"):
+                usage = ch["usage"]
+            if ch.get("choices") and ch["choices"][0].get("delta", {}).get("content"):
+                times.append(time.perf_counter())
+                parts.append(ch["choices"][0]["delta"]["content"])
+    rec["end"] = time.perf_counter()
+    rec["ttft"] = times[0] - rec["t_send"] if times else float("nan")
+    rec["gaps"] = [b - a for a, b in zip(times, times[1:])]
+    rec["tokens"] = usage["completion_tokens"] if usage else len(times)
+    rec["prompt_tokens"] = usage["prompt_tokens"] if usage else 0
+    rec["text"] = "".join(parts)
+
+
+def run_chat_level(srv: _Server, k: int, n: int, per_stream: int, rep: int) -> Dict:
+    """k streams of per_stream chat requests each, one after the other within a stream: end-to-end tok/s."""
+    recs = [[dict() for _ in range(per_stream)] for _ in range(k)]
+
+    def stream(i):
+        for j in range(per_stream):
+            _chat(srv.url, chat_messages(rep, k, i, j), n, recs[i][j])
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(k)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    flat = [r for rs in recs for r in rs]
+    gaps = sorted(g for r in flat for g in r["gaps"])
+    pct = lambda q: gaps[min(len(gaps) - 1, int(q * len(gaps)))] if gaps else float("nan")   # noqa: E731
+    return {"tok_s": sum(r["tokens"] for r in flat) / (max(r["end"] for r in flat) - t0),
+            "ttft_p50": statistics.median(r["ttft"] for r in flat), "ttft_p95": max(r["ttft"] for r in flat),
+            "itl_p50": pct(0.5), "itl_p95": pct(0.95), "tokens": sum(r["tokens"] for r in flat),
+            "prompt_tokens": sum(r["prompt_tokens"] for r in flat), "texts": [r["text"] for r in flat]}
 
 
 def paired_ratio(runs: List[Dict], ref: List[Dict], key: str) -> float:
@@ -216,6 +280,9 @@ def main(a) -> int:
     from pyriver import models
     path = str(models.resolve(a.model))
     schema = load_schema(getattr(a, "json_schema", None))
+    chat = getattr(a, "chat", False)
+    if chat and schema is not None:
+        raise ValueError("--chat and --json-schema: one or the other")
     a.json_schema = schema
     srvs = servers(a, path)
     # each (server, schema or None) is one entry: the constrained runs sit beside the plain ones
@@ -224,16 +291,26 @@ def main(a) -> int:
     res: Dict[str, Dict[int, List[Dict]]] = {name(e): {k: [] for k in a.streams} for e in entries}
     try:
         for s, sc in entries:   # warm-up
-            run_level(s, 1, 8, sc)
+            run_chat_level(s, 1, 8, 1, -1) if chat else run_level(s, 1, 8, sc)
         for rep in range(a.repeats):
             order = entries[rep % len(entries):] + entries[:rep % len(entries)]
             for k in a.streams:
                 for e in order:
-                    res[name(e)][k].append(run_level(e[0], k, a.gen_tokens, e[1]))
-        fid = fidelity(srvs, a.gen_tokens)
+                    res[name(e)][k].append(run_chat_level(e[0], k, a.gen_tokens, a.requests_per_stream, rep) if chat
+                                           else run_level(e[0], k, a.gen_tokens, e[1]))
+        fid = {} if chat else fidelity(srvs, a.gen_tokens)
     finally:
         for s in srvs:
             s.close()
+    texts = {}   # with --chat: of each repeat's answers, how many are llama-server's text (greedy: the same work)
+    if "llama-server" in res:
+        texts = {n: {k: [sum(x == y for x, y in zip(r.get("texts", []), ref.get("texts", [])))
+                         for r, ref in zip(runs, res["llama-server"][k])] for k, runs in lv.items()}
+                 for n, lv in res.items() if n != "llama-server" and chat}
+    for lv in res.values():
+        for runs in lv.values():
+            for r in runs:
+                r.pop("texts", None)
     med = {n: {k: {m: statistics.median(r[m] for r in runs) for m in runs[0]} for k, runs in lv.items()}
            for n, lv in res.items()}
     print(f"{'server':<40}{'streams':>8}{'tok/s':>9}{'TTFT p50':>10}{'p95':>8}{'ITL p50 ms':>12}{'p95':>8}")
@@ -241,7 +318,14 @@ def main(a) -> int:
         for k, m in lv.items():
             print(f"{n:<40}{k:>8}{m['tok_s']:>9.1f}{m['ttft_p50']:>10.3f}{m['ttft_p95']:>8.3f}"
                   f"{1000 * m['itl_p50']:>12.1f}{1000 * m['itl_p95']:>8.1f}")
-    print(f"medians over {a.repeats} repeats; {a.gen_tokens} tokens a stream, greedy; {a.threads} threads")
+    if chat:
+        print(f"medians over {a.repeats} repeats; chat completions, {a.requests_per_stream} requests a stream (code edit, "
+              f"chat, ...), up to {a.gen_tokens} tokens each, greedy; end-to-end tok/s; {a.threads} threads")
+        for n, lv in texts.items():
+            print(f"  {n}: answers equal to llama-server's, per repeat: "
+                  + "  ".join(f"{k}: {v}" for k, v in lv.items()))
+    else:
+        print(f"medians over {a.repeats} repeats; {a.gen_tokens} tokens a stream, greedy; {a.threads} threads")
     ratios = {}
     if "llama-server" in res:   # each entry against llama-server under the same schema (or none)
         ref = lambda n: res["llama-server" + (SCHEMA_TAG if n.endswith(SCHEMA_TAG) else "")]   # noqa: E731
@@ -263,5 +347,8 @@ def main(a) -> int:
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"medians": med, "ratios_to_llama_server": ratios, "schema_cost": cost, "runs": res,
-                       "fidelity": fid, "schema": schema}, f, indent=1)
+                       "fidelity": fid, "schema": schema, "texts_equal_to_llama_server": texts,
+                       "conditions": {"model": path, "threads": a.threads, "streams": a.streams, "repeats": a.repeats,
+                                      "gen_tokens": a.gen_tokens, "chat": chat,
+                                      "requests_per_stream": a.requests_per_stream if chat else None}}, f, indent=1)
     return 0

@@ -151,6 +151,38 @@ def test_logit_bias_and_ignore_eos(server):
     assert post(server, "/completion", {"prompt": PROMPT, "n_predict": 2})[1]["generation_settings"]["logit_bias"] == []
 
 
+def test_completion_tokens_are_counted_as_llama_server_counts_them(server):
+    """usage.completion_tokens, timings.predicted_n and tokens_predicted are llama-server's n_decoded:
+    every token sampled, the end-of-generation token that ends the answer included (never handed
+    over as text or logprobs); after a stop string, none past the token that completed it. Against
+    llama-server 0.3.36 on this file, greedy: "What is the capital of France? One word." gives
+    "The capital of France is Paris." in 7 tokens and the end token, usage 8 on both (pyriver
+    counted 7 before); max_tokens 3 gives 3 on both; the stop string "7" in a count 19 on both."""
+    msgs = [{"role": "user", "content": "What is the capital of France? One word."}]
+    r = client(server).chat.completions.create(model="x", messages=msgs, max_tokens=64, temperature=0.0, logprobs=True)
+    assert r.choices[0].finish_reason == "stop"
+    handed = len(r.choices[0].logprobs.content)   # the tokens of the text
+    assert r.usage.completion_tokens == handed + 1 == r.timings["predicted_n"]
+    s = client(server).chat.completions.create(model="x", messages=msgs, max_tokens=64, temperature=0.0, stream=True,
+                                               stream_options={"include_usage": True})
+    assert [c.usage.completion_tokens for c in s if c.usage] == [handed + 1]
+    r = client(server).chat.completions.create(model="x", messages=msgs, max_tokens=3, temperature=0.0)
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 3
+    # the native route: tokens_predicted counts the end token (llama-server's tokens list also holds it)
+    code, got = post(server, "/completion", {"prompt": PROMPT, "n_predict": 64, "temperature": 0.0,
+                                             "return_tokens": True})
+    if got["stop_type"] == "eos":
+        assert got["tokens_predicted"] == len(got["tokens"]) + 1 == got["timings"]["predicted_n"]
+    # a stop string: the tokens up to the one that completes it
+    count = [{"role": "user", "content": "Count from 1 to 20, comma separated."}]
+    full = client(server).chat.completions.create(model="x", messages=count, max_tokens=64, temperature=0.0,
+                                                  logprobs=True)
+    pieces = [t.token for t in full.choices[0].logprobs.content]
+    upto = next(k for k in range(1, len(pieces) + 1) if "7" in "".join(pieces[:k]))
+    r = client(server).chat.completions.create(model="x", messages=count, max_tokens=64, temperature=0.0, stop=["7"])
+    assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens == upto
+
+
 def test_tokenize_detokenize_apply_template(server):
     text = "A river 媽 🤗"
     toks = post(server, "/tokenize", {"content": text})[1]["tokens"]
