@@ -62,6 +62,11 @@ class BatchDecoder:
         except Exception:
             pass
 
+    @property
+    def _native_ctx(self):
+        """The native context under Llama's name for its own (pyriver.debug reaches a context by it)."""
+        return self._ctx
+
     def pos(self, seq: int) -> int:
         """Tokens of sequence seq in the cache."""
         n = lib.pr_seq_pos(self._ctx, int(seq))

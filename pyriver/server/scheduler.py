@@ -30,7 +30,7 @@ from . import drafting
 # Prompt tokens per slot and step beside decoding slots, unless the scheduler is given a number: a
 # long prompt then does not stall the streams that decode. With no slot decoding a prompt takes the
 # whole batch, as llama-server feeds it: 120 prompt tokens in one step rather than 64 + 56 saves a
-# pass over the weights (3% to 7% of the prompt's time on Qwen2.5-Coder 1.5B, 2 cores).
+# pass over the weights (3% to 6% of such a prompt's time on Qwen2.5-Coder 1.5B, 2 cores).
 PROMPT_CHUNK = 64
 
 
