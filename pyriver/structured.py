@@ -1,31 +1,22 @@
 """Which grammar a request asks for: OpenAI's response_format (json_object, json_object with a
 schema as llama-cpp-python takes it, json_schema), llama.cpp server's `grammar` (GBNF) and
 `json_schema` fields. One rule for pyriver.Llama and the server; JSON schemas become GBNF through
-llama-cpp-python's converter (llama_cpp.llama_grammar.json_schema_to_gbnf)."""
+pyriver.schema_gbnf (llama-cpp-python's converter, strings as llama.cpp's: no raw control characters)."""
 from __future__ import annotations
 
-import json
 from typing import Any, Optional
 
 from llama_cpp import llama_grammar
 
 from . import toolcall
 from .grammar import GrammarError
+from .schema_gbnf import schema_to_gbnf
 
 
 def schema_grammar(schema: Any) -> str:
-    """GBNF of a JSON schema (a dict, or its JSON text); GrammarError when the converter refuses it."""
-    if isinstance(schema, str):
-        try:
-            schema = json.loads(schema)
-        except ValueError as e:
-            raise GrammarError(f"the JSON schema is not valid JSON: {e}") from None
-    if not isinstance(schema, (dict, bool)):
-        raise GrammarError(f"a JSON schema must be an object, got {type(schema).__name__}")
-    try:
-        return llama_grammar.json_schema_to_gbnf(json.dumps(schema))
-    except Exception as e:   # the converter raises what it meets (ValueError, KeyError, RecursionError ...)
-        raise GrammarError(f"the JSON schema cannot be turned into a grammar: {type(e).__name__}: {e}") from None
+    """GBNF of a JSON schema (a dict, or its JSON text); GrammarError when the converter refuses it
+    (pyriver.schema_gbnf: llama-cpp-python's converter with llama.cpp's JSON string rule)."""
+    return schema_to_gbnf(schema)
 
 
 def response_format_grammar(response_format: Any) -> Optional[str]:

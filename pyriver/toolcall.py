@@ -22,9 +22,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from llama_cpp.llama_grammar import SchemaConverter
-
 from .grammar import GrammarError, LazyGrammar
+from .schema_gbnf import SchemaConverter
 
 HERMES, LLAMA3, MISTRAL, GENERIC = "hermes", "llama3", "mistral", "generic"
 
@@ -196,14 +195,14 @@ def call_grammar(tp: ToolPlan, force: bool = True) -> Optional[str]:
     if tp.choice == "auto" and force:
         return None
     tools = [t for t in tp.tools if tp.choice in ("required", "auto") or t["function"]["name"] == tp.choice]
-    conv = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    conv = SchemaConverter()   # pyriver.schema_gbnf: strings as JSON has them (no raw control characters)
     alts = []
     key = "parameters" if tp.syntax == LLAMA3 else "arguments"
     for i, t in enumerate(tools):
         fn = t["function"]
         params = fn.get("parameters") or {"type": "object", "properties": {}}
-        try:
-            schema = conv.resolve_refs(params, f"tool{i}")
+        try:   # on a copy: resolve_refs rewrites $refs in place (the tools also go into the template)
+            schema = conv.resolve_refs(json.loads(json.dumps(params)), f"tool{i}")
             args = conv.visit(schema, f"tool{i}-args")
         except Exception as e:
             raise GrammarError(f"the parameters of tool {fn['name']!r} cannot be turned into a grammar: "
@@ -223,7 +222,7 @@ def call_grammar(tp: ToolPlan, force: bool = True) -> Optional[str]:
 
 
 # -- parsing model output ---------------------------------------------------------------------
-_HERMES_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 _FENCE_RE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 
 
@@ -261,18 +260,47 @@ def _json_values(text: str) -> Optional[List[Any]]:
     return out or None
 
 
+def _hermes_blocks(text: str):
+    """Each `<tool_call>` block of text: (start, end, its JSON values or None). The JSON is read
+    with a JSON decoder from the opening on, as llama.cpp's parser reads it, so a string argument
+    that holds `</tool_call>` does not end the block; a block whose JSON does not parse (a call cut
+    short by max_tokens among them) ends at the next `</tool_call>`, or the end of the text."""
+    dec, i = json.JSONDecoder(), 0
+    while (start := text.find(_OPEN, i)) >= 0:
+        k, vals = start + len(_OPEN), []
+        while True:
+            while k < len(text) and text[k] in " \t\r\n;,":
+                k += 1
+            if text.startswith(_CLOSE, k) or k == len(text):
+                end = min(len(text), k + len(_CLOSE))
+                break
+            try:
+                v, k = dec.raw_decode(text, k)
+            except ValueError:
+                close = text.find(_CLOSE, start + len(_OPEN))
+                end, vals = (len(text) if close < 0 else close + len(_CLOSE)), None
+                break
+            vals.append(v)
+        yield start, end, vals
+        i = end
+
+
 def parse(text: str, tp: ToolPlan) -> Tuple[Optional[str], List[Dict]]:
-    """(content, tool calls) of a model's answer; no calls found: the text is the content."""
+    """(content, tool calls) of a model's answer; no calls found: the text is the content (a call
+    cut short by max_tokens is not a call: alone, the answer is content, as llama-server returns it)."""
     names = [t["function"]["name"] for t in tp.tools]
     calls: List[Dict] = []
     content = text
-    if "<tool_call>" in text:
-        for m in _HERMES_RE.finditer(text):
-            for v in _json_values(m.group(1)) or []:
+    if _OPEN in text:
+        kept, at = [], 0
+        for start, end, vals in _hermes_blocks(text):
+            for v in vals or []:
                 c = _call(v, names)
                 if c:
                     calls.append(c)
-        content = _HERMES_RE.sub("", text)
+            kept.append(text[at:start])
+            at = end
+        content = "".join(kept) + text[at:]
     elif "[TOOL_CALLS]" in text:
         head, _, rest = text.partition("[TOOL_CALLS]")
         for v in _json_values(rest) or []:

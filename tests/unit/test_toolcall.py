@@ -118,3 +118,48 @@ def test_response_format_rules():
             response_format_grammar(bad)
     with pytest.raises(GrammarError, match="one of"):
         request_grammar({"type": "json_object"}, 'root ::= "a"')
+
+
+# -- issue 39: forced calls always parse ------------------------------------------------------------
+def test_schema_strings_refuse_raw_control_characters():
+    """The JSON schema converter (pyriver.schema_gbnf, one for response formats and tool calls)
+    gives strings llama.cpp's character rule: no raw control character (JSON forbids them), so
+    every string the grammar allows parses; llama-cpp-python 0.3.36's rule `[^"\\\\]` let a raw
+    newline through (a forced call came back as content)."""
+    from pyriver.schema_gbnf import JSON_CHAR, schema_to_gbnf
+    schema = {"type": "object", "properties": {"s": {"type": "string"}, "t": {"type": "string", "maxLength": 4},
+                                               "free": {"type": "object"}}, "required": ["s"]}
+    for g in (schema_to_gbnf(schema), response_format_grammar({"type": "json_object", "schema": schema}),
+              T.call_grammar(_plan(choice="required")), T.call_grammar(_plan(choice="auto"), force=False)):
+        rules = dict(line.split(" ::= ", 1) for line in g.splitlines())
+        assert rules["char"] == JSON_CHAR and '\\x00-\\x1F' in rules["char"]
+    # the caller's schema is not rewritten ($refs resolved on a copy)
+    ref = {"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}}, "$defs": {"a": {"type": "string"}}}
+    before = json.dumps(ref)
+    schema_to_gbnf(ref)
+    tool = {"type": "function", "function": {"name": "f", "parameters": ref}}
+    T.call_grammar(T.plan([tool], "required", None, "<tool_call>"))
+    assert json.dumps(ref) == before
+
+
+def test_call_with_close_tag_in_a_string():
+    """The call's JSON is read with a JSON decoder (as llama.cpp's parser does): a string
+    argument holding </tool_call> or <tool_call> does not end or open a call."""
+    text = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "a</tool_call>b<tool_call>c"}}\n</tool_call>'
+            ' done')
+    content, calls = T.parse(text, _plan())
+    assert _names_args(calls) == [("get_weather", {"city": "a</tool_call>b<tool_call>c"})] and content == "done"
+
+
+def test_cut_call_is_content():
+    """A call max_tokens cut short is no call: alone, the answer is content with finish "length"
+    (what llama-server returns); complete calls before it are kept (llama-server's final parse
+    would return the whole answer as content: docs/api.md#forced-tool-calls-on-the-shipped-models)."""
+    one = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+    cut = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'
+    assert T.parse(cut, _plan()) == (cut, [])
+    assert T.message(cut, "length", _plan()) == ({"role": "assistant", "content": cut}, "length")
+    ds = T.DeltaStream(_plan())
+    assert ds.feed(cut) == [] and ds.finish("length") == ([{"content": cut}], "length")
+    content, calls = T.parse(one + "\n" + cut, _plan())
+    assert content is None and _names_args(calls) == [("get_time", {})]
