@@ -156,7 +156,9 @@ def pyriver_args(argv: List[str]) -> List[str]:
             out += ["-t", p[1]]
         elif flag not in _DROP and not os.environ.get("PYRIVER_SUITE_LENIENT"):
             out += p   # pyriver serve refuses what it does not know: the test fails, as it should
-    return out
+    # llama-server decodes without drafts unless told: pyriver serve too, the same configuration
+    # (pyriver's default n-gram drafts are measured against llama-server's by `pyriver bench --spec-serve`)
+    return out + ["--no-lossless"]
 
 
 def shim(kind: str, argv: List[str]) -> int:

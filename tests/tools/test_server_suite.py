@@ -28,6 +28,7 @@ def test_shims_map_the_suites_command_line(monkeypatch):
     assert a[a.index("--ctx-size") + 1] == "512" and a[a.index("--seed") + 1] == "42"
     assert "--embedding" in a   # known to pyriver serve: passed on
     assert "--reranking" in a   # known to pyriver serve: passed on
+    assert a[-1] == "--no-lossless"   # no drafts, as llama-server without --spec-type
     assert a[a.index("--lora") + 1] == "adapter.gguf"   # unknown: passed, so it refuses to start (the truth)
     monkeypatch.setenv("PYRIVER_SUITE_LENIENT", "1")
     lenient = S.pyriver_args(SUITE_ARGS)
