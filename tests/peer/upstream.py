@@ -46,11 +46,8 @@ NOT_LLAMA = {
 
 
 # Upstream tests that assert llama_cpp's private internals pyriver does not have: listed, never edited.
-INTERNALS = {
-    "test_llama_cpp_tokenization": "asserts `llama._ctx.ctx`, llama_cpp's private llama_context handle; a "
-                                   "vocab_only pyriver.Llama has no context (its tokenization is checked "
-                                   "against llama_cpp in tests/runtime/test_llama_api.py)",
-}
+# None now: test_llama_cpp_tokenization's `llama._ctx.ctx` is a llama.cpp context on a vocab_only Llama.
+INTERNALS: Dict[str, str] = {}
 
 
 def sdist_root() -> Path:
