@@ -44,6 +44,15 @@ def _source(root: Path, version: str) -> Path:
     return src
 
 
+def sdist_root() -> Path:
+    """llama_cpp_python-<version>/ of the installed llama-cpp-python's sdist, unpacked once into the
+    cache: the one copy llama-server's build, the peer suites and the tests read."""
+    import llama_cpp
+    root = binary().parents[2]
+    root.mkdir(parents=True, exist_ok=True)
+    return _source(root, llama_cpp.__version__).parents[1]
+
+
 def ensure(jobs: int = 2) -> Path:
     """The llama-server binary, built first when the cache has none (minutes; progress on stderr)."""
     import llama_cpp

@@ -23,12 +23,13 @@ import re
 import socket
 import subprocess
 import sys
-import tarfile
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from pyriver.cache import cache_dir
+from pyriver.tools import llama_server
 
 FILES = ["test_basic", "test_security", "test_completion", "test_chat_completion", "test_tokenize",
          "test_embedding", "test_rerank", "test_infill", "test_tool_call", "test_ctx_shift", "test_template",
@@ -73,20 +74,6 @@ def _version() -> str:
     return llama_cpp.__version__
 
 
-def _sdist(version: str) -> Path:
-    """The sdist tarball: PYRIVER_SDIST, /tmp/sdist, or downloaded by pip into the cache."""
-    for p in [os.environ.get("PYRIVER_SDIST"), f"/tmp/sdist/llama_cpp_python-{version}.tar.gz"]:
-        if p and Path(p).is_file():
-            return Path(p)
-    dl = cache_dir() / "server-suite" / "sdist"
-    hit = list(dl.glob(f"llama_cpp_python-{version}.tar.gz"))
-    if not hit:
-        subprocess.run([sys.executable, "-m", "pip", "download", f"llama-cpp-python=={version}", "--no-binary",
-                        ":all:", "--no-deps", "--no-build-isolation", "-q", "-d", str(dl)], check=True)
-        hit = list(dl.glob(f"llama_cpp_python-{version}.tar.gz"))
-    return hit[0]
-
-
 def suite_dir() -> Path:
     """<cache>/server-suite/<version>/llama.cpp/tools/server/tests, extracted once with the chat
     templates (models/templates) the tests name by relative path."""
@@ -95,13 +82,9 @@ def suite_dir() -> Path:
     tests = root / "tools" / "server" / "tests"
     if (tests / "utils.py").is_file():
         return tests
-    keep = ("tools/server/tests/", "models/templates/")
-    with tarfile.open(_sdist(version)) as t:
-        for m in t.getmembers():
-            rel = m.name.split("/vendor/llama.cpp/", 1)
-            if len(rel) == 2 and rel[1].startswith(keep) and (m.isfile() or m.isdir()):
-                m.name = rel[1]
-                t.extract(m, root, filter="data")
+    src = llama_server.sdist_root() / "vendor" / "llama.cpp"
+    for sub in ("tools/server/tests", "models/templates"):
+        shutil.copytree(src / sub, root / sub, dirs_exist_ok=True)
     return tests
 
 
@@ -163,7 +146,6 @@ def pyriver_args(argv: List[str]) -> List[str]:
 
 def shim(kind: str, argv: List[str]) -> int:
     if kind == "llama":
-        from pyriver.tools import llama_server
         cmd = [str(llama_server.binary()), *llama_args(argv)]
     else:
         cmd = [sys.executable, "-m", "pyriver.server", *pyriver_args(argv)]

@@ -53,9 +53,7 @@ INTERNALS: Dict[str, str] = {}
 def sdist_root() -> Path:
     """llama_cpp_python-<version>/ of the pinned sdist, downloaded and unpacked once."""
     from pyriver.tools import llama_server
-    root = llama_server.binary().parents[2]
-    root.mkdir(parents=True, exist_ok=True)
-    return llama_server._source(root, llama_cpp.__version__).parents[1]
+    return llama_server.sdist_root()
 
 
 class _Expect:

@@ -80,14 +80,21 @@ def run(Llama, path):
     out["cache"] = (a, b, len(cache.cache_state) > 0)
     llm.set_cache(None)
 
-    # seeds: set_seed repeats a sampled text; seed=-1 draws a random one (runs, texts not compared)
+    # seeds: set_seed and a call's seed give a sampled text, the same on every run and on both
+    # classes (llama.cpp's samplers); seed=-1 draws a random one (runs, texts not compared)
     llm.set_seed(42)
     s1 = llm("Once upon a time", max_tokens=12, temperature=0.9)["choices"][0]["text"]
     llm.set_seed(42)
     s2 = llm("Once upon a time", max_tokens=12, temperature=0.9)["choices"][0]["text"]
-    out["set_seed_repeats"] = s1 == s2
-    out["call_seed_repeats"] = (llm("Once", max_tokens=8, temperature=0.9, seed=5)["choices"][0]["text"]
-                                == llm("Once", max_tokens=8, temperature=0.9, seed=5)["choices"][0]["text"])
+    out["set_seed_texts"] = (s1, s2)
+    out["call_seed_texts"] = [llm("Once", max_tokens=8, temperature=0.9, seed=5)["choices"][0]["text"]
+                              for _ in range(2)]
+    out["sampled_settings"] = [texts(llm("Rivers are", max_tokens=16, seed=7, **kw)) for kw in (
+        dict(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0),
+        dict(temperature=0.8, top_p=0.9, repeat_penalty=1.3, frequency_penalty=0.5, presence_penalty=0.4),
+        dict(temperature=0.7, typical_p=0.8), dict(temperature=1.0, mirostat_mode=2, mirostat_tau=4.0))]
+    out["chat_sampled"] = llm.create_chat_completion(MSGS, max_tokens=16, temperature=0.9, seed=11)[
+        "choices"][0]["message"]["content"]
     rnd = Llama(model_path=path, n_ctx=128, seed=-1, verbose=False)
     out["seed_minus_one_runs"] = isinstance(rnd("Hi", max_tokens=4)["choices"][0]["text"], str)
     rnd.close()

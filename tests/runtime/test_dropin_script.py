@@ -3,7 +3,8 @@ arguments, eval / sample / generate, save_state / load_state, LlamaRAMCache, log
 stopping_criteria, logit_bias, seeds, chat defaults, logprobs with echo and stream, top_logprobs in
 chat, metadata, token_nl, n_embd, tokenizer(), chat_format=..., embeddings) runs unchanged on
 pyriver.Llama and gives what it gives on llama_cpp.Llama on the same file (SmolLM2): texts, token
-ids and finish reasons equal; floats (scores, logprobs, embeddings) within ATOL."""
+ids and finish reasons equal, sampled texts too under the same seed (set_seed, a call's seed, four
+sampler settings, a chat); floats (scores, logprobs, embeddings) within ATOL."""
 from __future__ import annotations
 
 import numpy as np
@@ -78,7 +79,10 @@ def test_the_script_gives_llama_cpp_s_results_on_pyriver(smol_path, ref):
     from pyriver import Llama
     got = dropin_script.run(Llama, smol_path)
     assert set(got) == set(ref)
-    assert ref["set_seed_repeats"] and ref["call_seed_repeats"] and ref["seed_minus_one_runs"]
+    s1, s2 = ref["set_seed_texts"]
+    assert s1 == s2 and len(set(ref["call_seed_texts"])) == 1 and ref["seed_minus_one_runs"]
+    # the sampled texts differ from one setting to the next: each draws, none is greedy in disguise
+    assert len({t for t, _, _ in ref["sampled_settings"]}) == len(ref["sampled_settings"])
     assert ref["greedy"][0] and ref["chat"][0]["content"]   # the reference says something
     bad = {k: d for k in ref if k not in KNOWN for d in [_diff(ref[k], got[k], k)] if d}
     assert bad == {}

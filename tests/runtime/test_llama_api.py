@@ -97,11 +97,8 @@ def test_rope_overrides_give_llama_cpp_s_logits(smol_path):
 
 
 def test_vocab_only_tokenizes_as_llama_cpp(tmp_path):
-    import llama_cpp
     from pyriver.tools import llama_server
-    root = llama_server.binary().parents[2]   # the pinned sdist, downloaded once (tests/peer shares it)
-    root.mkdir(parents=True, exist_ok=True)
-    path = str(llama_server._source(root, llama_cpp.__version__) / "models" / "ggml-vocab-llama-spm.gguf")
+    path = str(llama_server.sdist_root() / "vendor" / "llama.cpp" / "models" / "ggml-vocab-llama-spm.gguf")
     llama = Llama(model_path=path, vocab_only=True, verbose=False)
     assert llama.tokenize(b"Hello World") == [1, 15043, 2787]
     assert llama.detokenize([1, 15043, 2787]) == b"Hello World"

@@ -272,7 +272,7 @@ def test_calibrate_measures_each_drafter_and_llama_runs_the_chosen_one(tiny, tmp
         got = llm(prompt, max_tokens=16, temperature=0)
         assert got["choices"][0]["text"] == ref(prompt, max_tokens=16, temperature=0)["choices"][0]["text"]
         ls = llm.river_stats()["lossless"]
-        assert llm.river_stats()["calibrated"] and ls["draft"] == "PromptLookupDecoding"
+        assert llm.river_stats()["calibrated"] and ls["draft"] == "SuffixLookup"
         assert ls["draft_length"] == "by cost" and set(ls["by_source"]) == {"ngram"}
     r = _pyriver("calibrate", model, *base, "--draft", "bigram")
     assert r.returncode == 2 and "invalid choice: 'bigram'" in r.stderr
