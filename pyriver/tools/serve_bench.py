@@ -112,8 +112,9 @@ class _Server:
 
 def servers(a, path: str) -> List[_Server]:
     out = []
+    # plain decoding, as llama-server runs without --spec-type (drafting: `pyriver bench --spec-serve`)
     base = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "1024",
-            "--parallel", str(max(a.streams))]
+            "--parallel", str(max(a.streams)), "--no-lossless"]
     out.append(_Server("pyriver", base + ["--port", str(p := _port())], p))
     if a.not_batch_invariant:
         out.append(_Server("pyriver not batch-invariant", base + ["--not-batch-invariant", "--port", str(p := _port())], p))
