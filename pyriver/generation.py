@@ -94,6 +94,8 @@ class GenerationMixin:
         limit = min(len(tokens) - need_logits, len(self._tokens))
         while n < limit and self._tokens[n] == tokens[n] and self._kinds[n] == want(n):
             n += 1
+        if n < len(self._tokens) and not self._ectx.partial_cuts:
+            n = 0   # a recurrent state is not cut part-way: the prompt runs whole, as llama_cpp runs it
         self._truncate(n)
         # Generated tokens are decode steps again, unless a decode step computes what a prompt does.
         split = len(tokens) if step_kind == self.PROMPT_LIKE and self.batch_invariant else max(n_prompt, n)

@@ -45,6 +45,7 @@ class Context:
     n_ctx: int
     n_seq_max: int = 1
     batch_invariant: bool = False
+    partial_cuts: bool = True   # truncate keeps a prefix in place; False: it runs the kept tokens again
 
     def decode(self, tokens: Sequence[int], logits_all: bool, prompt: bool) -> np.ndarray:
         """Append tokens to sequence 0 and run them: logits [n_out, n_vocab] (every token's with

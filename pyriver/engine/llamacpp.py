@@ -38,7 +38,8 @@ class LlamaCppContext(Context):
         p.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if args.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         p.rope_freq_base, p.rope_freq_scale = engine.rope
         p.embeddings = bool(args.embedding)
-        p.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE   # per-token rows; pyriver pools (embedding.py)
+        if args.embedding:   # per-token rows; pyriver pools them (embedding.py)
+            p.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE
         self.ctx = llama_cpp.llama_init_from_model(engine.model, p)
         if not self.ctx:
             raise PyriverError(f"llama.cpp could not make a context (n_ctx {p.n_ctx}, n_batch {p.n_batch}) for "
@@ -49,6 +50,7 @@ class LlamaCppContext(Context):
         self.n_batch = int(p.n_batch)
         self.n_vocab, self.n_embd = engine.info["n_vocab"], engine.info["n_embd"]
         self.batch_invariant = False
+        self.partial_cuts = not (engine.recurrent or engine.hybrid)
         self._mem = llama_cpp.llama_get_memory(self.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self._hist: List[List[int]] = [[] for _ in range(self.n_seq_max)]   # each sequence's tokens (replays)
