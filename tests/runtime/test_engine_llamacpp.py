@@ -214,3 +214,14 @@ def test_embeddings_on_the_llamacpp_engine(smol_path):
     a = np.asarray(mine.embed(["A river runs to the sea.", "Hello"], normalize=True))
     b = np.asarray(ref.embed(["A river runs to the sea.", "Hello"], normalize=True))
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_cli_engine_flag(foreign_paths, smol_path):
+    """`pyriver run --engine llama.cpp` on any file, and the engine named with --verbose."""
+    from helpers import child_env, pyriver_cli
+    want = _text(llama_cpp.Llama(smol_path, **KW), "Rivers are", max_tokens=8, temperature=0)
+    r = pyriver_cli("run", "-m", smol_path, "--engine", "llama.cpp", "--ctx", "256", "-t", "2", "-n", "8",
+                    "--no-lossless", "--verbose", "Rivers are", env=child_env())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(want)
+    assert "pyriver: engine llama.cpp (asked for) runs llama" in r.stderr
