@@ -31,6 +31,9 @@ class BatchDecoder:
             raise ValueError(f"n_seq must be >= 1, got {n_seq}")
         if batch_rule not in BATCH_RULES:
             raise ValueError(f"batch_rule must be one of {', '.join(BATCH_RULES)}, got {batch_rule!r}")
+        if not llm._native_model:   # the llama.cpp engine's contexts decode batches too, not yet behind this class
+            raise ValueError(f"several sequences in one context (BatchDecoder, pyriver serve) run on the native engine "
+                             f"only so far; this Llama runs '{llm.info['arch']}' on the {llm.engine} engine")
         self.llm = llm
         self.n_seq = n_seq
         self.n_vocab = llm.n_vocab()

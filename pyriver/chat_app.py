@@ -168,7 +168,8 @@ def run(a) -> int:
         kw = dict(DEFAULT_DRAFTING)
     if getattr(a, "batch_invariant", False):
         kw["batch_invariant"] = True
-    llm = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, **kw)
+    llm = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
+                engine=getattr(a, "engine", "auto"), **kw)
     session = ChatSession(llm, a.system, a.n, a.temp, a.river or DEFAULT_RIVER)
     interactive = sys.stdin.isatty()
     out = sys.stdout
@@ -177,7 +178,8 @@ def run(a) -> int:
             import readline  # noqa: F401  (line editing and history for input())
         except ImportError:
             pass
-        print(f"pyriver chat: {llm.info['name'] or llm.model_path}; /help for commands, Ctrl-D to quit", file=out)
+        print(f"pyriver chat: {llm.info['name'] or llm.model_path} ({llm.info['arch']} on the {llm.engine} engine); "
+              "/help for commands, Ctrl-D to quit", file=out)
         if llm.calibration is not None:
             c = llm.calibration["setting"]
             tau = f"lossless k {c['draft_max']}, drafts at tau" if c.get("lossless") else "tau"

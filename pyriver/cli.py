@@ -30,6 +30,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-gpu-layers", type=int, default=0, help="last blocks (and the head) on devices; -1 = all")
     p.add_argument("--rpc-servers", default=None, help="host:port,... of ggml RPC servers (pyriver rpc-server)")
     p.add_argument("--tensor-split", default=None, help="share of the blocks per device, e.g. 1,1")
+    _add_engine_arg(p)
+
+
+def _add_engine_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=("auto", "native", "llama.cpp"), default="auto",
+                   help="what computes: pyriver's graphs (native, with River), llama.cpp's own (llama.cpp), or "
+                        "native where pyriver builds the architecture (auto)")
 
 
 def _add_river_args(p: argparse.ArgumentParser) -> None:
@@ -83,7 +90,7 @@ def _write_stats(llm, out) -> None:
 def cmd_run(a) -> int:
     from .llama import Llama
     llm = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, seed=a.seed, verbose=a.verbose,
-                rpc_servers=a.rpc_servers, **device_kwargs(a), **_river_kwargs(a))
+                rpc_servers=a.rpc_servers, engine=a.engine, **device_kwargs(a), **_river_kwargs(a))
     kw = dict(max_tokens=a.n, temperature=a.temp, seed=a.seed, stream=True)
     out = sys.stdout
     if a.chat:
@@ -145,6 +152,7 @@ def parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("chat", help="interactive chat in the terminal (or one message a line from a pipe)")
     c.add_argument("model", nargs="?", default=None)
+    _add_engine_arg(c)
     c.add_argument("--threads", "-t", type=int, default=None)
     c.add_argument("--ctx", type=int, default=4096)
     c.add_argument("-n", type=int, default=512, help="longest answer in tokens")

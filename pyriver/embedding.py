@@ -16,8 +16,6 @@ from typing import List, Optional, Union
 
 import numpy as np
 
-from .native import check, ffi, last_error, lib
-from .errors import PyriverError
 
 # llama.cpp's enum llama_pooling_type (llama_cpp.LLAMA_POOLING_TYPE_*).
 LLAMA_POOLING_TYPE_UNSPECIFIED = -1
@@ -143,14 +141,7 @@ class EmbeddingMixin:
 
     def _embed_tokens(self, tokens: List[int], normalize: bool):
         """One input in an empty cache: its pooled (and normalized) vector or vectors, as lists."""
-        check(lib.pr_kv_clear(self._native_ctx))
-        arr = ffi.new("int32_t[]", tokens)
-        check(lib.pr_embed(self._native_ctx, arr, len(tokens)))
-        ptr = lib.pr_embeddings(self._native_ctx, 0)
-        if ptr == ffi.NULL:
-            raise PyriverError(last_error())
-        n_embd = self.n_embd()
-        rows = np.frombuffer(ffi.buffer(ptr, 4 * n_embd * len(tokens)), dtype=np.float32).reshape(len(tokens), n_embd)
+        rows = self._ectx.embed(tokens)   # clears the cache first
         pooled = pool(rows, self._pooling_type)
         if self._rank_softmax:
             e = np.exp(pooled.astype(np.float64) - pooled.max())

@@ -7,9 +7,8 @@ from typing import Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from .errors import ContextFullError, PyriverError
+from .errors import ContextFullError
 from .logprobs import entry as logprob_entry
-from .native import check, ffi, last_error, lib
 from .sampling import Sampler
 
 
@@ -20,14 +19,14 @@ class GenerationMixin:
             self._live()
             self._version += 1   # before the change: an interrupt after it must not hide it
             self._requires_eval = True
-            check(lib.pr_kv_clear(self._native_ctx))
+            self._ectx.clear()
             self._tokens = []
             self._kinds = []
 
     def _reconcile(self) -> None:
         """Make _tokens agree with the native cache again: a KeyboardInterrupt can land between
         a native step (decode, truncate) and the bookkeeping after it. The shorter side wins."""
-        n = lib.pr_kv_pos(self._native_ctx)
+        n = self._ectx.pos()
         del self._kinds[len(self._tokens):]
         if len(self._tokens) > n:
             self._version += 1
@@ -36,13 +35,13 @@ class GenerationMixin:
             del self._kinds[n:]
         elif len(self._tokens) < n:
             self._version += 1
-            check(lib.pr_kv_truncate(self._native_ctx, len(self._tokens)))
+            self._ectx.truncate(len(self._tokens))
 
     def _truncate(self, n_keep: int) -> None:
         self._version += 1
         if n_keep < len(self._tokens):
             self._requires_eval = True   # the last logits were of a token now cut
-        check(lib.pr_kv_truncate(self._native_ctx, n_keep))
+        self._ectx.truncate(n_keep)
         del self._tokens[n_keep:]
         del self._kinds[n_keep:]
 
@@ -66,23 +65,14 @@ class GenerationMixin:
             if not toks:
                 raise ValueError("eval needs at least one token")
             self._reconcile()
-            arr = ffi.new("int32_t[]", toks)
             self._version += 1
             # every row with logits_all=True at construction (llama-cpp-python's scores)
             all_rows = logits_all or self._logits_all
-            check(lib.pr_decode(self._native_ctx, arr, len(toks), 1 if all_rows else 0, 1 if prompt else 0))
+            rows = self._ectx.decode(toks, all_rows, prompt)
             self._tokens.extend(toks)
             step = len(toks) == 1 and not prompt   # pr_decode's prompt rule
             self._kinds.extend([self._step_kind() if step else self.PROMPT_LIKE] * len(toks))
-            buf = ffi.new("int32_t[]", len(toks))
-            n_ex = lib.pr_exit_layers(self._native_ctx, buf, len(toks))
-            self.last_exits = list(buf[0:min(n_ex, len(toks))])
-            n_out = lib.pr_n_outputs(self._native_ctx)
-            n_vocab = self.info["n_vocab"]
-            ptr = lib.pr_logits(self._native_ctx, 0)
-            if ptr == ffi.NULL:
-                raise PyriverError(last_error())
-            rows = np.frombuffer(ffi.buffer(ptr, 4 * n_vocab * n_out), dtype=np.float32).reshape(n_out, n_vocab).copy()
+            self.last_exits = self._ectx.exit_layers(len(toks))
             self._note_logits(len(toks), rows)
             return rows if logits_all else rows[-1:]
 
@@ -104,6 +94,8 @@ class GenerationMixin:
         limit = min(len(tokens) - need_logits, len(self._tokens))
         while n < limit and self._tokens[n] == tokens[n] and self._kinds[n] == want(n):
             n += 1
+        if n < len(self._tokens) and not self._ectx.partial_cuts:
+            n = 0   # a recurrent state is not cut part-way: the prompt runs whole, as llama_cpp runs it
         self._truncate(n)
         # Generated tokens are decode steps again, unless a decode step computes what a prompt does.
         split = len(tokens) if step_kind == self.PROMPT_LIKE and self.batch_invariant else max(n_prompt, n)

@@ -24,7 +24,8 @@ from .embedding import EmbeddingMixin
 from .generation import GenerationMixin
 from .llama_api import LlamaCppMixin, PyriverTokenizer
 from .state import StateMixin
-from .native import check, ffi, lib, read_text
+from .engine import ContextArgs, ModelArgs, load as load_engine
+from .native import check, ffi, lib
 from .draft import drafter
 from .draftlen import AUTO, parse_cost
 from .lossless import Speculator
@@ -64,7 +65,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
                  river_rebuild: bool = False, batch_invariant: Optional[bool] = None,
-                 lossless: Optional[bool] = None, draft_max: Optional[int] = None, draft_cost=None, **llama_cpp_args):
+                 lossless: Optional[bool] = None, draft_max: Optional[int] = None, draft_cost=None,
+                 engine: Optional[str] = "auto", **llama_cpp_args):
         # what __getstate__ re-creates this Llama from (llama_cpp pickles its arguments, not its tokenizer)
         self._init_args = {**{k: v for k, v in locals().items() if k not in ("self", "llama_cpp_args", "tokenizer")},
                            **llama_cpp_args}
@@ -76,7 +78,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         _lg.set_verbose(verbose)  # llama.cpp's (and ggml's) log lines, as llama-cpp-python does
         self.verbose = verbose
         self._lock = threading.RLock()
-        self._native_model = self._native_ctx = ffi.NULL
+        self._native_model = self._native_ctx = ffi.NULL   # the native engine's handles (rivers, BatchDecoder)
+        self._engine = self._ectx = None   # what computes (pyriver.engine) and its context
         self.model_path = str(models.resolve(model_path))
         if not os.path.isfile(self.model_path):
             raise FileNotFoundError(f"model file not found: {self.model_path}")
@@ -99,10 +102,10 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             self.info = {"n_vocab": self.vocab.n_vocab}
             self.metadata = self.vocab.metadata()
             self.tokenizer_ = tokenizer or PyriverTokenizer(self)
-            self.river_path = self.calibration = self._spec = None
+            self.river_path = self.calibration = self._spec = self.engine = None
             return
-        self._load(n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers, rpc_timeout,
-                   rope_freq_base, rope_freq_scale)
+        self._load(engine, ModelArgs(n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers or None,
+                                     rpc_timeout, rope_freq_base, rope_freq_scale))
         exit_threshold, min_exit_layer = self._bind_river(river, exit_threshold, min_exit_layer, river_force,
                                                           river_rebuild, use_mmap, verbose, lossless)
         self.vocab = Vocab(self.model_path)
@@ -110,7 +113,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
         self.metadata = self.vocab.metadata()
         self.tokenizer_ = tokenizer or PyriverTokenizer(self)
-        self._new_context(n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, flash_attn, batch_invariant)
+        self._new_context(n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, flash_attn, batch_invariant, embedding)
         self._init_embedding(embedding, pooling_type)   # embed, create_embedding: pyriver/embedding.py
         self._ids = np.zeros(self._n_ctx, dtype=np.intc)   # input_ids
         if self._logits_all:   # pages are touched only as rows are written
@@ -140,31 +143,26 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             draft_cost = cal.get("draft_cost") if draft_cost is None else draft_cost
         self.set_lossless(bool(lossless), draft_model=draft_model, draft_max=draft_max, draft_cost=draft_cost)
 
-    def _load(self, n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers, rpc_timeout,
-              rope_freq_base, rope_freq_scale) -> None:
-        mp = ffi.new("pr_model_params *", lib.pr_model_default_params())
-        # llama.cpp's context overrides, 0 = the file's (LangChain passes 10000 and 1.0 whatever the model)
-        mp.rope_freq_base, mp.rope_freq_scale = float(rope_freq_base or 0.0), float(rope_freq_scale or 0.0)
-        mp.n_gpu_layers = int(n_gpu_layers)
-        mp.use_mmap = 1 if use_mmap else 0
-        mp.split_mode, mp.main_gpu = int(split_mode), int(main_gpu)
-        if tensor_split is not None:
-            if len(tensor_split) > len(mp.tensor_split):
-                raise ValueError(f"tensor_split has {len(tensor_split)} entries; at most {len(mp.tensor_split)} devices")
-            for i, v in enumerate(tensor_split):
-                mp.tensor_split[i] = float(v)
-        self.rpc_servers = rpc_servers or None
-        self._servers_c = servers = ffi.new("char[]", rpc_servers.encode()) if rpc_servers else ffi.NULL
-        mp.rpc_servers = servers
-        self.model_params = mp   # pyriver's pr_model_params (llama_cpp: llama.cpp's llama_model_params)
-        mp.rpc_timeout_ms = int(rpc_timeout * 1000)
-        out = ffi.new("pr_model **")
-        check(lib.pr_model_load(self.model_path.encode(), mp, out))
-        self._native_model = out[0]
-        info = ffi.new("pr_model_info *")
-        check(lib.pr_model_get_info(self._native_model, info))
-        self.info = {k: (ffi.string(getattr(info, k)).decode() if k in ("arch", "name") else getattr(info, k))
-                     for k in dir(info)}
+    def _load(self, engine: Optional[str], args: ModelArgs) -> None:
+        """The engine for the file (pyriver.engine.load: native where pyriver builds the
+        architecture, llama.cpp's own graphs on request or where it does not)."""
+        self.rpc_servers = args.rpc_servers
+        self._engine = load_engine(self.model_path, engine, args, self.verbose)
+        self.engine = self._engine.name
+        self.info = self._engine.info
+        if self._engine.supports_river:
+            self._native_model = self._engine.model
+            self.model_params = self._engine.params   # pyriver's pr_model_params (llama_cpp: llama.cpp's llama_model_params)
+        self._is_recurrent = getattr(self._engine, "recurrent", False)
+        self._is_hybrid = getattr(self._engine, "hybrid", False)
+
+    def _no_river(self, what: str) -> ValueError:
+        """The error for asking a river of an engine without one."""
+        how = ("engine='llama.cpp' was asked for" if self._init_args.get("engine") == "llama.cpp"
+               else "pyriver has no builder for it")
+        return ValueError(f"{what}: River needs pyriver's own graphs, and architecture '{self.info['arch']}' runs on "
+                          f"the {self.engine} engine ({how}), which runs every Llama method but River: completions, "
+                          f"chat, n-gram lossless drafts, states, embeddings; use river=None")
 
     def _bind_river(self, river, exit_threshold, min_exit_layer, force, rebuild, use_mmap, verbose, lossless):
         """river="auto" (the default): the setting `pyriver calibrate` stored in a sidecar of this
@@ -173,6 +171,10 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         Returns the exit threshold and min exit layer to use (None: the defaults)."""
         self.river_path = None
         self.calibration = None
+        if river == "auto" and not self._engine.supports_river:
+            river = None   # a calibration is of the native engine's River
+        if river is not None and not self._engine.supports_river:
+            raise self._no_river(f"river={river!r}")
         if river == "auto":
             river = None
             cal = find_calibration(self.model_path)
@@ -203,30 +205,27 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                 exit_threshold = min_exit_layer = None
         return exit_threshold, min_exit_layer
 
-    def _new_context(self, n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, flash_attn, batch_invariant) -> None:
-        cp = ffi.new("pr_context_params *", lib.pr_context_default_params())
-        cp.n_ctx = int(n_ctx) if n_ctx > 0 else int(self.info["n_ctx_train"])
+    def _new_context(self, n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, flash_attn, batch_invariant,
+                     embedding=False) -> None:
+        n_ctx = int(n_ctx) if n_ctx > 0 else int(self.info["n_ctx_train"])
         if n_batch < 1 or n_ubatch < 1:
             raise ValueError(f"n_batch and n_ubatch must be >= 1, got {n_batch} and {n_ubatch}")
         # llama_cpp's: eval hands n_batch tokens at a time; a graph computes n_ubatch of them
-        n_batch = min(cp.n_ctx, int(n_batch))
-        cp.n_batch = min(n_batch, int(n_ubatch))
+        n_batch = min(n_ctx, int(n_batch))
         self.n_threads = int(n_threads or max(multiprocessing.cpu_count() // 2, 1))
         self.n_threads_batch = int(n_threads_batch or multiprocessing.cpu_count())
-        cp.n_threads, cp.n_threads_batch = self.n_threads, self.n_threads_batch
-        cp.flash_attn = 1 if flash_attn else 0
-        cp.batch_invariant = -1 if batch_invariant is None else (1 if batch_invariant else 0)
-        out = ffi.new("pr_context **")
-        check(lib.pr_context_new(self._native_model, cp, out))
-        self._native_ctx = out[0]
-        self.context_params = cp   # what a BatchDecoder (pyriver.batch) on this model starts from
-        # The default (False) computes each step as llama.cpp does, so the same steps give llama.cpp's
-        # bits: a prompt in steps of min(n_batch, n_ubatch) tokens, as llama_cpp.Llama's decode
-        # splits it. True: a token's logits do not depend on the step it was computed in, at a cost
-        # in prompt speed (docs/bench/default-cpu.md; pr_context_params.batch_invariant).
-        self.batch_invariant = bool(lib.pr_context_batch_invariant(self._native_ctx))
-        self._n_ctx = lib.pr_n_ctx(self._native_ctx)
-        self.n_batch, self.n_ubatch = n_batch, cp.n_batch
+        # batch_invariant: the default (False) computes each step as llama.cpp does, so the same steps
+        # give llama.cpp's bits: a prompt in steps of min(n_batch, n_ubatch) tokens, as llama_cpp.Llama's
+        # decode splits it. True: a token's logits do not depend on the step it was computed in, at a
+        # cost in prompt speed (docs/bench/default-cpu.md; pr_context_params.batch_invariant).
+        self._ectx = self._engine.new_context(ContextArgs(n_ctx, n_batch, n_ubatch, self.n_threads, self.n_threads_batch,
+                                                          bool(flash_attn), batch_invariant, bool(embedding)))
+        if self._engine.supports_river:
+            self._native_ctx = self._ectx.handle
+            self.context_params = self._ectx.params   # what a BatchDecoder (pyriver.batch) on this model starts from
+        self.batch_invariant = self._ectx.batch_invariant
+        self._n_ctx = self._ectx.n_ctx
+        self.n_batch, self.n_ubatch = n_batch, min(n_batch, int(n_ubatch))
 
     def attach_river(self, river: str, *, force: bool = False, rebuild: bool = False) -> str:
         """Bind a river to this model after loading (once); exits stay off until set_exit."""
@@ -234,6 +233,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             self._live()
             if self.river_path is not None:
                 raise ValueError(f"a river is already attached: {self.river_path}")
+            if not self._engine.supports_river:
+                raise self._no_river("attach_river")
             self.river_path = str(prepare(self._native_model, self.model_path, river, force=force, rebuild=rebuild))
             return self.river_path
 
@@ -246,6 +247,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         predict: the first graph runs to the previous token's exit block)."""
         with self._lock:
             self._live()
+            if not self._engine.supports_river:
+                raise self._no_river("set_exit")
             if prefill_exit and getattr(self, "_spec", None) is not None:
                 raise ValueError("lossless mode verifies at full depth; prefill_exit=True runs prompts on the river")
             p = ffi.new("pr_exit_params *", lib.pr_exit_default_params())
@@ -287,6 +290,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                 self._spec = None
                 return
             if (draft_model is None or getattr(draft_model, "river_fallback", False)) and self.river_path is None:
+                if not self._engine.supports_river:
+                    raise self._no_river("lossless mode with river drafts (pass draft_model='ngram')")
                 raise ValueError("lossless mode drafts with a river (river='q4_0', ...) or a draft_model "
                                  "(pyriver.PromptLookupDecoding(), ...)")
             if self.prefill_exit:
@@ -322,12 +327,13 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         # Each handle is cleared before it is freed: a Ctrl-C (KeyboardInterrupt between two
         # bytecodes) inside close must leave at worst a leak, never a handle that __del__ frees again.
         with self._lock:
-            ctx, self._native_ctx = self._native_ctx, ffi.NULL
-            if ctx:
-                lib.pr_context_free(ctx)
-            model, self._native_model = self._native_model, ffi.NULL
-            if model:
-                lib.pr_model_free(model)
+            self._native_ctx = self._native_model = ffi.NULL
+            ctx, self._ectx = getattr(self, "_ectx", None), None
+            if ctx is not None:
+                ctx.close()
+            engine, self._engine = getattr(self, "_engine", None), None
+            if engine is not None:
+                engine.close()
             if getattr(self, "vocab", None):
                 self.vocab.close()
 
@@ -346,7 +352,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
     def _live(self):
         if self.vocab_only:
             raise RuntimeError("this Llama was made with vocab_only=True: it tokenizes, it has no weights to run")
-        if not self._native_ctx:
+        if self._ectx is None:
             raise RuntimeError("this Llama is closed")
 
     # -- llama.cpp's handles, as llama_cpp.Llama has them ------------------------------------
@@ -386,16 +392,13 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
     def devices(self) -> List[str]:
         """ggml device name of each block, then of the head ("CPU", "RPC0", ...)."""
         self._live()
-        return read_text(lambda buf, size, needed: lib.pr_model_devices(self._native_model, buf, size, needed)).splitlines()
+        return self._engine.devices()
 
     def meta(self, key: str) -> Optional[str]:
         """A GGUF metadata value as text, read by pyriver; None when the file has no such key
         (`metadata` is llama_cpp's dict of llama.cpp's view of them)."""
         self._live()
-        try:
-            return read_text(lambda buf, size, needed: lib.pr_model_meta(self._native_model, key.encode(), buf, size, needed))
-        except ValueError:
-            return None
+        return self._engine.meta(key)
 
     def token_nl(self) -> int:
         return self.vocab.nl
@@ -456,6 +459,8 @@ class LlamaCppContext:
     @property
     def ctx(self):
         L = self._llama
+        if getattr(L._ectx, "ctx", None) is not None:   # the llama.cpp engine's own context
+            return L._ectx.ctx
         if not L.vocab_only:
             raise AttributeError("pyriver.Llama has no llama.cpp context (llama_context_p): it computes with its "
                                  "own ggml graphs (the native context is Llama._native_ctx); tokenize, detokenize "

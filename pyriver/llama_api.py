@@ -193,6 +193,8 @@ class LlamaCppMixin:
                     reset, tokens, reuse = False, [], 0
                 else:
                     reuse = longest - 1 if consumed else longest
+                    if reuse < self.n_tokens and not self._ectx.partial_cuts:
+                        reuse = 0   # llama_cpp resets where the memory cannot be cut part-way
                 if reuse > 0:
                     reset = False
                     tokens = tokens[reuse:]

@@ -2,7 +2,8 @@
 `LlamaState`, so `llama_cpp.LlamaRAMCache` and `LlamaDiskCache` store pyriver's states unchanged,
 and set_cache / set_seed. `llama_state` holds a short pyriver header (JSON: what kind of
 computation made each cached token, the model's identity) and the native KV rows
-(pr_state_get; pr_state_set checks them against the context before writing)."""
+(the engine's state bytes: pr_state_get, or llama.cpp's llama_state_get_data; checked against the
+context before anything is written)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,6 @@ import zlib
 import numpy as np
 from llama_cpp.llama import LlamaState
 
-from .native import check, ffi, lib
 
 MAGIC = b"PYRIVER-STATE-1\n"
 
@@ -37,18 +37,17 @@ class StateMixin:
 
     def _identity(self) -> dict:
         i = self.info
-        return {"model": [i["arch"], i["n_layer"], i["n_embd"], i["n_vocab"], i["n_params"], i["n_bytes"]],
-                "n_ctx": self._n_ctx}
+        out = {"model": [i["arch"], i["n_layer"], i["n_embd"], i["n_vocab"], i["n_params"], i["n_bytes"]],
+               "n_ctx": self._n_ctx}
+        if self.engine != "native":   # the engines' KV bytes differ (native states keep their old header)
+            out["engine"] = self.engine
+        return out
 
     def save_state(self) -> LlamaState:
         with self._lock:
             self._live()
             self._reconcile()
-            size = ffi.new("size_t *")
-            check(lib.pr_state_size(self._native_ctx, size))
-            buf = ffi.new("uint8_t[]", size[0])
-            check(lib.pr_state_get(self._native_ctx, buf, size[0], size))
-            native = bytes(ffi.buffer(buf, size[0]))
+            native = self._ectx.state_get()
             head = json.dumps({**self._identity(), "kinds": self._kinds, "crc32": zlib.crc32(native)}).encode()
             blob = MAGIC + struct.pack("<Q", len(head)) + head + native
             return LlamaState(input_ids=self.input_ids.copy(), scores=self._scores.copy(), n_tokens=self.n_tokens,
@@ -71,6 +70,9 @@ class StateMixin:
         mine = self._identity()
         if head.get("model") != mine["model"]:
             raise ValueError(f"the state is of another model ({head.get('model')}; this one: {mine['model']})")
+        if head.get("engine", "native") != mine.get("engine", "native"):
+            raise ValueError(f"the state is of the {head.get('engine', 'native')} engine; this Llama runs on the "
+                             f"{self.engine} engine")
         if head.get("n_ctx") != mine["n_ctx"]:
             raise ValueError(f"the state is of a context of n_ctx {head.get('n_ctx')}; this one has {mine['n_ctx']}")
         if len(kinds) != len(ids) or int(state.n_tokens) != len(ids):
@@ -81,7 +83,7 @@ class StateMixin:
         with self._lock:
             self._live()
             self._version += 1
-            check(lib.pr_state_set(self._native_ctx, native, len(native)))   # checked natively before it writes
+            self._ectx.state_set(native)   # checked by the engine before it writes
             self._tokens, self._kinds = ids, kinds
             self._reconcile()
             self._requires_eval = True   # llama_cpp's: a restored state is decoded again before sampling

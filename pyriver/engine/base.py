@@ -1,0 +1,116 @@
+"""The engine seam: what computes under `Llama`. An engine is a loaded model (facts, metadata,
+devices) that makes contexts; a context decodes tokens of one or more sequences into logits rows
+and keeps their KV cache (cut, copy, clear, save, load). Everything above it (sampling, the
+tokenizer, chat templates, grammars, lossless drafting) is the same code whatever the engine.
+River is a capability: only an engine with `supports_river` builds and runs rivers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+
+@dataclass
+class ModelArgs:
+    """What loading a model takes (Llama's constructor arguments of the same names)."""
+    n_gpu_layers: int = 0
+    use_mmap: bool = True
+    split_mode: int = 1
+    main_gpu: int = 0
+    tensor_split: Optional[Sequence[float]] = None
+    rpc_servers: Optional[str] = None
+    rpc_timeout: float = 300.0
+    rope_freq_base: float = 0.0
+    rope_freq_scale: float = 0.0
+
+
+@dataclass
+class ContextArgs:
+    """What making a context takes. n_batch: the most tokens one decode call is handed; n_ubatch:
+    the most one graph computes (llama_cpp's meaning of both)."""
+    n_ctx: int
+    n_batch: int
+    n_ubatch: int
+    n_threads: int
+    n_threads_batch: int
+    flash_attn: bool = False
+    batch_invariant: Optional[bool] = None
+    embedding: bool = False
+    n_seq_max: int = 1
+
+
+class Context:
+    """A KV cache of n_seq_max sequences of n_ctx rows each and the steps that fill it."""
+    n_ctx: int
+    n_seq_max: int = 1
+    batch_invariant: bool = False
+    partial_cuts: bool = True   # truncate keeps a prefix in place; False: it runs the kept tokens again
+
+    def decode(self, tokens: Sequence[int], logits_all: bool, prompt: bool) -> np.ndarray:
+        """Append tokens to sequence 0 and run them: logits [n_out, n_vocab] (every token's with
+        logits_all, else the last's). prompt: full depth (only an engine with exits tells apart)."""
+        raise NotImplementedError
+
+    def decode_batch(self, tokens: Sequence[int], seqs: Sequence[int], pos: Sequence[int],
+                     logits: Sequence[int], prompt: Sequence[int]) -> np.ndarray:
+        """One step over tokens of several sequences (token i of seqs[i] at pos[i], its next free
+        position): the rows of the tokens with logits[i] != 0, in batch order."""
+        raise NotImplementedError
+
+    def exit_layers(self, n: int) -> List[int]:
+        """Exit block of each token of the last decode (n_layer - 1: full depth)."""
+        raise NotImplementedError
+
+    def pos(self, seq: int = 0) -> int:
+        """Tokens of seq in the cache."""
+        raise NotImplementedError
+
+    def truncate(self, n_keep: int, seq: int = 0) -> None:
+        """Keep the first n_keep tokens of seq."""
+        raise NotImplementedError
+
+    def copy(self, src: int, dst: int, n: int) -> None:
+        """Sequence dst holds the first n tokens of src (dst's old rows dropped)."""
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        raise NotImplementedError
+
+    def state_get(self) -> bytes:
+        """Sequence 0's cache as bytes (state_set takes them back, on a context of the same model)."""
+        raise NotImplementedError
+
+    def state_set(self, blob: bytes) -> None:
+        """Restore state_get's bytes; bytes of another model or context are a ValueError that
+        leaves the cache as it was."""
+        raise NotImplementedError
+
+    def embed(self, tokens: Sequence[int]) -> np.ndarray:
+        """Run tokens as a prompt into an empty sequence 0: each token's hidden state after the
+        final norm, [n, n_embd] (llama.cpp's embeddings before pooling)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Engine:
+    """A loaded model. name: "native" or "llama.cpp"; info: pr_model_info's fields as a dict."""
+    name: str
+    supports_river: bool = False
+    info: Dict
+
+    def new_context(self, args: ContextArgs) -> Context:
+        raise NotImplementedError
+
+    def meta(self, key: str) -> Optional[str]:
+        """A GGUF metadata value as text; None when absent."""
+        raise NotImplementedError
+
+    def devices(self) -> List[str]:
+        """The device of each block, then of the head."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError

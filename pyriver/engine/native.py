@@ -1,0 +1,140 @@
+"""The native engine: pyriver's own ggml graphs (native/, through pyriver.native's cffi binding).
+The only engine with River. Its handles stay reachable (`model`, `Context.handle`) for the
+native-only parts: rivers, BatchDecoder, the debug knobs."""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from ..errors import PyriverError
+from ..native import check, ffi, last_error, lib, read_text
+from .base import Context, ContextArgs, Engine, ModelArgs
+
+
+class NativeContext(Context):
+    def __init__(self, engine: "NativeEngine", args: ContextArgs):
+        cp = ffi.new("pr_context_params *", lib.pr_context_default_params())
+        cp.n_ctx = int(args.n_ctx)
+        cp.n_batch = min(int(args.n_batch), int(args.n_ubatch))   # the native n_batch is a graph's tokens
+        cp.n_threads, cp.n_threads_batch = int(args.n_threads), int(args.n_threads_batch)
+        cp.flash_attn = 1 if args.flash_attn else 0
+        cp.batch_invariant = -1 if args.batch_invariant is None else (1 if args.batch_invariant else 0)
+        cp.n_seq_max = int(args.n_seq_max)
+        out = ffi.new("pr_context **")
+        check(lib.pr_context_new(engine.model, cp, out))
+        self.handle = out[0]
+        self.params = cp
+        self.n_vocab = engine.info["n_vocab"]
+        self.n_embd = engine.info["n_embd"]
+        self.n_ctx = lib.pr_n_ctx(self.handle)
+        self.n_seq_max = int(args.n_seq_max)
+        self.batch_invariant = bool(lib.pr_context_batch_invariant(self.handle))
+
+    def _rows(self, n_out: int, width: int, get) -> np.ndarray:
+        ptr = get(self.handle, 0)
+        if ptr == ffi.NULL:
+            raise PyriverError(last_error())
+        return np.frombuffer(ffi.buffer(ptr, 4 * width * n_out), dtype=np.float32).reshape(n_out, width).copy()
+
+    def decode(self, tokens: Sequence[int], logits_all: bool, prompt: bool) -> np.ndarray:
+        arr = ffi.new("int32_t[]", list(tokens))
+        check(lib.pr_decode(self.handle, arr, len(tokens), 1 if logits_all else 0, 1 if prompt else 0))
+        return self._rows(lib.pr_n_outputs(self.handle), self.n_vocab, lib.pr_logits)
+
+    def decode_batch(self, tokens, seqs, pos, logits, prompt) -> np.ndarray:
+        arr = lambda v: ffi.new("int32_t[]", [int(x) for x in v])   # noqa: E731
+        check(lib.pr_decode_batch(self.handle, arr(tokens), arr(seqs), arr(pos), arr(logits), arr(prompt), len(tokens)))
+        return self._rows(sum(1 for x in logits if x), self.n_vocab, lib.pr_logits)
+
+    def exit_layers(self, n: int) -> List[int]:
+        buf = ffi.new("int32_t[]", max(n, 1))
+        got = lib.pr_exit_layers(self.handle, buf, n)
+        return list(buf[0:min(got, n)])
+
+    def pos(self, seq: int = 0) -> int:
+        if seq == 0 and self.n_seq_max == 1:
+            return lib.pr_kv_pos(self.handle)
+        n = lib.pr_seq_pos(self.handle, int(seq))
+        if n < 0:
+            raise ValueError(last_error())
+        return n
+
+    def truncate(self, n_keep: int, seq: int = 0) -> None:
+        if seq == 0 and self.n_seq_max == 1:
+            check(lib.pr_kv_truncate(self.handle, int(n_keep)))
+        else:
+            check(lib.pr_seq_truncate(self.handle, int(seq), int(n_keep)))
+
+    def copy(self, src: int, dst: int, n: int) -> None:
+        raise NotImplementedError("the native engine copies no sequences (its cache is a region per sequence)")
+
+    def clear(self) -> None:
+        check(lib.pr_kv_clear(self.handle))
+
+    def state_get(self) -> bytes:
+        size = ffi.new("size_t *")
+        check(lib.pr_state_size(self.handle, size))
+        buf = ffi.new("uint8_t[]", size[0])
+        check(lib.pr_state_get(self.handle, buf, size[0], size))
+        return bytes(ffi.buffer(buf, size[0]))
+
+    def state_set(self, blob: bytes) -> None:
+        check(lib.pr_state_set(self.handle, blob, len(blob)))   # checked natively before it writes
+
+    def embed(self, tokens: Sequence[int]) -> np.ndarray:
+        check(lib.pr_kv_clear(self.handle))
+        arr = ffi.new("int32_t[]", list(tokens))
+        check(lib.pr_embed(self.handle, arr, len(tokens)))
+        return self._rows(len(tokens), self.n_embd, lib.pr_embeddings)
+
+    def close(self) -> None:
+        h, self.handle = self.handle, ffi.NULL   # cleared first: an interrupt leaks, never double-frees
+        if h:
+            lib.pr_context_free(h)
+
+
+class NativeEngine(Engine):
+    name = "native"
+    supports_river = True
+
+    def __init__(self, path: str, args: ModelArgs):
+        mp = ffi.new("pr_model_params *", lib.pr_model_default_params())
+        # llama.cpp's context overrides, 0 = the file's (LangChain passes 10000 and 1.0 whatever the model)
+        mp.rope_freq_base, mp.rope_freq_scale = float(args.rope_freq_base or 0.0), float(args.rope_freq_scale or 0.0)
+        mp.n_gpu_layers = int(args.n_gpu_layers)
+        mp.use_mmap = 1 if args.use_mmap else 0
+        mp.split_mode, mp.main_gpu = int(args.split_mode), int(args.main_gpu)
+        if args.tensor_split is not None:
+            if len(args.tensor_split) > len(mp.tensor_split):
+                raise ValueError(f"tensor_split has {len(args.tensor_split)} entries; at most {len(mp.tensor_split)} devices")
+            for i, v in enumerate(args.tensor_split):
+                mp.tensor_split[i] = float(v)
+        self._servers_c = ffi.new("char[]", args.rpc_servers.encode()) if args.rpc_servers else ffi.NULL
+        mp.rpc_servers = self._servers_c
+        mp.rpc_timeout_ms = int(args.rpc_timeout * 1000)
+        self.params = mp
+        out = ffi.new("pr_model **")
+        check(lib.pr_model_load(path.encode(), mp, out))
+        self.model = out[0]
+        info = ffi.new("pr_model_info *")
+        check(lib.pr_model_get_info(self.model, info))
+        self.info = {k: (ffi.string(getattr(info, k)).decode() if k in ("arch", "name") else getattr(info, k))
+                     for k in dir(info)}
+
+    def new_context(self, args: ContextArgs) -> NativeContext:
+        return NativeContext(self, args)
+
+    def meta(self, key: str) -> Optional[str]:
+        try:
+            return read_text(lambda buf, size, needed: lib.pr_model_meta(self.model, key.encode(), buf, size, needed))
+        except ValueError:
+            return None
+
+    def devices(self) -> List[str]:
+        return read_text(lambda buf, size, needed: lib.pr_model_devices(self.model, buf, size, needed)).splitlines()
+
+    def close(self) -> None:
+        m, self.model = self.model, ffi.NULL
+        if m:
+            lib.pr_model_free(m)
