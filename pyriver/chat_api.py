@@ -13,12 +13,14 @@ from .structured import ChatPlan
 class ChatMixin:
     # -- chat -------------------------------------------------------------------------------
     def chat_tokens(self, messages: List[Dict], add_generation_prompt: bool = True, continue_final: bool = False,
-                    **extra) -> List[int]:
+                    server_bos: bool = False, **extra) -> List[int]:
         """The prompt of a chat, rendered by the GGUF's template (compiled once per Llama) with
-        the generation prompt; special tokens are parsed and BOS comes from the template itself.
-        continue_final: the last (assistant) message is continued, as llama-server's prefill: the
-        messages before it with the generation prompt, then its text. extra: more template
-        variables (tools)."""
+        the generation prompt; special tokens are parsed and BOS comes from the template itself
+        (llama-cpp-python's rule). server_bos: llama-server's rule instead: a BOS the template
+        wrote is dropped and the tokenizer adds the model's specials (one BOS where the model adds
+        BOS, also when its template writes none). continue_final: the last (assistant) message is
+        continued, as llama-server's prefill: the messages before it with the generation prompt,
+        then its text. extra: more template variables (tools)."""
         if self._template is None:
             self._template = chat.template_for(self)
         if continue_final:
@@ -26,6 +28,10 @@ class ChatMixin:
                 + (messages[-1].get("content") or "")
         else:
             prompt = self._template.render(messages, add_generation_prompt=add_generation_prompt, **extra)
+        if server_bos and self.vocab.add_bos:   # common_chat_templates_apply, then add_special
+            bos = self._template.bos_token
+            return self.tokenize((prompt[len(bos):] if bos and prompt.startswith(bos) else prompt).encode("utf-8"),
+                                 add_bos=True, special=True)
         return self.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
 
     def chat_stops(self, stop: Optional[Union[str, List[str]]]) -> List[str]:

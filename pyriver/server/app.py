@@ -346,7 +346,8 @@ def _chat_plan(srv: Server, f: Dict) -> ChatPlan:
 
 def _chat_tokens(srv: Server, plan: ChatPlan, f: Dict) -> List[int]:
     with srv.sched.vocab_lock:
-        return srv.llm.chat_tokens(plan.messages, f["add_generation_prompt"], f["continue_final"], **plan.extra)
+        return srv.llm.chat_tokens(plan.messages, f["add_generation_prompt"], f["continue_final"], server_bos=True,
+                                   **plan.extra)
 
 
 async def _collect(r: Request, stops: List[str]):

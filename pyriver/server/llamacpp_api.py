@@ -432,7 +432,7 @@ def routes(srv, guarded) -> List[Route]:
 
             def count():
                 with srv.sched.vocab_lock:
-                    return len(srv.llm.chat_tokens(msgs))
+                    return len(srv.llm.chat_tokens(msgs, server_bos=True))
             try:
                 n = await run_in_threadpool(count)
             except Exception as e:   # the template's own error

@@ -1,0 +1,56 @@
+"""A chat's prompt on `pyriver serve` is llama-server's, BOS included: llama-server drops a BOS its
+template wrote and tokenizes with the model's specials (common_chat_templates_apply, then
+add_special), so a model that adds BOS gets one even where its template writes none (the Gemma 3
+270M file: a ChatML template without bos_token). llama-cpp-python's Llama adds none there, and
+pyriver.Llama follows it (its chat is llama_cpp's)."""
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from pyriver.tools import llama_server
+from server_proc import ServerProcess, free_port, http
+
+MESSAGES = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+
+
+def _chat(url):
+    status, body = http("POST", url + "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 12,
+                                                              "temperature": 0})
+    assert status == 200, body
+    return body["usage"]["prompt_tokens"], body["choices"][0]["message"]["content"]
+
+
+@pytest.fixture(scope="module")
+def llama_servers_answer(gemma_path):
+    port = free_port()
+    p = subprocess.Popen([str(llama_server.ensure()), "-m", gemma_path, "--port", str(port), "-c", "512", "-np", "1",
+                          "-t", "2", "-fa", "off"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url, end = f"http://127.0.0.1:{port}", time.time() + 120
+        while time.time() < end:
+            try:
+                if http("GET", url + "/health", timeout=2)[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.1)
+        return _chat(url)
+    finally:
+        p.terminate()
+        p.wait()
+
+
+@pytest.mark.peer
+def test_chat_prompt_and_text_are_llama_server_s(gemma_path, llama_servers_answer):
+    from pyriver import Llama
+    s = ServerProcess(gemma_path, "--parallel", "1", "--ctx", "512", "--threads", "2", "--no-lossless")
+    try:
+        n, text = _chat(s.url)
+    finally:
+        s.close()
+    assert (n, text) == llama_servers_answer
+    with Llama(gemma_path, n_ctx=512, verbose=False) as llm:   # llama_cpp's rule: the template's BOS only
+        plain = llm.chat_tokens(MESSAGES)
+        assert llm.chat_tokens(MESSAGES, server_bos=True) == [llm.token_bos()] + plain and len(plain) + 1 == n
