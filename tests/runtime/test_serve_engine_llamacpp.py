@@ -166,3 +166,47 @@ def _greedy_tokens(path, toks, n):
                 return out
     finally:
         ref.close()
+
+
+@pytest.mark.parametrize("arch,flags", [("lfm2", ("--lossless", "--lossless-draft", "ngram")),
+                                        ("granite", ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
+                                                     "--spec-ngram-simple-size-m", "4"))])
+def test_asked_drafts_keep_greedy_text(foreign_paths, arch, flags):
+    """Drafts asked for run on this engine: lossless mode on lfm2 (a rejected draft would replay the
+    slot: its memory cannot be cut part-way), ngram-simple's verify rows share the step (no batch
+    invariance here, as llama-server); the texts stay llama_cpp.Llama's."""
+    path = foreign_paths[arch]
+    p = "a b c d a b c d a b c d a b c d a b"
+    s = ServerProcess(path, "--parallel", "2", *ARGS, *flags)
+    try:
+        status, r = http("POST", s.url + "/completion", {"prompt": p, "n_predict": N, "temperature": 0.0})
+        assert status == 200, r
+        assert r["content"] == _greedy_text(path, p)
+        if arch == "granite":   # (lfm2's random weights do not go on with the pattern: nothing to draft)
+            assert r["timings"]["draft_n"] > 0
+        else:
+            status, r = http("POST", s.url + "/v1/completions", {"prompt": p, "max_tokens": 4, "temperature": 0.0})
+            assert r["river"]["lossless"]["verify_steps"] > 0
+    finally:
+        s.close()
+
+
+def test_context_shift_and_river_refused(foreign_paths):
+    path = foreign_paths["granite"]
+    s = ServerProcess(path, "--parallel", "2", "--engine", "llama.cpp", "--ctx", "32", "--threads", "2",
+                      "--context-shift", "--no-lossless")
+    try:   # past the slot's 32 rows: half of the tokens go, generation goes on
+        status, r = http("POST", s.url + "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 60,
+                                                             "temperature": 0.0})
+        assert status == 200 and r["usage"]["completion_tokens"] == 60, r
+    finally:
+        s.close()
+    bad = ServerProcess(path, "--river", "q4_0", *ARGS, wait=False)
+    try:
+        bad.wait(503)
+        end = time.time() + 60
+        while (body := http("GET", bad.url + "/health")[1])["error"] is None and time.time() < end:
+            time.sleep(0.1)
+        assert "River needs pyriver's own graphs" in body["error"] and "'granite'" in body["error"]
+    finally:
+        bad.close()
