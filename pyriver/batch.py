@@ -1,6 +1,7 @@
 """Several sequences decoded together: one native context with n_seq slots (a KV region each) on a
 Llama's model, and one step over the tokens of any of them (pr_decode_batch). The Llama keeps its
-own single-sequence context; this one has the same parameters and exit rule."""
+own single-sequence context; this one has the same parameters and exit rule. A Llama on another
+engine gets pyriver.batch_engine's decoder, on that engine's context."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,15 +26,29 @@ class Feed:
     all_logits: bool = False   # the logits of every token (a lossless verify step), [n, n_vocab]
 
 
+def _check_args(n_seq: int, batch_rule: str) -> None:
+    if n_seq < 1:
+        raise ValueError(f"n_seq must be >= 1, got {n_seq}")
+    if batch_rule not in BATCH_RULES:
+        raise ValueError(f"batch_rule must be one of {', '.join(BATCH_RULES)}, got {batch_rule!r}")
+
+
 class BatchDecoder:
+    """On the native engine, this class (its steps straight through cffi, no engine layer in
+    between); on another engine, pyriver.batch_engine's EngineBatchDecoder, same surface."""
+    partial_cuts = True          # truncate keeps a prefix in place
+    can_batch_invariant = True
+
+    def __new__(cls, llm, n_seq: int, batch_rule: str = "split"):
+        _check_args(n_seq, batch_rule)
+        if not getattr(llm, "_native_model", None):
+            if getattr(llm, "_engine", None) is None:
+                raise ValueError("BatchDecoder needs a loaded Llama (not vocab_only, not closed)")
+            from .batch_engine import EngineBatchDecoder
+            return EngineBatchDecoder(llm, n_seq, batch_rule)   # not a BatchDecoder: __init__ is not run on it
+        return super().__new__(cls)
+
     def __init__(self, llm, n_seq: int, batch_rule: str = "split"):
-        if n_seq < 1:
-            raise ValueError(f"n_seq must be >= 1, got {n_seq}")
-        if batch_rule not in BATCH_RULES:
-            raise ValueError(f"batch_rule must be one of {', '.join(BATCH_RULES)}, got {batch_rule!r}")
-        if not llm._native_model:   # the llama.cpp engine's contexts decode batches too, not yet behind this class
-            raise ValueError(f"several sequences in one context (BatchDecoder, pyriver serve) run on the native engine "
-                             f"only so far; this Llama runs '{llm.info['arch']}' on the {llm.engine} engine")
         self.llm = llm
         self.n_seq = n_seq
         self.n_vocab = llm.n_vocab()

@@ -101,3 +101,17 @@ def bad_files(synth_paths, tmp_path_factory) -> dict:
     from pyriver.tools.corrupt import write_corrupt_variants
     d = tmp_path_factory.mktemp("bad")
     return {k: str(v) for k, v in write_corrupt_variants(synth_paths["mha"], d).items()}
+
+
+@pytest.fixture(scope="session")
+def foreign_paths(smol_path) -> dict:
+    """Synthetic files of architectures pyriver has no builder for (llama.cpp's loaders only), by
+    architecture, written once (pyriver.tools.synth_foreign)."""
+    from pyriver.tools.synth_foreign import write_foreign
+    out = {}
+    for arch in ("granite", "lfm2"):
+        p = os.path.join(SYNTH_DIR, f"foreign_{arch}.gguf")
+        if not os.path.exists(p):
+            write_foreign(p, arch, tokenizer_from=smol_path, n_layer=4, n_embd=64, n_head=4, n_head_kv=2, n_ff=128)
+        out[arch] = p
+    return out

@@ -24,6 +24,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", type=int, default=64, help="requests that may wait for a slot; beyond: 503")
     p.add_argument("--prompt-chunk", type=int, default=None,
                    help="prompt tokens per slot and step (default: 64 while other slots decode, else the whole batch)")
+    p.add_argument("--engine", choices=("auto", "native", "llama.cpp"), default="auto",
+                   help="what computes: pyriver's graphs (native, with River), llama.cpp's own (llama.cpp), or "
+                        "native where pyriver builds the architecture (auto)")
     p.add_argument("--river", default=None, help="river type (q4_0, ...) or sidecar path; off by default")
     p.add_argument("--tau", type=float, default=None, help="exit threshold")
     p.add_argument("--min-exit-layer", type=int, default=None)
@@ -115,12 +118,14 @@ def settings(a: argparse.Namespace) -> dict:
         raise ValueError("--parallel and --prompt-chunk must be >= 1, --queue >= 0, --ctx >= 16")
     kw = {"river": None}
     check_lossless_draft(a)
+    by_default = False
     if a.lossless and a.no_lossless:
         raise ValueError("--lossless and --no-lossless exclude each other")
     if not (a.lossless or a.no_lossless or a.river is not None or a.spec_type is not None or a.model_draft is not None
             or a.embedding or a.reranking):
         from ..draft import DEFAULT_DRAFTING   # n-grams by the measured cost
         a.lossless, a.draft, a.draft_cost = True, DEFAULT_DRAFTING["draft_model"], DEFAULT_DRAFTING["draft_cost"]
+        by_default = True
     if a.river is not None:
         kw = dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer)
     elif a.tau is not None or a.min_exit_layer is not None or (a.lossless and a.draft != "ngram"):
@@ -144,6 +149,8 @@ def settings(a: argparse.Namespace) -> dict:
         raise ValueError("--pooling needs --embedding")
     if a.n_gpu_layers:
         kw["n_gpu_layers"] = a.n_gpu_layers
+    if a.engine != "auto":
+        kw["engine"] = a.engine
     if a.cors_origins == "":
         raise ValueError("--cors-origins must not be empty")
     defaults = {k: v for k, v in (("temperature", a.temp), ("seed", a.seed if a.seed >= 0 else None)) if v is not None}
@@ -151,7 +158,8 @@ def settings(a: argparse.Namespace) -> dict:
                 prompt_chunk=a.prompt_chunk, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
                 verbose=a.verbose, webui=not a.no_webui, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
                 chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
-                reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift)
+                reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,
+                drafts_by_default=by_default)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -55,6 +55,10 @@ class Server:
             s = self.settings
             llm = Llama(s["model"], n_ctx=s["n_ctx"], n_threads=s["threads"], n_threads_batch=s["threads"],
                         verbose=s.get("verbose", False), **s.get("llama_kwargs", {}))
+            if s.get("drafts_by_default") and not llm._ectx.partial_cuts:
+                # a rejected draft would run the slot's tokens again (a recurrent memory cannot be cut
+                # part-way): default drafts do not pay there; --lossless asks for them anyway
+                llm.set_lossless(False)
             llm.chat_stops(None)   # compiles the chat template once, before any request thread
             llm._template = builtin_template.from_settings(s, llm._template)   # --chat-template(-file)
             self.model_id = self.model_id or llm.model_path.rsplit("/", 1)[-1]

@@ -116,6 +116,11 @@ class Scheduler:
         self.dec = BatchDecoder(llm, n_slots, batch_rule)
         self.dec.before_step = handoff
         self.n_ctx = self.dec.n_ctx
+        # A memory that cannot be cut part-way (a recurrent or hybrid model on the llama.cpp engine)
+        # keeps a slot's every token: the next request reuses them whole or not at all (llama-server's rule).
+        self.partial_cuts = self.dec.partial_cuts
+        # exact drafters verify in a step of their own, batch-invariant, where the decoder can be
+        self.split_verify = drafter is not None and drafter.exact and self.dec.can_batch_invariant
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: "collections.deque[Request]" = collections.deque()
         self.n_starts = 0
@@ -198,14 +203,13 @@ class Scheduler:
                 continue
             self._start(self._slot_for(r, free), r)
 
-    @staticmethod
-    def _reusable(cached: List[int], prompt: List[int]) -> int:
+    def _reusable(self, cached: List[int], prompt: List[int]) -> int:
         """Cached tokens a prompt can keep: their common prefix, short of the prompt's last token
-        (which runs again for its logits)."""
+        (which runs again for its logits). A memory that cannot be cut part-way keeps all or none."""
         n, limit = 0, min(len(cached), len(prompt) - 1)
         while n < limit and cached[n] == prompt[n]:
             n += 1
-        return n
+        return n if self.partial_cuts or n == len(cached) else 0
 
     def _slot_for(self, r: Request, free: List[Slot]) -> Slot:
         """The free slot whose cache holds most of the prompt (as llama-server picks one), else the
@@ -214,6 +218,8 @@ class Scheduler:
 
     def _start(self, s: Slot, r: Request) -> None:
         n = self._reusable(s.cached, r.prompt)
+        if not self.partial_cuts and n < self.dec.pos(s.seq):
+            n = 0   # the cache holds more than s.cached says (a kept end token): it empties, no replay
         self.dec.truncate(s.seq, n)
         s.cached = r.prompt[:n]
         s.pending = r.prompt[n:]
@@ -239,7 +245,10 @@ class Scheduler:
         r, s.req = s.req, None
         s.next_tok = None
         try:
-            self.dec.truncate(s.seq, len(s.cached))
+            if self.partial_cuts:
+                self.dec.truncate(s.seq, len(s.cached))
+            else:   # no cut (it would run the prompt again); without exits the generated tokens are reusable
+                s.cached = s.history[:self.dec.pos(s.seq)]
             if self.metrics:
                 self.metrics.request_done(r, self.llm.info["n_layer"])
         finally:   # whatever fails here, the request ends
@@ -375,9 +384,10 @@ class Scheduler:
         steps compute it (the guarantee of llama.cpp's speculative decoding), at the speed drafts need.
         The drafters of llama-server's flags (--model-draft, --spec-type: server.drafting) keep every
         token a decode step's bits on a context that is not batch-invariant, as llama.cpp's own test
-        of them asks: their verify rows run in a step of their own with one-token products."""
+        of them asks: their verify rows run in a step of their own with one-token products. A decoder
+        without batch invariance (the llama.cpp engine's) verifies them with the rest, as llama-server."""
         verify = [f for f in feeds if f.all_logits]
-        if not (self.drafter is not None and self.drafter.exact) or not verify or self.dec.batch_invariant:
+        if not self.split_verify or not verify or self.dec.batch_invariant:
             return self.dec.step(feeds)
         self.dec.set_batch_invariant(True)
         try:

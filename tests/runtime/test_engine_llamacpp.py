@@ -4,32 +4,17 @@ the everyday Llama surface gives llama-cpp-python's texts and logits on the same
 refused by name."""
 from __future__ import annotations
 
-import os
-
 import llama_cpp
 import numpy as np
 import pytest
 
-from conftest import SYNTH_DIR
 from pyriver import Llama
+from pyriver.batch import Feed
 from pyriver.errors import ContextFullError, ModelLoadError
 
-FOREIGN = {"granite": {}, "lfm2": {}}   # synth_foreign's architectures, llama.cpp's loaders only
-DIMS = dict(n_layer=4, n_embd=64, n_head=4, n_head_kv=2, n_ff=128)
+FOREIGN = {"granite": {}, "lfm2": {}}   # synth_foreign's architectures, llama.cpp's loaders only (conftest.foreign_paths)
 PROMPT = "Once upon a time, a river"
 KW = dict(n_ctx=256, n_threads=2, verbose=False)
-
-
-@pytest.fixture(scope="session")
-def foreign_paths(smol_path) -> dict:
-    from pyriver.tools.synth_foreign import write_foreign
-    out = {}
-    for arch in FOREIGN:
-        p = os.path.join(SYNTH_DIR, f"foreign_{arch}.gguf")
-        if not os.path.exists(p):
-            write_foreign(p, arch, tokenizer_from=smol_path, **DIMS)
-        out[arch] = p
-    return out
 
 
 @pytest.fixture(scope="module", params=sorted(FOREIGN))
@@ -163,8 +148,12 @@ def test_bad_input_is_an_exception(pair):
     with pytest.raises(ContextFullError):
         mine.eval([1] * (mine.n_ctx() + 1))
     from pyriver.batch import BatchDecoder
-    with pytest.raises(ValueError, match="native engine only"):
-        BatchDecoder(mine, 2)
+    dec = BatchDecoder(mine, 2)
+    with pytest.raises(ValueError, match="out of range"):
+        dec.step([Feed(0, [mine.n_vocab()])])
+    with pytest.raises(ValueError, match="batch invariance"):
+        dec.set_batch_invariant(True)
+    dec.close()
     assert _text(mine, temperature=0, max_tokens=2)   # still usable
 
 

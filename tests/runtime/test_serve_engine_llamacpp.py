@@ -1,0 +1,212 @@
+"""`pyriver serve --engine llama.cpp`: the batched server (several slots, continuous batching) on
+llama.cpp's own graphs. A real server process and the openai client; greedy texts equal
+llama_cpp.Llama's on the same file, with requests decoded together. On a recurrent/hybrid memory
+(lfm2), which cannot be cut part-way, a slot's cache is reused whole or not at all."""
+from __future__ import annotations
+
+import threading
+import time
+
+import llama_cpp
+import openai
+import pytest
+
+from server_proc import ServerProcess, http
+
+PROMPTS = ["Once upon a time, a river", "The capital of France is", "def fib(n):"]
+CHAT = [{"role": "user", "content": "Name three rivers."}]
+N = 16
+ARGS = ("--engine", "llama.cpp", "--ctx", "256", "--threads", "2")
+
+
+def _reference(path):
+    """llama_cpp.Llama's greedy texts alone, by prompt, and its chat answer."""
+    ref = llama_cpp.Llama(path, n_ctx=256, n_threads=2, verbose=False)
+    try:
+        out = {p: ref(p, max_tokens=N, temperature=0.0)["choices"][0]["text"] for p in PROMPTS}
+        out["chat"] = ref.create_chat_completion(CHAT, max_tokens=N, temperature=0.0)["choices"][0]["message"]["content"]
+    finally:
+        ref.close()
+    return out
+
+
+def _together(client, prompts):
+    """The greedy texts of prompts sent at once (each its own client thread)."""
+    out, errors = {}, []
+
+    def one(p):
+        try:
+            out[p] = client.completions.create(model="m", prompt=p, max_tokens=N, temperature=0.0).choices[0].text
+        except Exception as e:   # reported below
+            errors.append(e)
+    threads = [threading.Thread(target=one, args=(p,)) for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors
+    return out
+
+
+@pytest.fixture(scope="module", params=["granite", "smollm2"])
+def served(request, foreign_paths, smol_path):
+    path = smol_path if request.param == "smollm2" else foreign_paths[request.param]
+    want = _reference(path)
+    s = ServerProcess(path, "--parallel", "3", *ARGS)
+    yield path, s, openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0), want
+    s.close()
+
+
+def test_concurrent_texts_equal_llama_cpp(served):
+    _, s, client, want = served
+    assert _together(client, PROMPTS) == {p: want[p] for p in PROMPTS}
+    c = client.chat.completions.create(model="m", messages=CHAT, max_tokens=N, temperature=0.0)
+    assert c.choices[0].message.content == want["chat"]
+    streamed = client.completions.create(model="m", prompt=PROMPTS[0], max_tokens=N, temperature=0.0, stream=True)
+    assert "".join(ch.choices[0].text for ch in streamed if ch.choices) == want[PROMPTS[0]]
+
+
+def test_default_drafts_run_and_say_so(served):
+    """The default n-gram drafts verify with multi-token rows on this engine too (a repetitive
+    prompt drafts), and the text stays greedy's."""
+    path, s, client, _ = served
+    p = "a b c d a b c d a b c d a b c d a b"
+    r = client.completions.create(model="m", prompt=p, max_tokens=N, temperature=0.0)
+    ls = r.model_extra["river"]["lossless"]
+    assert ls["draft"] == "SuffixLookup" and ls["verify_steps"] > 0 and ls["drafted"] > 0, ls
+    assert r.choices[0].text == _greedy_text(path, p)
+
+
+def test_bad_input_and_batch_invariance_refused(served, foreign_paths):
+    _, s, client, _ = served
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="m", prompt=[10 ** 9], max_tokens=2)
+    assert client.completions.create(model="m", prompt=PROMPTS[1], max_tokens=2, temperature=0.0).choices[0].text
+    bad = ServerProcess(foreign_paths["granite"], "--batch-invariant", "--parallel", "2", *ARGS, wait=False)
+    try:
+        bad.wait(503)
+        end = time.time() + 60
+        while (body := http("GET", bad.url + "/health")[1])["error"] is None and time.time() < end:
+            time.sleep(0.1)   # still loading
+        assert "batch_invariant=True" in body["error"] and "llama.cpp engine" in body["error"]
+    finally:
+        bad.close()
+
+
+@pytest.fixture(scope="module")
+def lfm2(foreign_paths):
+    s = ServerProcess(foreign_paths["lfm2"], "--parallel", "2", *ARGS)
+    yield foreign_paths["lfm2"], s
+    s.close()
+
+
+def _complete(s, tokens, n=N):
+    """llama-server's /completion on token ids: (generated ids, tokens_cached)."""
+    status, r = http("POST", s.url + "/completion", {"prompt": tokens, "n_predict": n, "temperature": 0.0,
+                                                      "return_tokens": True})
+    assert status == 200, r
+    return r["tokens"], r["tokens_cached"]
+
+
+def test_lfm2_concurrent_texts_equal_llama_cpp(lfm2):
+    path, s = lfm2
+    want = _reference(path)
+    client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+    assert _together(client, PROMPTS[:2]) == {p: want[p] for p in PROMPTS[:2]}
+    # default drafts are off on a memory that cannot be cut part-way (a rejected draft would run the
+    # slot's tokens again)
+    r = client.completions.create(model="m", prompt="a b c d a b c d a b c d a b", max_tokens=4, temperature=0.0)
+    assert not (r.model_extra.get("river") or {}).get("lossless")
+
+
+def test_lfm2_slot_cache_is_reused_whole_or_not_at_all(lfm2):
+    """llama.cpp's rule for a memory that cannot be cut part-way: a prompt that extends all of a
+    slot's tokens (prompt and answer) reuses them; one that shares only part of them runs whole, on
+    the slot that least recently started rather than on the one it shares a part with. Texts stay
+    llama_cpp.Llama's."""
+    path, s = lfm2
+    ref = llama_cpp.Llama(path, n_ctx=256, n_threads=2, verbose=False)
+    first = ref.tokenize(b"The river runs to the sea, and the sea")
+    gen, cached = _complete(s, first)
+    assert cached == 0 and len(gen) == N
+    # a continuation of the whole conversation so far: the slot's every token is reused (the last
+    # one sampled never ran)
+    more = first + gen + ref.tokenize(b" and then", add_bos=False)
+    gen2, cached = _complete(s, more)
+    assert cached == len(first) + N - 1
+    # a prompt that shares only the first tokens with that slot (and the other slot's): runs whole
+    part = first[:5] + ref.tokenize(b" mountains", add_bos=False)
+    gen3, cached = _complete(s, part)
+    assert cached == 0
+    # ... and it ran on the other slot: the conversation's slot kept its tokens for the next turn
+    again = more + gen2 + ref.tokenize(b" and so", add_bos=False)
+    _, cached = _complete(s, again, 2)
+    assert cached == len(more) + N - 1
+    ref.close()
+    for toks, got in ((more, gen2), (part, gen3)):
+        assert got == _greedy_tokens(path, toks, len(got))
+
+
+def _greedy_text(path, prompt):
+    ref = llama_cpp.Llama(path, n_ctx=256, n_threads=2, verbose=False)
+    try:
+        return ref(prompt, max_tokens=N, temperature=0.0)["choices"][0]["text"]
+    finally:
+        ref.close()
+
+
+def _greedy_tokens(path, toks, n):
+    """llama_cpp.Llama's greedy tokens after toks, on a fresh context."""
+    ref = llama_cpp.Llama(path, n_ctx=256, n_threads=2, verbose=False)
+    try:
+        out = []
+        for t in ref.generate(toks, temp=0.0):
+            out.append(t)
+            if len(out) == n:
+                return out
+    finally:
+        ref.close()
+
+
+@pytest.mark.parametrize("arch,flags", [("lfm2", ("--lossless", "--lossless-draft", "ngram")),
+                                        ("granite", ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
+                                                     "--spec-ngram-simple-size-m", "4"))])
+def test_asked_drafts_keep_greedy_text(foreign_paths, arch, flags):
+    """Drafts asked for run on this engine: lossless mode on lfm2 (a rejected draft would replay the
+    slot: its memory cannot be cut part-way), ngram-simple's verify rows share the step (no batch
+    invariance here, as llama-server); the texts stay llama_cpp.Llama's."""
+    path = foreign_paths[arch]
+    p = "a b c d a b c d a b c d a b c d a b"
+    s = ServerProcess(path, "--parallel", "2", *ARGS, *flags)
+    try:
+        status, r = http("POST", s.url + "/completion", {"prompt": p, "n_predict": N, "temperature": 0.0})
+        assert status == 200, r
+        assert r["content"] == _greedy_text(path, p)
+        if arch == "granite":   # (lfm2's random weights do not go on with the pattern: nothing to draft)
+            assert r["timings"]["draft_n"] > 0
+        else:
+            status, r = http("POST", s.url + "/v1/completions", {"prompt": p, "max_tokens": 4, "temperature": 0.0})
+            assert r["river"]["lossless"]["verify_steps"] > 0
+    finally:
+        s.close()
+
+
+def test_context_shift_and_river_refused(foreign_paths):
+    path = foreign_paths["granite"]
+    s = ServerProcess(path, "--parallel", "2", "--engine", "llama.cpp", "--ctx", "32", "--threads", "2",
+                      "--context-shift", "--no-lossless")
+    try:   # past the slot's 32 rows: half of the tokens go, generation goes on
+        status, r = http("POST", s.url + "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 60,
+                                                             "temperature": 0.0})
+        assert status == 200 and r["usage"]["completion_tokens"] == 60, r
+    finally:
+        s.close()
+    bad = ServerProcess(path, "--river", "q4_0", *ARGS, wait=False)
+    try:
+        bad.wait(503)
+        end = time.time() + 60
+        while (body := http("GET", bad.url + "/health")[1])["error"] is None and time.time() < end:
+            time.sleep(0.1)
+        assert "River needs pyriver's own graphs" in body["error"] and "'granite'" in body["error"]
+    finally:
+        bad.close()
