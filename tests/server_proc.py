@@ -7,6 +7,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -52,12 +53,38 @@ def sse(url: str, path: str, body: dict, headers=None, timeout: float = 120):
         conn.close()
 
 
+def together(fn, items, timeout: float = 300) -> dict:
+    """{item: fn(item)}, each call in a thread of its own, all started at once (concurrent clients);
+    the first exception a call raised is raised here once all have ended."""
+    out, errors = {}, []
+
+    def one(x):
+        try:
+            out[x] = fn(x)
+        except Exception as e:   # raised below, in the test's thread
+            errors.append(e)
+    threads = [threading.Thread(target=one, args=(x,)) for x in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    if errors:
+        raise errors[0]
+    return out
+
+
 class ServerProcess:
-    def __init__(self, *args: str, wait: bool = True):
+    """A pyriver server process; command: another server's command line before args (llama-server's
+    binary), started, waited for and closed the same way (its output discarded)."""
+
+    def __init__(self, *args: str, wait: bool = True, command=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "pyriver.server", *args, "--port", str(self.port)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # pyriver's output is read back when it exits early; llama-server's log would fill the pipe
+        out = subprocess.PIPE if command is None else subprocess.DEVNULL
+        command = command or [sys.executable, "-m", "pyriver.server"]
+        self.proc = subprocess.Popen([*command, *args, "--port", str(self.port)],
+                                     stdout=out, stderr=subprocess.STDOUT, text=True)
         self.seen = set()   # /health statuses seen while waiting
         if wait:
             self.wait(200)
@@ -66,7 +93,8 @@ class ServerProcess:
         end = time.time() + timeout
         while time.time() < end:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited: {self.proc.stdout.read()}")
+                raise RuntimeError(f"the server exited ({self.proc.returncode}): "
+                                   f"{self.proc.stdout.read() if self.proc.stdout else ''}")
             try:
                 status, _ = http("GET", self.url + "/health", timeout=5)
                 self.seen.add(status)

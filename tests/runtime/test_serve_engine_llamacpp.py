@@ -4,14 +4,13 @@ llama_cpp.Llama's on the same file, with requests decoded together. On a recurre
 (lfm2), which cannot be cut part-way, a slot's cache is reused whole or not at all."""
 from __future__ import annotations
 
-import threading
 import time
 
 import llama_cpp
 import openai
 import pytest
 
-from server_proc import ServerProcess, http
+from server_proc import ServerProcess, http, together
 
 PROMPTS = ["Once upon a time, a river", "The capital of France is", "def fib(n):"]
 CHAT = [{"role": "user", "content": "Name three rivers."}]
@@ -32,20 +31,8 @@ def _reference(path):
 
 def _together(client, prompts):
     """The greedy texts of prompts sent at once (each its own client thread)."""
-    out, errors = {}, []
-
-    def one(p):
-        try:
-            out[p] = client.completions.create(model="m", prompt=p, max_tokens=N, temperature=0.0).choices[0].text
-        except Exception as e:   # reported below
-            errors.append(e)
-    threads = [threading.Thread(target=one, args=(p,)) for p in prompts]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not errors
-    return out
+    return together(lambda p: client.completions.create(model="m", prompt=p, max_tokens=N,
+                                                        temperature=0.0).choices[0].text, prompts)
 
 
 @pytest.fixture(scope="module", params=["granite", "smollm2"])

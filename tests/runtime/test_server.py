@@ -13,7 +13,7 @@ import pytest
 
 from helpers import PROMPTS, TESTS, pyriver_cli
 from pyriver import Llama
-from server_proc import ServerProcess, http, sse
+from server_proc import ServerProcess, http, sse, together
 
 KEY = "sk-test-key"
 N = 20
@@ -117,21 +117,10 @@ def _model(client):
 
 
 def test_eight_concurrent_clients_get_their_texts_alone(client, solo):
-    out, errors = {}, []
-
     def one(p):
-        try:
-            s = client.completions.create(prompt=p, max_tokens=N, temperature=0.0, stream=True, model=_model(client))
-            out[p] = "".join(c.choices[0].text for c in s)
-        except Exception as e:   # reported below
-            errors.append(e)
-    threads = [threading.Thread(target=one, args=(p,)) for p in PROMPTS]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not errors
-    assert out == {p: solo[p] for p in PROMPTS}
+        s = client.completions.create(prompt=p, max_tokens=N, temperature=0.0, stream=True, model=_model(client))
+        return "".join(c.choices[0].text for c in s)
+    assert together(one, PROMPTS) == {p: solo[p] for p in PROMPTS}
 
 
 def test_a_prompt_returns_to_the_slot_that_cached_it(client):
@@ -275,16 +264,8 @@ def test_queue_limit(smol_path):
 def _four_streams(s):
     """The greedy completions of PROMPTS[:4] sent together to server s, by prompt."""
     c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
-    out = {}
-
-    def one(p):
-        out[p] = c.completions.create(prompt=p, max_tokens=N, temperature=0.0, model=_model(c))
-    threads = [threading.Thread(target=one, args=(p,)) for p in PROMPTS[:4]]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    return out
+    return together(lambda p: c.completions.create(prompt=p, max_tokens=N, temperature=0.0, model=_model(c)),
+                    PROMPTS[:4])
 
 
 def test_river_streams_report_exits(smol_path):

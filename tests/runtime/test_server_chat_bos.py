@@ -5,13 +5,10 @@ add_special), so a model that adds BOS gets one even where its template writes n
 pyriver.Llama follows it (its chat is llama_cpp's)."""
 from __future__ import annotations
 
-import subprocess
-import time
-
 import pytest
 
 from pyriver.tools import llama_server
-from server_proc import ServerProcess, free_port, http
+from server_proc import ServerProcess, http
 
 MESSAGES = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
 
@@ -25,21 +22,12 @@ def _chat(url):
 
 @pytest.fixture(scope="module")
 def llama_servers_answer(gemma_path):
-    port = free_port()
-    p = subprocess.Popen([str(llama_server.ensure()), "-m", gemma_path, "--port", str(port), "-c", "512", "-np", "1",
-                          "-t", "2", "-fa", "off"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = ServerProcess("-m", gemma_path, "-c", "512", "-np", "1", "-t", "2", "-fa", "off",
+                      command=[str(llama_server.ensure())])
     try:
-        url, end = f"http://127.0.0.1:{port}", time.time() + 120
-        while time.time() < end:
-            try:
-                if http("GET", url + "/health", timeout=2)[0] == 200:
-                    break
-            except OSError:
-                time.sleep(0.1)
-        return _chat(url)
+        return _chat(p.url)
     finally:
-        p.terminate()
-        p.wait()
+        p.close()
 
 
 @pytest.mark.peer

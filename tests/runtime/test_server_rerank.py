@@ -4,16 +4,13 @@ the final norm, element 0: SmolLM2 has no classifier head), checked against llam
 LAST pooling on the same tokens and (peer) against llama-server's /rerank in the same run."""
 from __future__ import annotations
 
-import subprocess
-import time
-
 import numpy as np
 import pytest
 
 from pyriver import Llama
 from pyriver.server.rerank import prompt_tokens
 from pyriver.tools import llama_server
-from server_proc import ServerProcess, free_port, http
+from server_proc import ServerProcess, http
 
 QUERY = "Machine learning is"
 DOCS = ["A machine is a physical system that uses power.", "Learning is the process of acquiring new understanding.",
@@ -106,24 +103,14 @@ def test_without_reranking(smol_path):
 
 
 def _llama_server_rerank(path, *flags):
-    port = free_port()
-    p = subprocess.Popen([str(llama_server.binary()), "-m", path, "--reranking", "--port", str(port), "-c", "512",
-                          "-np", "1", "-t", "2", *flags], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = ServerProcess("-m", path, "--reranking", "-c", "512", "-np", "1", "-t", "2", *flags,
+                      command=[str(llama_server.binary())])
     try:
-        url = f"http://127.0.0.1:{port}"
-        end = time.time() + 120
-        while time.time() < end:
-            try:
-                if http("GET", url + "/health", timeout=2)[0] == 200:
-                    break
-            except OSError:
-                time.sleep(0.1)
-        status, body = http("POST", url + "/rerank", {"query": QUERY, "documents": DOCS})
+        status, body = http("POST", p.url + "/rerank", {"query": QUERY, "documents": DOCS})
         assert status == 200
         return {r["index"]: r["relevance_score"] for r in body["results"]}, body["usage"]
     finally:
-        p.terminate()
-        p.wait()
+        p.close()
 
 
 @pytest.mark.peer
