@@ -277,24 +277,24 @@ pr_status pr_kv_clear(pr_context * ctx) {
     });
 }
 
-pr_status pr_state_size(const pr_context * ctx, size_t * size) {
+pr_status pr_state_size(const pr_context * ctx, int32_t seq, size_t * size) {
     return guarded([&] {
         if (!ctx || !size) pr::fail(PR_ERR_INVALID_ARG, "ctx or size is NULL");
-        *size = pr::state_size(*ctx->c);
+        *size = pr::state_size(*ctx->c, seq);
     });
 }
 
-pr_status pr_state_get(pr_context * ctx, uint8_t * buf, size_t buf_size, size_t * written) {
+pr_status pr_state_get(pr_context * ctx, int32_t seq, uint8_t * buf, size_t buf_size, size_t * written) {
     return guarded([&] {
         if (!ctx || !buf || !written) pr::fail(PR_ERR_INVALID_ARG, "ctx, buf or written is NULL");
-        *written = pr::state_get(*ctx->c, buf, buf_size);
+        *written = pr::state_get(*ctx->c, seq, buf, buf_size);
     });
 }
 
-pr_status pr_state_set(pr_context * ctx, const uint8_t * buf, size_t size) {
+pr_status pr_state_set(pr_context * ctx, int32_t seq, const uint8_t * buf, size_t size) {
     return guarded([&] {
         if (!ctx || !buf) pr::fail(PR_ERR_INVALID_ARG, "ctx or buf is NULL");
-        pr::state_set(*ctx->c, buf, size);
+        pr::state_set(*ctx->c, seq, buf, size);
     });
 }
 

@@ -122,8 +122,8 @@ void check_tokens(const model & m, const int32_t * tokens, int n);   // ids in t
 
 // A saved KV cache of sequence 0 (state.cpp): its size, a copy of it, and putting one back
 // (checked against this context first: model, n_ctx, KV layout, length).
-size_t state_size(const context & c);
-size_t state_get(context & c, uint8_t * buf, size_t size);
-void state_set(context & c, const uint8_t * buf, size_t size);
+size_t state_size(const context & c, int seq);
+size_t state_get(context & c, int seq, uint8_t * buf, size_t size);
+void state_set(context & c, int seq, const uint8_t * buf, size_t size);
 
 } // namespace pr

@@ -138,12 +138,13 @@ PR_API int32_t   pr_kv_pos(const pr_context * ctx);        /* tokens in the cach
 PR_API int32_t   pr_n_ctx(const pr_context * ctx);
 PR_API pr_status pr_kv_truncate(pr_context * ctx, int32_t n_keep); /* keep the first n_keep */
 PR_API pr_status pr_kv_clear(pr_context * ctx);
-/* The KV cache of sequence 0 as bytes (pyriver.Llama.save_state / load_state): a header naming the
- * model, n_ctx, the KV types and the token count, then the cached rows. pr_state_set refuses (and
- * leaves the cache as it was) a state of another model, context size or layout, or corrupt bytes. */
-PR_API pr_status pr_state_size(const pr_context * ctx, size_t * size);
-PR_API pr_status pr_state_get(pr_context * ctx, uint8_t * buf, size_t buf_size, size_t * written);
-PR_API pr_status pr_state_set(pr_context * ctx, const uint8_t * buf, size_t size);
+/* The KV cache of sequence seq as bytes (pyriver.Llama.save_state / load_state: sequence 0; the
+ * server's prompt cache: a slot's): a header naming the model, n_ctx, the KV types and the token
+ * count, then the cached rows. pr_state_set refuses (and leaves the cache as it was) a state of
+ * another model, context size or layout, or corrupt bytes; the state of one sequence loads into any. */
+PR_API pr_status pr_state_size(const pr_context * ctx, int32_t seq, size_t * size);
+PR_API pr_status pr_state_get(pr_context * ctx, int32_t seq, uint8_t * buf, size_t buf_size, size_t * written);
+PR_API pr_status pr_state_set(pr_context * ctx, int32_t seq, const uint8_t * buf, size_t size);
 
 /* ---- Several sequences in one step ----------------------------------------------------------
  * n tokens of any sequences: token i belongs to sequence seq[i] at position pos[i], which must be

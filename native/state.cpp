@@ -1,4 +1,5 @@
-// A saved KV cache (sequence 0): what pyriver.Llama.save_state puts in llama_cpp's LlamaState.
+// A saved KV cache of one sequence: what pyriver.Llama.save_state puts in llama_cpp's LlamaState
+// (sequence 0), and what the server's prompt cache keeps of a slot's prompt (any sequence).
 // Layout: a fixed header that names what the rows fit (model shape and size, n_ctx, KV types and
 // layout, token count), then per block the K rows of the cached tokens and their V values. A
 // state is checked against the context before anything is written, so a refused one leaves the
@@ -22,7 +23,7 @@ struct state_header {
     int32_t n_tokens, n_rows;   // n_ctx as asked; n_rows: the cache's rows (n_ctx padded)
 };
 
-state_header header_of(const context & c) {
+state_header header_of(const context & c, int seq) {
     state_header h{};
     std::memcpy(h.magic, MAGIC, sizeof MAGIC);
     const hparams & hp = c.m->hp;
@@ -33,7 +34,7 @@ state_header header_of(const context & c) {
     h.n_rows = c.kv->n_rows;
     h.type_k = c.kv->k[0]->type; h.type_v = c.kv->v[0]->type; h.v_trans = c.kv->v_trans ? 1 : 0;
     h.k_ne0 = c.kv->k[0]->ne[0]; h.v_ne0 = c.kv->v[0]->ne[0]; h.v_ne1 = c.kv->v[0]->ne[1];
-    h.n_tokens = c.kv->used[0];
+    h.n_tokens = c.kv->used[seq];
     return h;
 }
 
@@ -46,8 +47,8 @@ size_t block_bytes(const context & c, int n) {
     return kb + vb;
 }
 
-// Copies the first n rows of K and V of each block to (get) or from (set) buf.
-void copy_rows(context & c, int n, uint8_t * buf, bool get) {
+// Copies the first n rows of sequence seq's K and V of each block to (get) or from (set) buf.
+void copy_rows(context & c, int seq, int n, uint8_t * buf, bool get) {
     auto io = [&](ggml_tensor * t, size_t off, size_t size) {
         if (get) ggml_backend_tensor_get(t, buf, off, size);
         else ggml_backend_tensor_set(t, buf, off, size);
@@ -57,36 +58,44 @@ void copy_rows(context & c, int n, uint8_t * buf, bool get) {
         ggml_tensor * k = c.kv->k[il];
         ggml_tensor * v = c.kv->v[il];
         if (n == 0) continue;
-        io(k, 0, (size_t) n * k->nb[1]);
-        if (c.kv->v_trans) {   // V is [rows, n_embd_v]: the first n of each of its rows
-            for (int64_t j = 0; j < v->ne[1]; j++) io(v, (size_t) j * v->nb[1], (size_t) n * ggml_type_size(v->type));
+        const int64_t r0 = c.kv->row(seq, 0);
+        io(k, (size_t) r0 * k->nb[1], (size_t) n * k->nb[1]);
+        if (c.kv->v_trans) {   // V is [rows, n_embd_v]: the sequence's first n of each of its rows
+            const size_t ts = ggml_type_size(v->type);
+            for (int64_t j = 0; j < v->ne[1]; j++) io(v, (size_t) j * v->nb[1] + (size_t) r0 * ts, (size_t) n * ts);
         } else {
-            io(v, 0, (size_t) n * v->nb[1]);
+            io(v, (size_t) r0 * v->nb[1], (size_t) n * v->nb[1]);
         }
     }
 }
 
 } // namespace
 
-size_t state_size(const context & c) {
-    return sizeof(state_header) + c.kv->k.size() * block_bytes(c, c.kv->used[0]);
+static void check_seq(const context & c, int seq) {
+    if (seq < 0 || seq >= c.kv->n_seq) fail(PR_ERR_INVALID_ARG, "sequence %d is outside 0..%d", seq, c.kv->n_seq - 1);
 }
 
-size_t state_get(context & c, uint8_t * buf, size_t size) {
-    const size_t need = state_size(c);
+size_t state_size(const context & c, int seq) {
+    check_seq(c, seq);
+    return sizeof(state_header) + c.kv->k.size() * block_bytes(c, c.kv->used[seq]);
+}
+
+size_t state_get(context & c, int seq, uint8_t * buf, size_t size) {
+    const size_t need = state_size(c, seq);
     if (size < need) fail(PR_ERR_INVALID_ARG, "the state buffer holds %zu bytes, %zu are needed", size, need);
-    state_header h = header_of(c);
+    state_header h = header_of(c, seq);
     std::memcpy(buf, &h, sizeof h);
-    copy_rows(c, h.n_tokens, buf + sizeof h, true);
+    copy_rows(c, seq, h.n_tokens, buf + sizeof h, true);
     return need;
 }
 
-void state_set(context & c, const uint8_t * buf, size_t size) {
+void state_set(context & c, int seq, const uint8_t * buf, size_t size) {
+    check_seq(c, seq);
     if (size < sizeof(state_header)) fail(PR_ERR_INVALID_ARG, "not a pyriver state: %zu bytes", size);
     state_header h;
     std::memcpy(&h, buf, sizeof h);
     if (std::memcmp(h.magic, MAGIC, sizeof MAGIC) != 0) fail(PR_ERR_INVALID_ARG, "not a pyriver state (bad magic)");
-    state_header mine = header_of(c);
+    state_header mine = header_of(c, seq);
     if (h.n_layer != mine.n_layer || h.n_embd != mine.n_embd || h.n_vocab != mine.n_vocab ||
         h.n_head_kv != mine.n_head_kv || h.n_embd_head != mine.n_embd_head || h.n_params != mine.n_params ||
         h.n_bytes != mine.n_bytes)
@@ -100,9 +109,9 @@ void state_set(context & c, const uint8_t * buf, size_t size) {
     if (h.n_tokens < 0 || h.n_tokens > mine.n_ctx || h.n_tokens > mine.n_rows) fail(PR_ERR_INVALID_ARG, "the state holds %d tokens, outside [0, %d]", h.n_tokens, mine.n_ctx);
     const size_t need = sizeof h + c.kv->k.size() * block_bytes(c, h.n_tokens);
     if (size != need) fail(PR_ERR_INVALID_ARG, "the state has %zu bytes; %d tokens need %zu", size, h.n_tokens, need);
-    copy_rows(c, h.n_tokens, const_cast<uint8_t *>(buf) + sizeof h, false);   // set only reads buf
-    c.truncate(0, 0);
-    c.kv->used[0] = h.n_tokens;
+    copy_rows(c, seq, h.n_tokens, const_cast<uint8_t *>(buf) + sizeof h, false);   // set only reads buf
+    c.truncate(seq, 0);
+    c.kv->used[seq] = h.n_tokens;
     c.prev_exit = -1;
 }
 

@@ -10,6 +10,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from .native import check, ffi, last_error, lib
+from .engine import native as engine_native
 from .errors import PyriverError
 
 # How a step over several sequences leaves the backbone (pr_exit_params.batch_rule).
@@ -102,6 +103,13 @@ class BatchDecoder:
 
     def truncate(self, seq: int, n_keep: int) -> None:
         check(lib.pr_seq_truncate(self._ctx, int(seq), int(n_keep)))
+
+    def state_get(self, seq: int) -> bytes:
+        """Sequence seq's cache as bytes (state_set loads them into any sequence of this decoder)."""
+        return engine_native.state_get(self._ctx, seq)
+
+    def state_set(self, seq: int, blob: bytes) -> None:
+        engine_native.state_set(self._ctx, blob, seq)
 
     def step(self, feeds: List[Feed]) -> Dict[int, tuple]:
         """Runs one step over the feeds (one per sequence, at most n_batch tokens in all). Returns

@@ -52,6 +52,12 @@ class EngineBatchDecoder:
     def truncate(self, seq: int, n_keep: int) -> None:
         self._ctx.truncate(int(n_keep), int(seq))
 
+    def state_get(self, seq: int) -> bytes:
+        return self._ctx.state_get(int(seq))
+
+    def state_set(self, seq: int, blob: bytes) -> None:
+        self._ctx.state_set(blob, int(seq))
+
     def step(self, feeds) -> Dict[int, tuple]:
         """As BatchDecoder.step; every token's exit block is the last (full depth)."""
         if self._ctx is None:

@@ -77,13 +77,14 @@ class Context:
     def clear(self) -> None:
         raise NotImplementedError
 
-    def state_get(self) -> bytes:
-        """Sequence 0's cache as bytes (state_set takes them back, on a context of the same model)."""
+    def state_get(self, seq: int = 0) -> bytes:
+        """Sequence seq's cache as bytes (state_set takes them back, on a context of the same model
+        and shape, into any sequence)."""
         raise NotImplementedError
 
-    def state_set(self, blob: bytes) -> None:
-        """Restore state_get's bytes; bytes of another model or context are a ValueError that
-        leaves the cache as it was."""
+    def state_set(self, blob: bytes, seq: int = 0) -> None:
+        """Restore state_get's bytes into sequence seq; bytes of another model or context are a
+        ValueError that leaves the cache as it was."""
         raise NotImplementedError
 
     def embed(self, tokens: Sequence[int]) -> np.ndarray:

@@ -168,18 +168,20 @@ class LlamaCppContext(Context):
         llama_cpp.llama_memory_clear(self._mem, True)
         self._hist = [[] for _ in range(self.n_seq_max)]
 
-    def state_get(self) -> bytes:
-        if self.n_seq_max != 1:
-            raise ValueError("states are of single-sequence contexts")
-        size = llama_cpp.llama_state_get_size(self.ctx)
+    def state_get(self, seq: int = 0) -> bytes:
+        """A single-sequence context's whole state (llama_state_get_data), else sequence seq's
+        (llama_state_seq_get_data), after the sequence's tokens."""
+        seq = self._seq(seq)
+        whole = self.n_seq_max == 1
+        size = llama_cpp.llama_state_get_size(self.ctx) if whole else llama_cpp.llama_state_seq_get_size(self.ctx, seq)
         buf = (ctypes.c_uint8 * size)()
-        n = llama_cpp.llama_state_get_data(self.ctx, buf, size)
-        hist = np.asarray(self._hist[0], dtype="<i4").tobytes()
-        return _HIST.pack(len(self._hist[0])) + hist + bytes(buf)[:n]
+        n = (llama_cpp.llama_state_get_data(self.ctx, buf, size) if whole
+             else llama_cpp.llama_state_seq_get_data(self.ctx, buf, size, seq))
+        hist = np.asarray(self._hist[seq], dtype="<i4").tobytes()
+        return _HIST.pack(len(self._hist[seq])) + hist + bytes(buf)[:n]
 
-    def state_set(self, blob: bytes) -> None:
-        if self.n_seq_max != 1:
-            raise ValueError("states are of single-sequence contexts")
+    def state_set(self, blob: bytes, seq: int = 0) -> None:
+        seq = self._seq(seq)
         try:
             (n,) = _HIST.unpack_from(blob, 0)
             at = _HIST.size + 4 * n
@@ -190,10 +192,17 @@ class LlamaCppContext(Context):
             raise ValueError("not a state of the llama.cpp engine (its token count does not fit)")
         data = blob[at:]
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if llama_cpp.llama_state_set_data(self.ctx, buf, len(data)) != len(data):
-            self.clear()   # llama.cpp may have written part of it
-            raise ValueError("llama.cpp refused the state (another model or context size?); the cache is cleared")
-        self._hist = [hist]
+        if self.n_seq_max == 1:
+            if llama_cpp.llama_state_set_data(self.ctx, buf, len(data)) != len(data):
+                self.clear()   # llama.cpp may have written part of it
+                raise ValueError("llama.cpp refused the state (another model or context size?); the cache is cleared")
+        else:   # the sequence empties first: llama.cpp reads a sequence's state into free cells
+            llama_cpp.llama_memory_seq_rm(self._mem, seq, -1, -1)
+            self._hist[seq] = []
+            if llama_cpp.llama_state_seq_set_data(self.ctx, buf, len(data), seq) == 0:
+                llama_cpp.llama_memory_seq_rm(self._mem, seq, -1, -1)   # it may have written part of it
+                raise ValueError(f"llama.cpp refused the state of sequence {seq} (another model?); the sequence is cleared")
+        self._hist[seq] = hist
 
     def embed(self, tokens: Sequence[int]) -> np.ndarray:
         if not self.embedding:

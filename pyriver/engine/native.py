@@ -72,15 +72,11 @@ class NativeContext(Context):
     def clear(self) -> None:
         check(lib.pr_kv_clear(self.handle))
 
-    def state_get(self) -> bytes:
-        size = ffi.new("size_t *")
-        check(lib.pr_state_size(self.handle, size))
-        buf = ffi.new("uint8_t[]", size[0])
-        check(lib.pr_state_get(self.handle, buf, size[0], size))
-        return bytes(ffi.buffer(buf, size[0]))
+    def state_get(self, seq: int = 0) -> bytes:
+        return state_get(self.handle, seq)
 
-    def state_set(self, blob: bytes) -> None:
-        check(lib.pr_state_set(self.handle, blob, len(blob)))   # checked natively before it writes
+    def state_set(self, blob: bytes, seq: int = 0) -> None:
+        state_set(self.handle, blob, seq)
 
     def embed(self, tokens: Sequence[int]) -> np.ndarray:
         check(lib.pr_kv_clear(self.handle))
@@ -138,3 +134,16 @@ class NativeEngine(Engine):
         m, self.model = self.model, ffi.NULL
         if m:
             lib.pr_model_free(m)
+
+
+def state_get(handle, seq: int) -> bytes:
+    """Sequence seq's cache of a native context as bytes (pr_state_get)."""
+    size = ffi.new("size_t *")
+    check(lib.pr_state_size(handle, int(seq), size))
+    buf = ffi.new("uint8_t[]", size[0])
+    check(lib.pr_state_get(handle, int(seq), buf, size[0], size))
+    return bytes(ffi.buffer(buf, size[0]))
+
+
+def state_set(handle, blob: bytes, seq: int) -> None:
+    check(lib.pr_state_set(handle, int(seq), blob, len(blob)))   # checked natively before it writes

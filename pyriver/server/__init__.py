@@ -9,6 +9,7 @@ import sys
 from typing import List, Optional
 
 from ..args import add_draft_args, require_lossless
+from .prompt_cache import DEFAULT_MIB
 
 
 def parser() -> argparse.ArgumentParser:
@@ -24,6 +25,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", type=int, default=64, help="requests that may wait for a slot; beyond: 503")
     p.add_argument("--prompt-chunk", type=int, default=None,
                    help="prompt tokens per slot and step (default: 64 while other slots decode, else the whole batch)")
+    p.add_argument("--cache-ram", "-cram", dest="cache_ram", type=int, default=DEFAULT_MIB,
+                   help="llama-server's prompt cache in host memory, MiB: a slot's prompt is kept when another "
+                        f"request takes the slot and loaded back for a request that continues it (default {DEFAULT_MIB}; "
+                        "0: off; -1: no limit)")
     p.add_argument("--engine", choices=("auto", "native", "llama.cpp"), default="auto",
                    help="what computes: pyriver's graphs (native, with River), llama.cpp's own (llama.cpp), or "
                         "native where pyriver builds the architecture (auto)")
@@ -155,7 +160,7 @@ def settings(a: argparse.Namespace) -> dict:
         raise ValueError("--cors-origins must not be empty")
     defaults = {k: v for k, v in (("temperature", a.temp), ("seed", a.seed if a.seed >= 0 else None)) if v is not None}
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
-                prompt_chunk=a.prompt_chunk, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
+                prompt_chunk=a.prompt_chunk, cache_ram=a.cache_ram, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
                 verbose=a.verbose, webui=not a.no_webui, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
                 chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
                 reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,

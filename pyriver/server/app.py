@@ -28,6 +28,7 @@ from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream, ToolError
 from . import drafting, embeddings, rerank, responses
 from . import builtin_template, llamacpp_api as L
+from .prompt_cache import DEFAULT_MIB
 from .cors import CORS
 from .inbox import Inbox
 from .metrics import Metrics
@@ -65,7 +66,7 @@ class Server:
             drafter = drafting.make(s.get("spec"), llm, s["parallel"], s["threads"], s.get("llama_kwargs", {}))
             self.sched = Scheduler(llm, s["parallel"], batch_rule=s["batch_rule"], queue_max=s["queue"],
                                    prompt_chunk=s["prompt_chunk"], metrics=self.metrics, drafter=drafter,
-                                   ctx_shift=s.get("ctx_shift", False),
+                                   ctx_shift=s.get("ctx_shift", False), cache_ram_mib=s.get("cache_ram", DEFAULT_MIB),
                                    handoff=None if self.inbox is None else self.inbox.flush)
             self.metrics.n_slots = s["parallel"]
             self.metrics.sched = self.sched

@@ -25,6 +25,7 @@ from ..grammar import GrammarError
 from ..logprobs import entry as logprob_entry
 from ..sampling import Sampler
 from . import drafting
+from .prompt_cache import DEFAULT_MIB, PromptCache
 
 
 # Prompt tokens per slot and step beside decoding slots, unless the scheduler is given a number: a
@@ -96,8 +97,12 @@ class Slot:
 class Scheduler:
     def __init__(self, llm, n_slots: int, batch_rule: str = "split", queue_max: int = 64,
                  prompt_chunk: Optional[int] = None,
-                 metrics=None, drafter=None, ctx_shift: bool = False, handoff: Optional[Callable[[], None]] = None):
+                 metrics=None, drafter=None, ctx_shift: bool = False, handoff: Optional[Callable[[], None]] = None,
+                 cache_ram_mib: int = DEFAULT_MIB):
         self.llm = llm
+        # llama-server's --cache-ram: a slot's prompt is kept in host memory when another request takes
+        # the slot, and loaded back for a request that continues it (0: off; < 0: no limit)
+        self.prompt_cache = None if cache_ram_mib == 0 else PromptCache(None if cache_ram_mib < 0 else cache_ram_mib << 20)
         # handoff: called before each native step and before the thread waits for work, so that what the
         # requests were handed since reaches them (the server's Inbox.flush: one wake-up of the event loop)
         self.handoff = handoff
@@ -216,7 +221,28 @@ class Scheduler:
         least recently started, which keeps the caches other prompts may come back to."""
         return max(free, key=lambda s: (self._reusable(s.cached, r.prompt), -s.last_start))
 
+    def _swap_prompt(self, s: Slot, prompt: List[int]) -> None:
+        """The prompt cache around a slot a request takes: the slot's prompt is saved where the request
+        would lose some of it, and the saved prompt that serves the request better than the slot's
+        own (PromptCache.take) is loaded in its place."""
+        n = self._reusable(s.cached, prompt)
+        if s.cached and n == len(s.cached):
+            return   # the request continues the slot's whole prompt
+        if s.cached and self.dec.pos(s.seq) == len(s.cached) and not self.prompt_cache.holds(s.cached):
+            self.prompt_cache.save(s.cached, self.dec.state_get(s.seq))
+        found = self.prompt_cache.take(prompt, s.cached, whole=not self.partial_cuts)
+        if found is not None:
+            tokens, state = found
+            try:
+                self.dec.state_set(s.seq, state)
+                s.cached = tokens
+            except ValueError:   # not expected (the same context made it): the slot starts empty
+                self.dec.truncate(s.seq, 0)
+                s.cached = []
+
     def _start(self, s: Slot, r: Request) -> None:
+        if self.prompt_cache is not None:
+            self._swap_prompt(s, r.prompt)
         n = self._reusable(s.cached, r.prompt)
         if not self.partial_cuts and n < self.dec.pos(s.seq):
             n = 0   # the cache holds more than s.cached says (a kept end token): it empties, no replay

@@ -231,7 +231,7 @@ def _native_checks(llm, good):
             bad = bad[:off]
         else:
             bad[off:off + len(val)] = val
-        assert lib.pr_state_set(llm._native_ctx, bytes(bad), len(bad)) != 0
+        assert lib.pr_state_set(llm._native_ctx, 0, bytes(bad), len(bad)) != 0
         assert lib.pr_kv_pos(llm._native_ctx) == 2
 
 
