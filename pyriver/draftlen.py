@@ -195,6 +195,18 @@ class DraftLength:
                 best, best_rate = k, rate
         return best
 
+    def gains(self, source: str, cap: int) -> List[float]:
+        """What each of up to min(draft_max, cap) free drafts (no per-draft cost: n-grams) adds to a
+        step's expected tokens: p1, p1 a, p1 a^2, ... (non-increasing). Moves the counts toward the
+        prior first, as choose does: call one of the two once per step."""
+        self._forget(bucket(source))
+        p1, a = self.chances(source)
+        out, run = [], p1
+        for _ in range(max(0, min(self.draft_max, cap))):
+            out.append(run)
+            run *= a
+        return out
+
     def update(self, source: str, n_drafted: int, n_kept: int) -> None:
         if n_drafted <= 0:
             return
@@ -205,3 +217,27 @@ class DraftLength:
         c[0] += 1.0
         c[2] += n_kept - 1
         c[3] += 1.0 if n_kept < n_drafted else 0.0
+
+
+def choose_together(picks: List[Tuple["DraftLength", str, int]], cost: DraftCost, rows: Optional[int] = None) -> List[int]:
+    """The draft lengths of several sequences that verify in one step (the server's decoding slots),
+    chosen together: picks holds each one's (DraftLength, source, cap) for free drafts (n-grams);
+    rows: the step's rows without drafts (default one a sequence). For each total of drafts the best
+    split takes the largest expected gains across the sequences (each one's gains fall with its
+    length, so that is each one's shortest drafts first); the total is the one with the most
+    expected tokens per the cost of the whole step. Choosing each sequence alone against the others'
+    single rows (choose(others)) lets every one of them claim the same cheap rows."""
+    rows = len(picks) if rows is None else rows
+    ranked = sorted(((g, i) for i, (dl, src, cap) in enumerate(picks) for g in dl.gains(src, cap)),
+                    key=lambda gi: -gi[0])
+    expect = float(len(picks))
+    best, best_rate = 0, expect / cost.interp(max(rows, 1))
+    for d, (g, _) in enumerate(ranked, 1):
+        expect += g
+        c = cost.step(rows + d)
+        if c is not None and expect / c > best_rate + 1e-12:
+            best, best_rate = d, expect / c
+    ks = [0] * len(picks)
+    for _, i in ranked[:best]:
+        ks[i] += 1
+    return ks

@@ -100,9 +100,14 @@ def cut_proposal(draft_model, prop: np.ndarray, cap: int, dl: Optional[DraftLeng
     """A draft model's proposal cut to at most cap tokens, or with dl to its choice by cost (others:
     the rows of other sequences in the same step), under the key "ngram<n>" (n: the drafter's match
     length, if it says); returns (drafts, key)."""
-    n = getattr(draft_model, "match_size", 0)
-    key = f"ngram{n or ''}"
+    key = proposal_key(draft_model)
     return (prop[:cap] if dl is None else prop[:dl.choose(key, min(cap, prop.size), others)]), key
+
+
+def proposal_key(draft_model) -> str:
+    """The key of a draft model's last proposal in a DraftLength: "ngram<n>" (n: its match length, if it says)."""
+    n = getattr(draft_model, "match_size", 0)
+    return f"ngram{n or ''}"
 
 
 def count_step(ls: Dict, n_drafted: int, n_kept: int, source: Optional[str] = None) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from pyriver import Llama
 from pyriver.batch import BatchDecoder, Feed
+from pyriver.tools.prompts import SERVE_EDIT_PROMPTS
 
 PROMPTS = ["The history of the river begins in the mountains, where", "def quicksort(items):",
            "Dear hiring manager, I am writing to apply for", "import json\n\ndef load_config(path):"]
@@ -26,7 +27,9 @@ def ours(llm, prompts, steps):
     n = len(prompts)
     dec = BatchDecoder(llm, n)
     try:
-        res = dec.step([Feed(i, p, prompt=True) for i, p in enumerate(prompts)])
+        res = {}
+        for i, p in enumerate(prompts):   # one prompt a step: four long ones exceed a batch
+            res.update(dec.step([Feed(i, p, prompt=True)]))
         ts = []
         for _ in range(steps):
             feeds = [Feed(i, [int(np.argmax(res[i][0]))]) for i in range(n)]
@@ -60,10 +63,10 @@ def theirs(model, prompts, steps, threads):
         def argmax(row):
             return int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, row), (n_vocab,))))
 
-        items = [(t, i, j, int(j == len(p) - 1)) for i, p in enumerate(prompts) for j, t in enumerate(p)]
-        decode(items)
-        last_rows = [j for j, it in enumerate(items) if it[3]]
-        nxt = [argmax(r) for r in last_rows]
+        nxt = []
+        for i, p in enumerate(prompts):   # one prompt a step: four long ones exceed a batch
+            decode([(t, i, j, int(j == len(p) - 1)) for j, t in enumerate(p)])
+            nxt.append(argmax(len(p) - 1))
         pos = [len(p) for p in prompts]
         ts = []
         for _ in range(steps):
@@ -86,11 +89,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--not-batch-invariant", action="store_true")
+    ap.add_argument("--code-edit", action="store_true", help="the code-edit prompts of `pyriver bench --spec-serve` "
+                    "(about 300 tokens each) instead of short ones")
     a = ap.parse_args()
     kw = {"batch_invariant": False} if a.not_batch_invariant else {}
     llm = Llama(a.model, n_ctx=1024 * a.seqs, n_threads=a.threads, n_threads_batch=a.threads,
                 verbose=False, river=None, **kw)
-    prompts = [llm.tokenize(PROMPTS[i % len(PROMPTS)].encode()) for i in range(a.seqs)]
+    texts = [p for _, p in SERVE_EDIT_PROMPTS] if a.code_edit else PROMPTS
+    prompts = [llm.tokenize(texts[i % len(texts)].encode()) for i in range(a.seqs)]
     llama_cpp.llama_backend_init()
     model = llama_cpp.llama_model_load_from_file(a.model.encode(), llama_cpp.llama_model_default_params())
     try:

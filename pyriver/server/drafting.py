@@ -16,8 +16,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..batch import BatchDecoder, Feed
-from ..draftlen import DraftLength
-from ..lossless import cut_proposal
+from ..draftlen import DraftLength, choose_together
+from ..lossless import proposal_key
 
 TYPES = ("draft-simple", "ngram-simple")
 OTHER_TYPES = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-map-k", "ngram-map-k4v",
@@ -192,15 +192,20 @@ class LlamaDrafter(Drafter):
         self.dls[seq] = None if self.cost is None else DraftLength(self.cost, self.n_max)
 
     def propose(self, want):
-        out = {}
+        props = {}
         for seq, (hist, limit) in want.items():
             prop = np.asarray(self.model(np.asarray(hist, dtype=np.intc)), dtype=np.int64).reshape(-1)
             if ((prop < 0) | (prop >= self.n_vocab)).any():   # a draft model's bad token: no drafts this step
                 prop = prop[:0]
-            # the other decoding slots' tokens share the verify step: drafts must pay for their delay too
-            prop, self.keys[seq] = cut_proposal(self.model, prop, max(limit, 0), self.dls.get(seq), len(want) - 1)
-            out[seq] = [int(t) for t in prop]
-        return out
+            self.keys[seq] = proposal_key(self.model)
+            props[seq] = prop[:max(limit, 0)]
+        if self.cost is not None:
+            # the decoding slots verify in one step: their draft lengths are chosen together, by the
+            # whole step's expected tokens per cost
+            seqs = list(props)
+            ks = choose_together([(self.dls[q], self.keys[q], props[q].size) for q in seqs], self.cost)
+            props = {q: props[q][:k] for q, k in zip(seqs, ks)}
+        return {seq: [int(t) for t in prop] for seq, prop in props.items()}
 
     def decide(self, seq: int, rows: np.ndarray, drafts: List[int], hist: Sequence[int], sampler, is_eog):
         out = super().decide(seq, rows, drafts, hist, sampler, is_eog)

@@ -70,8 +70,11 @@ def parser() -> argparse.ArgumentParser:
                    "single steps, k = 1..8, in one process")
     b.add_argument("--spec-serve", action="store_true", help="pyriver serve's drafting against llama-server plain and "
                    "with --spec-type ngram-simple/ngram-mod/ngram-map-k, end to end through chat completions")
-    b.add_argument("--edit-prompts", type=int, default=6, help="--spec-serve: code-edit prompts (of 10)")
-    b.add_argument("--chat-prompts", type=int, default=3, help="--spec-serve: chat prompts")
+    b.add_argument("--edit-prompts", type=int, default=8, help="--spec-serve: code-edit prompts (of 10)")
+    b.add_argument("--chat-prompts", type=int, default=4, help="--spec-serve: chat prompts (of 6)")
+    b.add_argument("--llama-spec-types", nargs="*", default=None, metavar="TYPE",
+                   help="--spec-serve: llama-server's --spec-type settings to run (default: ngram-simple ngram-mod "
+                        "ngram-map-k; none: plain llama-server only)")
     b.add_argument("--pyriver-setting", action="append", default=None, metavar="FLAGS",
                    help="--spec-serve: another pyriver serve to run, with these flags (repeatable)")
     b.add_argument("--verify-k-max", type=int, default=64, help="--verify-cost: the longest step measured")

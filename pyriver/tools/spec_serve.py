@@ -5,8 +5,8 @@ threads and chat prompts (code edits whose answer rewrites the prompt's code, pr
 and short chat prompts), greedy, at most --gen-tokens tokens, through /v1/chat/completions.
 
 Each round starts every server afresh (all listening, one computing at a time) and sends each
-prompt to each server in turn, the order rotated per prompt; with --streams 4 the prompts go in
-groups of four concurrent requests. Reported per server, prompt kind and stream count: end-to-end
+prompt to each server in turn, the order rotated per prompt; with --streams 4 the prompts of each
+kind go in groups of four concurrent requests (a kind's last group may be smaller). Reported per server, prompt kind and stream count: end-to-end
 tokens per second as a client sees them (completion tokens over the wall time of the request,
 prompt processing included; for a group, all its tokens over the group's wall time), as the ratio
 to plain llama-server on the same prompt (or group) and round, median (min..max) over prompts and
@@ -38,7 +38,8 @@ def configs(a, path: str) -> List[Tuple[str, List[str]]]:
     exe = str(ensure(a.threads))
     ls = [exe, "-m", path, "-t", str(a.threads), "-tb", str(a.threads), "-c", str(2048 * n), "--parallel", str(n),
           "-fa", "off", "--host", "127.0.0.1"]
-    out = [("llama-server", ls)] + [(f"llama-server {t}", ls + ["--spec-type", t]) for t in LLAMA_SPEC_TYPES]
+    types = LLAMA_SPEC_TYPES if a.llama_spec_types is None else a.llama_spec_types
+    out = [("llama-server", ls)] + [(f"llama-server {t}", ls + ["--spec-type", t]) for t in types]
     py = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "2048",
           "--parallel", str(n)]
     settings = dict(PYRIVER_SETTINGS)
@@ -101,10 +102,11 @@ def main(a) -> int:
             for s in srvs:   # warm-up: the first request of a fresh server pays for page faults
                 run_group(s.url, ["Hi"], 4)
             for k in a.streams:
-                groups = [pset[i:i + k] for i in range(0, len(pset), k)] if k > 1 else [[p] for p in pset]
+                groups = [g[i:i + k] for g in ([p for p in pset if p[0] == kind] for kind in ("code-edit", "chat"))
+                          for i in range(0, len(g), k)]
                 for gi, group in enumerate(groups):
                     order = srvs[(gi + rnd) % len(srvs):] + srvs[:(gi + rnd) % len(srvs)]
-                    kind = group[0][0] if len({g[0] for g in group}) == 1 else "mixed"
+                    kind = group[0][0]
                     for s in order:
                         r = run_group(s.url, [p for _, p in group], a.gen_tokens)
                         rows.setdefault((s.name, k), []).append((kind, r["tok_s"], r["texts"], r["tokens"]))
@@ -124,7 +126,7 @@ def main(a) -> int:
         for name, _ in cfgs:
             runs = rows[(name, k)]
             out = {}
-            for kind in ("code-edit", "chat", "mixed"):
+            for kind in ("code-edit", "chat"):
                 pairs = [(r, b) for r, b in zip(runs, ref) if r[0] == kind]
                 if not pairs:
                     continue
