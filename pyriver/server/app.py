@@ -26,7 +26,7 @@ from ..logprobs import as_dict as logprobs_dict
 from ..sampling import Sampler
 from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream, ToolError
-from . import drafting, embeddings, rerank, responses
+from . import drafting, embeddings, messages, rerank, responses
 from . import builtin_template, llamacpp_api as L
 from .prompt_cache import DEFAULT_MIB
 from .cors import CORS
@@ -311,6 +311,7 @@ def build_app(srv: Server) -> Starlette:
         return _error(APIError(getattr(exc, "status_code", 404), f"{req.method} {req.url.path}: "
                                f"{getattr(exc, 'detail', 'not found')}"))
 
+    app_chat = types.SimpleNamespace(plan=_chat_plan, tokens=_chat_tokens, collect=_collect, events=events, new_events=Events)
     routes = [Route("/v1/completions", completions, methods=["POST"]),
               Route("/v1/chat/completions", chat_completions, methods=["POST"]),
               Route("/chat/completions", chat_completions, methods=["POST"]),   # llama-server's aliases
@@ -320,8 +321,7 @@ def build_app(srv: Server) -> Starlette:
               Route("/v1/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"]),
               *L.routes(srv, guarded)] + webui_routes(srv, guarded) + embeddings.routes(srv, guarded) \
-        + rerank.routes(srv, guarded) + responses.routes(
-        srv, guarded, types.SimpleNamespace(plan=_chat_plan, tokens=_chat_tokens, collect=_collect, events=events))
+        + rerank.routes(srv, guarded) + responses.routes(srv, guarded, app_chat) + messages.routes(srv, guarded, app_chat)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):

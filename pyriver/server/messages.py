@@ -1,0 +1,255 @@
+"""POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API, the API coding agents
+speak, as llama-server serves it: the request becomes a chat completion (llama-server's
+convert_anthropic_to_oai: `system` a system message, text blocks content, an assistant's `tool_use`
+blocks its tool_calls, a user's `tool_result` blocks tool messages, `tools` functions with
+`input_schema` as parameters, `tool_choice` auto/any/tool/none, `stop_sequences` stop), runs through
+the chat plan the OpenAI route uses (template, tools, grammar), and the answer comes back as a
+message: text and `tool_use` content blocks, `stop_reason` end_turn / max_tokens / stop_sequence /
+tool_use, `usage`. Streamed, its events: message_start, content_block_start / _delta (text_delta,
+input_json_delta) / _stop per block, message_delta with the stop reason and usage, message_stop.
+Images and documents: 400."""
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Dict, List, Optional
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request as HTTPRequest
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from .. import chat
+from ..toolcall import DeltaStream
+from .schema import CHAT, APIError, json_object, parse
+
+DEFAULT_MAX_TOKENS = 4096   # Anthropic requires max_tokens; a request without it gets this
+
+
+def routes(srv, guarded, app_chat) -> List[Route]:
+    """app_chat: app's chat helpers (plan, tokens, events), handed in as responses.routes gets them."""
+    async def messages(req: HTTPRequest):
+        return await guarded(req, lambda r: _handle(srv, r, app_chat))
+
+    async def count(req: HTTPRequest):
+        return await guarded(req, lambda r: _count(srv, r, app_chat))
+    return [Route("/v1/messages", messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", count, methods=["POST"])]
+
+
+def _text(blocks, where: str) -> str:
+    """A content of text blocks (or a string) as one string."""
+    if isinstance(blocks, str):
+        return blocks
+    if not isinstance(blocks, list):
+        raise APIError(400, f"{where}: content must be a string or a list of content blocks", param="messages")
+    out = []
+    for b in blocks:
+        if not isinstance(b, dict) or b.get("type") != "text" or not isinstance(b.get("text"), str):
+            raise APIError(400, f"{where}: only text blocks ({{type: 'text', text}}) are supported here, got "
+                           f"{str(b.get('type') if isinstance(b, dict) else b)[:40]!r}", param="messages")
+        out.append(b["text"])
+    return "".join(out)
+
+
+def _message(m, i: int) -> List[Dict]:
+    """The chat messages of one Anthropic message (a user's tool results come first, as tool messages)."""
+    where = f"messages[{i}]"
+    role = m.get("role") if isinstance(m, dict) else None
+    if role not in ("user", "assistant"):
+        raise APIError(400, f"{where}: role must be 'user' or 'assistant'", param="messages")
+    content = m.get("content")
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    if not isinstance(content, list):
+        raise APIError(400, f"{where}: content must be a string or a list of content blocks", param="messages")
+    texts, calls, results = [], [], []
+    for b in content:
+        kind = b.get("type") if isinstance(b, dict) else None
+        if kind == "text" and isinstance(b.get("text"), str):
+            texts.append(b["text"])
+        elif kind == "tool_use" and role == "assistant":
+            if not isinstance(b.get("id"), str) or not isinstance(b.get("name"), str) or not isinstance(b.get("input"), dict):
+                raise APIError(400, f"{where}: a tool_use block needs id, name and input (an object)", param="messages")
+            calls.append({"id": b["id"], "type": "function",
+                          "function": {"name": b["name"], "arguments": json.dumps(b["input"])}})
+        elif kind == "tool_result" and role == "user":
+            if not isinstance(b.get("tool_use_id"), str):
+                raise APIError(400, f"{where}: a tool_result block needs tool_use_id", param="messages")
+            text = _text(b.get("content", ""), where + " tool_result")
+            if b.get("is_error"):
+                text = "Error: " + text
+            results.append({"role": "tool", "tool_call_id": b["tool_use_id"], "content": text})
+        elif kind in ("thinking", "redacted_thinking") and role == "assistant":
+            continue   # earlier reasoning is not sent back to the template
+        else:
+            raise APIError(400, f"{where}: content blocks of type {str(kind)[:40]!r} are not supported here "
+                           "(text, an assistant's tool_use, a user's tool_result)", param="messages")
+    out = list(results)
+    if role == "assistant":
+        msg: Dict = {"role": "assistant", "content": "".join(texts) or None}
+        if calls:
+            msg["tool_calls"] = calls
+        out.append(msg)
+    elif texts or not results:
+        out.append({"role": "user", "content": "".join(texts)})
+    return out
+
+
+def _tool_choice(tc) -> Optional[object]:
+    if tc is None:
+        return None
+    kind = tc.get("type") if isinstance(tc, dict) else None
+    if kind == "auto":
+        return "auto"
+    if kind == "any":
+        return "required"
+    if kind == "none":
+        return "none"
+    if kind == "tool" and isinstance(tc.get("name"), str):
+        return {"type": "function", "function": {"name": tc["name"]}}
+    raise APIError(400, "tool_choice must be {type: auto|any|none} or {type: 'tool', name}", param="tool_choice")
+
+
+def to_chat(body: Dict) -> Dict:
+    """The chat completion request of a Messages request."""
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise APIError(400, "'messages' must be a non-empty list", param="messages")
+    out: List[Dict] = []
+    if body.get("system") is not None:
+        out.append({"role": "system", "content": _text(body["system"], "system")})
+    for i, m in enumerate(msgs):
+        out += _message(m, i)
+    chat_body: Dict = {"messages": out, "max_tokens": body.get("max_tokens", DEFAULT_MAX_TOKENS)}
+    for k in ("model", "temperature", "top_p", "top_k", "stream"):
+        if k in body:
+            chat_body[k] = body[k]
+    if body.get("stop_sequences") is not None:
+        chat_body["stop"] = body["stop_sequences"]
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools):
+            raise APIError(400, "tools must be a list of {name, description, input_schema}", param="tools")
+        chat_body["tools"] = [{"type": "function", "function": {
+            "name": t["name"], "description": t.get("description", ""),
+            "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}} for t in tools]
+    choice = _tool_choice(body.get("tool_choice"))
+    if choice is not None:
+        chat_body["tool_choice"] = choice
+        if isinstance(body["tool_choice"], dict) and body["tool_choice"].get("disable_parallel_tool_use"):
+            chat_body["parallel_tool_calls"] = False
+    return chat_body
+
+
+def _blocks(msg: Dict) -> List[Dict]:
+    """The content blocks of a chat answer: its text, then a tool_use block per tool call."""
+    out = []
+    if msg.get("content"):
+        out.append({"type": "text", "text": msg["content"]})
+    for c in msg.get("tool_calls") or []:
+        try:
+            args = json.loads(c["function"]["arguments"] or "{}")
+        except ValueError:
+            args = {}
+        out.append({"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
+                    "input": args if isinstance(args, dict) else {}})
+    return out
+
+
+def _stop(finish: str, word: Optional[str]):
+    """(stop_reason, stop_sequence) of a chat finish reason."""
+    if finish == "tool_calls":
+        return "tool_use", None
+    if finish == "length":
+        return "max_tokens", None
+    return ("stop_sequence", word) if word else ("end_turn", None)
+
+
+def _usage(r) -> Dict:
+    return {"input_tokens": len(r.prompt), "output_tokens": r.n_decoded, "cache_read_input_tokens": r.n_cached}
+
+
+async def _prepare(srv, req: HTTPRequest, app_chat):
+    body = json_object(await req.body())
+    f = parse(json.dumps(to_chat(body)).encode(), CHAT, "messages", srv.settings.get("defaults"))
+    srv.check_model(f["model"])
+    plan = await run_in_threadpool(app_chat.plan, srv, f)
+    try:
+        toks = await run_in_threadpool(app_chat.tokens, srv, plan, f)
+    except ValueError as e:
+        raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
+    return body, f, plan, toks
+
+
+async def _count(srv, req: HTTPRequest, app_chat):
+    _, _, _, toks = await _prepare(srv, req, app_chat)
+    return JSONResponse({"input_tokens": len(toks)})
+
+
+async def _handle(srv, req: HTTPRequest, app_chat):
+    body, f, plan, toks = await _prepare(srv, req, app_chat)
+    srv.prompt_tokens(toks)
+    r = srv.submit_n(f, toks, None, await run_in_threadpool(srv.samplers, f, toks, plan.grammar))[0]
+    asked = [s for s in (body.get("stop_sequences") or []) if s]
+    ev = app_chat.new_events(r, srv.llm.chat_stops(f["stops"]))
+    mid, model = "msg_" + secrets.token_hex(12), f["model"] or srv.model_id
+
+    def word() -> Optional[str]:
+        """The stop sequence that ended the text, if one of the request's did."""
+        rest = ev.text.buf[ev.text.sent:].decode("utf-8", "ignore")
+        return next((s for s in asked if rest.startswith(s)), None)
+
+    def message(content: List[Dict], stop_reason, stop_sequence) -> Dict:
+        return {"id": mid, "type": "message", "role": "assistant", "model": model, "content": content,
+                "stop_reason": stop_reason, "stop_sequence": stop_sequence, "usage": _usage(r)}
+
+    if not f["stream"]:
+        parts, finish = [], "length"
+        async for text, fin in app_chat.events(r, [], ev):
+            parts.append(text)
+            finish = fin or finish
+        msg = chat.chat_dict("", 0, model, "".join(parts), finish, {}, plan.tools)["choices"][0]
+        return JSONResponse(message(_blocks(msg["message"]), *_stop(msg["finish_reason"], word())))
+
+    def sse(kind: str, data: Dict) -> str:
+        return f"event: {kind}\ndata: {json.dumps(dict(type=kind, **data))}\n\n"
+
+    async def stream():
+        try:
+            head = message([], None, None)
+            head["usage"] = {"input_tokens": len(r.prompt), "output_tokens": 0}
+            yield sse("message_start", {"message": head})
+            ds = DeltaStream(plan.tools)   # content, or tool calls parsed at the end
+            index, open_kind, finish = -1, None, "length"
+            async for text, fin in app_chat.events(r, [], ev):
+                for ch in chat.tool_delta_chunks(ds, "", 0, model, text, fin):
+                    c = ch["choices"][0]
+                    finish = c["finish_reason"] or finish
+                    d = c["delta"]
+                    if d.get("content"):
+                        if open_kind != "text":
+                            if open_kind is not None:
+                                yield sse("content_block_stop", {"index": index})
+                            index, open_kind = index + 1, "text"
+                            yield sse("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}})
+                        yield sse("content_block_delta", {"index": index, "delta": {"type": "text_delta", "text": d["content"]}})
+                    for call in d.get("tool_calls") or []:
+                        if open_kind is not None:
+                            yield sse("content_block_stop", {"index": index})
+                        index, open_kind = index + 1, "tool_use"
+                        yield sse("content_block_start", {"index": index, "content_block": {
+                            "type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": {}}})
+                        yield sse("content_block_delta", {"index": index, "delta": {
+                            "type": "input_json_delta", "partial_json": call["function"]["arguments"] or "{}"}})
+            if open_kind is not None:
+                yield sse("content_block_stop", {"index": index})
+            reason, seq = _stop(finish, word())
+            yield sse("message_delta", {"delta": {"stop_reason": reason, "stop_sequence": seq},
+                                        "usage": {"output_tokens": r.n_decoded}})
+            yield sse("message_stop", {})
+        except APIError as e:   # after the headers went out: the error as an event
+            yield sse("error", {"error": {"type": "invalid_request_error", "message": e.body()["error"]["message"]}})
+        finally:   # the client went away (or the stream ended): the slot frees at the next step
+            r.cancel()
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
