@@ -28,6 +28,8 @@ class Vocab:
         # fill-in-the-middle tokens (-1: the model has none)
         self.fim = tuple(f(self._vocab) for f in (llama_cpp.llama_vocab_fim_pre, llama_cpp.llama_vocab_fim_suf,
                                                   llama_cpp.llama_vocab_fim_mid))
+        self.fim_rep = llama_cpp.llama_vocab_fim_rep(self._vocab)   # repo-level FIM (llama-server's /infill)
+        self.fim_sep = llama_cpp.llama_vocab_fim_sep(self._vocab)
         self._buf = ctypes.create_string_buffer(256)
 
     @property

@@ -61,6 +61,8 @@ def parser() -> argparse.ArgumentParser:
                    help="ngram-simple: most tokens drafted (default 48)")
     p.add_argument("--spec-synth-rates", default=None,
                    help="benchmarking only: keep draft i with these probabilities instead of checking it")
+    p.add_argument("--spm-infill", action="store_true",
+                   help="/infill lays out suffix before prefix (llama-server's, for models trained so)")
     p.add_argument("--context-shift", action="store_true",
                    help="a full slot drops half of its tokens (after the BOS) and generates on, as llama-server")
     p.add_argument("--no-context-shift", action="store_true", help="a full slot ends its request (the default)")
@@ -161,7 +163,7 @@ def settings(a: argparse.Namespace) -> dict:
     defaults = {k: v for k, v in (("temperature", a.temp), ("seed", a.seed if a.seed >= 0 else None)) if v is not None}
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
                 prompt_chunk=a.prompt_chunk, cache_ram=a.cache_ram, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
-                verbose=a.verbose, webui=not a.no_webui, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
+                verbose=a.verbose, spm_infill=a.spm_infill, webui=not a.no_webui, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
                 chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
                 reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,
                 drafts_by_default=by_default)

@@ -148,7 +148,7 @@ def _is_tokens(v) -> bool:
     return isinstance(v, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
 
 
-def _is_mixed(v) -> bool:
+def is_mixed(v) -> bool:
     return isinstance(v, list) and len(v) > 0 and all(isinstance(t, (int, str)) and not isinstance(t, bool)
                                                      for t in v) and any(isinstance(t, int) for t in v)
 
@@ -156,7 +156,7 @@ def _is_mixed(v) -> bool:
 def prompts_of(p) -> Tuple[List[Any], bool]:
     """(prompts, several): llama-server's prompt forms. A string, a list of token ids (with strings
     mixed in), {"prompt_string": ...}, or a list of those: one result per prompt."""
-    if isinstance(p, (str, dict)) or _is_tokens(p) or _is_mixed(p):
+    if isinstance(p, (str, dict)) or _is_tokens(p) or is_mixed(p):
         return [p], False
     if isinstance(p, list) and p:
         return list(p), True
@@ -322,7 +322,7 @@ class Native:
         return _nested(self.f["fields"], d) if self.f["fields"] else d
 
 
-async def _run_one(n: Native) -> Dict[str, Any]:
+async def run_one(n: Native) -> Dict[str, Any]:
     parts, toks, entries = [], [], []
     try:
         async for text, ts, es in n.items():
@@ -353,8 +353,8 @@ def routes(srv, guarded) -> List[Route]:
                     n.r.cancel()
                 raise
             if f["stream"]:
-                return _stream(runs[0])
-            results = [await _run_one(n) for n in runs]
+                return stream_response(runs[0])
+            results = [await run_one(n) for n in runs]
             return JSONResponse(results if several else results[0])
         return await guarded(req, h)
 
@@ -370,7 +370,7 @@ def routes(srv, guarded) -> List[Route]:
             add, special = body.get("add_special", False), body.get("parse_special", True)
             if isinstance(content, str):
                 content = [content]
-            if not _is_mixed(content) and not (isinstance(content, list) and all(isinstance(x, str) for x in content)):
+            if not is_mixed(content) and not (isinstance(content, list) and all(isinstance(x, str) for x in content)):
                 raise APIError(400, "'content' must be a string or a list of strings and token ids", param="content")
             toks = []
             with srv.sched.vocab_lock:
@@ -472,7 +472,7 @@ def template_vars(srv, body: Dict) -> Dict[str, Any]:
 
 
 
-def _stream(n: Native) -> StreamingResponse:
+def stream_response(n: Native) -> StreamingResponse:
     """llama-server's native stream: a chunk per token, then the final object (content empty)."""
     async def body():
         toks, entries = [], []
