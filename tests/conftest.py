@@ -107,9 +107,9 @@ def bad_files(synth_paths, tmp_path_factory) -> dict:
 def foreign_paths(smol_path) -> dict:
     """Synthetic files of architectures pyriver has no builder for (llama.cpp's loaders only), by
     architecture, written once (pyriver.tools.synth_foreign)."""
-    from pyriver.tools.synth_foreign import write_foreign
+    from pyriver.tools.synth_foreign import ARCHS, write_foreign
     out = {}
-    for arch in ("granite", "lfm2"):
+    for arch in ARCHS:
         p = os.path.join(SYNTH_DIR, f"foreign_{arch}.gguf")
         if not os.path.exists(p):
             write_foreign(p, arch, tokenizer_from=smol_path, n_layer=4, n_embd=64, n_head=4, n_head_kv=2, n_ff=128)

@@ -12,7 +12,9 @@ from pyriver import Llama
 from pyriver.batch import Feed
 from pyriver.errors import ContextFullError, ModelLoadError
 
-FOREIGN = {"granite": {}, "lfm2": {}}   # synth_foreign's architectures, llama.cpp's loaders only (conftest.foreign_paths)
+# synth_foreign's architectures, llama.cpp's loaders only (conftest.foreign_paths)
+FOREIGN = {"granite": {}, "lfm2": {}, "qwen35": {}, "qwen35moe": {}, "gemma4": {}, "gpt-oss": {}, "granitehybrid": {},
+           "llama4": {}, "glm4": {}, "glm4moe": {}, "deepseek2": {}}
 PROMPT = "Once upon a time, a river"
 KW = dict(n_ctx=256, n_threads=2, verbose=False)
 
