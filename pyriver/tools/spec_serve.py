@@ -4,10 +4,10 @@ n-gram speculative decoding (--spec-type ngram-simple, ngram-mod, ngram-map-k), 
 threads and chat prompts (code edits whose answer rewrites the prompt's code, prompts.SERVE_EDIT_PROMPTS,
 and short chat prompts), greedy, at most --gen-tokens tokens, through /v1/chat/completions.
 
-Each round starts every server afresh (all listening, one computing at a time) and sends each
-prompt to each server in turn, the order rotated per prompt; with --streams 4 the prompts of each
-kind go in groups of four concurrent requests (a kind's last group may be smaller). Reported per server, prompt kind and stream count: end-to-end
-tokens per second as a client sees them (completion tokens over the wall time of the request,
+Each round starts every server afresh for each stream count (all listening, one computing at a
+time) and sends each prompt to each server in turn, the order rotated per prompt; with --streams 4
+the prompts of each kind go in groups of four concurrent requests (a kind's last group may be
+smaller). Reported per server, prompt kind and stream count: end-to-end tokens per second as a client sees them (completion tokens over the wall time of the request,
 prompt processing included; for a group, all its tokens over the group's wall time), as the ratio
 to plain llama-server on the same prompt (or group) and round, median (min..max) over prompts and
 rounds; and how many texts equal plain llama-server's."""
@@ -94,24 +94,25 @@ def main(a) -> int:
     pset = prompt_set(a)
     # rows[(server, streams)] -> list of (kind, tok/s, texts) per group and round
     rows: Dict[Tuple[str, int], List[Tuple[str, float, List[str], List[int]]]] = {}
-    for rnd in range(a.repeats):
+    for rnd, k in ((rnd, k) for rnd in range(a.repeats) for k in a.streams):
+        # fresh servers for each stream count: what a server keeps across requests (prompt caches,
+        # llama-server's ngram-mod table) never holds the answers the other stream count already gave
         srvs = []
         try:
             for name, argv in cfgs:
                 srvs.append(_Server(name, argv + ["--port", str(p := _port())], p))
             for s in srvs:   # warm-up: the first request of a fresh server pays for page faults
                 run_group(s.url, ["Hi"], 4)
-            for k in a.streams:
-                groups = [g[i:i + k] for g in ([p for p in pset if p[0] == kind] for kind in ("code-edit", "chat"))
-                          for i in range(0, len(g), k)]
-                for gi, group in enumerate(groups):
-                    order = srvs[(gi + rnd) % len(srvs):] + srvs[:(gi + rnd) % len(srvs)]
-                    kind = group[0][0]
-                    for s in order:
-                        r = run_group(s.url, [p for _, p in group], a.gen_tokens)
-                        rows.setdefault((s.name, k), []).append((kind, r["tok_s"], r["texts"], r["tokens"]))
-                        print(f"round {rnd} streams {k} group {gi} {kind:<9} {s.name:<32} {r['tok_s']:7.2f} tok/s",
-                              file=sys.stderr, flush=True)
+            groups = [g[i:i + k] for g in ([p for p in pset if p[0] == kind] for kind in ("code-edit", "chat"))
+                      for i in range(0, len(g), k)]
+            for gi, group in enumerate(groups):
+                order = srvs[(gi + rnd) % len(srvs):] + srvs[:(gi + rnd) % len(srvs)]
+                kind = group[0][0]
+                for s in order:
+                    r = run_group(s.url, [p for _, p in group], a.gen_tokens)
+                    rows.setdefault((s.name, k), []).append((kind, r["tok_s"], r["texts"], r["tokens"]))
+                    print(f"round {rnd} streams {k} group {gi} {kind:<9} {s.name:<32} {r['tok_s']:7.2f} tok/s",
+                          file=sys.stderr, flush=True)
         finally:
             for s in srvs:
                 s.close()
