@@ -26,7 +26,7 @@ from ..logprobs import as_dict as logprobs_dict
 from ..sampling import Sampler
 from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream, ToolError
-from . import drafting, embeddings, messages, rerank, responses
+from . import drafting, embeddings, messages, props, rerank, responses
 from . import builtin_template, llamacpp_api as L
 from .prompt_cache import DEFAULT_MIB
 from .cors import CORS
@@ -320,7 +320,8 @@ def build_app(srv: Server) -> Starlette:
               Route("/v1/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"]),
               *L.routes(srv, guarded)] + webui_routes(srv, guarded) + embeddings.routes(srv, guarded) \
-        + rerank.routes(srv, guarded) + responses.routes(srv, guarded, app_chat) + messages.routes(srv, guarded, app_chat)
+        + rerank.routes(srv, guarded) + responses.routes(srv, guarded, app_chat) + messages.routes(srv, guarded, app_chat) \
+        + props.routes(srv, guarded)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
