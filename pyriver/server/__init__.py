@@ -4,6 +4,7 @@ runtime; the runtime never imports it. Needs the extra: pip install "pyriver[ser
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
 from typing import List, Optional
@@ -98,6 +99,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--jinja", action="store_true", help="accepted: chat templates always render with jinja2")
     p.add_argument("--no-jinja", action="store_true", help="accepted: chat templates always render with jinja2")
     p.add_argument("--metrics", action="store_true", help="accepted: /metrics is always on")
+    p.add_argument("--slots", dest="slots", action="store_true", default=True,
+                   help="serve GET /slots, the slots' state (llama-server's; the default)")
+    p.add_argument("--no-slots", dest="slots", action="store_false", help="GET /slots answers 501")
+    p.add_argument("--props", action="store_true", help="POST /props answers success (llama-server's; it changes "
+                   "nothing there either); without it 501")
+    p.add_argument("--slot-save-path", default=None, metavar="DIR",
+                   help="POST /slots/ID?action=save|restore|erase: a slot's prompt cache to DIR/filename and back")
     p.add_argument("--cont-batching", "-cb", action="store_true", help="accepted: batching is always continuous")
     return p
 
@@ -160,13 +168,16 @@ def settings(a: argparse.Namespace) -> dict:
         kw["engine"] = a.engine
     if a.cors_origins == "":
         raise ValueError("--cors-origins must not be empty")
+    if a.slot_save_path is not None and not os.path.isdir(a.slot_save_path):
+        raise ValueError(f"--slot-save-path: not a directory: {a.slot_save_path}")
     defaults = {k: v for k, v in (("temperature", a.temp), ("seed", a.seed if a.seed >= 0 else None)) if v is not None}
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
                 prompt_chunk=a.prompt_chunk, cache_ram=a.cache_ram, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
                 verbose=a.verbose, spm_infill=a.spm_infill, webui=not a.no_webui, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
                 chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
                 reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,
-                drafts_by_default=by_default)
+                drafts_by_default=by_default, endpoint_slots=a.slots, endpoint_props=a.props,
+                slot_save_path=a.slot_save_path)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -26,10 +26,11 @@ from ..logprobs import as_dict as logprobs_dict
 from ..sampling import Sampler
 from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream, ToolError
-from . import drafting, embeddings, infill, messages, rerank, responses
+from . import drafting, embeddings, infill, messages, props, rerank, responses
 from . import builtin_template, llamacpp_api as L
 from .prompt_cache import DEFAULT_MIB
 from .cors import CORS
+from .disconnect import or_cancel
 from .inbox import Inbox
 from .metrics import Metrics
 from .river_tokens import TokenExits
@@ -249,8 +250,7 @@ def build_app(srv: Server) -> Starlette:
         if f["stream"]:
             return _sse(_completion_chunks(srv, r, f, cid, created, model), r)
         choices = []
-        for i, ri in enumerate(rs):
-            text, finish = await _collect(ri, f["stops"])
+        for i, (ri, (text, finish)) in enumerate(zip(rs, await or_cancel(req, rs, _collect_all(rs, f["stops"])))):
             lp = None
             if f["logprobs"] is not None:
                 with srv.sched.vocab_lock:   # pieces come from the shared Vocab buffer
@@ -282,8 +282,7 @@ def build_app(srv: Server) -> Starlette:
         if f["stream"]:
             return _sse(_chat_chunks(srv, r, f, stops, cid, created, model, plan), r)
         choices = []
-        for i, ri in enumerate(rs):
-            text, finish = await _collect(ri, stops)
+        for i, (ri, (text, finish)) in enumerate(zip(rs, await or_cancel(req, rs, _collect_all(rs, stops)))):
             c = dict(chat.chat_dict(cid, created, model, text, finish, {}, plan.tools)["choices"][0], index=i)
             if f["logprobs"]:
                 c["logprobs"] = L.chat_logprobs(srv, ri.logprob_entries[:_n_tokens(srv, ri, text)])
@@ -322,7 +321,7 @@ def build_app(srv: Server) -> Starlette:
               Route("/metrics", metrics, methods=["GET"]),
               *L.routes(srv, guarded)] + webui_routes(srv, guarded) + embeddings.routes(srv, guarded) \
         + rerank.routes(srv, guarded) + responses.routes(srv, guarded, app_chat) + messages.routes(srv, guarded, app_chat) \
-        + infill.routes(srv, guarded)
+        + infill.routes(srv, guarded) + props.routes(srv, guarded)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -362,6 +361,10 @@ async def _collect(r: Request, stops: List[str]):
         parts.append(text)
         finish = fin or finish
     return "".join(parts), finish
+
+
+async def _collect_all(rs: List[Request], stops: List[str]) -> List[Tuple[str, str]]:
+    return [await _collect(r, stops) for r in rs]
 
 
 def _usage(r: Request, *more: Request) -> dict:

@@ -18,6 +18,7 @@ from starlette.routing import Route
 from .. import __version__
 from .. import completion as C
 from ..sampling import SamplingParams
+from .disconnect import or_cancel
 from .schema import APIError, json_object
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF   # what llama-server reports for "a random seed"
@@ -334,6 +335,10 @@ async def run_one(n: Native) -> Dict[str, Any]:
     return n.final("".join(parts), toks, entries)
 
 
+async def _run_all(runs: List[Native]) -> List[Dict[str, Any]]:
+    return [await run_one(n) for n in runs]
+
+
 def routes(srv, guarded) -> List[Route]:
     """The routes, each through app.py's guarded (API key, model ready, errors as JSON)."""
 
@@ -354,7 +359,7 @@ def routes(srv, guarded) -> List[Route]:
                 raise
             if f["stream"]:
                 return stream_response(runs[0])
-            results = [await run_one(n) for n in runs]
+            results = await or_cancel(req, [n.r for n in runs], _run_all(runs))
             return JSONResponse(results if several else results[0])
         return await guarded(req, h)
 

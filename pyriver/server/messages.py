@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from .. import chat
 from ..toolcall import DeltaStream
+from .disconnect import or_cancel
 from .schema import CHAT, APIError, json_object, parse
 
 DEFAULT_MAX_TOKENS = 4096   # Anthropic requires max_tokens; a request without it gets this
@@ -205,11 +206,13 @@ async def _handle(srv, req: HTTPRequest, app_chat):
                 "stop_reason": stop_reason, "stop_sequence": stop_sequence, "usage": _usage(r)}
 
     if not f["stream"]:
-        parts, finish = [], "length"
-        async for text, fin in app_chat.events(r, [], ev):
-            parts.append(text)
-            finish = fin or finish
-        msg = chat.chat_dict("", 0, model, "".join(parts), finish, {}, plan.tools)["choices"][0]
+        async def collect():
+            parts, finish = [], "length"
+            async for text, fin in app_chat.events(r, [], ev):
+                parts.append(text)
+                finish = fin or finish
+            return "".join(parts), finish
+        msg = chat.chat_dict("", 0, model, *await or_cancel(req, [r], collect()), {}, plan.tools)["choices"][0]
         return JSONResponse(message(_blocks(msg["message"]), *_stop(msg["finish_reason"], word())))
 
     def sse(kind: str, data: Dict) -> str:

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from . import llamacpp_api as L
+from .disconnect import or_cancel
 from .schema import CHAT, APIError, json_object, parse
 
 
@@ -117,7 +118,7 @@ async def _handle(srv, req: HTTPRequest, app_chat):
     rid, mid, created, model = "resp_" + secrets.token_hex(16), "msg_" + secrets.token_hex(16), int(time.time()), \
         f["model"] or srv.model_id
     if not f["stream"]:
-        text, _ = await app_chat.collect(r, stops)
+        text, _ = await or_cancel(req, [r], app_chat.collect(r, stops))
         return JSONResponse(_response(rid, mid, model, text, r, created))
 
     def sse(kind: str, data: Dict) -> str:

@@ -12,6 +12,7 @@ its rule decides; with context shift a full slot drops half of its tokens after 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import queue
 import threading
 import time
@@ -92,6 +93,7 @@ class Slot:
         self.drafts: List[int] = []    # lossless: this step's drafts and the distributions they came from
         self.qs: list = []
         self.last_start = 0            # when it last took a request (the scheduler's count of starts)
+        self.task: Optional[Request] = None   # the request it holds, else the last it held (/slots)
 
 
 class Scheduler:
@@ -128,6 +130,8 @@ class Scheduler:
         self.split_verify = drafter is not None and drafter.exact and self.dec.can_batch_invariant
         self.slots = [Slot(i) for i in range(n_slots)]
         self.waiting: "collections.deque[Request]" = collections.deque()
+        # calls run on this thread between steps (Scheduler.call): (slot or None, fn, future)
+        self.calls: collections.deque = collections.deque()
         self.n_starts = 0
         self.queue_max = queue_max
         # prompt tokens per slot and step: a number, always; None, PROMPT_CHUNK while other slots decode
@@ -152,6 +156,20 @@ class Scheduler:
             self.waiting.append(req)
             self.cond.notify()
 
+    def call(self, fn: Callable, seq: Optional[int] = None) -> "concurrent.futures.Future":
+        """fn run on the scheduler thread between two steps, where it may read every slot and use the
+        decoder (llama-server's slot tasks): fn() with seq None, else fn(slot) once slot seq holds no
+        request (llama-server defers a slot action while its slot processes). The future has its
+        result, or the exception it raised."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self.cond:
+            if self._stop:
+                fut.set_exception(RuntimeError("the server is shutting down"))
+                return fut
+            self.calls.append((seq, fn, fut))
+            self.cond.notify()
+        return fut
+
     def queue_length(self) -> int:
         return len(self.waiting)
 
@@ -171,12 +189,13 @@ class Scheduler:
     def _run(self) -> None:
         while True:
             with self.cond:
-                while not self._stop and not self.waiting and all(s.req is None for s in self.slots):
+                while not self._stop and not self.waiting and not self.calls and all(s.req is None for s in self.slots):
                     if self.handoff is not None:
                         self.handoff()
                     self.cond.wait()
                 if self._stop:
                     break
+                self._calls()
                 self._admit()
             try:
                 self._step()
@@ -191,8 +210,28 @@ class Scheduler:
                 self._finish(s, "error: the server is shutting down")
         for r in self.waiting:
             r.out.put(("end", "error: the server is shutting down"))
+        with self.cond:
+            for _seq, _fn, fut in self.calls:
+                fut.set_exception(RuntimeError("the server is shutting down"))
+            self.calls.clear()
         if self.handoff is not None:
             self.handoff()
+
+    def _calls(self) -> None:
+        """Runs the calls whose slot holds no request (in order); the others wait for theirs."""
+        later: collections.deque = collections.deque()
+        while self.calls:
+            seq, fn, fut = self.calls.popleft()
+            if seq is not None and self.slots[seq].req is not None:
+                later.append((seq, fn, fut))
+                continue
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn() if seq is None else fn(self.slots[seq]))
+            except Exception as e:   # the caller's to report
+                fut.set_exception(e)
+        self.calls = later
 
     def _admit(self) -> None:
         for s in self.slots:
@@ -251,7 +290,7 @@ class Scheduler:
         s.pending = r.prompt[n:]
         s.history = list(r.prompt)
         s.next_tok = None
-        s.req = r
+        s.req = s.task = r
         r.n_cached = n
         self.n_starts += 1
         s.last_start = self.n_starts

@@ -37,8 +37,6 @@ FILES = ["test_basic", "test_security", "test_completion", "test_chat_completion
 
 # (file, test name regex, reason): llama-server's own internals, no part of the OpenAI-style API
 NA = [
-    ("test_basic", r"test_server_props$", "llama-server's /props"),
-    ("test_basic", r"test_server_slots$", "llama-server's /slots"),
     ("test_basic", r"test_no_ui$", "llama-server's web UI (--no-ui)"),
     ("test_basic", r"test_load_split_model$", "a split GGUF fetched from the hub"),
     ("test_basic", r"test_server_model_aliases_and_tags$", "llama-server's router: model aliases and tags"),
@@ -46,8 +44,6 @@ NA = [
     ("test_security", r"test_cors_origins_defaults_to_localhost_with_tools_enabled|test_cors_proxy_.*",
      "llama-server's built-in tools and CORS proxy"),
     ("test_security", r"test_local_media_file", "multimodal media files (--media-path)"),
-    ("test_completion", r"test_completion_parallel_slots|test_cancel_request|test_completion_prompt_cache",
-     "llama-server's /slots"),
     ("test_completion", r"test_completion_unified", "llama-server's unified KV buffer (--kv-unified)"),
     ("test_completion", r"test_json_prompt_.*", "multimodal prompts (mtmd)"),
     ("test_completion", r"test_n_probs_post_backend_sampling", "llama-server's backend sampling"),
@@ -63,7 +59,7 @@ _BOOL = {"--offline", "--cont-batching", "--embedding", "--reranking", "--metric
          "--slots", "--no-slots", "--verbose", "--context-shift", "--no-ui", "--no-models-autoload", "--jinja",
          "--no-jinja", "--no-mmproj", "--no-cache-idle-slots", "--ui-mcp-proxy", "--backend_sampling"}
 # flags that change nothing a client can see of pyriver (speed knobs, llama-server's own switches)
-_DROP = {"--offline", "--cont-batching", "--batch-size", "--ubatch-size", "--no-slots", "--kv-unified", "--swa-full",
+_DROP = {"--offline", "--cont-batching", "--batch-size", "--ubatch-size", "--kv-unified", "--swa-full",
          "-fa", "--no-cache-idle-slots", "--no-jinja", "--no-mmproj", "--n-gpu-layers"}
 _MODEL = {"--model", "--hf-repo", "--hf-file", "--model-url"}
 

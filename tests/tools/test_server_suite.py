@@ -28,6 +28,7 @@ def test_shims_map_the_suites_command_line(monkeypatch):
     assert a[a.index("--ctx-size") + 1] == "512" and a[a.index("--seed") + 1] == "42"
     assert "--embedding" in a   # known to pyriver serve: passed on
     assert "--reranking" in a   # known to pyriver serve: passed on
+    assert "--no-slots" in a    # GET /slots answers 501, as llama-server's
     assert a[-1] == "--no-lossless"   # no drafts, as llama-server without --spec-type
     assert a[a.index("--lora") + 1] == "adapter.gguf"   # unknown: passed, so it refuses to start (the truth)
     monkeypatch.setenv("PYRIVER_SUITE_LENIENT", "1")
@@ -40,13 +41,13 @@ def test_shims_map_the_suites_command_line(monkeypatch):
 
 def test_verdicts():
     llama = {"test_basic::test_a": "passed", "test_basic::test_b": "passed", "test_basic::test_c": "failed",
-             "test_basic::test_server_props": "passed", "test_basic::test_d": "skipped"}
+             "test_basic::test_no_ui": "passed", "test_basic::test_d": "skipped"}
     pyr = {"test_basic::test_a": "passed", "test_basic::test_b": "failed", "test_basic::test_c": "passed",
-           "test_basic::test_server_props": "failed", "test_basic::test_d": "skipped"}
+           "test_basic::test_no_ui": "failed", "test_basic::test_d": "skipped"}
     c = S.compare(llama, pyr)
     verdict = {r["test"]: r["verdict"] for r in c["rows"]}
     assert verdict == {"test_basic::test_a": "both", "test_basic::test_b": "llama-server only",
-                       "test_basic::test_c": "pyriver only", "test_basic::test_server_props": "N/A",
+                       "test_basic::test_c": "pyriver only", "test_basic::test_no_ui": "N/A",
                        "test_basic::test_d": "skipped"}
     assert c["missing"] == ["test_basic::test_b"] and c["llama_server_passed"] == 3
     assert "llama-server only 1" in S.table(c)
