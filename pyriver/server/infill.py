@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from . import llamacpp_api as L
+from .disconnect import or_cancel
 from .schema import APIError, json_object
 
 # llama-server's default n_batch: its layout cuts the prefix and suffix to shares of it (pyriver's
@@ -33,7 +34,7 @@ def routes(srv, guarded) -> List[Route]:
             n = L.Native(srv, f, toks, 0)
             if f["stream"]:
                 return L.stream_response(n)
-            return JSONResponse(await L.run_one(n))
+            return JSONResponse(await or_cancel(req, [n.r], L.run_one(n)))
         return await guarded(req, h)
     return [Route("/infill", infill, methods=["POST"])]
 
