@@ -89,8 +89,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--not-batch-invariant", action="store_true",
                    help="serve: also pyriver's server with --not-batch-invariant (the default; lossless: the default too)")
     b.add_argument("--serve", action="store_true", help="servers under 1/2/4/8 concurrent streams: pyriver's (River "
-                   "off, and on under each --batch-rules with --river) and, with --competitor, llama-cpp-python's and "
-                   "llama.cpp's llama-server (built once into the cache)")
+                   "off, and on under each --batch-rules with --river) and, with --competitor, llama-cpp-python's server, its "
+                   "sdist's batched examples/server/server.py and llama.cpp's llama-server (built once into the cache)")
     b.add_argument("--streams", type=int, nargs="+", default=[1, 2, 4, 8], help="--serve: concurrent streams")
     b.add_argument("--json-schema", default=None, metavar="FILE|builtin",
                    help="--serve: also every request under this JSON schema (llama.cpp's json_schema field), "

@@ -1,8 +1,9 @@
 """`pyriver bench --serve`: OpenAI-compatible servers under 1, 2, 4 and 8 concurrent streams, same
 model and threads: pyriver's server (River off, and River on under each batch rule when --river is
 given) against, with --competitor, llama-cpp-python's server (`python -m llama_cpp.server`, which
-answers one request at a time) and llama.cpp's `llama-server --parallel N` (continuous batching;
-built once into the cache: llama_server.py). Every server runs in its own process on a loopback
+answers one request at a time), llama-cpp-python's batched example server (`examples/server/server.py`
+of its sdist, over the low-level bindings, configured by a JSON file: batched_config) and llama.cpp's
+`llama-server --parallel N` (continuous batching; built once into the cache: llama_server.py). Every server runs in its own process on a loopback
 port; within each repeat the servers rotate, so machine noise falls on all. Reported per server
 and stream count, medians over repeats: aggregate decode tok/s (all streams' tokens over the wall
 time from the first request to the last token), time to first token and inter-token latency p50
@@ -20,15 +21,20 @@ a tag of its repeat, level and request, so that no prompt is found in a slot's c
 earlier request (the system prompt the template adds still is, on both servers alike)."""
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import re
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import threading
+import tempfile
 import time
-from typing import Dict, List
+from pathlib import Path
+from typing import Dict, List, Optional
 
 import http.client
 import urllib.error
@@ -89,8 +95,8 @@ def _port() -> int:
 
 
 class _Server:
-    def __init__(self, name: str, argv: List[str], port: int):
-        self.name, self.port = name, port
+    def __init__(self, name: str, argv: List[str], port: int, tmpdir: Optional[str] = None):
+        self.name, self.port, self.tmpdir = name, port, tmpdir   # tmpdir: removed on close (a config file)
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         end = time.time() + 300
@@ -108,10 +114,88 @@ class _Server:
     def close(self):
         self.proc.terminate()
         self.proc.wait(30)
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+BATCHED = "llama-cpp-python batched server"
+
+
+def batched_script() -> Path:
+    """llama-cpp-python's batched example server, in the unpacked sdist of the installed version."""
+    from .llama_server import sdist_root
+    return sdist_root() / "examples" / "server" / "server.py"
+
+
+def batched_config(path: str, threads: int, slots: int, port: int) -> Dict:
+    """server.py's -C config for the bench: the local GGUF (model.path, not from_pretrained: no hub), the
+    same slots, positions and threads as llama-server's --parallel slots, flash attention off as in the
+    others, and one 1024-position cache per sequence (kv_unified off), as llama-server's explicit
+    --parallel N lays out -c 1024*N (server.py's default is one cache shared by all sequences)."""
+    return {"server": {"host": "127.0.0.1", "port": port},
+            "model": {"path": path, "alias": os.path.basename(path), "n_ctx": 1024 * slots, "n_seq_max": slots,
+                      "threads": threads, "threads_batch": threads, "flash_attn": False, "kv_unified": False}}
+
+
+def script_dependencies(text: str) -> List[str]:
+    """The distribution names in a script's inline metadata (`# /// script` ... `# ///`, PEP 723)."""
+    m = re.search(r"^# /// script\s*$(.*?)^# ///\s*$", text, re.S | re.M)
+    if not m:
+        return []
+    body = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in m.group(1).splitlines())
+    dm = re.search(r"^dependencies\s*=\s*\[", body, re.M)
+    if not dm:
+        return []
+    items, pos = [], dm.end()   # the quoted strings up to the list's "]" (a requirement may hold brackets)
+    item = re.compile(r"""\s*(?:"([^"]*)"|'([^']*)')\s*,?""")
+    while (t := item.match(body, pos)):
+        items.append(t.group(1) if t.group(1) is not None else t.group(2))
+        pos = t.end()
+    return [re.split(r"[\s\[<>=!~;]", d.strip(), maxsplit=1)[0] for d in items]
+
+
+def missing_distributions(names: List[str]) -> List[str]:
+    out = []
+    for n in names:
+        try:
+            importlib.metadata.distribution(n)
+        except importlib.metadata.PackageNotFoundError:
+            out.append(n)
+    return out
+
+
+# server.py imports these lazily, for features the bench does not use (the hub, MTMD's embedding cache,
+# the websocket transport of /v1/responses): not needed to serve /v1/completions from a local file
+BATCHED_OPTIONAL = {"safetensors", "websockets", "huggingface-hub"}
+
+
+def batched_server(a, path: str) -> _Server:
+    script = batched_script()
+    missing = [d for d in missing_distributions(script_dependencies(script.read_text())) if d not in BATCHED_OPTIONAL]
+    if missing:
+        raise RuntimeError(f"{BATCHED}: {script} needs {', '.join(missing)} (pip install {' '.join(missing)})")
+    tmp = tempfile.mkdtemp(prefix="pyriver-batched-")
+    cfg = Path(tmp) / "config.json"
+    cfg.write_text(json.dumps(batched_config(path, a.threads, max(a.streams), p := _port()), indent=1))
+    try:
+        return _Server(BATCHED, [sys.executable, str(script), "-C", str(cfg)], p, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def servers(a, path: str) -> List[_Server]:
-    out = []
+    out: List[_Server] = []
+    try:
+        _start(a, path, out)
+    except BaseException:   # one that cannot start: stop those already up
+        for s in out:
+            s.close()
+        raise
+    return out
+
+
+def _start(a, path: str, out: List[_Server]) -> None:
     # plain decoding, as llama-server runs without --spec-type (drafting: `pyriver bench --spec-serve`)
     base = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "1024",
             "--parallel", str(max(a.streams)), "--no-lossless"]
@@ -133,6 +217,10 @@ def servers(a, path: str) -> List[_Server]:
                 "--n_threads_batch", str(a.threads), "--n_ctx", "1024", "--interrupt_requests", "False",
                 "--port", str(p := _port())]
         out.append(_Server("llama-cpp-python server", argv, p))
+    # the batched example server takes no json_schema field either (it ignores it: unconstrained answers), and
+    # its chat streams carry no usage (no stream_options.include_usage), which --chat's tok/s counts
+    if a.competitor and not a.json_schema and not getattr(a, "chat", False):
+        out.append(batched_server(a, path))
     if a.competitor:
         # llama.cpp's own batching server, as pyriver's: --parallel slots of 1024 positions each
         # (-c is shared among slots), the same threads, flash attention off as in the others.
@@ -141,7 +229,6 @@ def servers(a, path: str) -> List[_Server]:
         argv = [str(ensure(a.threads)), "-m", path, "-t", str(a.threads), "-tb", str(a.threads), "-c", str(1024 * n),
                 "--parallel", str(n), "-fa", "off", "--host", "127.0.0.1", "--port", str(p := _port())]
         out.append(_Server("llama-server", argv, p))
-    return out
 
 
 def _stream(url: str, prompt: str, n: int, t0: float, rec: Dict, schema=None) -> None:
@@ -335,6 +422,14 @@ def main(a) -> int:
         print("against llama-server (under the same schema), medians of the ratios within each repeat (tok/s, ITL p95):")
         for n, lv in ratios.items():
             print(f"  {n:<38}" + "  ".join(f"{k}: {r['tok_s']:.3f}x {r['itl_p95']:.3f}x" for k, r in lv.items()))
+    # each entry against pyriver's server (River off) under the same schema (or none), within each repeat
+    base = lambda n: res["pyriver" + (SCHEMA_TAG if n.endswith(SCHEMA_TAG) else "")]   # noqa: E731
+    to_pyriver = {n: {k: {m: paired_ratio(runs, base(n)[k], m) for m in ("tok_s", "itl_p95")} for k, runs in lv.items()}
+                  for n, lv in res.items() if n not in ("pyriver", "pyriver" + SCHEMA_TAG)}
+    if to_pyriver:
+        print("against pyriver (under the same schema), medians of the ratios within each repeat (tok/s, ITL p95):")
+        for n, lv in to_pyriver.items():
+            print(f"  {n:<38}" + "  ".join(f"{k}: {r['tok_s']:.3f}x {r['itl_p95']:.3f}x" for k, r in lv.items()))
     cost = {}
     if schema is not None:   # each server against itself without the schema
         cost = {s.name: {k: paired_ratio(res[s.name + SCHEMA_TAG][k], res[s.name][k], "tok_s") for k in a.streams}
@@ -347,7 +442,7 @@ def main(a) -> int:
               f"{f['prefix_share']:.2f}, mean exit block {f['mean_exit_block']:.1f}, river work {f['river_work_share']:.2f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"medians": med, "ratios_to_llama_server": ratios, "schema_cost": cost, "runs": res,
+            json.dump({"medians": med, "ratios_to_llama_server": ratios, "ratios_to_pyriver": to_pyriver, "schema_cost": cost, "runs": res,
                        "fidelity": fid, "schema": schema, "texts_equal_to_llama_server": texts,
                        "conditions": {"model": path, "threads": a.threads, "streams": a.streams, "repeats": a.repeats,
                                       "gen_tokens": a.gen_tokens, "chat": chat,
