@@ -96,12 +96,12 @@ def new_stats(source: str, length: str = "grow/shrink") -> Dict:
     return {"draft": source, "drafted": 0, "accepted": 0, "verify_steps": 0, "draft_exits": [], "draft_length": length}
 
 
-def cut_proposal(draft_model, prop: np.ndarray, cap: int, dl: Optional[DraftLength] = None, others: int = 0):
-    """A draft model's proposal cut to at most cap tokens, or with dl to its choice by cost (others:
-    the rows of other sequences in the same step), under the key "ngram<n>" (n: the drafter's match
-    length, if it says); returns (drafts, key)."""
+def cut_proposal(draft_model, prop: np.ndarray, cap: int, dl: Optional[DraftLength] = None):
+    """A draft model's proposal (one sequence's) cut to at most cap tokens, or with dl to its choice
+    by cost, under the key "ngram<n>" (n: the drafter's match length, if it says); returns (drafts,
+    key). The server's slots choose together (draftlen.choose_together)."""
     key = proposal_key(draft_model)
-    return (prop[:cap] if dl is None else prop[:dl.choose(key, min(cap, prop.size), others)]), key
+    return (prop[:cap] if dl is None else prop[:dl.choose(key, min(cap, prop.size))]), key
 
 
 def proposal_key(draft_model) -> str:

@@ -40,8 +40,8 @@ def routes(srv, guarded) -> List[Route]:
 
 
 def _check(srv, body: Dict) -> Dict:
-    v = srv.llm.vocab
-    missing = "".join(f"{name} token is missing. " for name, t in zip(("prefix", "suffix", "middle"), v.fim) if t < 0)
+    missing = "".join(f"{name} token is missing. " for name, t in zip(("prefix", "suffix", "middle"), srv.llm.vocab.fim)
+                      if t < 0)
     if missing:
         raise APIError(501, f"Infill is not supported by this model: {missing}", type_="not_supported_error")
     if "prompt" in body and not isinstance(body["prompt"], str):
@@ -49,9 +49,9 @@ def _check(srv, body: Dict) -> Dict:
     for k in ("input_prefix", "input_suffix"):
         if k not in body:
             raise APIError(400, f'"{k}" is required', param=k)
-        v = body[k]
-        if not (isinstance(v, str) or isinstance(v, list) and all(isinstance(x, (str, int)) and not isinstance(x, bool)
-                                                                    for x in v)):
+        val = body[k]
+        if not (isinstance(val, str) or isinstance(val, list) and all(
+                isinstance(x, (str, int)) and not isinstance(x, bool) for x in val)):
             raise APIError(400, f'"{k}" must be a string or a list of strings and token ids', param=k)
     extra = body.get("input_extra", [])
     if not isinstance(extra, list):

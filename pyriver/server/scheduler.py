@@ -26,7 +26,7 @@ from ..grammar import GrammarError
 from ..logprobs import entry as logprob_entry
 from ..sampling import Sampler
 from . import drafting
-from .prompt_cache import DEFAULT_MIB, PromptCache
+from .prompt_cache import DEFAULT_MIB, PromptCache, common_prefix
 
 
 # Prompt tokens per slot and step beside decoding slots, unless the scheduler is given a number: a
@@ -250,9 +250,7 @@ class Scheduler:
     def _reusable(self, cached: List[int], prompt: List[int]) -> int:
         """Cached tokens a prompt can keep: their common prefix, short of the prompt's last token
         (which runs again for its logits). A memory that cannot be cut part-way keeps all or none."""
-        n, limit = 0, min(len(cached), len(prompt) - 1)
-        while n < limit and cached[n] == prompt[n]:
-            n += 1
+        n = common_prefix(cached, prompt[:-1])
         return n if self.partial_cuts or n == len(cached) else 0
 
     def _slot_for(self, r: Request, free: List[Slot]) -> Slot:
