@@ -373,6 +373,7 @@ pr_exit_params pr_exit_default_params(void) {
     p.min_exit_layer = r.min_layer;
     p.prefill_exit = r.prefill ? 1 : 0;
     p.batch_rule = (int32_t) r.batch;
+    p.exit_rule = (int32_t) r.mode;
     return p;
 }
 
@@ -396,6 +397,8 @@ pr_status pr_context_set_exit_debug(pr_context * ctx, const pr_exit_params * par
         r.prefill = params->prefill_exit != 0;
         if (params->batch_rule < 0 || params->batch_rule > 2) pr::fail(PR_ERR_INVALID_ARG, "batch_rule must be 0, 1 or 2, got %d", params->batch_rule);
         r.batch = (pr::batch_rule) params->batch_rule;
+        if (params->exit_rule < 0 || params->exit_rule > 2) pr::fail(PR_ERR_INVALID_ARG, "exit_rule must be 0 (checked), 1 (predicted) or 2 (guarded), got %d", params->exit_rule);
+        r.mode = (pr::exit_mode) params->exit_rule;
         r.force_layer = knobs->force_exit_layer;
         r.chunk = knobs->check_chunk;
         r.host_checks = knobs->host_checks;
@@ -410,12 +413,23 @@ pr_status pr_context_set_exit(pr_context * ctx, const pr_exit_params * params) {
     return pr_context_set_exit_debug(ctx, params, &knobs);
 }
 
-int32_t pr_exit_layers(const pr_context * ctx, int32_t * out, int32_t n_max) {
-    if (!live(ctx, "ctx")) return 0;
-    const auto & e = ctx->c->exits;
+// A per-token list of the last decode, copied as pr_exit_layers says.
+static int32_t copy_per_token(const std::vector<int32_t> & e, int32_t * out, int32_t n_max) {
     const int32_t n = (int32_t) std::min<size_t>(e.size(), n_max > 0 ? (size_t) n_max : 0);
     if (out) std::copy(e.begin(), e.begin() + n, out);
     return (int32_t) e.size();
+}
+
+int32_t pr_exit_layers(const pr_context * ctx, int32_t * out, int32_t n_max) {
+    return live(ctx, "ctx") ? copy_per_token(ctx->c->exits, out, n_max) : 0;
+}
+
+int32_t pr_exit_forecasts(const pr_context * ctx, int32_t * out, int32_t n_max) {
+    return live(ctx, "ctx") ? copy_per_token(ctx->c->forecast_of, out, n_max) : 0;
+}
+
+int32_t pr_exit_observed(const pr_context * ctx, int32_t * out, int32_t n_max) {
+    return live(ctx, "ctx") ? copy_per_token(ctx->c->observed, out, n_max) : 0;
 }
 
 // ---- pyriver_debug.h -----------------------------------------------------------------------

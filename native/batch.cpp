@@ -16,6 +16,8 @@ struct step_group {
     std::vector<int> idx;          // batch indices of its tokens, in position order
     bool exits = false;            // may leave the backbone: a decode step (or a prompt under prefill_exit)
     bool river = false;            // has left it
+    int forecast = -1;             // predicted, guarded: the forecast exit block of a decode step
+    int seen = -1;                 // ... and the first block at tau it ran (pr_exit_observed)
     int at = 0;                    // the next block it runs
     int exit_block = -1;           // the block it left the backbone after (L-1: none)
     int first_pass = -1;           // all_may_exit: the first block whose similarity reached tau
@@ -214,6 +216,90 @@ static void move_on(const built_graph & gr, const step_plan & p, const std::vect
     }
 }
 
+// exit_rule predicted: the whole step in one graph, a lane per forecast block (the backbone to it,
+// the river after it), so slots whose forecasts agree run together. split: each decode step at its
+// own forecast; minimum and all: every decode step at the deepest forecast (both rules leave only
+// where every sequence may leave). Each step's checks come back with the logits.
+static void run_predicted_step(context & c, std::vector<step_group> & groups, const std::vector<batch_token> & b,
+                               const std::vector<int> & out_row) {
+    const int L = c.m->hp.n_layer, lo = c.rule.min_layer, hi = L - 2;
+    const size_t nv = (size_t) c.m->hp.n_vocab;
+    int deepest = -1;
+    for (step_group & g : groups) {
+        if (!g.exits) continue;
+        g.forecast = c.forecasts[g.seq].next(lo, L);
+        deepest = std::max(deepest, g.forecast);
+    }
+    if (c.rule.batch != batch_rule::split) for (step_group & g : groups) if (g.exits) g.forecast = deepest;
+    // Lanes by (forecast block, checked): prompts and steps forecast at full depth share the head.
+    std::map<std::pair<int, int>, std::vector<int>> by_lane;
+    for (size_t gi = 0; gi < groups.size(); gi++) {
+        const step_group & g = groups[gi];
+        by_lane[{g.exits ? g.forecast : L - 1, g.exits ? 1 : 0}].push_back((int) gi);
+    }
+    step_plan p;
+    p.seg = c.base_segment();
+    p.toks.reserve(by_lane.size());
+    for (auto & bl : by_lane) {
+        lane ln;
+        ln.first = 0;
+        ln.last = L - 1;
+        const int f = bl.first.first;
+        if (f < L - 1) ln.river_from = f + 1;
+        if (bl.first.second) {
+            ln.check_first = lo;
+            ln.check_last = std::min(f, hi);
+        }
+        p.toks.emplace_back();
+        context::lane_feed fd;
+        int row = 0;
+        for (int gi : bl.second) {
+            const step_group & g = groups[gi];
+            ln.groups.push_back(c.group_of(g.seq, (int) g.idx.size()));
+            for (int i : g.idx) {
+                p.toks.back().push_back(b[i].token);
+                if (b[i].logits) {
+                    fd.out_ids.push_back(row);
+                    p.graph_out.push_back(out_row[i]);
+                }
+                row++;
+            }
+        }
+        ln.n_outputs = (int) fd.out_ids.size();
+        fd.tokens = p.toks.back().data();
+        p.seg.lanes.push_back(ln);
+        p.feeds.push_back(fd);
+        p.lane_groups.push_back(bl.second);
+    }
+    p.seg.host_checks = c.rule.host_checks != 0 && c.on_cpu(0, L - 1);
+    built_graph & gr = c.compute(p.seg, p.feeds);
+    if (!p.graph_out.empty()) {
+        const std::vector<float> all = read_tensor(gr.logits);
+        for (size_t r = 0; r < p.graph_out.size(); r++) {
+            std::copy(all.begin() + r * nv, all.begin() + (r + 1) * nv, c.logits.begin() + (size_t) p.graph_out[r] * nv);
+        }
+    }
+    for (size_t li = 0; li < p.seg.lanes.size(); li++) {
+        const lane & ln = p.seg.lanes[li];
+        const int nc = ln.n_checks();
+        const std::vector<float> sim = nc > 0 ? lane_similarities(gr, li) : std::vector<float>();
+        const size_t T = (size_t) ln.n_tokens();
+        size_t row = 0;
+        for (int gi : p.lane_groups[li]) {
+            step_group & g = groups[gi];
+            if (g.exits) {   // a decode step: one token, row `row` of the lane
+                std::vector<float> mine(nc);
+                for (int k = 0; k < nc; k++) mine[k] = sim[(size_t) k * T + row];
+                const int first = first_at_tau(mine, lo, nc, c.rule.tau);
+                g.seen = first >= 0 || g.forecast < L - 1 ? first : L - 1;
+                g.exit_block = g.forecast;
+                c.forecasts[g.seq].observe(g.seen, L);
+            }
+            row += g.idx.size();
+        }
+    }
+}
+
 void context::decode_batch(const std::vector<batch_token> & b, const std::vector<uint8_t> & prompt) {
     validate(*this, b);
     const int L = m->hp.n_layer;
@@ -228,8 +314,12 @@ void context::decode_batch(const std::vector<batch_token> & b, const std::vector
         const bool step = g.idx.size() == 1 && !prompt[g.idx[0]];   // the prompt rule of decode()
         g.exits = exiting && (step || rule.prefill);
         g.exit_block = L - 1;
+        if (!step) forget_forecast(g.seq);   // a prompt starts the sequence's forecasts afresh, as in decode()
         groups.push_back(std::move(g));
     }
+    // Forecasts are for decode steps: a step with a prompt under prefill_exit keeps the checked rule.
+    bool forecast = exiting && rule.mode != exit_mode::checked && rule.force_layer < 0;
+    for (const step_group & g : groups) forecast = forecast && (!g.exits || (g.idx.size() == 1 && !prompt[g.idx[0]]));
     begin_step();
     std::vector<int> out_row(b.size(), -1);
     for (size_t i = 0; i < b.size(); i++) if (b[i].logits) out_row[i] = n_outputs++;
@@ -241,7 +331,21 @@ void context::decode_batch(const std::vector<batch_token> & b, const std::vector
         return false;
     };
     int start = 0, end = undecided() ? std::min(rule.force_layer >= 0 ? rule.force_layer : rule.min_layer, L - 1) : L - 1;
+    if (forecast && rule.mode == exit_mode::guarded) {
+        // The first graph ends at the deepest forecast of the step's decode steps, at most at block L-2
+        // (a graph that ends at the head decides no exits here); a step whose rule (decide) lets it
+        // leave by then leaves there, the others go on in the checked path's segments.
+        for (step_group & g : groups) {
+            if (!g.exits) continue;
+            g.forecast = forecasts[g.seq].next(rule.min_layer, L);
+            end = std::max(end, std::min(g.forecast, L - 2));
+        }
+    }
     for (;;) {
+        if (forecast && rule.mode == exit_mode::predicted) {
+            run_predicted_step(*this, groups, b, out_row);
+            break;
+        }
         step_plan p;
         plan_step(*this, groups, b, out_row, start, end, p);
         built_graph & gr = compute(p.seg, p.feeds);
@@ -254,13 +358,29 @@ void context::decode_batch(const std::vector<batch_token> & b, const std::vector
             }
             break;
         }
-        move_on(gr, p, backbone_exits(*this, gr, p, groups, end), groups, E, end);
+        std::vector<std::pair<int, int>> leaving = backbone_exits(*this, gr, p, groups, end);
+        for (auto & l : leaving) {
+            if (!forecast || rule.mode != exit_mode::guarded) break;
+            groups[l.first].seen = l.second;
+            if (start == 0) l.second = end;   // guarded: at tau by the forecast block, leave there (context.cpp)
+        }
+        move_on(gr, p, leaving, groups, E, end);
         start = end + 1;
         end = undecided() ? std::min(L - 1, end + chunk_after(end)) : L - 1;
     }
     exits.assign(b.size(), L - 1);
-    for (const step_group & g : groups) {
-        for (int i : g.idx) exits[i] = g.exit_block;
+    forecast_of.assign(b.size(), -1);
+    observed.assign(b.size(), -1);
+    for (step_group & g : groups) {
+        if (forecast && rule.mode == exit_mode::guarded && g.exits) {
+            if (g.seen < 0) g.seen = L - 1;   // no block reached tau
+            forecasts[g.seq].observe(g.seen, L);
+        }
+        for (int i : g.idx) {
+            exits[i] = g.exit_block;
+            forecast_of[i] = g.forecast;
+            observed[i] = g.seen;
+        }
         kv->used[g.seq] += (int) g.idx.size();
     }
 }

@@ -26,6 +26,7 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     // rows (n_kv) are always such a multiple: ggml-cuda's flash attention takes its fast path only
     // then. Tokens past n_ctx are still refused (kv->n_rows is not the limit; params.n_ctx is).
     kv.reset(new kv_cache(*m, (int) GGML_PAD(p.n_ctx, kv_pad), p.n_seq_max, p.flash_attn == 0));
+    forecasts.resize(p.n_seq_max);
 
     std::set<ggml_backend_dev_t> devs(m->layer_dev.begin(), m->layer_dev.end());
     devs.insert(m->output_dev);
@@ -94,7 +95,11 @@ void context::set_rule(const exit_rule & r) {
     if (r.chunk < 0) fail(PR_ERR_INVALID_ARG, "check chunk must be >= 0 (0: automatic)");
     const bool exits = r.force_layer >= 0 || r.tau <= 1.0f;
     if (exits && !m->river) fail(PR_ERR_INVALID_ARG, "exits need a river: attach one to the model first");
+    if (r.mode != exit_mode::checked && r.mode != exit_mode::predicted && r.mode != exit_mode::guarded) {
+        fail(PR_ERR_INVALID_ARG, "exit_rule must be 0 (checked), 1 (predicted) or 2 (guarded), got %d", (int) r.mode);
+    }
     rule = r;
+    for (exit_forecast & f : forecasts) f.reset();   // exits seen under another rule forecast nothing
 }
 
 segment context::base_segment() const {
@@ -336,7 +341,7 @@ void context::run(const int32_t * tokens, int n, int n_out, bool decoding) {
     built_graph & g = run_segment(make_segment(n, n_out, 0, L - 1, false, 0, -1), tokens, nullptr, n);
     if (n_out > 0) take_logits(g);
     kv->used[seq] += n;
-    for (int i = 0; i < n; i++) exits.push_back(L - 1);
+    note_tokens(n, L - 1, -1, -1);
 }
 
 segment context::chained(segment s, const handoff & ho) const {
@@ -378,17 +383,48 @@ int context::chunk_after(int block) const {
 // One step under the exit rule: the backbone until the exit block, then the river to the end.
 void context::run_exiting(const int32_t * tokens, int n, int n_out) {
     const int L = m->hp.n_layer;
+    if (n == 1 && rule.mode == exit_mode::predicted && rule.force_layer < 0) {
+        run_predicted(tokens, n_out);
+        return;
+    }
     handoff ho;
     // A single token on one GPU keeps its hidden state there: no round trip through the host.
     ho.use_carry = carry && n == 1 && rule.carry != 0;
-    const int exit_at = run_backbone(tokens, n, n_out, ho);
+    int seen = -1;
+    const int exit_at = run_backbone(tokens, n, n_out, ho, seen);
     if (exit_at < L - 1) {
         const segment seg = chained(make_segment(n, n_out, exit_at + 1, L - 1, true, 0, -1), ho);
         take_logits(run_segment(seg, nullptr, input_of(seg, ho), n));
     }
     if (n == 1) prev_exit = exit_at;
     kv->used[seq] += n;
-    for (int i = 0; i < n; i++) exits.push_back(exit_at);
+    const bool guarded = n == 1 && rule.mode == exit_mode::guarded && rule.force_layer < 0;
+    int forecast = -1;
+    if (guarded) {   // the forecast the first segment ended at, and the first block at tau it showed
+        forecast = forecasts[seq].next(rule.min_layer, L);
+        forecasts[seq].observe(seen, L);
+    }
+    note_tokens(n, exit_at, forecast, guarded ? seen : -1);
+}
+
+// One decode step in one graph: the backbone to the forecast block, the river after it, the head.
+// The similarities of the backbone blocks it checked come back with the logits and are the next
+// forecast's evidence. A full-depth forecast is the full-depth graph (bit-identical logits).
+void context::run_predicted(const int32_t * tokens, int n_out) {
+    const int L = m->hp.n_layer, lo = rule.min_layer, hi = L - 2;
+    exit_forecast & fc = forecasts[seq];
+    const int f = fc.next(lo, L);
+    segment seg = make_segment(1, n_out, 0, L - 1, false, lo, std::min(f, hi));
+    if (f < L - 1) seg.lanes[0].river_from = f + 1;
+    built_graph & g = run_segment(seg, tokens, nullptr, 1);
+    if (n_out > 0) take_logits(g);
+    const int nc = seg.one().n_checks();
+    const int seen = nc > 0 ? first_at_tau(lane_similarities(g, 0), lo, nc, rule.tau) : -1;
+    const int obs = seen >= 0 || f < L - 1 ? seen : L - 1;   // -1: left at f before any block reached tau
+    fc.observe(obs, L);
+    prev_exit = f;
+    kv->used[seq] += 1;
+    note_tokens(1, f, f, obs);
 }
 
 // The backbone in segments; after each, the similarities of its blocks come back to the host and
@@ -402,7 +438,7 @@ void context::run_exiting(const int32_t * tokens, int n, int n_out) {
 // from the previous token's exit block (predict) wasted more blocks than it saved launches on the
 // CPU, and on a GPU each predicted end is another graph to capture (0.41x full depth against 0.63x
 // without, SmolLM2 on an H200, device carry; docs/gpu/inprocess-smol.json): off by default.
-int context::run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho) {
+int context::run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho, int & seen) {
     const int L = m->hp.n_layer;
     if (rule.force_layer >= 0) {
         const int exit_at = std::min(rule.force_layer, L - 1);
@@ -420,6 +456,12 @@ int context::run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho
     // Prediction: the first segment runs to the previous token's exit block, so that a token
     // exiting there costs one backbone graph.
     if (rule.predict && n == 1 && prev_exit > end && prev_exit <= hi) end = prev_exit;
+    // guarded: the first segment ends at the forecast block f, with the checks of min_layer..f (one
+    // sync); a block at tau among them ends the backbone at f (no earlier than the checked path, and
+    // no block is computed twice), none continues in the checked path's segments.
+    int guard_end = -1;
+    if (rule.mode == exit_mode::guarded && n == 1) end = guard_end = std::max(std::min(lo, L - 1), forecasts[seq].next(lo, L));
+    seen = L - 1;
     for (;;) {
         const int cf = std::max(start, lo), cl = std::min(end, hi);
         const segment seg = chained(make_segment(n, n_out, start, end, false, cf, cl), ho);
@@ -431,8 +473,14 @@ int context::run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho
                 float mn = c[(size_t) k * n];
                 for (int i = 1; i < n; i++) mn = std::min(mn, c[(size_t) k * n + i]);
                 if (mn >= rule.tau) {
-                    hand_on(g, cf + k, ho);
-                    return cf + k;
+                    seen = cf + k;
+                    if (end == guard_end && end == L - 1) {   // forecast full depth: the head has run
+                        take_logits(g);
+                        return L - 1;
+                    }
+                    const int at = end == guard_end ? end : cf + k;
+                    hand_on(g, at, ho);
+                    return at;
                 }
             }
         }
@@ -446,11 +494,19 @@ int context::run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho
     }
 }
 
+void context::note_tokens(int n, int exit_block, int forecast, int seen) {
+    exits.insert(exits.end(), n, exit_block);
+    forecast_of.insert(forecast_of.end(), n, forecast);
+    observed.insert(observed.end(), n, seen);
+}
+
 void context::begin_step() {
     n_outputs = 0;
     logits.clear();
     out = nullptr;
     exits.clear();
+    forecast_of.clear();
+    observed.clear();
     n_embd_rows = 0;
     embd.clear();
 }
@@ -483,6 +539,9 @@ void context::decode(int s, const int32_t * tokens, int n, bool logits_all, bool
     const bool decoding = n == 1 && !prompt;
     seq = s;
     begin_step();
+    // A prompt starts a sequence's forecasts afresh: what it decodes next does not depend on what
+    // the cache held before (as with the checked path).
+    if (!decoding) forget_forecast(s);
     for (int done = 0; done < n;) {
         const int step = std::min(params.n_batch, n - done);
         const bool last = done + step == n;
@@ -503,6 +562,7 @@ void context::embed(int s, const int32_t * tokens, int n) {
     const size_t E = m->hp.n_embd;
     seq = s;
     begin_step();
+    forget_forecast(s);   // a prompt's
     embd.reserve((size_t) n * E);
     for (int done = 0; done < n;) {
         const int step = std::min(params.n_batch, n - done);
@@ -514,7 +574,7 @@ void context::embed(int s, const int32_t * tokens, int n) {
         ggml_backend_tensor_get(g.embd, embd.data() + (size_t) done * E, 0, (size_t) step * E * sizeof(float));
         kv->used[seq] += step;
         n_embd_rows += step;
-        for (int i = 0; i < step; i++) exits.push_back(L - 1);
+        note_tokens(step, L - 1, -1, -1);
         done += step;
     }
 }
@@ -523,6 +583,7 @@ void context::truncate(int s, int n_keep) {
     if (s < 0 || s >= kv->n_seq) fail(PR_ERR_INVALID_ARG, "sequence %d is not in [0, %d)", s, kv->n_seq);
     if (n_keep < 0 || n_keep > kv->used[s]) fail(PR_ERR_INVALID_ARG, "cannot truncate to %d: the cache holds %d tokens", n_keep, kv->used[s]);
     kv->used[s] = n_keep;   // rows past n_keep are masked out and overwritten by later tokens
+    forget_forecast(s);
     n_outputs = 0;
     logits.clear();
     out = nullptr;

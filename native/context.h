@@ -2,6 +2,7 @@
 // logits, and the River exit rule applied token by token.
 #pragma once
 
+#include "forecast.h"
 #include "graph.h"
 
 #include <list>
@@ -23,6 +24,7 @@ struct exit_rule {
     int carry = -1;            // -1: a token's hidden state stays on the device between segments (one non-CPU
                                // device); 0: through the host
     bool predict = false;      // the first segment ends at the previous token's exit block
+    exit_mode mode = exit_mode::checked;   // how a decode step finds its exit block (forecast.h)
 };
 
 // A graph together with the scheduler that holds its allocation. Single-token graphs are kept in
@@ -63,6 +65,9 @@ struct context {
     int prev_exit = -1;                    // exit block of the last single-token step
     int seq = 0;                           // the sequence of the current single-sequence step
     std::vector<int32_t> exits;            // exit block of each token of the last decode (L-1: none)
+    std::vector<exit_forecast> forecasts;  // per sequence: its recent exits (exit_mode predicted, guarded)
+    std::vector<int32_t> forecast_of;      // per token of the last decode: its forecast exit block (-1: none)
+    std::vector<int32_t> observed;         // ... the first block at tau it ran (L-1: none at full depth; -1: censored)
     int64_t n_graph_runs = 0;              // graphs computed since creation (the cost of checks)
 
     std::vector<float> logits;             // n_outputs x n_vocab (several rows)
@@ -97,6 +102,8 @@ struct context {
     bool on_cpu(int first, int last) const;
     int chunk_after(int block) const;
     void begin_step();
+    void note_tokens(int n, int exit_block, int forecast, int seen);
+    void forget_forecast(int s) { forecasts[s].reset(); }
     void check_append(int s, const int32_t * tokens, int n) const;
 
 private:
@@ -106,7 +113,8 @@ private:
     void take_logits(const built_graph & g);
     void run(const int32_t * tokens, int n, int n_out, bool decoding);
     void run_exiting(const int32_t * tokens, int n, int n_out);
-    int run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho);
+    void run_predicted(const int32_t * tokens, int n_out);
+    int run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho, int & seen);
     built_graph & run_segment(const segment & seg, const int32_t * tokens, const std::vector<float> * hidden, int n);
     segment chained(segment s, const handoff & ho) const;
     const std::vector<float> * input_of(const segment & s, const handoff & ho) const;

@@ -382,7 +382,7 @@ static ggml_tensor * stacked_checks(ggml_context * ctx, ggml_tensor * stack, int
 // The LM head a lane's output rows go through: the river's low-bit copy for tokens on the river
 // (they left the backbone) when the sidecar has one, else the backbone's.
 static ggml_tensor * head_of(const model & m, const lane & ln) {
-    return ln.river && m.river && m.river->output ? m.river->output : m.output;
+    return ln.on_river(ln.last) && m.river && m.river->output ? m.river->output : m.output;
 }
 
 static void check_segment(const model & m, const segment & seg, const device_carry * carry) {
@@ -392,6 +392,11 @@ static void check_segment(const model & m, const segment & seg, const device_car
         if (ln.first < 0 || ln.last >= L || ln.first > ln.last || (ln.head() && ln.last != L - 1) || (ln.river && !m.river) ||
             ln.groups.empty()) {
             fail(PR_ERR_INTERNAL, "bad lane [%d, %d] head %d", ln.first, ln.last, (int) ln.head());
+        }
+        // A switch to the river inside the lane, after the blocks it checks (checks are the backbone's).
+        if (ln.river_from >= 0 && (ln.river || !m.river || ln.river_from <= ln.first || ln.river_from > ln.last ||
+                                   (ln.n_checks() > 0 && ln.check_last >= ln.river_from))) {
+            fail(PR_ERR_INTERNAL, "bad river switch at %d in lane [%d, %d]", ln.river_from, ln.first, ln.last);
         }
     }
     if (seg.embd && !seg.head()) fail(PR_ERR_INTERNAL, "an embedding segment needs the head's rows");
@@ -437,7 +442,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
                 if (!seg.host_checks) stack[i] = ggml_reshape_3d(ctx, x[i], x[i]->ne[0], x[i]->ne[1], 1);
             }
             ggml_tensor * sel = (ln.head() && il == L - 1) ? io.in.out_ids : nullptr;
-            const block_weights & w = ln.river ? m.river->blocks[il] : m.blocks[il];
+            const block_weights & w = ln.on_river(il) ? m.river->blocks[il] : m.blocks[il];
             ggml_tensor * y = build_block(ctx, m, kv, io.in, s, ln.groups, w, il, x[i], sel);
             if (check) {
                 if (stack[i]) stack[i] = ggml_concat(ctx, stack[i], ggml_reshape_3d(ctx, y, y->ne[0], y->ne[1], 1), 2);

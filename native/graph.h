@@ -24,12 +24,14 @@ struct lane {
     std::vector<seq_group> groups;
     int first = 0, last = -1;
     bool river = false;
+    int river_from = -1;  // > first: the backbone until this block, the river from it on (a predicted exit, one graph)
     int check_first = 0, check_last = -1;
     int n_outputs = 0;  // rows of logits; 0 = no head
     bool operator==(const lane & o) const {
-        return groups == o.groups && first == o.first && last == o.last && river == o.river &&
+        return groups == o.groups && first == o.first && last == o.last && river == o.river && river_from == o.river_from &&
                check_first == o.check_first && check_last == o.check_last && n_outputs == o.n_outputs;
     }
+    bool on_river(int il) const { return river || (river_from >= 0 && il >= river_from); }
     int n_tokens() const;
     int n_checks() const { return check_last >= check_first ? check_last - check_first + 1 : 0; }
     bool head() const { return n_outputs > 0; }

@@ -186,6 +186,12 @@ typedef struct {
                                  the same graphs), 1 minimum (the whole step leaves at the first block
                                  where every sequence reaches tau), 2 all (each keeps the backbone until
                                  every sequence has reached tau once, then all leave there) */
+    int32_t exit_rule;        /* how a decode step finds its exit block: 0 checked (a graph every few blocks,
+                                 each similarity read back before the next), 1 predicted (the block is
+                                 forecast from the sequence's recent exits: backbone, river and head in one
+                                 graph; a forecast that is too early costs fidelity), 2 guarded (one check at
+                                 the forecast: the checked path's exits, fewer graphs when the forecast is
+                                 at or past the exit). Forecasts: docs/river.md, Predicted exits */
 } pr_exit_params;
 
 PR_API pr_exit_params pr_exit_default_params(void);
@@ -194,6 +200,9 @@ PR_API pr_status pr_context_set_exit(pr_context * ctx, const pr_exit_params * pa
 /* Exit block of each token of the last pr_decode (n_layer-1: full depth): copies at most n_max
  * into out and returns how many there are. */
 PR_API int32_t   pr_exit_layers(const pr_context * ctx, int32_t * out, int32_t n_max);
+/* Forecast exit block of each token of the last pr_decode under exit_rule 1 or 2 (-1: none, a prompt
+ * token or the checked rule), as pr_exit_layers. */
+PR_API int32_t   pr_exit_forecasts(const pr_context * ctx, int32_t * out, int32_t n_max);
 /* CDEF END */
 
 #ifdef __cplusplus

@@ -27,6 +27,10 @@ PR_API pr_exit_debug_params pr_exit_debug_default_params(void);
 /* The exit rule with its knobs, set at once (nothing changes when either part is refused). */
 PR_API pr_status pr_context_set_exit_debug(pr_context * ctx, const pr_exit_params * params,
                                            const pr_exit_debug_params * knobs);
+/* For each token of the last pr_decode under exit_rule 1 or 2: the first backbone block at or above tau
+ * among those it ran (n_layer-1: none, it ran at full depth; -1: none, its backbone ended at a forecast
+ * that was too early, or no forecast), as pr_exit_layers. */
+PR_API int32_t   pr_exit_observed(const pr_context * ctx, int32_t * out, int32_t n_max);
 /* Graphs computed since the context was created (the cost of the exit checks). */
 PR_API int64_t   pr_graph_runs(const pr_context * ctx);
 /* Fills every cache slot with a value (NaN proves that no unwritten slot is read). */

@@ -44,6 +44,9 @@ def _add_river_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tau", type=float, default=None, help="exit threshold (cosine similarity)")
     p.add_argument("--min-exit-layer", type=int, default=None)
     p.add_argument("--force-exit-layer", type=int, default=-1, help="debug: every token exits after this block")
+    p.add_argument("--exit-rule", choices=["checked", "predicted", "guarded"], default="checked",
+                   help="how a decode step finds its exit block: checked after every few blocks (default), predicted "
+                   "from the recent exits in one graph, or guarded (one check at the forecast); docs/river.md")
     p.add_argument("--river-force", action="store_true", help="build a river even if not cheaper than the backbone")
 
 
@@ -63,7 +66,7 @@ def _river_kwargs(a) -> dict:
     # n-gram drafts need no river: none is built unless --river names one
     river = a.river or (None if draft == "ngram" else DEFAULT_RIVER)
     kw = dict(river=river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer,
-              force_exit_layer=a.force_exit_layer, river_force=a.river_force)
+              force_exit_layer=a.force_exit_layer, river_force=a.river_force, exit_rule=a.exit_rule)
     if lossless:   # the drafter drafts (the river by default), full depth verifies
         kw.update(lossless=True, draft_model=draft, draft_cost=cost,
                   **({} if a.draft_max is None else {"draft_max": a.draft_max}))

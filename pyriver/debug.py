@@ -21,6 +21,20 @@ def graph_runs(llm) -> int:
     return int(lib.pr_graph_runs(_native(llm, "_native_ctx")))
 
 
+def exit_forecasts(llm_or_batch):
+    """(forecast, observed) exit blocks of each token of the last decode under exit_rule "predicted"
+    or "guarded" (pr_exit_forecasts, pr_exit_observed): -1 where none; observed L-1 = no block at tau
+    at full depth, -1 = the backbone ended at a forecast that was too early. A Llama or a BatchDecoder."""
+    h = _native(llm_or_batch, "_native_ctx" if hasattr(llm_or_batch, "_native_ctx") else "_ctx")
+    out = []
+    for fn in (lib.pr_exit_forecasts, lib.pr_exit_observed):
+        n = fn(h, ffi.NULL, 0)
+        buf = ffi.new("int32_t[]", max(n, 1))
+        fn(h, buf, n)
+        out.append(list(buf[0:n]))
+    return tuple(out)
+
+
 def joined(llm) -> int:
     """Matrices the Llama's model joined at load (Q/K/V and gate/up of its CPU blocks)."""
     return int(lib.pr_model_joined(_native(llm, "_native_model")))

@@ -42,6 +42,8 @@ DEFAULT_RIVER = "q4_0"
 # Lossless mode's longest draft (README, Lossless mode: 2 beat 4 on every model measured there), and
 # with the measured cost table (draft_cost="auto"), where the length rule cuts each draft itself.
 DEFAULT_DRAFT_MAX = 2
+# How a decode step finds its exit block (pr_exit_params.exit_rule; docs/river.md, Predicted exits).
+EXIT_RULES = {"checked": 0, "predicted": 1, "guarded": 2}
 DEFAULT_DRAFT_MAX_BY_COST = 64
 # The text the automatic verify cost table is measured after (any text of a few hundred tokens)
 COST_PROMPT = ("Rename the variable `cnt` to `count` in this code and reply with the whole code.\n\n"
@@ -64,7 +66,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                  rpc_servers: Optional[str] = None, rpc_timeout: float = 300.0, river: Optional[str] = "auto",
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
-                 river_rebuild: bool = False, batch_invariant: Optional[bool] = None,
+                 river_rebuild: bool = False, batch_invariant: Optional[bool] = None, exit_rule: str = "checked",
                  lossless: Optional[bool] = None, draft_max: Optional[int] = None, draft_cost=None,
                  engine: Optional[str] = "auto", **llama_cpp_args):
         # what __getstate__ re-creates this Llama from (llama_cpp pickles its arguments, not its tokenizer)
@@ -75,6 +77,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         self.spm_infill, self.tensor_split = bool(spm_infill), tensor_split
         if last_n_tokens_size < 0:
             raise ValueError(f"last_n_tokens_size must be >= 0, got {last_n_tokens_size}")
+        _exit_rule_id(exit_rule)   # a bad name fails before the model loads
+        self.exit_rule = exit_rule
         _lg.set_verbose(verbose)  # llama.cpp's (and ggml's) log lines, as llama-cpp-python does
         self.verbose = verbose
         self._lock = threading.RLock()
@@ -126,8 +130,9 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         # The default first checked block, kept inside shallow (synthetic) models.
         self.min_exit_layer = (min(DEFAULT_MIN_EXIT_LAYER, max(0, self.info["n_layer"] - 2)) if min_exit_layer is None
                                else int(min_exit_layer))
-        if self.river_path is None and (exit_threshold is not None or min_exit_layer is not None or force_exit_layer >= 0):
-            raise ValueError("exit_threshold, min_exit_layer and force_exit_layer need a river (river='q4_0', ...)")
+        if self.river_path is None and (exit_threshold is not None or min_exit_layer is not None or force_exit_layer >= 0
+                                        or exit_rule != "checked"):
+            raise ValueError("exit_threshold, min_exit_layer, force_exit_layer and exit_rule need a river (river='q4_0', ...)")
         if self.river_path is not None:
             self.set_exit(self.exit_threshold, self.min_exit_layer, force_exit_layer, prefill_exit)
         self.last_stats: Dict = {}
@@ -240,11 +245,13 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
 
     def set_exit(self, exit_threshold: float, min_exit_layer: Optional[int] = None, force_exit_layer: int = -1,
                  prefill_exit: bool = False, check_chunk: int = 0, host_checks: bool = True,
-                 device_carry: bool = True, predict: bool = False) -> None:
+                 device_carry: bool = True, predict: bool = False, exit_rule: Optional[str] = None) -> None:
         """Change the exit rule between calls (tau > 1 never exits; force_exit_layer >= 0 exits
         every token after that block; check_chunk: blocks per graph, 0 = 2 on the CPU, 8 over
         RPC, 16 on a GPU; device_carry: a token's hidden state stays on the device between graphs;
-        predict: the first graph runs to the previous token's exit block)."""
+        predict: the first graph runs to the previous token's exit block; exit_rule: "checked",
+        "predicted" or "guarded", None keeps the current one)."""
+        rule_id = _exit_rule_id(self.exit_rule if exit_rule is None else exit_rule)
         with self._lock:
             self._live()
             if not self._engine.supports_river:
@@ -255,6 +262,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             p.exit_threshold = float(exit_threshold)
             p.min_exit_layer = int(self.min_exit_layer if min_exit_layer is None else min_exit_layer)
             p.prefill_exit = 1 if prefill_exit else 0
+            p.exit_rule = rule_id
             d = ffi.new("pr_exit_debug_params *", lib.pr_exit_debug_default_params())
             d.force_exit_layer = int(force_exit_layer)
             d.check_chunk = int(check_chunk)
@@ -268,6 +276,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             else:   # the testing and benchmark knobs (pyriver_debug.h)
                 check(lib.pr_context_set_exit_debug(self._native_ctx, p, d))
             self.exit_threshold, self.min_exit_layer = p.exit_threshold, p.min_exit_layer
+            self.exit_rule = self.exit_rule if exit_rule is None else exit_rule
             self._exiting = force_exit_layer >= 0 or p.exit_threshold <= 1.0
             self.prefill_exit = prefill_exit
 
@@ -466,3 +475,9 @@ class LlamaCppContext:
                                  "own ggml graphs (the native context is Llama._native_ctx); tokenize, detokenize "
                                  "and Llama.model (llama.cpp's llama_model_p of the vocabulary) are there")
         return L.vocab.context()
+
+
+def _exit_rule_id(name) -> int:
+    if name not in EXIT_RULES:
+        raise ValueError(f"exit_rule must be one of {', '.join(EXIT_RULES)}, got {name!r}")
+    return EXIT_RULES[name]

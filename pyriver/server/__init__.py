@@ -36,6 +36,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--river", default=None, help="river type (q4_0, ...) or sidecar path; off by default")
     p.add_argument("--tau", type=float, default=None, help="exit threshold")
     p.add_argument("--min-exit-layer", type=int, default=None)
+    p.add_argument("--exit-rule", choices=["checked", "predicted", "guarded"], default="checked",
+                   help="how a decode step finds its exit block (docs/river.md, Predicted exits); with --batch-rule")
     p.add_argument("--lossless", action="store_true",
                    help="the river (or --lossless-draft) drafts, the backbone verifies: every stream's tokens are full "
                    "depth's (needs --river, unless --lossless-draft ngram). Without --river, --spec-type, --model-draft "
@@ -142,10 +144,11 @@ def settings(a: argparse.Namespace) -> dict:
         a.lossless, a.draft, a.draft_cost = True, DEFAULT_DRAFTING["draft_model"], DEFAULT_DRAFTING["draft_cost"]
         by_default = True
     if a.river is not None:
-        kw = dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer)
-    elif a.tau is not None or a.min_exit_layer is not None or (a.lossless and a.draft != "ngram"):
-        raise ValueError("--tau, --min-exit-layer and --lossless need --river (--lossless --lossless-draft ngram "
-                         "needs none)")
+        kw = dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer, exit_rule=a.exit_rule)
+    elif (a.tau is not None or a.min_exit_layer is not None or a.exit_rule != "checked"
+          or (a.lossless and a.draft != "ngram")):
+        raise ValueError("--tau, --min-exit-layer, --exit-rule and --lossless need --river (--lossless --lossless-draft "
+                         "ngram needs none)")
     from .drafting import settings as draft_settings
     spec = draft_settings(a, a.lossless, a.river is not None)
     if a.lossless:

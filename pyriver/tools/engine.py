@@ -17,6 +17,7 @@ import llama_cpp
 import numpy as np
 from tqdm import tqdm
 
+from pyriver import debug
 from pyriver.river import exit_stats
 
 
@@ -91,6 +92,9 @@ class Run:
     steps_s: float = 0.0
     exits: List[int] = field(default_factory=list)
     logits: List[np.ndarray] = field(default_factory=list)
+    forecasts: List[int] = field(default_factory=list)   # exit_rule predicted/guarded: each step's forecast
+    observed: List[int] = field(default_factory=list)    # ... and its first block at tau (pyriver.debug.exit_forecasts)
+    graphs: int = 0                                      # graphs the steps computed (native engine)
 
 
 def feed(llm, prompt: Sequence[int], tokens: Optional[Sequence[int]] = None, n: int = 0, *,
@@ -102,6 +106,8 @@ def feed(llm, prompt: Sequence[int], tokens: Optional[Sequence[int]] = None, n: 
     first `warmup` steps are left out of decode_s, steps_s and exits (one-time costs: graphs
     built, buffers allocated, CUDA graphs captured)."""
     river = bool(getattr(llm, "river_path", None))   # without a river every token runs all blocks
+    forecast = river and getattr(llm, "exit_rule", "checked") != "checked"
+    native = bool(getattr(llm, "_native_ctx", None))
     steps = len(tokens) if tokens is not None else n
     run = Run()
     llm.reset()
@@ -122,12 +128,18 @@ def feed(llm, prompt: Sequence[int], tokens: Optional[Sequence[int]] = None, n: 
         run.tokens.append(tok)
         if before_step is not None:
             before_step(i, logits)
+        g = debug.graph_runs(llm) if native else 0
         t = time.perf_counter()
         logits = llm.decode_logits([tok])[-1]
         if i >= warmup:
             run.decode_s += time.perf_counter() - t
+            run.graphs += debug.graph_runs(llm) - g if native else 0
             if river:
                 run.exits.extend(llm.last_exits)
+            if forecast:
+                f, o = debug.exit_forecasts(llm)
+                run.forecasts += f
+                run.observed += o
         if keep_logits:
             run.logits.append(logits)
     run.steps_s = time.perf_counter() - t_steps
@@ -174,6 +186,9 @@ def teacher_forced(llm, refs: Sequence[Dict], bar=None) -> Dict:
     identical: List[int] = []
     per_cat: Dict[str, List[int]] = {}
     decode_s = 0.0
+    graphs = 0
+    fc: List[int] = []
+    ob: List[int] = []
     for r in refs:
         cont = r["continuation"]
         hit = [False] * len(cont)
@@ -185,6 +200,9 @@ def teacher_forced(llm, refs: Sequence[Dict], bar=None) -> Dict:
         run = feed(llm, r["tokens"], cont, before_step=judge)
         decode_s += run.decode_s
         exits += run.exits
+        graphs += run.graphs
+        fc += run.forecasts
+        ob += run.observed
         agree += sum(hit)
         total += len(cont)
         c = per_cat.setdefault(r["category"], [0, 0])
@@ -197,7 +215,22 @@ def teacher_forced(llm, refs: Sequence[Dict], bar=None) -> Dict:
     return {"top1_agreement": agree / total, "positions": total,
             "top1_by_category": {k: v[0] / v[1] for k, v in sorted(per_cat.items())},
             "mean_identical_prefix": float(np.mean(identical)), "identical_prefix": identical,
-            "decode_tok_s": total / decode_s if decode_s > 0 else None, **st}
+            "decode_tok_s": total / decode_s if decode_s > 0 else None, "graphs_per_step": graphs / total if graphs else None,
+            **forecast_stats(fc, ob), **st}
+
+
+def forecast_stats(forecasts: Sequence[int], observed: Sequence[int]) -> Dict:
+    """How the exit forecasts of predicted/guarded steps fared against the first block at tau each
+    step showed: hit (the forecast was that block, or full depth with none), early (the forecast came
+    before it: predicted left too early, guarded went on checking), late (backbone blocks past it)."""
+    if not forecasts:
+        return {}
+    n = len(forecasts)
+    early = sum(o < 0 or o > f for f, o in zip(forecasts, observed))   # o = -1: censored, its block lies past f
+    hit = sum(o == f for f, o in zip(forecasts, observed))
+    late = sum(0 <= o < f for f, o in zip(forecasts, observed))
+    return {"forecast_hit": hit / n, "forecast_early": early / n, "forecast_late": late / n,
+            "mean_forecast": float(np.mean(forecasts))}
 
 
 def perplexity(llm, token_lists: Sequence[List[int]], bar=None) -> Dict:

@@ -39,6 +39,7 @@ def measure(a, kind: str = "sweep") -> Dict:
     res["conditions"] = conditions(
         path, a.threads, prompt_set=datasets.set_name(a.prompts, a.limit), prompts=len(prompts), tokens_per_prompt=a.n,
         ctx=a.ctx, repeats=a.repeats, river_types=a.river, taus=a.tau, min_exit_layers=a.min_exit_layer,
+        exit_rules=getattr(a, "exit_rule", None) or ["checked"],
         uniform_competitor=not a.no_uniform, n_layer=L, n_gpu_layers=a.n_gpu_layers,
         flash_attn=a.flash_attn)
     engines = []
@@ -56,10 +57,11 @@ def measure(a, kind: str = "sweep") -> Dict:
             engines.append(llm)
             for mn in a.min_exit_layer:
                 for tau in a.tau:
-                    cfgs.append((f"river {rt} tau {tau} min {mn}", llm,
-                                 {"kind": "river", "engine": "pyriver", "river": rt, "tau": tau, "min_exit_layer": mn,
-                                  "sidecar": llm.river_path},
-                                 lambda llm=llm, tau=tau, mn=mn: llm.set_exit(tau, mn)))
+                    for rule in getattr(a, "exit_rule", None) or ["checked"]:   # checked points keep their names
+                        cfgs.append((f"river {rt} tau {tau} min {mn}" + ("" if rule == "checked" else f" {rule}"), llm,
+                                     {"kind": "river", "engine": "pyriver", "river": rt, "tau": tau, "min_exit_layer": mn,
+                                      "exit_rule": rule, "sidecar": llm.river_path},
+                                     lambda llm=llm, tau=tau, mn=mn, rule=rule: llm.set_exit(tau, mn, exit_rule=rule)))
         uniform: List[str] = []   # file types (each once: a river with its own head shares its blocks' type) and files
         for rt in ([] if a.no_uniform else a.river):
             if uniform_ftype(rt) is None:
@@ -118,8 +120,9 @@ def markdown(res: Dict) -> str:
     lines = [f"Model `{c['model'].rsplit('/', 1)[-1]}` (sha256 {c['model_sha256'][:12]}), {c['threads']} threads, "
              f"prompt set {c['prompt_set']} ({c['prompts']} prompts x {c['tokens_per_prompt']} tokens), "
              f"{c['repeats']} repeats; decode tok/s median [min..max]; * = Pareto frontier.", "",
-             "| point | top-1 agreement | decode tok/s | vs full depth | vs llama.cpp | mean exit block | river work |",
-             "|---|---|---|---|---|---|---|"]
+             "| point | top-1 agreement | decode tok/s | vs full depth | vs llama.cpp | mean exit block | river work "
+             "| graphs/step | forecast hit/early |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for p in sorted(res["points"], key=lambda p: -p["top1_agreement"]):
         d = p["decode_tok_s"]
         ex = "" if p.get("mean_exit_layer") is None else f"{p['mean_exit_layer']:.1f}"
@@ -127,8 +130,10 @@ def markdown(res: Dict) -> str:
         name = p["name"] + (" (llama.cpp)" if p["kind"] == "uniform" else "")
         sp = "" if p["speedup"] is None else f"{p['speedup']:.2f}x"
         rl = "" if p["ratio_to_llama_cpp"] is None else f"{p['ratio_to_llama_cpp']:.2f}x"
+        gs = "" if p.get("graphs_per_step") is None else f"{p['graphs_per_step']:.2f}"
+        fh = "" if p.get("forecast_hit") is None else f"{p['forecast_hit']:.2f}/{p['forecast_early']:.2f}"
         lines.append(f"| {'*' if p['pareto'] else ''}{name} | {p['top1_agreement']:.3f} | {d['median']:.1f} "
-                     f"[{d['min']:.1f}..{d['max']:.1f}] | {sp} | {rl} | {ex} | {rw} |")
+                     f"[{d['min']:.1f}..{d['max']:.1f}] | {sp} | {rl} | {ex} | {rw} | {gs} | {fh} |")
     return "\n".join(lines) + "\n"
 
 
@@ -143,8 +148,10 @@ def plot(res: Dict, png: str) -> None:
         x, y = p["top1_agreement"], p["decode_tok_s"]["median"]
         if p["kind"] == "river":
             c = colors.setdefault(p["river"], f"C{len(colors)}")
-            ax.scatter(x, y, color=c, marker="o" if p["min_exit_layer"] == min(res["conditions"]["min_exit_layers"]) else "^",
-                       s=28, label=f"River {p['river']} min layer {p['min_exit_layer']}")
+            rule = p.get("exit_rule", "checked")
+            mk = {"predicted": "P", "guarded": "X"}.get(rule, "o" if p["min_exit_layer"] == min(res["conditions"]["min_exit_layers"]) else "^")
+            ax.scatter(x, y, color=c, marker=mk, s=28,
+                       label=f"River {p['river']} min layer {p['min_exit_layer']}" + ("" if rule == "checked" else f" {rule}"))
         elif p["kind"] == "uniform":
             c = colors.setdefault(p["river"], f"C{len(colors)}")
             ax.scatter(x, y, color=c, marker="*", s=140, edgecolor="k", label=f"llama.cpp uniform {p['river']}")
@@ -175,6 +182,8 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--uniform", nargs="+", default=[], metavar="FTYPE_OR_GGUF",
                    help="more uniform competitors run by llama.cpp: file types the model is requantized to "
                         "(q4_k_m, q6_k, ...) or GGUF files taken as they are")
+    w.add_argument("--exit-rule", nargs="+", choices=["checked", "predicted", "guarded"], default=["checked"],
+                   help="exit rules measured at every river point (docs/river.md, Predicted exits)")
     w.add_argument("--png", default=None, help="write the plot here")
     w.add_argument("--markdown", default=None, help="write the table here")
     return w
