@@ -21,3 +21,12 @@ def test_names_follow_llama_servers_router(tmp_path):
 def test_a_missing_directory_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="does not exist or is not a directory"):
         scan(str(tmp_path / "nope"))
+
+
+def test_the_command_line_refuses_a_model_beside_the_directory(tmp_path):
+    from pyriver.server import parser, settings
+    s = settings(parser().parse_args(["--models-dir", str(tmp_path), "--models-max", "2"]))
+    assert (s["models_dir"], s["models_max"], s["models_autoload"]) == (str(tmp_path), 2, True)
+    for extra in (["smol.gguf"], ["--alias", "x"], ["--model-draft", "d.gguf"], ["--models-max", "-1"]):
+        with pytest.raises(ValueError):
+            settings(parser().parse_args(["--models-dir", str(tmp_path), *extra]))
