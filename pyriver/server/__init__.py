@@ -109,6 +109,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--slot-save-path", default=None, metavar="DIR",
                    help="POST /slots/ID?action=save|restore|erase: a slot's prompt cache to DIR/filename and back")
     p.add_argument("--cont-batching", "-cb", action="store_true", help="accepted: batching is always continuous")
+    # llama-server's router: several models in one server, the request's "model" choosing (router.py)
+    p.add_argument("--models-dir", default=None, metavar="DIR",
+                   help="serve every GGUF of DIR (NAME.gguf as NAME, a folder by its name), loaded on first use")
+    p.add_argument("--models-max", type=int, default=4,
+                   help="most models loaded at once; past it the least recently used idle one unloads (0: no limit)")
+    p.add_argument("--models-autoload", dest="models_autoload", action="store_true", default=True,
+                   help="a request loads the model it names (the default)")
+    p.add_argument("--no-models-autoload", dest="models_autoload", action="store_false",
+                   help="a request for a model not loaded is refused (POST /models/load loads it)")
     return p
 
 
@@ -127,6 +136,12 @@ def settings(a: argparse.Namespace) -> dict:
         if a.model is not None:
             raise ValueError("give the model once: as the argument or as --model")
         a.model = a.model_file
+    if a.models_dir is not None:
+        if a.model is not None or a.alias is not None or a.model_draft is not None:
+            raise ValueError("--models-dir serves the directory's models under their file names: leave out the "
+                             "model, --alias and --model-draft")
+        if a.models_max < 0:
+            raise ValueError("--models-max must be >= 0")
     if a.ctx_size is not None:
         if a.ctx_size < 0:
             raise ValueError("--ctx-size must be >= 0")
@@ -180,7 +195,8 @@ def settings(a: argparse.Namespace) -> dict:
                 chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
                 reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,
                 drafts_by_default=by_default, endpoint_slots=a.slots, endpoint_props=a.props,
-                slot_save_path=a.slot_save_path)
+                slot_save_path=a.slot_save_path, models_dir=a.models_dir, models_max=a.models_max,
+                models_autoload=a.models_autoload)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -198,7 +214,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"pyriver serve: error: {e}", file=sys.stderr)
         return 2
     from .app import Server, build_app
-    app, level = build_app(Server(s)), "info" if a.verbose else "warning"
+    try:
+        if s["models_dir"] is not None:
+            from .router import Router
+            app = Router(s)
+        else:
+            app = build_app(Server(s))
+    except ValueError as e:
+        print(f"pyriver serve: error: {e}", file=sys.stderr)
+        return 2
+    level = "info" if a.verbose else "warning"
     hosts = [h.strip() for h in a.host.split(",") if h.strip()]
     if len(hosts) <= 1:
         uvicorn.run(app, host=a.host, port=a.port, log_level=level)

@@ -325,17 +325,36 @@ def build_app(srv: Server) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        srv.inbox = Inbox(asyncio.get_running_loop())
         # The model loads while the server listens: /health is 503 until it is ready.
-        threading.Thread(target=srv.load, name="pyriver-load", daemon=True).start()
+        threading.Thread(target=start(srv), name="pyriver-load", daemon=True).start()
         yield
-        if srv.sched is not None:
-            srv.sched.stop()
-            if not srv.sched.thread.is_alive():   # else it may still hand something over: the pipe stays
-                srv.inbox.close()
+        stop(srv)
+        close(srv)
 
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan,
                      middleware=[Middleware(CORS, origins=srv.settings.get("cors_origins", "*"))])
+
+
+def start(srv: Server):
+    """The server's inbox, made on the running loop; returns what loads the model (for a thread)."""
+    srv.inbox = Inbox(asyncio.get_running_loop())
+    return srv.load
+
+
+def stop(srv: Server) -> None:
+    """The scheduler's thread ends (joined: the router calls this in a thread)."""
+    if srv.sched is not None:
+        srv.sched.stop()
+
+
+def close(srv: Server) -> None:
+    """On the loop, after stop(): the inbox closes and the model's memory goes (the router unloads so)."""
+    if srv.sched is not None and srv.sched.thread.is_alive():   # it may still hand over or step: all stay
+        return
+    if srv.inbox is not None:
+        srv.inbox.close()
+    if srv.llm is not None:
+        srv.llm.close()
 
 
 def _tokenize(srv: Server, text: str) -> List[int]:
