@@ -14,6 +14,7 @@ Where llama-server ignores a bad entry (an unknown id, a scale that is not a num
 answers 400 naming it."""
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -92,8 +93,6 @@ def brief(config: Sequence[float]) -> List[Dict[str, Any]]:
 
 
 def routes(srv, guarded) -> List[Route]:
-    from .props import on_scheduler
-
     async def get(req: HTTPRequest):
         async def h(_):
             return JSONResponse(listing(srv, srv.sched.lora))
@@ -112,7 +111,7 @@ def routes(srv, guarded) -> List[Route]:
 
             def apply():
                 srv.sched.lora = new
-            await on_scheduler(srv, apply)
+            await asyncio.wrap_future(srv.sched.call(apply))   # between two steps, on the scheduler's thread
             return JSONResponse({"success": True})
         return await guarded(req, h)
 
