@@ -49,6 +49,10 @@ class EngineBatchDecoder:
             raise ValueError(f"batch invariance: the {self.llm.engine} engine computes with llama.cpp's multi-token "
                              "kernels (the native engine has it)")
 
+    def set_lora(self, scales) -> None:
+        """The engine's LoRA adapters at these scales for the steps that follow (one per adapter)."""
+        self._ctx.set_lora(scales)
+
     def truncate(self, seq: int, n_keep: int) -> None:
         self._ctx.truncate(int(n_keep), int(seq))
 

@@ -3,8 +3,9 @@ each is accepted at the values that change nothing pyriver computes, and refused
 naming it otherwise (docs/api.md, "Constructor arguments", is the table of every argument)."""
 from __future__ import annotations
 
+import os
 import warnings
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import llama_cpp
 
@@ -36,14 +37,11 @@ INERT: Dict[str, tuple] = {
     "swa_full": (None, lambda v: True, ""),
     "no_perf": (False, lambda v: True, ""),
     "numa": (False, _falsy, "pyriver sets no NUMA policy"),
-    "lora_base": (None, lambda v: True, ""),     # only read with lora_path
-    "lora_scale": (1.0, lambda v: True, ""),     # only read with lora_path
-    "lora_path": (None, _falsy, "pyriver does not apply LoRA adapters"),
     "type_k": (None, lambda v: v is None or v == _F16, "pyriver's KV cache is f16 (type_k=None or 1)"),
     "type_v": (None, lambda v: v is None or v == _F16, "pyriver's KV cache is f16 (type_v=None or 1)"),
 }
 # the inert arguments llama_cpp.Llama keeps as attributes of the same name
-ATTRS = ("kv_overrides", "lora_base", "lora_path", "lora_scale", "numa")
+ATTRS = ("kv_overrides", "numa")
 
 
 def inert_attrs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -64,6 +62,22 @@ def check_inert(kwargs: Dict[str, Any], verbose: bool = False) -> None:
         default, ok, why = INERT[k]
         if not ok(v):
             raise ValueError(f"{k}={v!r} is not supported: {why} (llama-cpp-python's default is {default!r})")
+
+
+def lora_specs(lora_path, lora_scale, lora_adapters) -> Tuple[Tuple[str, float], ...]:
+    """The LoRA adapters to load, (path, scale) each: llama_cpp's one (lora_path at lora_scale; its
+    lora_base is kept and unread, as llama_cpp 0.3.36 leaves it) or pyriver's list (lora_adapters),
+    not both. They run on the llama.cpp engine (pyriver.engine.load)."""
+    from .engine.lora import check_scale
+    if lora_path and lora_adapters:
+        raise ValueError("give lora_path (one adapter, at lora_scale) or lora_adapters [(path, scale), ...], not both")
+    specs = [(lora_path, lora_scale)] if lora_path else list(lora_adapters or ())
+    out = []
+    for spec in specs:
+        if not (isinstance(spec, (tuple, list)) and len(spec) == 2 and isinstance(spec[0], (str, os.PathLike))):
+            raise ValueError(f"a LoRA adapter is (path, scale), got {spec!r}")
+        out.append((os.fspath(spec[0]), check_scale(spec[1], f"the scale of LoRA adapter {spec[0]}")))
+    return tuple(out)
 
 
 def rng_seed(seed):

@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 import warnings
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import llama_cpp
 import llama_cpp._logger as _lg
@@ -19,7 +19,7 @@ import numpy as np
 from . import models
 from .chat_api import ChatMixin
 from .completion_api import CompletionMixin
-from .ctor_args import check_chat_format, check_inert, inert_attrs
+from .ctor_args import check_chat_format, check_inert, inert_attrs, lora_specs
 from .embedding import EmbeddingMixin
 from .generation import GenerationMixin
 from .llama_api import LlamaCppMixin, PyriverTokenizer
@@ -61,20 +61,24 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                  pooling_type: int = llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED, flash_attn: bool = False,
                  last_n_tokens_size: int = 64, chat_format: Optional[str] = None, chat_handler=None,
                  draft_model=None, tokenizer=None, spm_infill: bool = False, verbose: bool = True,
-                 rope_freq_base: float = 0.0, rope_freq_scale: float = 0.0,
+                 rope_freq_base: float = 0.0, rope_freq_scale: float = 0.0, lora_base: Optional[str] = None,
+                 lora_scale: float = 1.0, lora_path: Optional[str] = None,
                  # pyriver's own
                  rpc_servers: Optional[str] = None, rpc_timeout: float = 300.0, river: Optional[str] = "auto",
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
                  river_rebuild: bool = False, batch_invariant: Optional[bool] = None, exit_rule: str = "checked",
                  lossless: Optional[bool] = None, draft_max: Optional[int] = None, draft_cost=None,
-                 engine: Optional[str] = "auto", **llama_cpp_args):
+                 engine: Optional[str] = "auto", lora_adapters: Optional[Sequence[Tuple[str, float]]] = None,
+                 **llama_cpp_args):
         # what __getstate__ re-creates this Llama from (llama_cpp pickles its arguments, not its tokenizer)
         self._init_args = {**{k: v for k, v in locals().items() if k not in ("self", "llama_cpp_args", "tokenizer")},
                            **llama_cpp_args}
         check_inert(llama_cpp_args, verbose)   # the rest of llama_cpp's arguments: inert values only; others ignored
         self.__dict__.update(inert_attrs(llama_cpp_args))   # kv_overrides, lora_path, ... as llama_cpp keeps them
         self.spm_infill, self.tensor_split = bool(spm_infill), tensor_split
+        self.lora_base, self.lora_scale, self.lora_path = lora_base, lora_scale, lora_path   # as llama_cpp keeps them
+        self.lora_adapters, self._lora_adapter = [], None   # the loaded ones (engine.lora.Adapter), set by _load
         if last_n_tokens_size < 0:
             raise ValueError(f"last_n_tokens_size must be >= 0, got {last_n_tokens_size}")
         _exit_rule_id(exit_rule)   # a bad name fails before the model loads
@@ -109,7 +113,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             self.river_path = self.calibration = self._spec = self.engine = None
             return
         self._load(engine, ModelArgs(n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers or None,
-                                     rpc_timeout, rope_freq_base, rope_freq_scale))
+                                     rpc_timeout, rope_freq_base, rope_freq_scale,
+                                     lora_specs(lora_path, lora_scale, lora_adapters)))
         exit_threshold, min_exit_layer = self._bind_river(river, exit_threshold, min_exit_layer, river_force,
                                                           river_rebuild, use_mmap, verbose, lossless)
         self.vocab = Vocab(self.model_path)
@@ -158,12 +163,16 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         if self._engine.supports_river:
             self._native_model = self._engine.model
             self.model_params = self._engine.params   # pyriver's pr_model_params (llama_cpp: llama.cpp's llama_model_params)
+        # llama_cpp's handle of its one adapter (lora_path); pyriver's list of them all (lora_adapters)
+        self.lora_adapters = list(self._engine.adapters)
+        self._lora_adapter = self.lora_adapters[0].handle if self.lora_adapters else None
         self._is_recurrent = getattr(self._engine, "recurrent", False)
         self._is_hybrid = getattr(self._engine, "hybrid", False)
 
     def _no_river(self, what: str) -> ValueError:
         """The error for asking a river of an engine without one."""
         how = ("engine='llama.cpp' was asked for" if self._init_args.get("engine") == "llama.cpp"
+               else "its LoRA adapters need llama.cpp's graphs" if self.lora_adapters
                else "pyriver has no builder for it")
         return ValueError(f"{what}: River needs pyriver's own graphs, and architecture '{self.info['arch']}' runs on "
                           f"the {self.engine} engine ({how}), which runs every Llama method but River: completions, "

@@ -115,3 +115,13 @@ def foreign_paths(smol_path) -> dict:
             write_foreign(p, arch, tokenizer_from=smol_path, n_layer=4, n_embd=64, n_head=4, n_head_kv=2, n_ff=128)
         out[arch] = p
     return out
+
+
+@pytest.fixture(scope="session")
+def smol_lora_path(smol_path) -> str:
+    """A LoRA adapter for SmolLM2 (pyriver.tools.synth_lora: random low rank, fixed seed), written once."""
+    from pyriver.tools.synth_lora import write_lora
+    p = os.path.join(SYNTH_DIR, "lora_smollm2.gguf")
+    if not os.path.exists(p):
+        write_lora(p, smol_path)
+    return p

@@ -13,13 +13,16 @@ _UNSUPPORTED = "unsupported architecture"   # the native loader's message for a 
 
 def load(path: str, engine: str, args: ModelArgs, verbose: bool = False) -> Engine:
     """The engine for path: engine="native" or "llama.cpp" as asked, "auto" (or None) the native one
-    unless the native loader has no builder for the file's architecture."""
+    unless the native loader has no builder for the file's architecture, or LoRA adapters are asked
+    for (args.lora: llama.cpp's graphs apply them, pyriver's own have none)."""
     engine = "auto" if engine is None else engine
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
-    if engine == "llama.cpp":
+    if args.lora:
+        check_lora(engine)
+    if engine == "llama.cpp" or args.lora:
         e = _llamacpp(path, args)
-        why = "asked for"
+        why = "asked for" if engine == "llama.cpp" else "LoRA adapters run on llama.cpp's graphs, pyriver's own have none"
     else:
         from .native import NativeEngine
         try:
@@ -37,9 +40,16 @@ def load(path: str, engine: str, args: ModelArgs, verbose: bool = False) -> Engi
     return e
 
 
+def check_lora(engine: str) -> None:
+    """LoRA adapters run on the llama.cpp engine: asking for the native one with them is an error."""
+    if engine == "native":
+        raise ValueError("LoRA adapters (lora_path, --lora) run on the llama.cpp engine: pyriver's own graphs "
+                         "have no LoRA; use engine='auto' or 'llama.cpp' (--engine auto or llama.cpp)")
+
+
 def _llamacpp(path: str, args: ModelArgs) -> Engine:
     from .llamacpp import LlamaCppEngine
     return LlamaCppEngine(path, args)
 
 
-__all__ = ["Context", "ContextArgs", "Engine", "ENGINES", "ModelArgs", "load"]
+__all__ = ["Context", "ContextArgs", "Engine", "ENGINES", "ModelArgs", "check_lora", "load"]

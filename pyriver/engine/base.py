@@ -6,7 +6,7 @@ River is a capability: only an engine with `supports_river` builds and runs rive
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -23,6 +23,7 @@ class ModelArgs:
     rpc_timeout: float = 300.0
     rope_freq_base: float = 0.0
     rope_freq_scale: float = 0.0
+    lora: Tuple[Tuple[str, float], ...] = ()   # LoRA adapters (path, scale): the llama.cpp engine's (engine/lora.py)
 
 
 @dataclass
@@ -92,6 +93,10 @@ class Context:
         final norm, [n, n_embd] (llama.cpp's embeddings before pooling)."""
         raise NotImplementedError
 
+    def set_lora(self, scales: Sequence[float]) -> None:
+        """The steps that follow apply the engine's LoRA adapters at these scales (one per adapter)."""
+        raise ValueError("this engine has no LoRA adapters")
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -100,6 +105,8 @@ class Engine:
     """A loaded model. name: "native" or "llama.cpp"; info: pr_model_info's fields as a dict."""
     name: str
     supports_river: bool = False
+    supports_lora: bool = False
+    adapters: Sequence = ()   # engine.lora.Adapter of each LoRA adapter loaded (ModelArgs.lora)
     info: Dict
 
     def new_context(self, args: ContextArgs) -> Context:

@@ -16,6 +16,7 @@ import llama_cpp
 import numpy as np
 
 from ..errors import ContextFullError, ModelLoadError, PyriverError
+from . import lora
 from .base import Context, ContextArgs, Engine, ModelArgs
 
 _HIST = struct.Struct("<Q")   # a state's token count, before its tokens (int32) and llama.cpp's bytes
@@ -53,6 +54,8 @@ class LlamaCppContext(Context):
         self.partial_cuts = not (engine.recurrent or engine.hybrid)
         self._mem = llama_cpp.llama_get_memory(self.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        if engine.adapters:   # each at its own scale, as llama_cpp.Llama applies lora_path
+            self.set_lora([a.scale for a in engine.adapters])
         self._hist: List[List[int]] = [[] for _ in range(self.n_seq_max)]   # each sequence's tokens (replays)
         self._n_last = 0
 
@@ -221,6 +224,9 @@ class LlamaCppContext(Context):
             rows[i] = np.ctypeslib.as_array(ptr, shape=(self.n_embd,))
         return rows
 
+    def set_lora(self, scales: Sequence[float]) -> None:
+        lora.apply(self.ctx, self.engine.adapters, scales)
+
     def close(self) -> None:
         ctx, self.ctx = self.ctx, None   # cleared first, as Llama.close
         if ctx:
@@ -231,6 +237,7 @@ class LlamaCppContext(Context):
 class LlamaCppEngine(Engine):
     name = "llama.cpp"
     supports_river = False
+    supports_lora = True
 
     def __init__(self, path: str, args: ModelArgs):
         if args.rpc_servers:
@@ -265,6 +272,11 @@ class LlamaCppEngine(Engine):
                      "ftype_hint": -1}
         self.recurrent = bool(llama_cpp.llama_model_is_recurrent(m))
         self.hybrid = bool(llama_cpp.llama_model_is_hybrid(m))
+        try:
+            self.adapters = lora.load(m, args.lora)
+        except BaseException:
+            self.close()
+            raise
 
     def new_context(self, args: ContextArgs) -> LlamaCppContext:
         return LlamaCppContext(self, args)
@@ -288,5 +300,6 @@ class LlamaCppEngine(Engine):
 
     def close(self) -> None:
         m, self.model = self.model, None
+        lora.free(self.adapters)   # before their model (llama.cpp would free them with it too)
         if m:
             llama_cpp.llama_model_free(m)

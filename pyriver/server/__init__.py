@@ -33,6 +33,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=("auto", "native", "llama.cpp"), default="auto",
                    help="what computes: pyriver's graphs (native, with River), llama.cpp's own (llama.cpp), or "
                         "native where pyriver builds the architecture (auto)")
+    # llama-server's LoRA flags (server/lora.py), kept in their order: an adapter's id is its place
+    p.add_argument("--lora", dest="lora", action="append", default=[], type=lambda v: ("lora", v), metavar="FILE",
+                   help="a LoRA adapter at scale 1 (repeatable; comma-separated: several); runs on the llama.cpp engine")
+    p.add_argument("--lora-scaled", dest="lora", action="append", type=lambda v: ("lora-scaled", v),
+                   metavar="FILE:SCALE", help="a LoRA adapter at its scale (repeatable; comma-separated: several)")
+    p.add_argument("--lora-init-without-apply", action="store_true",
+                   help="the adapters load at scale 0 (POST /lora-adapters or a request's lora applies them)")
     p.add_argument("--river", default=None, help="river type (q4_0, ...) or sidecar path; off by default")
     p.add_argument("--tau", type=float, default=None, help="exit threshold")
     p.add_argument("--min-exit-layer", type=int, default=None)
@@ -158,8 +165,16 @@ def settings(a: argparse.Namespace) -> dict:
         from ..draft import DEFAULT_DRAFTING   # n-grams by the measured cost
         a.lossless, a.draft, a.draft_cost = True, DEFAULT_DRAFTING["draft_model"], DEFAULT_DRAFTING["draft_cost"]
         by_default = True
+    from .lora import from_args as lora_from_args
+    lora = lora_from_args(a.lora, a.lora_init_without_apply)
+    if lora:
+        from ..engine import check_lora
+        check_lora(a.engine)
+        if a.river is not None:
+            raise ValueError("--river needs pyriver's own graphs; with --lora the model runs on llama.cpp's (no River)")
+        kw["lora_adapters"] = lora
     if a.river is not None:
-        kw = dict(river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer, exit_rule=a.exit_rule)
+        kw = dict(kw, river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer, exit_rule=a.exit_rule)
     elif (a.tau is not None or a.min_exit_layer is not None or a.exit_rule != "checked"
           or (a.lossless and a.draft != "ngram")):
         raise ValueError("--tau, --min-exit-layer, --exit-rule and --lossless need --river (--lossless --lossless-draft "

@@ -27,7 +27,7 @@ from ..sampling import Sampler
 from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream, ToolError
 from . import drafting, embeddings, infill, messages, props, rerank, responses
-from . import builtin_template, llamacpp_api as L
+from . import builtin_template, llamacpp_api as L, lora as lora_api
 from .prompt_cache import DEFAULT_MIB
 from .cors import CORS
 from .disconnect import or_cancel
@@ -126,7 +126,8 @@ class Server:
             raise APIError(400, str(e)) from None
 
     def submit(self, f: Dict, toks: List[int], logprobs: Optional[int], sampler: Sampler) -> Request:
-        return self.submit_request(toks, sampler, f["max_tokens"] or self.max_tokens(toks), logprobs)
+        return self.submit_request(toks, sampler, f["max_tokens"] or self.max_tokens(toks), logprobs,
+                                   lora=f.get("lora"))
 
     def max_tokens(self, toks: List[int]) -> int:
         """A request's token limit when it gives none: --n-predict, else the rest of the context
@@ -151,9 +152,11 @@ class Server:
         return rs
 
     def submit_request(self, toks: List[int], sampler: Sampler, max_tokens: int, logprobs: Optional[int],
-                       probs=None) -> Request:
+                       probs=None, lora=None) -> Request:
+        """lora: the request's `lora` field as sent (server/lora.py checks it: 400)."""
+        scales = lora_api.request_scales(self, lora)
         r = Request(prompt=toks, sampler=sampler, max_tokens=max_tokens, logprobs=logprobs, out=self.inbox.out(),
-                    probs=probs)
+                    probs=probs, lora=scales)
         try:
             self.sched.submit(r)
         except QueueFull as e:
@@ -321,7 +324,7 @@ def build_app(srv: Server) -> Starlette:
               Route("/metrics", metrics, methods=["GET"]),
               *L.routes(srv, guarded)] + webui_routes(srv, guarded) + embeddings.routes(srv, guarded) \
         + rerank.routes(srv, guarded) + responses.routes(srv, guarded, app_chat) + messages.routes(srv, guarded, app_chat) \
-        + infill.routes(srv, guarded) + props.routes(srv, guarded)
+        + infill.routes(srv, guarded) + props.routes(srv, guarded) + lora_api.routes(srv, guarded)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):

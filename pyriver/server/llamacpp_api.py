@@ -241,7 +241,7 @@ def parse_native(srv, raw: bytes) -> Dict[str, Any]:
             "n_predict": None if n_predict is None or n_predict < 0 else n_predict, "n_probs": n_probs,
             "stops": [stop] if isinstance(stop, str) else stop, "bias": bias, "stream": bool(body.get("stream")),
             "return_tokens": bool(body.get("return_tokens")), "fields": body.get("response_fields") or [],
-            "post": bool(body.get("post_sampling_probs"))}
+            "post": bool(body.get("post_sampling_probs")), "lora": body.get("lora")}
 
 
 def _settings(srv, f: Dict, max_tokens: int) -> Dict[str, Any]:
@@ -276,7 +276,7 @@ class Native:
         self.max_tokens = f["n_predict"] or srv.max_tokens(toks)
         sampler = srv.base_sampler(f["params"], f["seed"], f["bias"])
         self.r = srv.submit_request(toks, sampler, self.max_tokens, f["n_probs"] or None,
-                                    post_sampling(sampler, f["n_probs"]) if f["post"] else None)
+                                    post_sampling(sampler, f["n_probs"]) if f["post"] else None, f["lora"])
         self.text = C.TextStream([s.encode("utf-8") for s in f["stops"] if s])
         self.stop_type, self.word, self.t_end, self.raw = "none", "", None, b""
 

@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from ..atomic import replacing
 from . import llamacpp_api as L
+from .lora import brief as lora_brief
 from .schema import APIError, json_object
 
 # llama.cpp's sampler chain (common_params_sampling::samplers), which pyriver's Sampler runs in that order
@@ -52,7 +53,9 @@ def default_params(srv) -> Dict[str, Any]:
             "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1.0, "repeat_last_n": 64, "repeat_penalty": 1.0,
             "presence_penalty": 0.0, "frequency_penalty": 0.0, "max_tokens": n_predict, "n_predict": n_predict,
             "ignore_eos": False, "stream": False, "n_probs": 0, "samplers": list(SAMPLERS),
-            "timings_per_token": False, "post_sampling_probs": False, "lora": []}
+            "timings_per_token": False, "post_sampling_probs": False,
+            # llama-server prints its request default ([]); pyriver the adapters such a request gets
+            "lora": lora_brief(srv.sched.lora)}
 
 
 def _token_text(srv, tok: int) -> str:
@@ -100,7 +103,8 @@ def slot_json(sched, s) -> Dict[str, Any]:
                  n_prompt_tokens_processed=max(0, len(t.prompt) - t.n_cached - pending),
                  n_prompt_tokens_cache=t.n_cached,
                  next_token=[{"has_next_token": r is t, "n_remain": max(0, t.max_tokens - t.n_generated),
-                              "n_decoded": t.n_decoded}])
+                              "n_decoded": t.n_decoded}],
+                 lora=lora_brief(t.lora or ()))   # the adapters its request ran with (llama-server: in params)
     return d
 
 

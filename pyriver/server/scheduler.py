@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from .. import lossless
 from ..batch import BatchDecoder, Feed
@@ -61,6 +61,7 @@ class Request:
     lossless: Optional[dict] = None   # draft statistics in lossless mode (pyriver.lossless.new_stats)
     n_cached: int = 0   # prompt tokens found in the slot's cache (not computed again)
     probs: Optional[Callable] = None   # (logits, token, history) -> entry, instead of raw logprobs (post-sampling)
+    lora: Optional[Tuple[float, ...]] = None   # its LoRA scales, one per adapter; None: the server's at its start
 
     def cancel(self) -> None:
         """The client is gone or has what it wants (a stop string): the slot frees at the next step."""
@@ -94,6 +95,7 @@ class Slot:
         self.qs: list = []
         self.last_start = 0            # when it last took a request (the scheduler's count of starts)
         self.task: Optional[Request] = None   # the request it holds, else the last it held (/slots)
+        self.lora: Tuple[float, ...] = ()     # the LoRA scales its cache was computed with
 
 
 class Scheduler:
@@ -128,7 +130,13 @@ class Scheduler:
         self.partial_cuts = self.dec.partial_cuts
         # exact drafters verify in a step of their own, batch-invariant, where the decoder can be
         self.split_verify = drafter is not None and drafter.exact and self.dec.can_batch_invariant
+        # LoRA (llama-server's): the scales of a request that gives none (POST /lora-adapters sets them on
+        # this thread); a step runs the slots of one configuration, the configurations by turns
+        self.lora: Tuple[float, ...] = tuple(a.scale for a in getattr(llm, "lora_adapters", ()))
+        self.group: Optional[Tuple[float, ...]] = None   # the configuration of this step's slots
         self.slots = [Slot(i) for i in range(n_slots)]
+        for s in self.slots:
+            s.lora = self.lora
         self.waiting: "collections.deque[Request]" = collections.deque()
         # calls run on this thread between steps (Scheduler.call): (slot or None, fn, future)
         self.calls: collections.deque = collections.deque()
@@ -245,6 +253,8 @@ class Scheduler:
             if r.cancelled.is_set():
                 r.out.put(("end", "cancelled"))
                 continue
+            if r.lora is None:   # llama-server's: the adapters' scales when the request starts
+                r.lora = self.lora
             self._start(self._slot_for(r, free), r)
 
     def _reusable(self, cached: List[int], prompt: List[int]) -> int:
@@ -254,9 +264,10 @@ class Scheduler:
         return n if self.partial_cuts or n == len(cached) else 0
 
     def _slot_for(self, r: Request, free: List[Slot]) -> Slot:
-        """The free slot whose cache holds most of the prompt (as llama-server picks one), else the
-        least recently started, which keeps the caches other prompts may come back to."""
-        return max(free, key=lambda s: (self._reusable(s.cached, r.prompt), -s.last_start))
+        """The free slot whose cache holds most of the prompt under the request's LoRA configuration (as
+        llama-server picks one), else the least recently started, which keeps the caches other prompts
+        may come back to."""
+        return max(free, key=lambda s: (self._reusable(s.cached, r.prompt) if s.lora == r.lora else 0, -s.last_start))
 
     def _swap_prompt(self, s: Slot, prompt: List[int]) -> None:
         """The prompt cache around a slot a request takes: the slot's prompt is saved where the request
@@ -265,9 +276,9 @@ class Scheduler:
         n = self._reusable(s.cached, prompt)
         if s.cached and n == len(s.cached):
             return   # the request continues the slot's whole prompt
-        if s.cached and self.dec.pos(s.seq) == len(s.cached) and not self.prompt_cache.holds(s.cached):
-            self.prompt_cache.save(s.cached, self.dec.state_get(s.seq))
-        found = self.prompt_cache.take(prompt, s.cached, whole=not self.partial_cuts)
+        if s.cached and self.dec.pos(s.seq) == len(s.cached) and not self.prompt_cache.holds(s.cached, s.lora):
+            self.prompt_cache.save(s.cached, self.dec.state_get(s.seq), s.lora)
+        found = self.prompt_cache.take(prompt, s.cached, whole=not self.partial_cuts, tag=s.lora)
         if found is not None:
             tokens, state = found
             try:
@@ -278,6 +289,11 @@ class Scheduler:
                 s.cached = []
 
     def _start(self, s: Slot, r: Request) -> None:
+        if s.lora != r.lora:   # rows computed under other adapters serve no prompt of this request
+            if s.cached and self.prompt_cache is not None and self.dec.pos(s.seq) == len(s.cached):
+                self.prompt_cache.save(s.cached, self.dec.state_get(s.seq), s.lora)
+            self.dec.truncate(s.seq, 0)
+            s.cached, s.lora = [], r.lora
         if self.prompt_cache is not None:
             self._swap_prompt(s, r.prompt)
         n = self._reusable(s.cached, r.prompt)
@@ -321,7 +337,7 @@ class Scheduler:
         """Lossless: each decoding slot drafts up to its k tokens (no further than its max_tokens,
         the context, or its share of a step), all drafting slots in one decode step per token
         under the exit rule; their rows are cut again, the verify step rewrites them."""
-        decoding = [s for s in self.slots if s.req is not None and s.next_tok is not None and not s.pending]
+        decoding = [s for s in self.slots if self._in_step(s) and s.next_tok is not None and not s.pending]
         share = max(1, self.dec.n_batch // len(self.slots)) - 1
         limit = {}
         for s in decoding:
@@ -357,7 +373,7 @@ class Scheduler:
         share = max(1, self.dec.n_batch // len(self.slots)) - 1
         want = {}
         for s in self.slots:
-            if s.req is not None and s.next_tok is not None and not s.pending:
+            if self._in_step(s) and s.next_tok is not None and not s.pending:
                 s.drafts, s.qs = [], []
                 room = min(s.req.max_tokens - s.req.n_generated, self.n_ctx - len(s.history))
                 want[s.seq] = (s.history, min(self.drafter.n_max, room - 1, share))
@@ -392,7 +408,7 @@ class Scheduler:
     def _feeds(self) -> List[Feed]:
         feeds, budget = [], self.dec.n_batch
         for s in self.slots:
-            if s.req is not None and s.next_tok is not None and not s.pending:
+            if self._in_step(s) and s.next_tok is not None and not s.pending:
                 if self.spec is not None or self.drafter is not None:   # the newest token and the drafts, at full depth
                     feeds.append(Feed(s.seq, [s.next_tok] + s.drafts, prompt=True, all_logits=True))
                     budget -= 1 + len(s.drafts)
@@ -403,7 +419,7 @@ class Scheduler:
         if cap is None:
             cap = min(PROMPT_CHUNK, max(1, self.dec.n_batch - len(self.slots))) if feeds else budget
         for s in self.slots:
-            if s.req is not None and s.pending and budget > 0:
+            if self._in_step(s) and s.pending and budget > 0:
                 k = min(len(s.pending), cap, budget)
                 chunk = s.pending[:k]
                 # after a context shift the kept tokens run again, then the slot decodes on
@@ -411,8 +427,24 @@ class Scheduler:
                 budget -= k
         return feeds
 
+    def _in_step(self, s: Slot) -> bool:
+        return s.req is not None and (self.group is None or s.lora == self.group)
+
+    def _choose_group(self) -> None:
+        """The LoRA configuration this step runs (llama-server batches no slots of different ones
+        together): with one among the busy slots, it; with several, the next after the last step's, in
+        slot order, so that each configuration gets its turn. The decoder applies it."""
+        configs = list(dict.fromkeys(s.lora for s in self.slots if s.req is not None))
+        if not configs or not self.lora:   # no adapters: one configuration, nothing to apply
+            self.group = None
+            return
+        after = configs.index(self.group) + 1 if self.group in configs else 0
+        self.group = configs[after % len(configs)] if len(configs) > 1 else configs[0]
+        self.dec.set_lora(self.group)
+
     def _step(self) -> None:
         t0 = time.perf_counter()
+        self._choose_group()
         if self.spec is not None:
             self._draft()
         elif self.drafter is not None:

@@ -22,7 +22,6 @@ INTERNALS = {
     "_candidates": "llama_cpp's ctypes token-data array for its C samplers",
     "_stack": "llama_cpp's ExitStack of C frees (pyriver: close)",
     "_c_tensor_split": "the ctypes float array behind tensor_split",
-    "_lora_adapter": "a ctypes LoRA adapter handle (lora_path is inert in pyriver)",
     "_mirostat_mu": "a ctypes float of llama_cpp's C mirostat sampler (pyriver's chain keeps mu)",
     "_chat_handlers": "llama_cpp's handlers made from the GGUF's templates (pyriver renders the template itself)",
     "_n_vocab": "llama_cpp's private copy of n_vocab()",

@@ -59,7 +59,7 @@ def test_every_llama_cpp_constructor_argument_is_accepted_at_its_default(smol_pa
 
 
 @pytest.mark.parametrize("kw, err, match", [
-    ({"lora_path": "x.gguf"}, ValueError, "lora_path"),
+    ({"lora_path": "x.gguf", "engine": "native"}, ValueError, "LoRA"),
     ({"type_k": llama_cpp.GGML_TYPE_Q8_0}, ValueError, "type_k"),
     ({"rope_freq_base": -1.0}, ValueError, "rope_freq_base"),
     ({"kv_overrides": {"a": 1}}, ValueError, "kv_overrides"),
