@@ -195,6 +195,7 @@ def _int(v):
 
 _FIELDS = {   # name: (check, what)
     "n_predict": (_int, "an integer"), "max_tokens": (_int, "an integer"), "temperature": (_num, "a number"),
+    "id_slot": (_int, "an integer"),
     "top_k": (_int, "an integer"), "top_p": (_num, "a number"), "min_p": (_num, "a number"),
     "typical_p": (_num, "a number"), "repeat_penalty": (_num, "a number"), "repeat_last_n": (_int, "an integer"),
     "presence_penalty": (_num, "a number"), "frequency_penalty": (_num, "a number"), "seed": (_int, "an integer"),
@@ -241,7 +242,8 @@ def parse_native(srv, raw: bytes) -> Dict[str, Any]:
             "n_predict": None if n_predict is None or n_predict < 0 else n_predict, "n_probs": n_probs,
             "stops": [stop] if isinstance(stop, str) else stop, "bias": bias, "stream": bool(body.get("stream")),
             "return_tokens": bool(body.get("return_tokens")), "fields": body.get("response_fields") or [],
-            "post": bool(body.get("post_sampling_probs")), "lora": body.get("lora")}
+            "post": bool(body.get("post_sampling_probs")), "lora": body.get("lora"),
+            "id_slot": body.get("id_slot", -1)}
 
 
 def _settings(srv, f: Dict, max_tokens: int) -> Dict[str, Any]:
@@ -276,7 +278,8 @@ class Native:
         self.max_tokens = f["n_predict"] or srv.max_tokens(toks)
         sampler = srv.base_sampler(f["params"], f["seed"], f["bias"])
         self.r = srv.submit_request(toks, sampler, self.max_tokens, f["n_probs"] or None,
-                                    post_sampling(sampler, f["n_probs"]) if f["post"] else None, f["lora"])
+                                    post_sampling(sampler, f["n_probs"]) if f["post"] else None, f["lora"],
+                                    f["id_slot"])
         self.text = C.TextStream([s.encode("utf-8") for s in f["stops"] if s])
         self.stop_type, self.word, self.t_end, self.raw = "none", "", None, b""
 
@@ -313,7 +316,7 @@ class Native:
         with srv.sched.vocab_lock:
             prompt = srv.llm.vocab.detokenize(self.toks, special=True).decode("utf-8", "replace")
         d = {"index": self.index, "content": content, "tokens": tokens if self.f["return_tokens"] else [],
-             "id_slot": -1, "stop": True, "model": srv.model_id, "tokens_predicted": r.n_decoded,
+             "id_slot": r.slot, "stop": True, "model": srv.model_id, "tokens_predicted": r.n_decoded,
              "tokens_evaluated": len(self.toks), "generation_settings": _settings(srv, self.f, self.max_tokens),
              "prompt": prompt, "has_new_line": "\n" in content,
              "truncated": self.stop_type == "limit" and len(self.toks) + r.n_generated >= srv.sched.n_ctx, "stop_type": self.stop_type,
@@ -485,7 +488,7 @@ def stream_response(n: Native) -> StreamingResponse:
             async for text, ts, es in n.items():
                 toks += ts
                 entries += es
-                ch = {"index": n.index, "content": text, "tokens": ts, "stop": False, "id_slot": -1,
+                ch = {"index": n.index, "content": text, "tokens": ts, "stop": False, "id_slot": n.r.slot,
                       "tokens_predicted": n.r.n_decoded, "tokens_evaluated": len(n.toks)}
                 if es:
                     ch["completion_probabilities"] = native_probs(n.srv, es, n.f["post"])

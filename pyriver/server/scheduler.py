@@ -60,6 +60,10 @@ class Request:
     logprob_entries: list = field(default_factory=list)   # logprobs.entry of each generated token (logprobs)
     lossless: Optional[dict] = None   # draft statistics in lossless mode (pyriver.lossless.new_stats)
     n_cached: int = 0   # prompt tokens found in the slot's cache (not computed again)
+    # llama-server's id_slot: the slot that must run it (id_slot % slots; -1 or below: any free one); a
+    # busy slot makes it wait while later requests go ahead. slot: the one it ran on (-1 until it starts)
+    id_slot: int = -1
+    slot: int = -1
     probs: Optional[Callable] = None   # (logits, token, history) -> entry, instead of raw logprobs (post-sampling)
     lora: Optional[Tuple[float, ...]] = None   # its LoRA scales, one per adapter; None: the server's at its start
 
@@ -245,6 +249,7 @@ class Scheduler:
         for s in self.slots:
             if s.req is not None and s.req.cancelled.is_set():
                 self._finish(s, "cancelled")
+        held = []   # requests whose slot is busy: they keep their place in the queue
         while self.waiting:
             free = [s for s in self.slots if s.req is None]
             if not free:
@@ -253,9 +258,16 @@ class Scheduler:
             if r.cancelled.is_set():
                 r.out.put(("end", "cancelled"))
                 continue
+            if r.id_slot >= 0:
+                want = self.slots[r.id_slot % len(self.slots)]
+                if want.req is not None:
+                    held.append(r)
+                    continue
+                free = [want]
             if r.lora is None:   # llama-server's: the adapters' scales when the request starts
                 r.lora = self.lora
             self._start(self._slot_for(r, free), r)
+        self.waiting.extendleft(reversed(held))
 
     def _reusable(self, cached: List[int], prompt: List[int]) -> int:
         """Cached tokens a prompt can keep: their common prefix, short of the prompt's last token
@@ -305,6 +317,7 @@ class Scheduler:
         s.history = list(r.prompt)
         s.next_tok = None
         s.req = s.task = r
+        r.slot = s.seq
         r.n_cached = n
         self.n_starts += 1
         s.last_start = self.n_starts

@@ -67,6 +67,7 @@ _COMMON = {
     "json_schema": (lambda v: isinstance(v, (dict, bool)), "a JSON schema (an object)", None),
     "river_tokens": (lambda v: isinstance(v, bool), "a boolean", False),   # pyriver: exits per token (river_tokens.py)
     "lora": (lambda v: isinstance(v, list), "an array of {id, scale} objects", None),   # llama-server's (server/lora.py)
+    "id_slot": (_int, "an integer", -1),   # llama-server's: the slot that runs the request (-1: any)
 }
 COMPLETION = dict(_COMMON, prompt=(_prompt, "a string or a list of token ids", None),
                   logprobs=(lambda v: v is None or (_int(v) and v >= 0), "an integer >= 0", None),
