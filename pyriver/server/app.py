@@ -1,4 +1,5 @@
-"""The ASGI app (Starlette): OpenAI-compatible endpoints over the scheduler. The model loads in a
+"""The ASGI app (Starlette): the Server every route family shares, and the app that assembles the
+families (openai_api.py, llamacpp_api.py, messages.py, ...) over its scheduler. The model loads in a
 thread after the server starts listening, so /health answers 503 until it is ready. Results are
 shaped by the runtime's own completion and chat helpers."""
 from __future__ import annotations
@@ -6,36 +7,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import threading
-import types
-from typing import AsyncIterator, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from .. import chat
-from .. import completion as C
 from ..errors import ContextFullError
 from ..grammar import GrammarError, constrain
-from ..logprobs import as_dict as logprobs_dict
 from ..sampling import Sampler
-from ..structured import ChatPlan, request_grammar
-from ..toolcall import DeltaStream, ToolError
+from ..toolcall import ToolError
 from . import drafting, embeddings, infill, messages, props, rerank, responses
-from . import builtin_template, llamacpp_api as L, lora as lora_api
+from . import builtin_template, llamacpp_api as L, lora as lora_api, openai_api
 from .prompt_cache import DEFAULT_MIB
 from .cors import CORS
-from .disconnect import or_cancel
 from .inbox import Inbox
 from .metrics import Metrics
-from .river_tokens import TokenExits
 from .scheduler import QueueFull, Request, Scheduler
-from .schema import CHAT, COMPLETION, APIError, parse
+from .schema import APIError
 from .webui import webui_routes
 
 
@@ -169,59 +161,8 @@ class Server:
         return self.llm.river_stats(r.exits, r.lossless)
 
 
-class Events:
-    """(text, finish reason or None) pairs of a request from what the scheduler hands it; the last
-    pair carries the reason. Stop strings through the runtime's TextStream; a stop string cancels it."""
-
-    def __init__(self, r: Request, stops: List[str]):
-        self.r = r
-        self.text = C.TextStream([s.encode("utf-8") for s in stops if s])
-        self.done = False
-        self.n_tokens = 0   # token items read (river_tokens counts on it)
-
-    def feed(self, item: tuple) -> List[Tuple[str, Optional[str]]]:
-        if item[0] == "token":
-            self.n_tokens += 1
-            text, stopped = self.text.feed(item[2])
-            if stopped:
-                self.done = True
-                self.r.stop_at(self.n_tokens)
-                return [(text, "stop")]
-            return [(text, None)] if text else []
-        self.done = True
-        reason = item[1]
-        if reason.startswith("error: grammar: "):   # the request's grammar allowed no token
-            raise APIError(400, reason[len("error: grammar: "):], param="grammar", code="grammar_dead_end")
-        if reason.startswith("error"):
-            raise RuntimeError(reason)
-        rest = self.text.finish()
-        return ([(rest, None)] if rest else []) + [("", "stop" if reason == "stop" else "length")]
-
-
-async def events(r: Request, stops: List[str], ev: Optional[Events] = None) -> AsyncIterator[Tuple[str, Optional[str]]]:
-    ev = ev or Events(r, stops)
-    while not ev.done:
-        for pair in ev.feed(await r.out.get()):
-            yield pair
-
-
 def _error(e: APIError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status)
-
-
-def _sse(chunks: AsyncIterator[dict], r: Request) -> StreamingResponse:
-    """The chunks as server-sent events, made on the event loop as the scheduler hands tokens over."""
-    async def body():
-        try:
-            async for ch in chunks:
-                ch.setdefault("system_fingerprint", L.fingerprint())
-                yield f"data: {json.dumps(ch)}\n\n"
-            yield "data: [DONE]\n\n"
-        except APIError as e:   # after the headers went out: the error as an event, as llama-server sends it
-            yield f"data: {json.dumps(e.body())}\n\n"
-        finally:   # the client went away (or the stream ended): the slot frees at the next step
-            r.cancel()
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 def build_app(srv: Server) -> Starlette:
@@ -238,70 +179,6 @@ def build_app(srv: Server) -> Starlette:
         except (GrammarError, ToolError) as e:
             return _error(APIError(400, str(e), code="invalid_request"))
 
-    async def completions(req: HTTPRequest):
-        return await guarded(req, _completions)
-
-    async def _completions(req: HTTPRequest):
-        f = parse(await req.body(), COMPLETION, "prompt", srv.settings.get("defaults"))
-        srv.check_model(f["model"])
-        p = f["prompt"]
-        p = p[0] if isinstance(p, list) and isinstance(p[0], str) else p
-        toks = srv.prompt_tokens(await run_in_threadpool(_tokenize, srv, p) if isinstance(p, str) else list(p))
-        grammar = request_grammar(f["response_format"], f["grammar"], f["json_schema"])
-        rs = srv.submit_n(f, toks, f["logprobs"], await run_in_threadpool(srv.samplers, f, toks, grammar))
-        r = rs[0]   # n choices: n requests
-        cid, created, model = C.new_id("cmpl"), C.now(), srv.model_id
-        if f["stream"]:
-            return _sse(_completion_chunks(srv, r, f, cid, created, model), r)
-        choices = []
-        for i, (ri, (text, finish)) in enumerate(zip(rs, await or_cancel(req, rs, _collect_all(rs, f["stops"])))):
-            lp = None
-            if f["logprobs"] is not None:
-                with srv.sched.vocab_lock:   # pieces come from the shared Vocab buffer
-                    lp = logprobs_dict(srv.llm.vocab, ri.logprob_entries, text, len(p) if isinstance(p, str) else 0)
-            choices.append(dict(C.completion_dict(cid, created, model, text, finish, None, logprobs=lp)["choices"][0],
-                                index=i))
-        d = C.completion_dict(cid, created, model, "", None, _usage(*rs))
-        d.update(choices=choices, system_fingerprint=L.fingerprint(), timings=L.timings(r))
-        d["river"] = srv.river(r)   # null when River is off
-        return JSONResponse(d)
-
-    async def chat_completions(req: HTTPRequest):
-        return await guarded(req, _chat)
-
-    async def _chat(req: HTTPRequest):
-        f = parse(await req.body(), CHAT, "messages", srv.settings.get("defaults"))
-        srv.check_model(f["model"])
-        plan = await run_in_threadpool(_chat_plan, srv, f)
-        try:
-            toks = await run_in_threadpool(_chat_tokens, srv, plan, f)
-        except ValueError as e:
-            raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
-        srv.prompt_tokens(toks)
-        rs = srv.submit_n(f, toks, (f["top_logprobs"] or 0) if f["logprobs"] else None,
-                          await run_in_threadpool(srv.samplers, f, toks, plan.grammar))
-        r = rs[0]
-        stops = srv.llm.chat_stops(f["stops"])
-        cid, created, model = C.new_id("chatcmpl"), C.now(), srv.model_id
-        if f["stream"]:
-            return _sse(_chat_chunks(srv, r, f, stops, cid, created, model, plan), r)
-        choices = []
-        for i, (ri, (text, finish)) in enumerate(zip(rs, await or_cancel(req, rs, _collect_all(rs, stops)))):
-            c = dict(chat.chat_dict(cid, created, model, text, finish, {}, plan.tools)["choices"][0], index=i)
-            if f["logprobs"]:
-                c["logprobs"] = L.chat_logprobs(srv, ri.logprob_entries[:_n_tokens(srv, ri, text)])
-            choices.append(c)
-        d = chat.chat_dict(cid, created, model, "", None, _usage(*rs))
-        d.update(choices=choices, system_fingerprint=L.fingerprint(), timings=L.timings(r))
-        d["river"] = srv.river(r)
-        return JSONResponse(d)
-
-    async def models(req: HTTPRequest):
-        async def h(_):
-            return JSONResponse({"object": "list", "data": [
-                {"id": srv.model_id, "object": "model", "created": C.now(), "owned_by": "pyriver"}]})
-        return await guarded(req, h)
-
     async def health(_req: HTTPRequest):   # public, as llama-server's
         if srv.llm is None:
             return JSONResponse({"status": "error" if srv.error else "loading", "error": srv.error}, status_code=503)
@@ -314,17 +191,13 @@ def build_app(srv: Server) -> Starlette:
         return _error(APIError(getattr(exc, "status_code", 404), f"{req.method} {req.url.path}: "
                                f"{getattr(exc, 'detail', 'not found')}"))
 
-    app_chat = types.SimpleNamespace(plan=_chat_plan, tokens=_chat_tokens, collect=_collect, events=events, new_events=Events)
-    routes = [Route("/v1/completions", completions, methods=["POST"]),
-              Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-              Route("/chat/completions", chat_completions, methods=["POST"]),   # llama-server's aliases
-              Route("/v1/models", models, methods=["GET"]),
-              Route("/models", models, methods=["GET"]),
+    routes = openai_api.routes(srv, guarded) + [
               Route("/health", health, methods=["GET"]),
               Route("/v1/health", health, methods=["GET"]),
               Route("/metrics", metrics, methods=["GET"]),
               *L.routes(srv, guarded)] + webui_routes(srv, guarded) + embeddings.routes(srv, guarded) \
-        + rerank.routes(srv, guarded) + responses.routes(srv, guarded, app_chat) + messages.routes(srv, guarded, app_chat) \
+        + rerank.routes(srv, guarded) + responses.routes(srv, guarded, openai_api.CHAT_API) \
+        + messages.routes(srv, guarded, openai_api.CHAT_API) \
         + infill.routes(srv, guarded) + props.routes(srv, guarded) + lora_api.routes(srv, guarded)
 
     @contextlib.asynccontextmanager
@@ -359,109 +232,3 @@ def close(srv: Server) -> None:
         srv.inbox.close()
     if srv.llm is not None:
         srv.llm.close()
-
-
-def _tokenize(srv: Server, text: str) -> List[int]:
-    with srv.sched.vocab_lock:
-        return srv.llm.tokenize(text.encode("utf-8"), add_bos=True, special=True) if text else [srv.llm.token_bos()]
-
-
-def _chat_plan(srv: Server, f: Dict) -> ChatPlan:
-    """The request's messages, template variables, grammar and tools (pyriver.structured)."""
-    return ChatPlan(srv.llm._template.source, f["messages"], f["response_format"], f["grammar"], f["json_schema"],
-                    f["tools"], f["tool_choice"], f["parallel_tool_calls"])
-
-
-def _chat_tokens(srv: Server, plan: ChatPlan, f: Dict) -> List[int]:
-    with srv.sched.vocab_lock:
-        return srv.llm.chat_tokens(plan.messages, f["add_generation_prompt"], f["continue_final"], server_bos=True,
-                                   **plan.extra)
-
-
-async def _collect(r: Request, stops: List[str]):
-    parts, finish = [], "length"
-    async for text, fin in events(r, stops):
-        parts.append(text)
-        finish = fin or finish
-    return "".join(parts), finish
-
-
-async def _collect_all(rs: List[Request], stops: List[str]) -> List[Tuple[str, str]]:
-    return [await _collect(r, stops) for r in rs]
-
-
-def _usage(r: Request, *more: Request) -> dict:
-    """OpenAI's usage, with the prompt tokens a slot's cache already held (cached_tokens); with
-    several choices (n > 1) the prompt counts once, the generated tokens of all."""
-    return dict(C.usage_dict(len(r.prompt), r.n_decoded + sum(m.n_decoded for m in more)),
-                prompt_tokens_details={"cached_tokens": r.n_cached})
-
-
-def _usage_chunk(d: dict, r: Request) -> dict:
-    d = dict(d, choices=[])
-    d["usage"] = _usage(r)
-    d["timings"] = L.timings(r)
-    return d
-
-
-def _n_tokens(srv: Server, r: Request, text: str) -> int:
-    """How many of r's tokens make up text (text may stop short of them: a stop string)."""
-    n, got = 0, 0
-    want = len(text.encode("utf-8"))
-    with srv.sched.vocab_lock:
-        for tok, _lp, _top in r.logprob_entries:
-            if got >= want:
-                break
-            got += len(srv.llm.vocab.piece(tok))
-            n += 1
-    return n
-
-
-async def _completion_chunks(srv: Server, r: Request, f: Dict, cid: str, created: int,
-                             model: str) -> AsyncIterator[dict]:
-    ev = Events(r, f["stops"])
-    tags = TokenExits.make(srv, r, ev, f["river_tokens"])
-    async for text, fin in events(r, f["stops"], ev):
-        if text:
-            ch = C.completion_dict(cid, created, model, text, None, None)
-            yield tags.attach(ch) if tags else ch
-        if fin:
-            yield dict(C.completion_dict(cid, created, model, "", fin, None), river=srv.river(r))
-    if f["include_usage"]:
-        yield _usage_chunk(C.completion_dict(cid, created, model, "", None, None), r)
-
-
-async def _chat_chunks(srv: Server, r: Request, f: Dict, stops: List[str], cid: str, created: int,
-                       model: str, plan: ChatPlan) -> AsyncIterator[dict]:
-    last = chat.role_chunk(cid, created, model)
-    last["choices"][0]["delta"]["content"] = None   # as llama-server's first chunk
-    lp = _LogprobCursor(srv, r) if f["logprobs"] else None
-    ds = DeltaStream(plan.tools)   # content, or tool calls parsed at the end
-    ev = Events(r, stops)
-    tags = TokenExits.make(srv, r, ev, f["river_tokens"])
-    async for text, fin in events(r, stops, ev):
-        for ch in chat.tool_delta_chunks(ds, cid, created, model, text, fin):
-            if lp is not None and ch["choices"][0]["delta"].get("content"):
-                ch["choices"][0]["logprobs"] = lp.take(ch["choices"][0]["delta"]["content"])
-            yield last
-            last = tags.attach(ch) if tags else ch
-    last["river"] = srv.river(r)
-    yield last
-    if f["include_usage"]:
-        yield _usage_chunk(chat.chunk_dict(cid, created, model, {}, None), r)
-
-
-class _LogprobCursor:
-    """Streamed chat logprobs: each chunk takes the entries of the tokens that make up its text."""
-
-    def __init__(self, srv: Server, r: Request):
-        self.srv, self.r, self.used, self.have, self.sent = srv, r, 0, 0, 0
-
-    def take(self, text: str) -> Optional[dict]:
-        self.sent += len(text.encode("utf-8"))
-        start = self.used
-        with self.srv.sched.vocab_lock:
-            while self.have < self.sent and self.used < len(self.r.logprob_entries):
-                self.have += len(self.srv.llm.vocab.piece(self.r.logprob_entries[self.used][0]))
-                self.used += 1
-        return L.chat_logprobs(self.srv, self.r.logprob_entries[start:self.used])

@@ -1,6 +1,6 @@
 """A client that goes away before its answer (a non-streamed request it stopped waiting for) frees
 its slots: llama-server stops a task whose connection closed (req.should_stop), and llama.cpp's
-test_cancel_request reads /slots to see it. A streamed answer notices at its next write (app._sse);
+test_cancel_request reads /slots to see it. A streamed answer notices at its next write (openai_api._sse);
 a plain one writes nothing until the end, so the connection is watched while it is computed."""
 from __future__ import annotations
 
