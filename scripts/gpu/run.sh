@@ -108,7 +108,8 @@ for c in m["cargo"]:
     ps = [p for p in m["pieces"] if p["cargo"] == c["name"]]
     dest = os.path.join(S, c["dest"]) if c["dest"].startswith("kit/") else os.path.join(cache, c["dest"])
     st = {"pieces": len(ps), "here": sum(p["file"] in here for p in ps), "dest": dest}
-    if os.path.exists(dest) and os.path.exists(dest + ".checked"):
+    mark = os.path.join(S, "ferry", "checked", c["name"].replace("/", "__"))
+    if os.path.exists(dest) and os.path.exists(mark):
         st["ok"] = True
     elif st["here"] == len(ps):
         t = time.time()
@@ -128,7 +129,8 @@ for c in m["cargo"]:
         st["seconds"] = round(time.time() - t, 1)
         if st["ok"]:
             os.replace(tmp, dest)
-            open(dest + ".checked", "w").write(got)
+            os.makedirs(os.path.dirname(mark), exist_ok=True)
+            open(mark, "w").write(got)
             if not c["dest"].startswith("kit/"):   # the pieces of a model are no longer needed
                 for p in ps:
                     os.remove(os.path.join(S, "ferry", p["file"]))
@@ -237,7 +239,11 @@ setup() {
   elif ! cat "$S"/kit/prebuilt/lcp.* | tar -xJ -C "$SITE"; then
     ok=0; why="prebuilt: tar failed"
   fi
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" --upgrade "$S"/kit/wheels/*.whl 2>&1 | grep -v "^WARNING: Target directory" | tail -3
+  local w
+  for w in "$S"/kit/wheels/*.whl; do   # one by one: a wheel that does not fit this Python is named, the others go in
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" --upgrade "$w" > "$S/pip.log" 2>&1 \
+      || echo "wheel not installed: ${w##*/}: $(grep -m1 ERROR "$S/pip.log")"
+  done
   local chk; chk=$(gpu_check); echo "$chk"
   if [ $ok = 1 ]; then
     if echo "$chk" | grep -q '"error"'; then ok=0; why="import llama_cpp failed: $(echo "$chk" | python3 -c 'import json,sys; print(json.load(sys.stdin)["error"])')"
@@ -247,6 +253,8 @@ setup() {
   if [ $ok = 1 ]; then
     say "prebuilt OK; background: pyriver install, then llama-server build ($NPROC jobs)"
     bg_install
+  elif [ "$CPU" = 1 ]; then
+    echo "PREBUILT FAILED: $why (CPU rehearsal: no fallback build here)"
   else
     echo "PREBUILT FAILED: $why; falling back to ../shared/gpu/build.sh (CUDA build from the kit's sdist, in the background)"
     bg_install source
