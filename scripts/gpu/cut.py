@@ -120,7 +120,26 @@ def sdist_tree(dest: Path) -> Path:
     return src
 
 
+IGNORED = ["/.gpu-kit/", "/.gpu-streams/", "/.ferry*/"]
+
+
+def ensure_ignored() -> None:
+    """The cargo folders must be ignored by git in this checkout (else every call would carry all of
+    them as untracked files): .gitignore has them from this branch on; older checkouts get them in
+    .git/info/exclude."""
+    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--git-path", "info/exclude"], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    ex = Path(out) if os.path.isabs(out) else ROOT / out
+    have = ex.read_text().split("\n") if ex.exists() else []
+    missing = [p for p in IGNORED if p not in have]
+    if missing:
+        ex.parent.mkdir(parents=True, exist_ok=True)
+        with open(ex, "a") as f:
+            f.write("".join(p + "\n" for p in missing))
+
+
 def kit(a) -> None:
+    ensure_ignored()
     sg = shared_gpu()
     if KIT.exists():
         shutil.rmtree(KIT)
@@ -189,6 +208,7 @@ def verified_sha(src: Path) -> str:
 
 
 def cut(a) -> None:
+    ensure_ignored()
     if not KIT.is_dir():
         raise SystemExit("no .gpu-kit/: run `python3 scripts/gpu/cut.py kit` first")
     tree = tree_weight()
