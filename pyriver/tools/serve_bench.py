@@ -127,14 +127,24 @@ def batched_script() -> Path:
     return sdist_root() / "examples" / "server" / "server.py"
 
 
-def batched_config(path: str, threads: int, slots: int, port: int) -> Dict:
+def gpu_flags(a) -> Dict[str, List[str]]:
+    """Each server's flags for `--n-gpu-layers` (every server gets the bench's placement: llama-server's
+    own default is 'auto', which offloads on a GPU machine even when pyriver's server does not)."""
+    n = getattr(a, "n_gpu_layers", 0) or 0
+    return {"pyriver": ["--n-gpu-layers", str(n)] if n else [],
+            "llama-server": ["-ngl", "all" if n < 0 else str(n)],
+            "llama_cpp.server": ["--n_gpu_layers", str(n)] if n else []}
+
+
+def batched_config(path: str, threads: int, slots: int, port: int, n_gpu_layers: int = 0) -> Dict:
     """server.py's -C config for the bench: the local GGUF (model.path, not from_pretrained: no hub), the
     same slots, positions and threads as llama-server's --parallel slots, flash attention off as in the
     others, and one 1024-position cache per sequence (kv_unified off), as llama-server's explicit
     --parallel N lays out -c 1024*N (server.py's default is one cache shared by all sequences)."""
     return {"server": {"host": "127.0.0.1", "port": port},
             "model": {"path": path, "alias": os.path.basename(path), "n_ctx": 1024 * slots, "n_seq_max": slots,
-                      "threads": threads, "threads_batch": threads, "flash_attn": False, "kv_unified": False}}
+                      "threads": threads, "threads_batch": threads, "flash_attn": False, "kv_unified": False,
+                      **({"n_gpu_layers": n_gpu_layers} if n_gpu_layers else {})}}
 
 
 def script_dependencies(text: str) -> List[str]:
@@ -176,7 +186,8 @@ def batched_server(a, path: str) -> _Server:
         raise RuntimeError(f"{BATCHED}: {script} needs {', '.join(missing)} (pip install {' '.join(missing)})")
     tmp = tempfile.mkdtemp(prefix="pyriver-batched-")
     cfg = Path(tmp) / "config.json"
-    cfg.write_text(json.dumps(batched_config(path, a.threads, max(a.streams), p := _port()), indent=1))
+    cfg.write_text(json.dumps(batched_config(path, a.threads, max(a.streams), p := _port(),
+                                                    getattr(a, "n_gpu_layers", 0) or 0), indent=1))
     try:
         return _Server(BATCHED, [sys.executable, str(script), "-C", str(cfg)], p, tmp)
     except BaseException:
@@ -197,8 +208,9 @@ def servers(a, path: str) -> List[_Server]:
 
 def _start(a, path: str, out: List[_Server]) -> None:
     # plain decoding, as llama-server runs without --spec-type (drafting: `pyriver bench --spec-serve`)
+    gpu = gpu_flags(a)
     base = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "1024",
-            "--parallel", str(max(a.streams)), "--no-lossless"]
+            "--parallel", str(max(a.streams)), "--no-lossless", *gpu["pyriver"]]
     out.append(_Server("pyriver", base + ["--port", str(p := _port())], p))
     if a.not_batch_invariant:
         out.append(_Server("pyriver not batch-invariant", base + ["--not-batch-invariant", "--port", str(p := _port())], p))
@@ -215,7 +227,7 @@ def _start(a, path: str, out: List[_Server]) -> None:
     if a.competitor and not a.json_schema and not getattr(a, "chat", False):
         argv = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--n_threads", str(a.threads),
                 "--n_threads_batch", str(a.threads), "--n_ctx", "1024", "--interrupt_requests", "False",
-                "--port", str(p := _port())]
+                *gpu["llama_cpp.server"], "--port", str(p := _port())]
         out.append(_Server("llama-cpp-python server", argv, p))
     # the batched example server takes no json_schema field either (it ignores it: unconstrained answers), and
     # its chat streams carry no usage (no stream_options.include_usage), which --chat's tok/s counts
@@ -227,7 +239,7 @@ def _start(a, path: str, out: List[_Server]) -> None:
         from .llama_server import ensure
         n = max(a.streams)
         argv = [str(ensure(a.threads)), "-m", path, "-t", str(a.threads), "-tb", str(a.threads), "-c", str(1024 * n),
-                "--parallel", str(n), "-fa", "off", "--host", "127.0.0.1", "--port", str(p := _port())]
+                "--parallel", str(n), "-fa", "off", *gpu["llama-server"], "--host", "127.0.0.1", "--port", str(p := _port())]
         out.append(_Server("llama-server", argv, p))
 
 

@@ -61,3 +61,19 @@ def test_batched_config_is_server_py_s_own_config_with_the_bench_s_settings(tmp_
     assert (p.n_ctx, p.n_seq_max, p.n_threads, p.n_threads_batch) == (4096, 4, 2, 2)
     assert p.kv_unified is False
     assert p.flash_attn_type == srv.llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+
+
+def test_every_server_gets_the_bench_s_gpu_layers():
+    # llama-server's own default is 'auto' (offload on a GPU machine): the bench names the placement for
+    # every server, so pyriver's and llama.cpp's servers run on the same device.
+    from types import SimpleNamespace
+
+    from pyriver.tools.serve_bench import batched_config, gpu_flags
+    assert gpu_flags(SimpleNamespace(n_gpu_layers=0)) == {"pyriver": [], "llama-server": ["-ngl", "0"],
+                                                          "llama_cpp.server": []}
+    g = gpu_flags(SimpleNamespace(n_gpu_layers=-1))
+    assert g == {"pyriver": ["--n-gpu-layers", "-1"], "llama-server": ["-ngl", "all"],
+                 "llama_cpp.server": ["--n_gpu_layers", "-1"]}
+    assert gpu_flags(SimpleNamespace(n_gpu_layers=12))["llama-server"] == ["-ngl", "12"]
+    assert "n_gpu_layers" not in batched_config("/m.gguf", 2, 4, 1)["model"]
+    assert batched_config("/m.gguf", 2, 4, 1, n_gpu_layers=-1)["model"]["n_gpu_layers"] == -1
