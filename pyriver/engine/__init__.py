@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import ModelLoadError
-from .base import Context, ContextArgs, Engine, ModelArgs
+from .base import BATCH_RULES, Context, ContextArgs, Engine, ExitRule, ModelArgs
 
 ENGINES = ("auto", "native", "llama.cpp")
 _UNSUPPORTED = "unsupported architecture"   # the native loader's message for a file without a builder
@@ -19,7 +19,7 @@ def load(path: str, engine: str, args: ModelArgs, verbose: bool = False) -> Engi
         raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {engine!r}")
     if engine == "llama.cpp":
         e = _llamacpp(path, args)
-        why = "asked for"
+        e.asked, why = True, "asked for"
     else:
         from .native import NativeEngine
         try:
@@ -42,4 +42,4 @@ def _llamacpp(path: str, args: ModelArgs) -> Engine:
     return LlamaCppEngine(path, args)
 
 
-__all__ = ["Context", "ContextArgs", "Engine", "ENGINES", "ModelArgs", "load"]
+__all__ = ["BATCH_RULES", "Context", "ContextArgs", "Engine", "ENGINES", "ExitRule", "ModelArgs", "load"]

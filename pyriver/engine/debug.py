@@ -1,34 +1,37 @@
-"""The testing and benchmark knobs of native/pyriver_debug.h for a Llama: what pyriver's own tests
-and benchmarks measure or provoke, not part of the product API."""
+"""The testing and benchmark knobs of native/pyriver_debug.h for a Llama (or a BatchDecoder): what
+pyriver's own tests and benchmarks measure or provoke, not part of the product API."""
 from __future__ import annotations
 
 from typing import List, Sequence
 
 from ..native import check, ffi, lib
+from .native import NativeEngine
 
 
-def _native(llm, handle: str):
-    """The Llama's native handle; these knobs are the native engine's."""
-    h = getattr(llm, handle)
-    if not h:
-        raise ValueError(f"pyriver.debug: the native engine's knob; this Llama runs on the {getattr(llm, 'engine', None)} "
+def _native(obj, what: str):
+    """The native handle of a Llama or a BatchDecoder (pyriver.batch): its engine's model
+    (what="model") or its context's (what="ctx"); these knobs are the native engine's."""
+    engine, ctx = getattr(obj, "_engine", None), getattr(obj, "_ectx", None)
+    h = getattr(engine, "model", None) if what == "model" else getattr(ctx, "handle", None)
+    if not isinstance(engine, NativeEngine) or not h:
+        raise ValueError(f"pyriver.debug: the native engine's knob; this one runs on the {getattr(engine, 'name', None)} "
                          "engine (or is closed)")
     return h
 
 
 def graph_runs(llm) -> int:
     """Graphs the Llama's context has computed since it was created."""
-    return int(lib.pr_graph_runs(_native(llm, "_native_ctx")))
+    return int(lib.pr_graph_runs(_native(llm, "ctx")))
 
 
 def joined(llm) -> int:
     """Matrices the Llama's model joined at load (Q/K/V and gate/up of its CPU blocks)."""
-    return int(lib.pr_model_joined(_native(llm, "_native_model")))
+    return int(lib.pr_model_joined(_native(llm, "model")))
 
 
 def kv_fill(llm, value: float) -> None:
     """Fill every KV cache slot with value (rows a token reads must have been written)."""
-    check(lib.pr_kv_fill(_native(llm, "_native_ctx"), float(value)))
+    check(lib.pr_kv_fill(_native(llm, "ctx"), float(value)))
 
 
 def place_layers(n_layer: int, n_gpu_layers: int, shares: Sequence[float]) -> List[int]:
