@@ -12,6 +12,7 @@ import statistics
 import time
 
 import pyriver.batch as batch
+import pyriver.engine.native as native_engine
 from pyriver import Llama
 from pyriver.sampling import Sampler, SamplingParams
 from pyriver.server.scheduler import Request, Scheduler
@@ -49,7 +50,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
-    batch.lib = TimedLib(batch.lib)
+    native_engine.lib = TimedLib(native_engine.lib)   # the native engine's context calls it
     batch.BatchDecoder.step = timed(batch.BatchDecoder.step, "decoder")
     Scheduler._step = timed(Scheduler._step, "scheduler")
     llm = Llama(a.model, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
