@@ -245,7 +245,8 @@ class LlamaCppEngine(Engine):
             raise ValueError("rpc_servers: the llama.cpp engine takes no RPC servers yet (the native engine does)")
         p = llama_cpp.llama_model_default_params()
         p.n_gpu_layers = int(args.n_gpu_layers)
-        p.use_mmap = bool(args.use_mmap)
+        # llama_model_params has load_mode, not use_mmap, in 0.3.36: llama_cpp.Llama's mapping of use_mmap
+        p.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP if args.use_mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
         p.split_mode, p.main_gpu = int(args.split_mode), int(args.main_gpu)
         if args.tensor_split is not None:
             if len(args.tensor_split) > llama_cpp.LLAMA_MAX_DEVICES:
