@@ -64,6 +64,8 @@ class NativeContext(Context):
         return replace(rule, exit_threshold=p.exit_threshold, min_exit_layer=p.min_exit_layer)   # as C holds them
 
     def _rows(self, n_out: int, width: int, get) -> np.ndarray:
+        if n_out == 0:   # a step that keeps no rows (a prompt chunk before the last)
+            return np.zeros((0, width), dtype=np.float32)
         ptr = get(self.handle, 0)
         if ptr == ffi.NULL:
             raise PyriverError(last_error())
