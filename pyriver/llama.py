@@ -1,5 +1,5 @@
-"""`pyriver.Llama`: the high-level API, shaped like llama-cpp-python's `Llama`, over the native
-model and context (pyriver's own ggml graphs) and llama.cpp's tokenizer. This module holds
+"""`pyriver.Llama`: the high-level API, shaped like llama-cpp-python's `Llama`, over an engine's
+model and context (pyriver.engine: pyriver's own ggml graphs, or llama.cpp's) and llama.cpp's tokenizer. This module holds
 construction, loading, the context and the River / lossless settings; the rest is composed from
 mixins: generation.py (eval, the decode loop, the cache bookkeeping), completion_api.py
 (create_completion) and chat_api.py (create_chat_completion)."""
@@ -24,12 +24,10 @@ from .embedding import EmbeddingMixin
 from .generation import GenerationMixin
 from .llama_api import LlamaCppMixin, PyriverTokenizer
 from .state import StateMixin
-from .engine import ContextArgs, ModelArgs, load as load_engine
-from .native import check, ffi, lib
+from .engine import ContextArgs, ExitRule, ModelArgs, check_exit_rule, load as load_engine
 from .draft import drafter
 from .draftlen import AUTO, parse_cost
 from .lossless import Speculator
-from .river import prepare
 from .sidecar import find_calibration
 from .vocab import Vocab
 
@@ -42,8 +40,6 @@ DEFAULT_RIVER = "q4_0"
 # Lossless mode's longest draft (README, Lossless mode: 2 beat 4 on every model measured there), and
 # with the measured cost table (draft_cost="auto"), where the length rule cuts each draft itself.
 DEFAULT_DRAFT_MAX = 2
-# How a decode step finds its exit block (pr_exit_params.exit_rule; docs/river.md, Predicted exits).
-EXIT_RULES = {"checked": 0, "predicted": 1, "guarded": 2}
 DEFAULT_DRAFT_MAX_BY_COST = 64
 # The text the automatic verify cost table is measured after (any text of a few hundred tokens)
 COST_PROMPT = ("Rename the variable `cnt` to `count` in this code and reply with the whole code.\n\n"
@@ -81,12 +77,11 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         self.lora_adapters, self._lora_adapter = [], None   # the loaded ones (engine.lora.Adapter), set by _load
         if last_n_tokens_size < 0:
             raise ValueError(f"last_n_tokens_size must be >= 0, got {last_n_tokens_size}")
-        _exit_rule_id(exit_rule)   # a bad name fails before the model loads
+        check_exit_rule(exit_rule)   # a bad name fails before the model loads
         self.exit_rule = exit_rule
         _lg.set_verbose(verbose)  # llama.cpp's (and ggml's) log lines, as llama-cpp-python does
         self.verbose = verbose
         self._lock = threading.RLock()
-        self._native_model = self._native_ctx = ffi.NULL   # the native engine's handles (rivers, BatchDecoder)
         self._engine = self._ectx = None   # what computes (pyriver.engine) and its context
         self.model_path = str(models.resolve(model_path))
         if not os.path.isfile(self.model_path):
@@ -129,7 +124,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             self._scores_all = np.zeros((self._n_ctx, self.n_vocab()), dtype=np.single)
         self._version = 0                # counts the changes of the cache, whoever made them
         self._exiting = False            # an exit rule is on (set_exit)
-        self.exit_params = None          # the native exit rule of the last set_exit
+        self._exit: Optional[ExitRule] = None   # the exit rule of the last set_exit, as the engine holds it
         self.last_exits: List[int] = []  # exit block of each token of the last eval
         self.exit_threshold = DEFAULT_TAU if exit_threshold is None else float(exit_threshold)
         # The default first checked block, kept inside shallow (synthetic) models.
@@ -160,23 +155,22 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         self._engine = load_engine(self.model_path, engine, args, self.verbose)
         self.engine = self._engine.name
         self.info = self._engine.info
-        if self._engine.supports_river:
-            self._native_model = self._engine.model
-            self.model_params = self._engine.params   # pyriver's pr_model_params (llama_cpp: llama.cpp's llama_model_params)
+        self.model_params = self._engine.params   # the engine's (native: pr_model_params; llama.cpp's llama_model_params)
+        self._is_recurrent, self._is_hybrid = self._engine.recurrent, self._engine.hybrid
         # llama_cpp's handle of its one adapter (lora_path); pyriver's list of them all (lora_adapters)
         self.lora_adapters = list(self._engine.adapters)
         self._lora_adapter = self.lora_adapters[0].handle if self.lora_adapters else None
-        self._is_recurrent = getattr(self._engine, "recurrent", False)
-        self._is_hybrid = getattr(self._engine, "hybrid", False)
 
-    def _no_river(self, what: str) -> ValueError:
-        """The error for asking a river of an engine without one."""
-        how = ("engine='llama.cpp' was asked for" if self._init_args.get("engine") == "llama.cpp"
-               else "its LoRA adapters need llama.cpp's graphs" if self.lora_adapters
-               else "pyriver has no builder for it")
-        return ValueError(f"{what}: River needs pyriver's own graphs, and architecture '{self.info['arch']}' runs on "
-                          f"the {self.engine} engine ({how}), which runs every Llama method but River: completions, "
-                          f"chat, n-gram lossless drafts, states, embeddings; use river=None")
+    @property
+    def _native_model(self):
+        """The native engine's model handle (None on another engine or closed): for tests that reach
+        the C API (pyriver.native) and pyriver.river.build."""
+        return getattr(self._engine, "model", None) if getattr(self._engine, "supports_river", False) else None
+
+    @property
+    def _native_ctx(self):
+        """The native engine's context handle, as _native_model."""
+        return getattr(self._ectx, "handle", None)
 
     def _bind_river(self, river, exit_threshold, min_exit_layer, force, rebuild, use_mmap, verbose, lossless):
         """river="auto" (the default): the setting `pyriver calibrate` stored in a sidecar of this
@@ -188,7 +182,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         if river == "auto" and not self._engine.supports_river:
             river = None   # a calibration is of the native engine's River
         if river is not None and not self._engine.supports_river:
-            raise self._no_river(f"river={river!r}")
+            raise self._engine.no_river(f"river={river!r}")
         if river == "auto":
             river = None
             cal = find_calibration(self.model_path)
@@ -208,8 +202,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                           f"river=None turns it off", file=sys.stderr)
         if river is not None:
             try:
-                self.river_path = str(prepare(self._native_model, self.model_path, river, force=force, rebuild=rebuild,
-                                              progress=True, use_mmap=use_mmap, verbose=verbose))
+                self.river_path = str(self._engine.prepare_river(self.model_path, river, force=force, rebuild=rebuild,
+                                                                 progress=True, use_mmap=use_mmap, verbose=verbose))
             except Exception as e:
                 if self.calibration is None:
                     raise
@@ -232,11 +226,11 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         # give llama.cpp's bits: a prompt in steps of min(n_batch, n_ubatch) tokens, as llama_cpp.Llama's
         # decode splits it. True: a token's logits do not depend on the step it was computed in, at a
         # cost in prompt speed (docs/bench/default-cpu.md; pr_context_params.batch_invariant).
-        self._ectx = self._engine.new_context(ContextArgs(n_ctx, n_batch, n_ubatch, self.n_threads, self.n_threads_batch,
-                                                          bool(flash_attn), batch_invariant, bool(embedding)))
-        if self._engine.supports_river:
-            self._native_ctx = self._ectx.handle
-            self.context_params = self._ectx.params   # what a BatchDecoder (pyriver.batch) on this model starts from
+        args = ContextArgs(n_ctx, n_batch, n_ubatch, self.n_threads, self.n_threads_batch, bool(flash_attn),
+                           batch_invariant, bool(embedding))
+        self._ectx = self._engine.new_context(args)
+        self._context_args = args   # what a BatchDecoder (pyriver.batch) on this model starts from
+        self.context_params = self._ectx.params   # the engine's (native: pr_context_params; llama.cpp's llama_context_params)
         self.batch_invariant = self._ectx.batch_invariant
         self._n_ctx = self._ectx.n_ctx
         self.n_batch, self.n_ubatch = n_batch, min(n_batch, int(n_ubatch))
@@ -248,8 +242,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             if self.river_path is not None:
                 raise ValueError(f"a river is already attached: {self.river_path}")
             if not self._engine.supports_river:
-                raise self._no_river("attach_river")
-            self.river_path = str(prepare(self._native_model, self.model_path, river, force=force, rebuild=rebuild))
+                raise self._engine.no_river("attach_river")
+            self.river_path = str(self._engine.prepare_river(self.model_path, river, force=force, rebuild=rebuild))
             return self.river_path
 
     def set_exit(self, exit_threshold: float, min_exit_layer: Optional[int] = None, force_exit_layer: int = -1,
@@ -260,33 +254,19 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         RPC, 16 on a GPU; device_carry: a token's hidden state stays on the device between graphs;
         predict: the first graph runs to the previous token's exit block; exit_rule: "checked",
         "predicted" or "guarded", None keeps the current one)."""
-        rule_id = _exit_rule_id(self.exit_rule if exit_rule is None else exit_rule)
+        check_exit_rule(self.exit_rule if exit_rule is None else exit_rule)
         with self._lock:
             self._live()
             if not self._engine.supports_river:
-                raise self._no_river("set_exit")
+                raise self._engine.no_river("set_exit")
             if prefill_exit and getattr(self, "_spec", None) is not None:
                 raise ValueError("lossless mode verifies at full depth; prefill_exit=True runs prompts on the river")
-            p = ffi.new("pr_exit_params *", lib.pr_exit_default_params())
-            p.exit_threshold = float(exit_threshold)
-            p.min_exit_layer = int(self.min_exit_layer if min_exit_layer is None else min_exit_layer)
-            p.prefill_exit = 1 if prefill_exit else 0
-            p.exit_rule = rule_id
-            d = ffi.new("pr_exit_debug_params *", lib.pr_exit_debug_default_params())
-            d.force_exit_layer = int(force_exit_layer)
-            d.check_chunk = int(check_chunk)
-            d.host_checks = -1 if host_checks else 0
-            d.device_carry = -1 if device_carry else 0
-            d.predict = 1 if predict else 0
-            default = lib.pr_exit_debug_default_params()
-            self.exit_params = (p, d)   # a BatchDecoder on this model applies the same rule
-            if all(getattr(d, k) == getattr(default, k) for k in dir(default)):
-                check(lib.pr_context_set_exit(self._native_ctx, p))
-            else:   # the testing and benchmark knobs (pyriver_debug.h)
-                check(lib.pr_context_set_exit_debug(self._native_ctx, p, d))
-            self.exit_threshold, self.min_exit_layer = p.exit_threshold, p.min_exit_layer
-            self.exit_rule = self.exit_rule if exit_rule is None else exit_rule
-            self._exiting = force_exit_layer >= 0 or p.exit_threshold <= 1.0
+            rule = ExitRule(float(exit_threshold), int(self.min_exit_layer if min_exit_layer is None else min_exit_layer),
+                            bool(prefill_exit), int(force_exit_layer), int(check_chunk), bool(host_checks),
+                            bool(device_carry), bool(predict), self.exit_rule if exit_rule is None else exit_rule)
+            self._exit = rule = self._ectx.set_exit(rule)   # a BatchDecoder on this model applies the same rule
+            self.exit_threshold, self.min_exit_layer, self.exit_rule = rule.exit_threshold, rule.min_exit_layer, rule.rule
+            self._exiting = rule.exits
             self.prefill_exit = prefill_exit
 
     def set_lossless(self, on: bool, *, draft_model=None, draft_max: Optional[int] = None,
@@ -309,7 +289,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                 return
             if (draft_model is None or getattr(draft_model, "river_fallback", False)) and self.river_path is None:
                 if not self._engine.supports_river:
-                    raise self._no_river("lossless mode with river drafts (pass draft_model='ngram')")
+                    raise self._engine.no_river("lossless mode with river drafts (pass draft_model='ngram')")
                 raise ValueError("lossless mode drafts with a river (river='q4_0', ...) or a draft_model "
                                  "(pyriver.PromptLookupDecoding(), ...)")
             if self.prefill_exit:
@@ -345,7 +325,6 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         # Each handle is cleared before it is freed: a Ctrl-C (KeyboardInterrupt between two
         # bytecodes) inside close must leave at worst a leak, never a handle that __del__ frees again.
         with self._lock:
-            self._native_ctx = self._native_model = ffi.NULL
             ctx, self._ectx = getattr(self, "_ectx", None), None
             if ctx is not None:
                 ctx.close()
@@ -382,8 +361,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
 
     @property
     def model(self):
-        """llama_cpp's `model`: the llama_model_p of this file's vocabulary (no weights: pyriver
-        computes with its own graphs)."""
+        """llama_cpp's `model`: the llama_model_p of this file's vocabulary (no weights: the engine
+        computes with its own)."""
         return self._model.model
 
     @property
@@ -485,8 +464,3 @@ class LlamaCppContext:
                                  "and Llama.model (llama.cpp's llama_model_p of the vocabulary) are there")
         return L.vocab.context()
 
-
-def _exit_rule_id(name) -> int:
-    if name not in EXIT_RULES:
-        raise ValueError(f"exit_rule must be one of {', '.join(EXIT_RULES)}, got {name!r}")
-    return EXIT_RULES[name]

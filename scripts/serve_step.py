@@ -1,8 +1,8 @@
-"""Where a step of the server's scheduler spends its time, in one process with no HTTP: the native
-decode call (pr_decode_batch), the rest of BatchDecoder.step (feeds in, logits out) and the rest of
+"""Where a step of the server's scheduler spends its time, in one process with no HTTP: the engine's
+decode call (pr_decode_batch, or llama_decode with --engine llama.cpp), the rest of BatchDecoder.step (feeds in, logits out) and the rest of
 Scheduler._step (sampling, hand-over to the requests); medians per step over N greedy streams.
 
-    python scripts/serve_step.py MODEL.gguf --streams 4 [--tokens 64 --rounds 4 --threads 2]
+    python scripts/serve_step.py MODEL.gguf --streams 4 [--tokens 64 --rounds 4 --threads 2 --engine llama.cpp]
 
 It wraps the two methods and the binding's decode call from outside; nothing in pyriver changes."""
 from __future__ import annotations
@@ -12,6 +12,9 @@ import statistics
 import time
 
 import pyriver.batch as batch
+import llama_cpp
+
+import pyriver.engine.native as native_engine
 from pyriver import Llama
 from pyriver.sampling import Sampler, SamplingParams
 from pyriver.server.scheduler import Request, Scheduler
@@ -48,11 +51,13 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--engine", default="auto")
     a = ap.parse_args()
-    batch.lib = TimedLib(batch.lib)
+    native_engine.lib = TimedLib(native_engine.lib)   # the native engine's context calls it
+    llama_cpp.llama_decode = timed(llama_cpp.llama_decode, "native")   # the llama.cpp engine's (module attribute)
     batch.BatchDecoder.step = timed(batch.BatchDecoder.step, "decoder")
     Scheduler._step = timed(Scheduler._step, "scheduler")
-    llm = Llama(a.model, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
+    llm = Llama(a.model, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, engine=a.engine)
     sched = Scheduler(llm, a.streams)
     try:
         for rnd in range(a.rounds):

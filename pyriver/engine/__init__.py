@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import ModelLoadError
-from .base import Context, ContextArgs, Engine, ModelArgs
+from .base import BATCH_RULES, EXIT_RULES, Context, ContextArgs, Engine, ExitRule, ModelArgs, check_exit_rule
 
 ENGINES = ("auto", "native", "llama.cpp")
 _UNSUPPORTED = "unsupported architecture"   # the native loader's message for a file without a builder
@@ -22,7 +22,8 @@ def load(path: str, engine: str, args: ModelArgs, verbose: bool = False) -> Engi
         check_lora(engine)
     if engine == "llama.cpp" or args.lora:
         e = _llamacpp(path, args)
-        why = "asked for" if engine == "llama.cpp" else "LoRA adapters run on llama.cpp's graphs, pyriver's own have none"
+        e.asked = engine == "llama.cpp"
+        why = "asked for" if e.asked else "LoRA adapters run on llama.cpp's graphs, pyriver's own have none"
     else:
         from .native import NativeEngine
         try:
@@ -52,4 +53,5 @@ def _llamacpp(path: str, args: ModelArgs) -> Engine:
     return LlamaCppEngine(path, args)
 
 
-__all__ = ["Context", "ContextArgs", "Engine", "ENGINES", "ModelArgs", "check_lora", "load"]
+__all__ = ["BATCH_RULES", "Context", "ContextArgs", "Engine", "ENGINES", "EXIT_RULES", "ExitRule", "ModelArgs",
+           "check_exit_rule", "check_lora", "load"]

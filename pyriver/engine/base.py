@@ -2,10 +2,13 @@
 devices) that makes contexts; a context decodes tokens of one or more sequences into logits rows
 and keeps their KV cache (cut, copy, clear, save, load). Everything above it (sampling, the
 tokenizer, chat templates, grammars, lossless drafting) is the same code whatever the engine.
-River is a capability: only an engine with `supports_river` builds and runs rivers."""
+River is a capability: only an engine with `supports_river` builds and binds rivers
+(Engine.prepare_river) and runs exit rules (Context.set_exit); another engine's no_river is the
+error that says so."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -41,12 +44,50 @@ class ContextArgs:
     n_seq_max: int = 1
 
 
+# How a step over several sequences exits (pyriver.h's pr_exit_params.batch_rule, in its order):
+# each sequence at its own block, the whole step at the first block where all reach tau, or all
+# where the last of them first reached it.
+BATCH_RULES = ("split", "minimum", "all")
+
+# How a decode step finds its exit block (pr_exit_params.exit_rule, in this order; docs/river.md,
+# Predicted exits): every candidate block checked, the block forecast from the last exits, or the
+# forecast with one check at it.
+EXIT_RULES = ("checked", "predicted", "guarded")
+
+
+def check_exit_rule(name) -> None:
+    if name not in EXIT_RULES:
+        raise ValueError(f"exit_rule must be one of {', '.join(EXIT_RULES)}, got {name!r}")
+
+
+@dataclass
+class ExitRule:
+    """When a token leaves the backbone for the river (Llama.set_exit). force_exit_layer,
+    check_chunk, host_checks, device_carry and predict are testing and benchmark knobs."""
+    exit_threshold: float
+    min_exit_layer: int
+    prefill_exit: bool = False
+    force_exit_layer: int = -1
+    check_chunk: int = 0
+    host_checks: bool = True
+    device_carry: bool = True
+    predict: bool = False
+    rule: str = "checked"   # how a step finds its exit block: one of EXIT_RULES
+
+    @property
+    def exits(self) -> bool:
+        """Whether any token can leave early under this rule."""
+        return self.force_exit_layer >= 0 or self.exit_threshold <= 1.0
+
+
 class Context:
     """A KV cache of n_seq_max sequences of n_ctx rows each and the steps that fill it."""
     n_ctx: int
     n_seq_max: int = 1
     batch_invariant: bool = False
+    n_batch: int                # the most tokens one decode_batch takes
     partial_cuts: bool = True   # truncate keeps a prefix in place; False: it runs the kept tokens again
+    can_batch_invariant: bool = False   # set_batch_invariant(True) is possible
 
     def decode(self, tokens: Sequence[int], logits_all: bool, prompt: bool) -> np.ndarray:
         """Append tokens to sequence 0 and run them: logits [n_out, n_vocab] (every token's with
@@ -61,6 +102,15 @@ class Context:
 
     def exit_layers(self, n: int) -> List[int]:
         """Exit block of each token of the last decode (n_layer - 1: full depth)."""
+        raise NotImplementedError
+
+    def set_exit(self, rule: ExitRule, batch_rule: str = "split") -> ExitRule:
+        """Apply an exit rule to the steps that follow (batch_rule: one of BATCH_RULES); returns it
+        as the engine holds it. Only an engine with supports_river has one."""
+        raise NotImplementedError
+
+    def set_batch_invariant(self, on: bool) -> None:
+        """Batch invariance for the steps that follow (where can_batch_invariant)."""
         raise NotImplementedError
 
     def pos(self, seq: int = 0) -> int:
@@ -107,6 +157,7 @@ class Engine:
     supports_river: bool = False
     supports_lora: bool = False
     adapters: Sequence = ()   # engine.lora.Adapter of each LoRA adapter loaded (ModelArgs.lora)
+    recurrent = hybrid = False   # a memory that keeps only its last state (llama.cpp's recurrent models)
     info: Dict
 
     def new_context(self, args: ContextArgs) -> Context:
@@ -119,6 +170,16 @@ class Engine:
     def devices(self) -> List[str]:
         """The device of each block, then of the head."""
         raise NotImplementedError
+
+    def prepare_river(self, model_path: str, river: str, *, force: bool = False, rebuild: bool = False,
+                      progress: bool = True, use_mmap: bool = True, verbose: bool = False) -> Path:
+        """Bind river (a type name, built when missing, or a sidecar path) to this model; returns
+        the sidecar's path. Only an engine with supports_river has rivers."""
+        raise self.no_river("a river")
+
+    def no_river(self, what: str) -> ValueError:
+        """The error for asking this engine for River (what: the argument or method asked)."""
+        return ValueError(f"{what}: River needs pyriver's own graphs; the {self.name} engine has none")
 
     def close(self) -> None:
         raise NotImplementedError

@@ -50,7 +50,6 @@ class LlamaCppContext(Context):
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx) // self.n_seq_max
         self.n_batch = int(p.n_batch)
         self.n_vocab, self.n_embd = engine.info["n_vocab"], engine.info["n_embd"]
-        self.batch_invariant = False
         self.partial_cuts = not (engine.recurrent or engine.hybrid)
         self._mem = llama_cpp.llama_get_memory(self.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
@@ -125,6 +124,14 @@ class LlamaCppContext(Context):
 
     def exit_layers(self, n: int) -> List[int]:
         return [self.engine.info["n_layer"] - 1] * min(n, self._n_last)   # always full depth
+
+    def set_exit(self, rule, batch_rule: str = "split"):
+        raise self.engine.no_river("set_exit")
+
+    def set_batch_invariant(self, on: bool) -> None:
+        if on:
+            raise ValueError(f"batch invariance: the {self.engine.name} engine computes with llama.cpp's multi-token "
+                             "kernels (the native engine has it)")
 
     # -- the cache --------------------------------------------------------------------------
     def _seq(self, seq: int) -> int:
@@ -238,13 +245,15 @@ class LlamaCppEngine(Engine):
     name = "llama.cpp"
     supports_river = False
     supports_lora = True
+    asked = False   # engine="llama.cpp" was asked for (else: pyriver has no builder for the architecture)
 
     def __init__(self, path: str, args: ModelArgs):
         if args.rpc_servers:
             raise ValueError("rpc_servers: the llama.cpp engine takes no RPC servers yet (the native engine does)")
         p = llama_cpp.llama_model_default_params()
         p.n_gpu_layers = int(args.n_gpu_layers)
-        p.use_mmap = bool(args.use_mmap)
+        # llama_model_params has load_mode, not use_mmap, in 0.3.36: llama_cpp.Llama's mapping of use_mmap
+        p.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP if args.use_mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
         p.split_mode, p.main_gpu = int(args.split_mode), int(args.main_gpu)
         if args.tensor_split is not None:
             if len(args.tensor_split) > llama_cpp.LLAMA_MAX_DEVICES:
@@ -255,6 +264,7 @@ class LlamaCppEngine(Engine):
         self.path = path
         self.rope = float(args.rope_freq_base or 0.0), float(args.rope_freq_scale or 0.0)
         self.n_gpu_layers = int(args.n_gpu_layers)
+        self.params = p
         self.model = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), p)
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {path} (verbose=True shows its log)")
@@ -290,6 +300,13 @@ class LlamaCppEngine(Engine):
             buf = ctypes.create_string_buffer(n + 1)
             llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
         return buf.value.decode("utf-8", "replace")
+
+    def no_river(self, what: str) -> ValueError:
+        how = ("engine='llama.cpp' was asked for" if self.asked else "its LoRA adapters need llama.cpp's graphs"
+               if self.adapters else "pyriver has no builder for it")
+        return ValueError(f"{what}: River needs pyriver's own graphs, and architecture '{self.info['arch']}' runs on "
+                          f"the {self.name} engine ({how}), which runs every Llama method but River: completions, "
+                          f"chat, n-gram lossless drafts, states, embeddings; use river=None")
 
     def devices(self) -> List[str]:
         """llama.cpp's layer rule, not read back: the last n_gpu_layers of the blocks and the head

@@ -1,18 +1,24 @@
 """The native engine: pyriver's own ggml graphs (native/, through pyriver.native's cffi binding).
-The only engine with River. Its handles stay reachable (`model`, `Context.handle`) for the
-native-only parts: rivers, BatchDecoder, the debug knobs."""
+The only engine with River: it builds and binds rivers (engine/river.py) and runs exit rules. Its
+handles (`model`, `Context.handle`) are for the rest of this package (river.py, debug.py) and the
+tests that reach the C API."""
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import List, Optional, Sequence
 
 import numpy as np
 
 from ..errors import PyriverError
 from ..native import check, ffi, last_error, lib, read_text
-from .base import Context, ContextArgs, Engine, ModelArgs
+from . import river
+from .base import BATCH_RULES, EXIT_RULES, Context, ContextArgs, Engine, ExitRule, ModelArgs
 
 
 class NativeContext(Context):
+    can_batch_invariant = True
+
     def __init__(self, engine: "NativeEngine", args: ContextArgs):
         cp = ffi.new("pr_context_params *", lib.pr_context_default_params())
         cp.n_ctx = int(args.n_ctx)
@@ -29,9 +35,38 @@ class NativeContext(Context):
         self.n_embd = engine.info["n_embd"]
         self.n_ctx = lib.pr_n_ctx(self.handle)
         self.n_seq_max = int(args.n_seq_max)
-        self.batch_invariant = bool(lib.pr_context_batch_invariant(self.handle))
+        self.n_batch = cp.n_batch
+
+    @property
+    def batch_invariant(self) -> bool:
+        return bool(lib.pr_context_batch_invariant(self.handle))
+
+    def set_batch_invariant(self, on: bool) -> None:
+        check(lib.pr_context_set_batch_invariant(self.handle, 1 if on else 0))
+
+    def set_exit(self, rule: ExitRule, batch_rule: str = "split") -> ExitRule:
+        p = ffi.new("pr_exit_params *", lib.pr_exit_default_params())
+        p.exit_threshold = float(rule.exit_threshold)
+        p.min_exit_layer = int(rule.min_exit_layer)
+        p.prefill_exit = 1 if rule.prefill_exit else 0
+        p.batch_rule = BATCH_RULES.index(batch_rule)
+        p.exit_rule = EXIT_RULES.index(rule.rule)
+        d = ffi.new("pr_exit_debug_params *", lib.pr_exit_debug_default_params())
+        d.force_exit_layer = int(rule.force_exit_layer)
+        d.check_chunk = int(rule.check_chunk)
+        d.host_checks = -1 if rule.host_checks else 0
+        d.device_carry = -1 if rule.device_carry else 0
+        d.predict = 1 if rule.predict else 0
+        default = lib.pr_exit_debug_default_params()
+        if all(getattr(d, k) == getattr(default, k) for k in dir(default)):
+            check(lib.pr_context_set_exit(self.handle, p))
+        else:   # the testing and benchmark knobs (pyriver_debug.h)
+            check(lib.pr_context_set_exit_debug(self.handle, p, d))
+        return replace(rule, exit_threshold=p.exit_threshold, min_exit_layer=p.min_exit_layer)   # as C holds them
 
     def _rows(self, n_out: int, width: int, get) -> np.ndarray:
+        if n_out == 0:   # a step that keeps no rows (a prompt chunk before the last)
+            return np.zeros((0, width), dtype=np.float32)
         ptr = get(self.handle, 0)
         if ptr == ffi.NULL:
             raise PyriverError(last_error())
@@ -129,6 +164,9 @@ class NativeEngine(Engine):
 
     def devices(self) -> List[str]:
         return read_text(lambda buf, size, needed: lib.pr_model_devices(self.model, buf, size, needed)).splitlines()
+
+    def prepare_river(self, model_path: str, river_spec: str, **kw) -> Path:
+        return river.prepare(self.model, model_path, river_spec, **kw)
 
     def close(self) -> None:
         m, self.model = self.model, ffi.NULL

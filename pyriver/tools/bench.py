@@ -20,6 +20,7 @@ from tqdm import tqdm
 from pyriver import models
 from pyriver.args import add_draft_args, tensor_split
 from pyriver.cli import TOOLS, guarded
+from pyriver.engine import ENGINES
 from pyriver.llama import DEFAULT_TAU, Llama
 
 from . import inprocess, paired, specbench, systems, verifycost
@@ -58,6 +59,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--predict", choices=["on", "off", "both"], default="off",
                    help="--inprocess: the first graph runs to the previous token's exit block")
     b.add_argument("--flash-attn", action="store_true", help="flash attention, both engines")
+    b.add_argument("--engine", choices=ENGINES, default="auto", help="what computes pyriver's side (its Llama, "
+                   "--paired; its server, --serve): pyriver's graphs (native), llama.cpp's own (llama.cpp), or auto")
     b.add_argument("--batched", action="store_true",
                    help="also pyriver with batch_invariant=False (llama.cpp's kernels for multi-token steps; the "
                         "default, kept for old command lines)")
@@ -114,7 +117,8 @@ def engines_for(a, path: str) -> List[Dict]:
     base = {"model": path, "threads": a.threads, "n_prompt": a.prompt_tokens, "n_gen": a.gen_tokens,
             "n_gpu_layers": a.n_gpu_layers, "rpc_servers": a.rpc_servers, "flash_attn": a.flash_attn,
             "tensor_split": tensor_split(a.tensor_split)}
-    es = [dict(base, name="llama.cpp", engine="llama.cpp"), dict(base, name="pyriver", engine="pyriver")]
+    es = [dict(base, name="llama.cpp", engine="llama.cpp"), dict(base, name="pyriver", engine="pyriver",
+                                                                 pyriver_engine=a.engine)]
     if a.batched:
         es.append(dict(base, name="pyriver batched", engine="pyriver", batch_invariant=False))
     if a.batch_invariant:

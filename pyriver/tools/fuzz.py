@@ -66,21 +66,19 @@ def mutate(data: bytes, rng: random.Random, meta_end: int) -> Tuple[bytes, str]:
 
 
 def _child(src: str, kind: str, seed: int, start: int, count: int, backbone: Optional[str]) -> None:
-    """Runs cases start..start+count-1; prints 'CASE i' before and 'OK i <outcome>' after each."""
-    # The native library and llama.cpp's vocabulary only here, in the child that loads cases.
+    """Runs cases start..start+count-1; prints 'CASE i' before and 'OK i <outcome>' after each (0:
+    loaded; else the exception's class and message)."""
+    # The native engine and llama.cpp's vocabulary only here, in the child that loads cases.
     import llama_cpp._logger
 
-    from pyriver.native import check, ffi, lib
+    from pyriver.engine import ModelArgs, river
+    from pyriver.engine.native import NativeEngine
+    from pyriver.errors import PyriverError
     from pyriver.vocab import Vocab
     llama_cpp._logger.set_verbose(False)
     data = Path(src).read_bytes()
     meta_end = _meta_end(src)
     tmp = Path(tempfile.mkdtemp(prefix="pyriver-fuzz-"))
-    model = None
-    if kind == "river":
-        out = ffi.new("pr_model **")
-        check(lib.pr_model_load(backbone.encode(), ffi.NULL, out))
-        model = out[0]
     signal.signal(signal.SIGALRM, signal.SIG_DFL)   # a case over its time bound ends the child
     for i in range(start, start + count):
         rng = random.Random(seed * 1_000_003 + i)
@@ -89,32 +87,28 @@ def _child(src: str, kind: str, seed: int, start: int, count: int, backbone: Opt
         f.write_bytes(blob)
         print(f"CASE {i} {what}", flush=True)
         signal.alarm(10)
-        if kind == "model":
-            out = ffi.new("pr_model **")
-            st = lib.pr_model_load(str(f).encode(), ffi.NULL, out)
-            if st == 0:
-                lib.pr_model_free(out[0])
+        st, msg = "0", "loaded"
+        try:
+            if kind == "model":
+                NativeEngine(str(f), ModelArgs()).close()
                 # What pyriver.Llama does next: llama.cpp's vocabulary from the same file.
                 try:
                     Vocab(str(f)).close()
                 except ValueError:
                     pass
-        else:
-            # A fresh backbone each time: a sidecar binds to the model once.
-            out = ffi.new("pr_model **")
-            check(lib.pr_model_load(backbone.encode(), ffi.NULL, out))
-            st = lib.pr_river_attach(out[0], str(f).encode(), b"", 1)
-            msg = ffi.string(lib.pr_last_error()).decode("utf-8", "replace") if st else "loaded"
-            lib.pr_model_free(out[0])   # (clears the thread's last error)
+            else:   # a fresh backbone each time: a sidecar binds to the model once
+                e = NativeEngine(backbone, ModelArgs())
+                try:
+                    river.attach(e.model, f, "")
+                finally:
+                    e.close()
+        except (ValueError, PyriverError) as e:   # the native statuses' exceptions (pyriver.native.check)
+            st, msg = type(e).__name__, str(e)
         signal.alarm(0)
-        if kind == "model":
-            msg = ffi.string(lib.pr_last_error()).decode("utf-8", "replace") if st else "loaded"
-        if st and not msg:
+        if st != "0" and not msg:
             print(f"BAD {i} status {st} without a message", flush=True)
         print(f"OK {i} {st} {msg[:100]}", flush=True)
         f.unlink()
-    if model is not None:
-        lib.pr_model_free(model)
 
 
 def run(src: str, kind: str, cases: int, seed: int, out_dir: Optional[Path], backbone: Optional[str] = None,

@@ -61,7 +61,7 @@ def paired(a) -> int:
                         "tensor_split": tensor_split(a.tensor_split)})
     engines = {"llama.cpp": LlamaCppEngine(path, n_ctx, a.threads, **kw),
                "pyriver": Llama(path, n_ctx=n_ctx, n_batch=512, n_threads=a.threads, n_threads_batch=a.threads,
-                                verbose=False, river=None, **kw)}
+                                verbose=False, river=None, engine=a.engine, **kw)}
     prompt = text_prompt(lambda b: engines["llama.cpp"].tokenize(b, add_bos=False), a.prompt_tokens)
     for k in NAMES:   # untimed: first graphs built and buffers allocated
         engines[k].reset()
@@ -73,12 +73,14 @@ def paired(a) -> int:
     res = {"schema": "pyriver.bench-paired/1",
            "conditions": conditions(path, a.threads, prompt_tokens=a.prompt_tokens, gen_tokens=a.gen_tokens,
                                     repeats=a.repeats, prompt_set="bench.TEXT (fixed prose, repeated to length)",
-                                    n_gpu_layers=a.n_gpu_layers, flash_attn=a.flash_attn, warmup_steps=WARMUP),
+                                    n_gpu_layers=a.n_gpu_layers, flash_attn=a.flash_attn, warmup_steps=WARMUP,
+                                    pyriver_engine=engines["pyriver"].engine),
            "engines": {k: {m: summary([r[m][k] for r in reps]) for m in metrics} for k in NAMES},
            "ratio_to_llama_cpp": {m: summary([r[m]["pyriver"] / r[m]["llama.cpp"] for r in reps]) for m in metrics},
            "logits_equal": all(r["logits_equal"] for r in reps)}
     print(f"\nmodel {path.rsplit('/', 1)[-1]}  threads {a.threads}  prompt {a.prompt_tokens}  gen {a.gen_tokens}  "
-          f"repeats {a.repeats}  (one process, prompts and steps alternated)")
+          f"repeats {a.repeats}  pyriver engine {res['conditions']['pyriver_engine']}  (one process, prompts and steps "
+          "alternated)")
     print(f"{'engine':<12}{'prefill tok/s':>16}{'decode tok/s':>16}")
     for k in NAMES:
         print(f"{k:<12}" + "".join(f"{res['engines'][k][m]['median']:>16.1f}" for m in metrics))

@@ -210,7 +210,7 @@ def _start(a, path: str, out: List[_Server]) -> None:
     # plain decoding, as llama-server runs without --spec-type (drafting: `pyriver bench --spec-serve`)
     gpu = gpu_flags(a)
     base = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "1024",
-            "--parallel", str(max(a.streams)), "--no-lossless", *gpu["pyriver"]]
+            "--parallel", str(max(a.streams)), "--no-lossless", "--engine", getattr(a, "engine", "auto"), *gpu["pyriver"]]
     out.append(_Server("pyriver", base + ["--port", str(p := _port())], p))
     if a.not_batch_invariant:
         out.append(_Server("pyriver not batch-invariant", base + ["--not-batch-invariant", "--port", str(p := _port())], p))
@@ -457,6 +457,6 @@ def main(a) -> int:
             json.dump({"medians": med, "ratios_to_llama_server": ratios, "ratios_to_pyriver": to_pyriver, "schema_cost": cost, "runs": res,
                        "fidelity": fid, "schema": schema, "texts_equal_to_llama_server": texts,
                        "conditions": {"model": path, "threads": a.threads, "streams": a.streams, "repeats": a.repeats,
-                                      "gen_tokens": a.gen_tokens, "chat": chat,
+                                      "gen_tokens": a.gen_tokens, "chat": chat, "pyriver_engine": getattr(a, "engine", "auto"),
                                       "requests_per_stream": a.requests_per_stream if chat else None}}, f, indent=1)
     return 0

@@ -88,6 +88,21 @@ def test_sequences_reuse_and_truncate_independently(llm):
         dec.close()
 
 
+def test_a_step_that_keeps_no_logits(llm):
+    """A prompt chunk before a prompt's last (logits=False on every feed) keeps no rows, and the
+    chunks in turn give the logits of the whole prompt in one step."""
+    toks = llm.tokenize(b"The capital of France is Paris, and the capital of Spain is")
+    dec = BatchDecoder(llm, 2)
+    try:
+        out = dec.step([Feed(0, toks[:5], prompt=True, logits=False), Feed(1, toks[:3], prompt=True, logits=False)])
+        assert out[0][0] is None and out[1][0] is None and len(out[0][1]) == 5
+        chunked = dec.step([Feed(0, toks[5:], prompt=True)])[0][0]
+        whole = dec.step([Feed(1, toks[3:], prompt=True)])[1][0]
+        assert chunked.shape == (llm.n_vocab(),) and np.argmax(chunked) == np.argmax(whole)
+    finally:
+        dec.close()
+
+
 def test_bad_batches_are_refused_and_change_nothing(llm):
     dec = BatchDecoder(llm, 2)
     try:

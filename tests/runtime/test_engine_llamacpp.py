@@ -174,6 +174,15 @@ def test_engine_argument(foreign_paths, smol_path, tmp_path):
         Llama(bad, **KW)
 
 
+def test_use_mmap_reaches_llama_cpp(foreign_paths):
+    """use_mmap as llama_cpp.Llama maps it onto 0.3.36's llama_model_params.load_mode (a field that
+    is not there, use_mmap, would be set on the ctypes object and never read)."""
+    for use_mmap, mode in ((False, llama_cpp.LLAMA_LOAD_MODE_NONE), (True, llama_cpp.LLAMA_LOAD_MODE_MMAP)):
+        with Llama(foreign_paths["granite"], use_mmap=use_mmap, **KW) as mine:
+            assert mine.model_params.load_mode == mode
+            assert _text(mine, temperature=0, max_tokens=4)
+
+
 def test_verbose_names_the_engine(foreign_paths, capfd):
     Llama(foreign_paths["granite"], n_ctx=64, n_threads=2, verbose=True).close()
     err = capfd.readouterr().err

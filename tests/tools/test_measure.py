@@ -82,6 +82,18 @@ def test_bench_paired(tiny, tmp_path):
         assert d["ratio_to_llama_cpp"][m]["values"] == [p / q for p, q in zip(py, lc)]
 
 
+def test_bench_paired_llamacpp_engine(tiny, tmp_path):
+    """--paired --engine llama.cpp: pyriver's side runs on llama.cpp's own graphs (so its logits are
+    llama-cpp-python's, bit for bit), and the JSON says which engine ran it."""
+    out = tmp_path / "p.json"
+    r = _pyriver("bench", tiny, "--paired", "--engine", "llama.cpp", "--repeats", "1", "--prompt-tokens", "16",
+                 "--gen-tokens", "4", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    assert d["conditions"]["pyriver_engine"] == "llama.cpp" and d["logits_equal"] is True
+    assert "pyriver engine llama.cpp" in r.stdout
+
+
 def test_eval_end_to_end(tiny, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt": "Say hello.", "category": "chat"}) + "\n\n" +

@@ -54,6 +54,13 @@ def test_runtime_never_imports_the_server():
     assert not {m: d for m, d in bad.items() if d}
 
 
+def test_only_the_engine_calls_the_native_library():
+    """The engine seam (pyriver/engine/): the rest of the runtime computes through an engine, so
+    the native library's binding has no importer outside that package."""
+    bad = sorted(m for m, deps in _graph().items() if "pyriver.native" in deps and not m.startswith("pyriver.engine"))
+    assert not bad
+
+
 def _cycle(graph):
     """A cycle of the graph as a list of modules, or None."""
     state, stack = {}, []

@@ -1,0 +1,56 @@
+"""The testing and benchmark knobs of native/pyriver_debug.h for a Llama (or a BatchDecoder): what
+pyriver's own tests and benchmarks measure or provoke, not part of the product API."""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+from ..native import check, ffi, lib
+from .native import NativeEngine
+
+
+def _native(obj, what: str):
+    """The native handle of a Llama or a BatchDecoder (pyriver.batch): its engine's model
+    (what="model") or its context's (what="ctx"); these knobs are the native engine's."""
+    engine, ctx = getattr(obj, "_engine", None), getattr(obj, "_ectx", None)
+    h = getattr(engine, "model", None) if what == "model" else getattr(ctx, "handle", None)
+    if not isinstance(engine, NativeEngine) or not h:
+        raise ValueError(f"pyriver.debug: the native engine's knob; this one runs on the {getattr(engine, 'name', None)} "
+                         "engine (or is closed)")
+    return h
+
+
+def graph_runs(llm) -> int:
+    """Graphs the Llama's context has computed since it was created."""
+    return int(lib.pr_graph_runs(_native(llm, "ctx")))
+
+
+def exit_forecasts(llm_or_batch):
+    """(forecast, observed) exit blocks of each token of the last decode under exit_rule "predicted"
+    or "guarded" (pr_exit_forecasts, pr_exit_observed): -1 where none; observed L-1 = no block at tau
+    at full depth, -1 = the backbone ended at a forecast that was too early. A Llama or a BatchDecoder."""
+    h = _native(llm_or_batch, "ctx")
+    out = []
+    for fn in (lib.pr_exit_forecasts, lib.pr_exit_observed):
+        n = fn(h, ffi.NULL, 0)
+        buf = ffi.new("int32_t[]", max(n, 1))
+        fn(h, buf, n)
+        out.append(list(buf[0:n]))
+    return tuple(out)
+
+
+def joined(llm) -> int:
+    """Matrices the Llama's model joined at load (Q/K/V and gate/up of its CPU blocks)."""
+    return int(lib.pr_model_joined(_native(llm, "model")))
+
+
+def kv_fill(llm, value: float) -> None:
+    """Fill every KV cache slot with value (rows a token reads must have been written)."""
+    check(lib.pr_kv_fill(_native(llm, "ctx"), float(value)))
+
+
+def place_layers(n_layer: int, n_gpu_layers: int, shares: Sequence[float]) -> List[int]:
+    """Device index (into shares; -1: the CPU) of each block and then of the head, as a model with
+    these devices would be placed."""
+    out = ffi.new("int32_t[]", n_layer + 1 if n_layer > 0 else 1)
+    check(lib.pr_place_layers(int(n_layer), int(n_gpu_layers), len(shares), ffi.new("float[]", list(shares)), out))
+    return list(out)
