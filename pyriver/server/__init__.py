@@ -84,7 +84,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--not-batch-invariant", action="store_true",
                    help="llama.cpp's multi-token kernels, as llama-server runs them (the default)")
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
-    p.add_argument("--alias", default=None, help="the model name /v1/models reports (default: the file name)")
+    p.add_argument("--alias", "-a", default=None, help="the model's names, comma-separated: /v1/models reports the first "
+                   "in sorted order as its id, and all as its aliases (llama-server's; default: the file name)")
+    p.add_argument("--tags", default=None, help="the model's tags, comma-separated (informational, in /v1/models)")
     p.add_argument("--no-webui", action="store_true", help="do not serve the chat page at /")
     p.add_argument("--embedding", "--embeddings", action="store_true", help="serve /v1/embeddings and /embeddings")
     p.add_argument("--pooling", choices=["none", "mean", "cls", "last", "rank"], default=None,
@@ -205,7 +207,7 @@ def settings(a: argparse.Namespace) -> dict:
         raise ValueError(f"--slot-save-path: not a directory: {a.slot_save_path}")
     defaults = {k: v for k, v in (("temperature", a.temp), ("seed", a.seed if a.seed >= 0 else None)) if v is not None}
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
-                prompt_chunk=a.prompt_chunk, cache_ram=a.cache_ram, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias,
+                prompt_chunk=a.prompt_chunk, cache_ram=a.cache_ram, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias, tags=a.tags,
                 verbose=a.verbose, spm_infill=a.spm_infill, webui=not a.no_webui, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
                 chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
                 reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,

@@ -40,7 +40,11 @@ class Server:
         self.sched: Optional[Scheduler] = None
         self.error: Optional[str] = None
         self.metrics = Metrics()
-        self.model_id = settings.get("alias") or None
+        # llama-server's --alias (comma-separated names) and --tags: the id is the first alias in
+        # sorted order (its std::set), else the file name
+        self.aliases = _names(settings.get("alias"))
+        self.tags = _names(settings.get("tags"))
+        self.model_id = self.aliases[0] if self.aliases else None
         self.inbox: Optional[Inbox] = None   # made on the event loop, at start-up
 
     def load(self) -> None:
@@ -82,6 +86,12 @@ class Server:
         if self.llm is None:
             raise APIError(503, self.error or "the model is loading", type_="server_error")
         return self.llm
+
+    def meta(self) -> Dict:
+        """The loaded model's facts as llama-server's /v1/models gives them (size: its weights' bytes)."""
+        llm = self.llm
+        return {"n_vocab": llm.n_vocab(), "n_ctx": llm.n_ctx(), "n_ctx_train": llm.info["n_ctx_train"],
+                "n_embd": llm.info["n_embd"], "n_params": llm.info["n_params"], "size": llm.info["n_bytes"]}
 
     def check_model(self, name: Optional[str]) -> None:
         """Any name is the one model, as llama-server (one model) takes it: clients that name
@@ -232,3 +242,8 @@ def close(srv: Server) -> None:
         srv.inbox.close()
     if srv.llm is not None:
         srv.llm.close()
+
+
+def _names(value: Optional[str]) -> List[str]:
+    """A comma-separated flag's names, stripped, empty ones dropped, sorted and unique."""
+    return sorted({v.strip() for v in (value or "").split(",") if v.strip()})

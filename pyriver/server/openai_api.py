@@ -139,8 +139,9 @@ def routes(srv, guarded) -> list:
 
     async def models(req: HTTPRequest):
         async def h(_):
-            return JSONResponse({"object": "list", "data": [
-                {"id": srv.model_id, "object": "model", "created": C.now(), "owned_by": "pyriver"}]})
+            return JSONResponse({"object": "list", "data": [   # llama-server's entry of its one model
+                {"id": srv.model_id, "aliases": srv.aliases, "tags": srv.tags, "object": "model", "created": C.now(),
+                 "owned_by": "pyriver", "meta": srv.meta()}]})
         return await guarded(req, h)
 
     return [Route("/v1/completions", completions, methods=["POST"]),

@@ -11,7 +11,6 @@ family, so none of them knows of the router."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Dict, List, Optional
 from urllib.parse import parse_qs
@@ -193,7 +192,7 @@ class Router:
         return {"id": e.name, "aliases": [], "tags": [], "object": "model", "owned_by": "pyriver",
                 "created": int(time.time()), "status": status,
                 "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
-                "source": "models_dir", "can_remove": False, **({"meta": _meta(e)} if e.status == "loaded" else {})}
+                "source": "models_dir", "can_remove": False, **({"meta": e.srv.meta()} if e.status == "loaded" else {})}
 
     def rescan(self) -> None:
         """GET /models?reload=1: new files are added, gone ones dropped unless loaded (llama-server's)."""
@@ -208,8 +207,3 @@ class Router:
             del self.pool.entries[name]
 
 
-def _meta(e: Entry) -> dict:
-    """What llama-server's loaded child adds to its entry (its /v1/models meta), as far as pyriver knows it."""
-    llm = e.srv.llm
-    return {"n_vocab": llm.n_vocab(), "n_ctx": llm.n_ctx(), "n_ctx_train": llm.info["n_ctx_train"],
-            "n_embd": llm.info["n_embd"], "size": os.path.getsize(e.path)}

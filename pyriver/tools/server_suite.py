@@ -39,7 +39,6 @@ FILES = ["test_basic", "test_security", "test_completion", "test_chat_completion
 NA = [
     ("test_basic", r"test_no_ui$", "llama-server's web UI (--no-ui)"),
     ("test_basic", r"test_load_split_model$", "a split GGUF fetched from the hub"),
-    ("test_basic", r"test_server_model_aliases_and_tags$", "llama-server's router: model aliases and tags"),
     ("test_security", r"test_access_static_assets_without_api_key$", "llama-server's web UI assets"),
     ("test_security", r"test_cors_origins_defaults_to_localhost_with_tools_enabled|test_cors_proxy_.*",
      "llama-server's built-in tools and CORS proxy"),
@@ -50,7 +49,7 @@ NA = [
     ("test_chat_completion", r"test_return_progress", "llama-server's prompt progress events"),
     ("test_chat_completion", r"test_verbose_debug|test_chat_template$|test_chat_template_assistant_prefill|"
      r"test_chat_template_continue_final_message_vllm_compat", "llama-server's --verbose __verbose field"),
-    ("test_stream", r".*", "llama-server's router (--models-dir) and conversation stream resume"),
+    ("test_stream", r".*", "llama-server's conversation stream resume (its session replay route)"),
     ("test_speculative", r"test_synth_.*", "llama-server's synthetic draft (--spec-synth-*)"),
 ]
 
