@@ -18,7 +18,7 @@ GAPS = Path(__file__).with_name("server_suite_gaps.json")
 
 SUITE_ARGS = ("--port 8080 --temp 0.8 --seed 42 --host 127.0.0.1 --hf-repo ggml-org/test-model-stories260K "
               "--batch-size 32 --no-slots --alias tinyllama-2 --ctx-size 512 --parallel 2 --n-predict 64 "
-              "--no-jinja --embedding --reranking --lora adapter.gguf").split()
+              "--no-jinja --embedding --reranking --mmproj mm.gguf").split()
 
 
 def test_shims_map_the_suites_command_line(monkeypatch):
@@ -30,10 +30,10 @@ def test_shims_map_the_suites_command_line(monkeypatch):
     assert "--reranking" in a   # known to pyriver serve: passed on
     assert "--no-slots" in a    # GET /slots answers 501, as llama-server's
     assert a[-1] == "--no-lossless"   # no drafts, as llama-server without --spec-type
-    assert a[a.index("--lora") + 1] == "adapter.gguf"   # unknown: passed, so it refuses to start (the truth)
+    assert a[a.index("--mmproj") + 1] == "mm.gguf"   # unknown: passed, so it refuses to start (the truth)
     monkeypatch.setenv("PYRIVER_SUITE_LENIENT", "1")
     lenient = S.pyriver_args(SUITE_ARGS)
-    assert "--lora" not in lenient and "adapter.gguf" not in lenient and "--embedding" in lenient
+    assert "--mmproj" not in lenient and "mm.gguf" not in lenient and "--embedding" in lenient
     b = S.llama_args(SUITE_ARGS + ["--model-draft", "x.gguf"])
     assert b[:2] == ["--model", a[0]] and "--hf-repo" not in b and b[b.index("--model-draft") + 1] == a[0]
     assert S._local_model([["--hf-repo", "ggml-org/tinygemma3-GGUF:Q8_0"]]).endswith("gemma-3-270m-q4_k_m.gguf")
