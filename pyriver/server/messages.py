@@ -123,7 +123,7 @@ def to_chat(body: Dict) -> Dict:
     for i, m in enumerate(msgs):
         out += _message(m, i)
     chat_body: Dict = {"messages": out, "max_tokens": body.get("max_tokens", DEFAULT_MAX_TOKENS)}
-    for k in ("model", "temperature", "top_p", "top_k", "stream"):
+    for k in ("model", "temperature", "top_p", "top_k", "stream", "lora", "id_slot"):   # the last two: llama-server's
         if k in body:
             chat_body[k] = body[k]
     if body.get("stop_sequences") is not None:

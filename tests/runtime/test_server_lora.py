@@ -137,3 +137,23 @@ def test_server_flags(smol_path, smol_lora_path):
             assert s.proc.wait(60) == 2 and why in s.proc.stdout.read()
         finally:
             s.close()
+
+
+def test_messages_and_responses_take_a_requests_lora(served):
+    """/v1/messages and /v1/responses pass a request's lora on as the chat route does: at scale 0 the
+    answer is the plain model's chat answer, at 1 the adapter's, and the two differ."""
+    c = _client(served.url)
+    want = {}
+    for scale in (0.0, 1.0):
+        want[scale] = c.chat.completions.create(model="m", messages=CHAT, max_tokens=N, temperature=0,
+                                                extra_body={"lora": [{"id": 0, "scale": scale}]}).choices[0].message.content
+    assert want[0.0] != want[1.0]
+    for scale in (0.0, 1.0):
+        status, m = http("POST", served.url + "/v1/messages", {"model": "m", "messages": CHAT, "max_tokens": N,
+                                                                "temperature": 0, "lora": [{"id": 0, "scale": scale}]})
+        assert status == 200 and m["content"][0]["text"] == want[scale], (scale, m)
+        status, r = http("POST", served.url + "/v1/responses", {"model": "m", "input": CHAT[0]["content"],
+                                                                 "max_output_tokens": N, "temperature": 0,
+                                                                 "lora": [{"id": 0, "scale": scale}]})
+        assert status == 200 and r["output"][0]["content"][0]["text"] == want[scale], (scale, r)
+
