@@ -108,6 +108,36 @@ struct step_plan {
     std::vector<int> graph_out;
 };
 
+// The groups' tokens into a lane and its feed (the lane's last token vector in p.toks); with_logits:
+// the tokens that want logits become the lane's output rows, in batch output order.
+static void fill_lane(const context & c, const std::vector<step_group> & groups, const std::vector<batch_token> & b,
+                      const std::vector<int> & out_row, const std::vector<int> & gis, bool with_logits, step_plan & p,
+                      lane & ln, context::lane_feed & f) {
+    int row = 0;
+    for (int gi : gis) {
+        const step_group & g = groups[gi];
+        ln.groups.push_back(c.group_of(g.seq, (int) g.idx.size()));
+        for (int i : g.idx) {
+            p.toks.back().push_back(b[i].token);
+            if (with_logits && b[i].logits) {
+                f.out_ids.push_back(row);
+                p.graph_out.push_back(out_row[i]);
+            }
+            row++;
+        }
+    }
+    ln.n_outputs = (int) f.out_ids.size();
+}
+
+// A head graph's logits rows into the step's rows (logits: n_outputs x nv, by batch output row).
+static void take_rows(const built_graph & gr, const step_plan & p, std::vector<float> & logits, size_t nv) {
+    if (p.graph_out.empty()) return;
+    const std::vector<float> all = read_tensor(gr.logits);
+    for (size_t r = 0; r < p.graph_out.size(); r++) {
+        std::copy(all.begin() + r * nv, all.begin() + (r + 1) * nv, logits.begin() + (size_t) p.graph_out[r] * nv);
+    }
+}
+
 static void plan_step(const context & c, const std::vector<step_group> & groups, const std::vector<batch_token> & b,
                       const std::vector<int> & out_row, int start, int end, step_plan & p) {
     const int L = c.m->hp.n_layer, lo = c.rule.min_layer, hi = L - 2;
@@ -129,21 +159,8 @@ static void plan_step(const context & c, const std::vector<step_group> & groups,
         p.toks.emplace_back();
         p.hid.emplace_back();
         context::lane_feed f;
-        int row = 0;
-        for (int gi : bl.second) {
-            const step_group & g = groups[gi];
-            ln.groups.push_back(c.group_of(g.seq, (int) g.idx.size()));
-            for (int i : g.idx) {
-                p.toks.back().push_back(b[i].token);
-                if (end == L - 1 && b[i].logits) {
-                    f.out_ids.push_back(row);
-                    p.graph_out.push_back(out_row[i]);
-                }
-                row++;
-            }
-            p.hid.back().insert(p.hid.back().end(), g.h.begin(), g.h.end());
-        }
-        ln.n_outputs = (int) f.out_ids.size();
+        fill_lane(c, groups, b, out_row, bl.second, end == L - 1, p, ln, f);
+        for (int gi : bl.second) p.hid.back().insert(p.hid.back().end(), groups[gi].h.begin(), groups[gi].h.end());
         if (ln.first == 0) f.tokens = p.toks.back().data(); else f.hidden = &p.hid.back();
         p.seg.lanes.push_back(ln);
         p.feeds.push_back(f);
@@ -252,20 +269,7 @@ static void run_predicted_step(context & c, std::vector<step_group> & groups, co
         }
         p.toks.emplace_back();
         context::lane_feed fd;
-        int row = 0;
-        for (int gi : bl.second) {
-            const step_group & g = groups[gi];
-            ln.groups.push_back(c.group_of(g.seq, (int) g.idx.size()));
-            for (int i : g.idx) {
-                p.toks.back().push_back(b[i].token);
-                if (b[i].logits) {
-                    fd.out_ids.push_back(row);
-                    p.graph_out.push_back(out_row[i]);
-                }
-                row++;
-            }
-        }
-        ln.n_outputs = (int) fd.out_ids.size();
+        fill_lane(c, groups, b, out_row, bl.second, true, p, ln, fd);
         fd.tokens = p.toks.back().data();
         p.seg.lanes.push_back(ln);
         p.feeds.push_back(fd);
@@ -273,12 +277,7 @@ static void run_predicted_step(context & c, std::vector<step_group> & groups, co
     }
     p.seg.host_checks = c.rule.host_checks != 0 && c.on_cpu(0, L - 1);
     built_graph & gr = c.compute(p.seg, p.feeds);
-    if (!p.graph_out.empty()) {
-        const std::vector<float> all = read_tensor(gr.logits);
-        for (size_t r = 0; r < p.graph_out.size(); r++) {
-            std::copy(all.begin() + r * nv, all.begin() + (r + 1) * nv, c.logits.begin() + (size_t) p.graph_out[r] * nv);
-        }
-    }
+    take_rows(gr, p, c.logits, nv);
     for (size_t li = 0; li < p.seg.lanes.size(); li++) {
         const lane & ln = p.seg.lanes[li];
         const int nc = ln.n_checks();
@@ -350,12 +349,7 @@ void context::decode_batch(const std::vector<batch_token> & b, const std::vector
         plan_step(*this, groups, b, out_row, start, end, p);
         built_graph & gr = compute(p.seg, p.feeds);
         if (end == L - 1) {
-            if (!p.graph_out.empty()) {
-                const std::vector<float> all = read_tensor(gr.logits);
-                for (size_t r = 0; r < p.graph_out.size(); r++) {
-                    std::copy(all.begin() + r * nv, all.begin() + (r + 1) * nv, logits.begin() + (size_t) p.graph_out[r] * nv);
-                }
-            }
+            take_rows(gr, p, logits, nv);
             break;
         }
         std::vector<std::pair<int, int>> leaving = backbone_exits(*this, gr, p, groups, end);
