@@ -128,6 +128,14 @@ def _moe_keys(p, n_expert, n_used, n_ff_exp, n_shared=1, dense_lead=1):
         p.key(k, v)
 
 
+def _moe_ffn(p, i, n_expert, n_ff_exp, dense_lead=1):
+    """Block i's feed-forward under _moe_keys: dense in the first dense_lead blocks, routed after."""
+    if i < dense_lead:
+        p.ffn(i)
+    else:
+        _routed(p, i, n_expert, n_ff_exp)
+
+
 def _routed(p, i, n_expert, n_ff_exp, n_shared=1):
     p.experts(i, n_expert, n_ff_exp)
     p.vec(p.blk(i, "exp_probs_b", "bias"), (n_expert,), 0.1)
@@ -144,10 +152,7 @@ def _glm4moe(kw, n_expert=4, n_used=2, n_ff_exp=64):
         p.norm(p.blk(i, "attn_norm"))
         p.attn(i, bias=True, qk_norm=p.head_dim)
         p.norm(p.blk(i, "post_attention_norm"))
-        if i == 0:
-            p.ffn(i)
-        else:
-            _routed(p, i, n_expert, n_ff_exp)
+        _moe_ffn(p, i, n_expert, n_ff_exp)
     p.head(tied=False)
     return p
 
@@ -175,10 +180,7 @@ def _deepseek2(kw, q_lora=32, kv_lora=32, rope=8, nope=16, v_head=16, n_expert=4
         p.mat(p.blk(i, "attn_v_b"), (kv_lora, v_head, h))
         p.mat(p.blk(i, "attn_output"), (h * v_head, e), out=True)
         p.norm(p.blk(i, "ffn_norm"))
-        if i == 0:
-            p.ffn(i)
-        else:
-            _routed(p, i, n_expert, n_ff_exp)
+        _moe_ffn(p, i, n_expert, n_ff_exp)
     p.head(tied=False)
     return p
 
