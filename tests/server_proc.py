@@ -118,3 +118,11 @@ class ServerProcess:
             self.proc.wait()
         if self.proc.stdout:
             self.proc.stdout.close()
+
+
+def llama_server(*args: str, wait: bool = True) -> ServerProcess:
+    """llama-server (built from llama-cpp-python's sdist, the peer) with these flags, started and
+    closed as a pyriver server is."""
+    from pyriver.tools import llama_server as ls
+    return ServerProcess(*args, wait=wait, command=[str(ls.ensure())])
+

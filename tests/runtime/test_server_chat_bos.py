@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyriver.tools import llama_server
-from server_proc import ServerProcess, http
+from server_proc import ServerProcess, http, llama_server
 
 MESSAGES = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
 
@@ -22,8 +21,7 @@ def _chat(url):
 
 @pytest.fixture(scope="module")
 def llama_servers_answer(gemma_path):
-    p = ServerProcess("-m", gemma_path, "-c", "512", "-np", "1", "-t", "2", "-fa", "off",
-                      command=[str(llama_server.ensure())])
+    p = llama_server("-m", gemma_path, "-c", "512", "-np", "1", "-t", "2", "-fa", "off")
     try:
         return _chat(p.url)
     finally:

@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from pyriver.tools import llama_server
-from server_proc import ServerProcess, http, sse
+from server_proc import ServerProcess, http, sse, llama_server
 
 PROMPT = "Tell me about the sea."
 
@@ -66,8 +65,7 @@ def test_a_busy_slot_makes_its_request_wait_and_others_go_ahead(server):
 
 @pytest.mark.peer
 def test_id_slot_as_llama_server_answers(smol_path):
-    p = ServerProcess("-m", smol_path, "-c", "1024", "-np", "2", "-t", "2", "-fa", "off",
-                      command=[str(llama_server.ensure())])
+    p = llama_server("-m", smol_path, "-c", "1024", "-np", "2", "-t", "2", "-fa", "off")
     try:
         theirs = _slots_named(p.url)
     finally:

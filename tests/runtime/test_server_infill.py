@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyriver.tools import llama_server
-from server_proc import ServerProcess, http
+from server_proc import ServerProcess, http, llama_server
 
 PREFIX = "def fibonacci(n):\n    \"\"\"The n-th Fibonacci number.\"\"\"\n    if n < 2:\n        return n\n"
 SUFFIX = "\n\nprint(fibonacci(10))\n"
@@ -32,8 +31,7 @@ def _answers(url):
 
 @pytest.fixture(scope="module")
 def llama_servers_answers(qwen15_path):
-    p = ServerProcess("-m", qwen15_path, "-c", "4096", "-np", "1", "-t", "2", "-fa", "off",
-                      command=[str(llama_server.ensure())])
+    p = llama_server("-m", qwen15_path, "-c", "4096", "-np", "1", "-t", "2", "-fa", "off")
     try:
         return _answers(p.url)
     finally:

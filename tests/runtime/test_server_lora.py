@@ -8,8 +8,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from pyriver.tools import llama_server
-from server_proc import ServerProcess, http, together
+from server_proc import ServerProcess, http, together, llama_server
 
 PROMPT = "The capital of France is"
 CHAT = [{"role": "user", "content": "Name three rivers."}]
@@ -52,8 +51,7 @@ def _script(url):
 
 @pytest.fixture(scope="module")
 def peer(smol_path, smol_lora_path):
-    p = ServerProcess("-m", smol_path, "--lora", smol_lora_path, "-c", "512", "-np", "1", "-t", "2", "-fa", "off",
-                      command=[str(llama_server.ensure())])
+    p = llama_server("-m", smol_path, "--lora", smol_lora_path, "-c", "512", "-np", "1", "-t", "2", "-fa", "off")
     try:
         return _script(p.url)
     finally:

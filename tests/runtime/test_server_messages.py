@@ -9,8 +9,7 @@ import json
 
 import pytest
 
-from pyriver.tools import llama_server
-from server_proc import ServerProcess, http
+from server_proc import ServerProcess, http, llama_server
 
 anthropic = pytest.importorskip("anthropic")
 
@@ -90,8 +89,7 @@ def test_bad_blocks_are_400(client):
 @pytest.mark.peer
 def test_plain_text_is_llama_server_s(client, smol_path):
     ours = client.messages.create(**PLAIN)
-    p = ServerProcess("-m", smol_path, "-c", "1024", "-np", "1", "-t", "2", "-fa", "off", "--temp", "0",
-                      command=[str(llama_server.ensure())])
+    p = llama_server("-m", smol_path, "-c", "1024", "-np", "1", "-t", "2", "-fa", "off", "--temp", "0")
     try:
         theirs = anthropic.Anthropic(base_url=p.url, api_key="x", max_retries=0).messages.create(**PLAIN)
     finally:

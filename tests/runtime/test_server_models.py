@@ -6,8 +6,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from pyriver.tools import llama_server
-from server_proc import ServerProcess, http
+from server_proc import ServerProcess, http, llama_server
 
 FLAGS = ("--alias", "tinyllama-2, fim,code", "--tags", "chat,fim,small")
 
@@ -36,7 +35,7 @@ def test_aliases_and_tags(ours):
 
 @pytest.mark.peer
 def test_the_entry_is_llama_server_s(ours, smol_path):
-    p = ServerProcess("-m", smol_path, "-c", "512", "-np", "1", "-t", "2", *FLAGS, command=[str(llama_server.ensure())])
+    p = llama_server("-m", smol_path, "-c", "512", "-np", "1", "-t", "2", *FLAGS)
     try:
         theirs = _entry(p.url)
     finally:

@@ -10,8 +10,7 @@ import os
 import openai
 import pytest
 
-from pyriver.tools import llama_server
-from server_proc import ServerProcess, http, together
+from server_proc import ServerProcess, http, together, llama_server
 
 SMOL, GEMMA = "smol", "gemma-3"
 PROMPT = [{"role": "user", "content": "Name three rivers of Europe."}]
@@ -139,8 +138,7 @@ def test_unknown_and_missing_models_are_refused(models_dir):
 def test_models_listing_has_llama_servers_shape(models_dir):
     """The same directory under llama-server's router (it runs each model in a child process)."""
     ours = ServerProcess("--models-dir", models_dir, "--models-max", "1", *ARGS)
-    theirs = ServerProcess("--models-dir", models_dir, "--models-max", "1", "-c", "512", "-np", "1", "-t", "2",
-                           command=[str(llama_server.ensure())])
+    theirs = llama_server("--models-dir", models_dir, "--models-max", "1", "-c", "512", "-np", "1", "-t", "2")
     try:
         lists = []
         for s in (ours, theirs):
