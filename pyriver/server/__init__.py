@@ -121,6 +121,9 @@ def parser() -> argparse.ArgumentParser:
     # llama-server's router: several models in one server, the request's "model" choosing (router.py)
     p.add_argument("--models-dir", default=None, metavar="DIR",
                    help="serve every GGUF of DIR (NAME.gguf as NAME, a folder by its name), loaded on first use")
+    p.add_argument("--models-preset", default=None, metavar="FILE.ini",
+                   help="llama-server's model presets: an INI section per model, its keys the flags without "
+                        "dashes ([*]: every model's); models of their own name their file (model = PATH)")
     p.add_argument("--models-max", type=int, default=4,
                    help="most models loaded at once; past it the least recently used idle one unloads (0: no limit)")
     p.add_argument("--models-autoload", dest="models_autoload", action="store_true", default=True,
@@ -145,10 +148,10 @@ def settings(a: argparse.Namespace) -> dict:
         if a.model is not None:
             raise ValueError("give the model once: as the argument or as --model")
         a.model = a.model_file
-    if a.models_dir is not None:
+    if a.models_dir is not None or a.models_preset is not None:
         if a.model is not None or a.alias is not None or a.model_draft is not None:
-            raise ValueError("--models-dir serves the directory's models under their file names: leave out the "
-                             "model, --alias and --model-draft")
+            raise ValueError("--models-dir and --models-preset serve their models under their own names: leave out "
+                             "the model, --alias and --model-draft (a preset may set a model's)")
         if a.models_max < 0:
             raise ValueError("--models-max must be >= 0")
     if a.ctx_size is not None:
@@ -212,14 +215,21 @@ def settings(a: argparse.Namespace) -> dict:
                 chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
                 reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,
                 drafts_by_default=by_default, endpoint_slots=a.slots, endpoint_props=a.props,
-                slot_save_path=a.slot_save_path, models_dir=a.models_dir, models_max=a.models_max,
+                slot_save_path=a.slot_save_path, models_dir=a.models_dir, models_preset=a.models_preset,
+                models_max=a.models_max,
                 models_autoload=a.models_autoload)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    a = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    a = parser().parse_args(argv)
     try:
         s = settings(a)
+        if s["models_preset"] is not None:   # each preset model's settings, checked before anything loads
+            from .models_dir import scan
+            from .models_preset import load
+            dirs = scan(s["models_dir"]) if s["models_dir"] is not None else {}
+            s["presets"] = load(s["models_preset"], dirs, argv, parser(), settings)
         if s["spec"] is not None and s["spec"]["model"] is not None:
             from .drafting import check_vocab
             check_vocab(s["model"], s["spec"]["model"])
@@ -232,7 +242,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     from .app import Server, build_app
     try:
-        if s["models_dir"] is not None:
+        if s["models_dir"] is not None or s["models_preset"] is not None:
             from .router import Router
             app = Router(s)
         else:

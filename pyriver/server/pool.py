@@ -22,6 +22,7 @@ class Entry:
 
     def __init__(self, name: str, path: str):
         self.name, self.path = name, path
+        self.preset = None   # its models_preset.PresetModel (settings of its own, aliases, tags), if any
         self.status = "unloaded"
         self.srv: Optional[A.Server] = None
         self.app = None   # the model's own ASGI app (app.build_app over srv) while loaded
@@ -33,8 +34,12 @@ class Entry:
 
 
 class ModelPool:
-    def __init__(self, paths: Dict[str, str], settings: Dict, models_max: int):
+    def __init__(self, paths: Dict[str, str], settings: Dict, models_max: int, presets: Optional[Dict] = None):
         self.entries = {n: Entry(n, p) for n, p in paths.items()}
+        for name, pm in (presets or {}).items():   # a section of a directory model's name configures it
+            e = self.entries.setdefault(name, Entry(name, pm.path))
+            e.path, e.preset = pm.path, pm
+        self.entries = dict(sorted(self.entries.items()))
         self.settings, self.max = settings, models_max
         self.loop: Optional[asyncio.AbstractEventLoop] = None
         self._changed: Optional[asyncio.Event] = None
@@ -43,7 +48,10 @@ class ModelPool:
         self.loop, self._changed = asyncio.get_running_loop(), asyncio.Event()
 
     def entry(self, name: str) -> Optional[Entry]:
-        return self.entries.get(name)
+        """The model of that name, or of that alias (a preset's `alias`)."""
+        e = self.entries.get(name)
+        return e if e is not None else next((e for e in self.entries.values()
+                                             if e.preset is not None and name in e.preset.aliases), None)
 
     # -- waiting for a change (a load or unload ended, a request ended) ---------------------
     def _notify(self) -> None:
@@ -127,7 +135,8 @@ class ModelPool:
     def _load(self, e: Entry) -> None:
         e.status, e.error = "loading", None
         e.loads += 1
-        srv = A.Server(dict(self.settings, model=e.path, alias=e.name, webui=False))
+        base = self.settings if e.preset is None else e.preset.settings
+        srv = A.Server(dict(base, model=e.path, alias=e.name, webui=False))
         run = A.start(srv)   # its inbox, on the loop
 
         def load():

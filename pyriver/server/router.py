@@ -26,6 +26,7 @@ from .cors import CORS
 from .models_dir import scan
 from .pool import Entry, ModelPool
 from .schema import APIError
+from .webui import page_routes
 
 PUBLIC = ("/health", "/v1/health")   # no API key, as llama-server's
 
@@ -78,7 +79,7 @@ class Router:
 
     def __init__(self, settings: Dict):
         self.settings = settings
-        self.pool = ModelPool(scan(settings["models_dir"]), settings, settings.get("models_max", 4))
+        self.pool = ModelPool(self._scan(), settings, settings.get("models_max", 4), settings.get("presets"))
         self.autoload = settings.get("models_autoload", True)
         # a model-less Server (it never loads): its app answers what no model needs to (404, 405,
         # OPTIONS), its routes tell which paths exist, and it checks API keys
@@ -117,6 +118,12 @@ class Router:
             msg = await receive()
             if msg["type"] == "lifespan.startup":
                 self.pool.start()
+                for e in self.pool.entries.values():   # a preset's load-on-startup, while --models-max has room
+                    if e.preset is not None and e.preset.preset.load_on_startup and e.status == "unloaded":
+                        try:
+                            await self.pool.load(e)
+                        except APIError:
+                            break
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
                 self.pool.close()
@@ -181,7 +188,8 @@ class Router:
                 Route("/models/load", action(self.pool.load, not_found), methods=["POST"]),
                 Route("/models/unload", action(self.pool.unload, APIError(400, "model is not found")),
                       methods=["POST"]),
-                *[Route(p, health, methods=["GET"]) for p in PUBLIC], Route("/props", props, methods=["GET"])]
+                *[Route(p, health, methods=["GET"]) for p in PUBLIC], Route("/props", props, methods=["GET"]),
+                *(page_routes() if self.settings.get("webui", True) else [])]
 
     def _model_json(self, e: Entry) -> dict:
         """llama-server's router entry: OpenAI's model fields, the state, where it comes from."""
@@ -189,21 +197,31 @@ class Router:
                   "args": ["pyriver", "serve", "--model", e.path, "--alias", e.name]}
         if e.status == "unloaded" and e.error is not None:
             status.update(failed=True, error=e.error)
-        return {"id": e.name, "aliases": [], "tags": [], "object": "model", "owned_by": "pyriver",
-                "created": int(time.time()), "status": status,
+        pm = e.preset
+        if pm is not None:
+            status["preset"] = pm.ini
+        return {"id": e.name, "aliases": pm.aliases if pm else [], "tags": pm.tags if pm else [], "object": "model",
+                "owned_by": "pyriver", "created": int(time.time()), "status": status,
                 "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
-                "source": "models_dir", "can_remove": False, **({"meta": e.srv.meta()} if e.status == "loaded" else {})}
+                "source": pm.source if pm else "models_dir", "can_remove": False,
+                **({"meta": e.srv.meta()} if e.status == "loaded" else {})}
 
     def rescan(self) -> None:
         """GET /models?reload=1: new files are added, gone ones dropped unless loaded (llama-server's)."""
-        paths = scan(self.settings["models_dir"])
+        paths = self._scan()
         for name, path in paths.items():
             e = self.pool.entries.get(name)
             if e is None:
                 self.pool.entries[name] = Entry(name, path)
-            elif e.status == "unloaded":
+            elif e.status == "unloaded" and (e.preset is None or e.preset.in_dir):
                 e.path = path
-        for name in [n for n, e in self.pool.entries.items() if n not in paths and e.status == "unloaded"]:
+        for name in [n for n, e in self.pool.entries.items()
+                     if n not in paths and e.status == "unloaded" and (e.preset is None or e.preset.in_dir)]:
             del self.pool.entries[name]
+        self.pool.entries = dict(sorted(self.pool.entries.items()))
+
+    def _scan(self) -> Dict[str, str]:
+        d = self.settings.get("models_dir")
+        return scan(d) if d is not None else {}
 
 

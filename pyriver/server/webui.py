@@ -40,13 +40,17 @@ def webui_routes(srv, guarded: Callable) -> List[Route]:
             return JSONResponse(river_info(srv))
         return await guarded(req, h)
 
+    routes = [Route("/river", river, methods=["GET"])]
+    return routes + (page_routes() if srv.settings.get("webui", True) else [])
+
+
+def page_routes() -> List[Route]:
+    """The page's static files: one model's server and the router (--models-dir) serve the same page,
+    which asks /props whether it talks to a router and then lets the user pick the model."""
     def page(name: str):
         async def serve(_req: HTTPRequest):
             return FileResponse(os.path.join(HERE, name), media_type=FILES[name], headers=HEADERS)
         return serve
 
-    routes = [Route("/river", river, methods=["GET"])]
-    if srv.settings.get("webui", True):
-        routes += [Route("/", page("index.html"), methods=["GET"])]
-        routes += [Route(f"/webui/{name}", page(name), methods=["GET"]) for name in FILES]
-    return routes
+    return [Route("/", page("index.html"), methods=["GET"]),
+            *[Route(f"/webui/{name}", page(name), methods=["GET"]) for name in FILES]]

@@ -163,3 +163,59 @@ def test_models_listing_has_llama_servers_shape(models_dir):
     finally:
         ours.close()
         theirs.close()
+
+
+# -- llama-server's --models-preset ----------------------------------------------------------------
+def _preset(tmp_path, gemma_path) -> str:
+    """[*] for every model (a slot count the command line overrides, a context it does not), a section
+    configuring the directory's SmolLM2 (aliases, tags) and one adding Gemma under a name of its own,
+    loaded when the server starts."""
+    f = tmp_path / "presets.ini"
+    f.write_text("version = 1\n; every model\n[*]\nnp = 3\nLLAMA_ARG_CTX_SIZE = 768\n\n"
+                 f"[{SMOL}]\nalias = tiny,small\ntags = chat,en\n\n"
+                 f"[own-gemma]\nmodel = {gemma_path}\nload-on-startup = true\ntemp = 0\n")
+    return str(f)
+
+
+def test_models_preset_configures_and_adds_models(models_dir, expected, gemma_path, tmp_path):
+    preset = _preset(tmp_path, gemma_path)
+    ours = ServerProcess("--models-dir", models_dir, "--models-preset", preset, "--parallel", "2", "--threads", "2")
+    theirs = llama_server("--models-dir", models_dir, "--models-preset", preset, "-np", "2", "-t", "2")
+    try:
+        ours_m = {m["id"]: m for m in http("GET", ours.url + "/models")[1]["data"]}
+        assert ours_m["own-gemma"]["status"]["value"] in ("loading", "loaded"), "load-on-startup"
+        assert ours_m[SMOL]["aliases"] == ["small", "tiny"] and ours_m[SMOL]["tags"] == ["chat", "en"]
+        assert "ctx-size = 768" in ours_m[SMOL]["status"]["preset"]
+        # a request by alias goes to the model; the command line's --parallel 2 wins over [*]'s np = 3,
+        # and [*]'s context (768 over the two slots) applies
+        assert _chat(ours.url, "tiny") == expected[SMOL][0]
+        props = http("GET", ours.url + "/props?model=small")[1]
+        assert props["total_slots"] == 2 and props["default_generation_settings"]["n_ctx"] == 384
+        assert _chat(ours.url, "own-gemma") == expected[GEMMA][0]
+        # the same file under llama-server's router
+        theirs_m = {m["id"]: m for m in http("GET", theirs.url + "/models")[1]["data"]}
+        for name in (SMOL, "own-gemma", GEMMA):
+            for k in ("aliases", "tags", "source"):
+                assert ours_m[name][k] == theirs_m[name][k], (name, k)
+            assert ("preset" in ours_m[name]["status"]) == ("preset" in theirs_m[name]["status"]), name
+        assert theirs_m["own-gemma"]["status"]["value"] in ("loading", "loaded")
+    finally:
+        ours.close()
+        theirs.close()
+
+
+@pytest.mark.parametrize("text, says", [
+    ("[m]\nmodel = {smol}\nno-such-flag = 1\n", "no-such-flag: not a `pyriver serve` flag"),
+    ("[nameless]\nc = 512\n", "[nameless] is no --models-dir model and names no file"),
+    ("[m]\nmodel = {smol}\nload-on-startup = maybe\n", "load-on-startup: not a boolean"),
+    ("[m]\nmodel = {smol}\nparallel = 0\n", "[m]: --parallel and --prompt-chunk must be >= 1"),
+    ("[m\nmodel = x\n", "--models-preset"),
+])
+def test_a_bad_preset_stops_the_server_with_the_reason(tmp_path, smol_path, text, says):
+    import subprocess
+    import sys
+    f = tmp_path / "bad.ini"
+    f.write_text(text.format(smol=smol_path))
+    r = subprocess.run([sys.executable, "-m", "pyriver.server", "--models-preset", str(f)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and says in r.stderr, r.stderr

@@ -6,6 +6,7 @@ Debian `apt-get install -y chromium chromium-driver`, and `pip install selenium`
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
@@ -22,6 +23,17 @@ MSGS = [{"role": "user", "content": "Name three rivers."}]
 @pytest.fixture(scope="module")
 def river_server(smol_path):
     s = ServerProcess(smol_path, "--parallel", "2", "--ctx", "512", "--threads", "2", "--river", "q4_0")
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory, smol_path, gemma_path):
+    """`pyriver serve --models-dir` over SmolLM2 and Gemma 3 (nothing loaded until a request names one)."""
+    d = tmp_path_factory.mktemp("webui-models")
+    os.symlink(smol_path, d / "smol.gguf")
+    os.symlink(gemma_path, d / "gemma-3.gguf")
+    s = ServerProcess("--models-dir", str(d), "--ctx", "512", "--threads", "2", "--parallel", "1")
     yield s
     s.close()
 
@@ -129,6 +141,19 @@ def test_river_settings_and_the_static_page(river_server, plain_server, smol_pat
     try:
         assert http("GET", off.url + "/")[0] == 404 and http("GET", off.url + "/webui/app.js")[0] == 404
         assert http("GET", off.url + "/river")[0] == 200
+    finally:
+        off.close()
+
+
+def test_the_router_serves_the_page(router, smol_path, tmp_path):
+    status, page = http("GET", router.url + "/")
+    assert status == 200 and "/webui/app.js" in page and 'id="model-pick"' in page
+    assert http("GET", router.url + "/webui/app.js")[0] == 200
+    assert http("GET", router.url + "/props")[1]["role"] == "router"   # what the page reads to show its picker
+    os.symlink(smol_path, tmp_path / "smol.gguf")   # never loaded: no request names it
+    off = ServerProcess("--models-dir", str(tmp_path), "--no-webui")
+    try:
+        assert http("GET", off.url + "/")[0] == 404 and http("GET", off.url + "/webui/app.js")[0] == 404
     finally:
         off.close()
 
@@ -343,3 +368,33 @@ def test_the_markdown_renderer_escapes_html_first(browser, river_server):
     assert "<ul><li>one</li><li>two</li></ul>" in html and "<ol><li>first</li><li>second</li></ol>" in html
     assert "<blockquote><p>quoted</p></blockquote>" in html
     assert "<pre><code>if a &lt; b: print(&#39;&lt;x&gt;&#39;)</code></pre>" in html and "copy-code" in html
+
+
+@pytest.mark.slow
+def test_the_router_page_answers_with_the_model_picked(browser, router):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+    _open(browser, router.url)
+    pick = _wait(lambda: browser.find_element(By.ID, "model-pick").is_displayed() and
+                 browser.find_element(By.ID, "model-pick"), what="the model picker")
+    assert [o.get_attribute("value") for o in Select(pick).options] == ["gemma-3", "smol"]
+    _wait(lambda: browser.find_element(By.ID, "river-badge").text == "River off", what="/river of the first model")
+    _settings(browser, **{"s-temperature": 0, "s-max-tokens": 16})
+    stored = "const s = JSON.parse(localStorage.getItem('pyriver.webui.v1')); " \
+             "return s.convs.find(c => c.id === s.current).messages.map(m => m.content)"
+    client = openai.OpenAI(base_url=router.url + "/v1", api_key="x", max_retries=0, timeout=120)
+    for name in ("smol", "gemma-3"):
+        Select(browser.find_element(By.ID, "model-pick")).select_by_value(name)
+        _wait(lambda: browser.execute_script("return localStorage.getItem('pyriver.webui.model')") == name and
+              browser.find_element(By.ID, "status").text == "", what=f"{name} loaded")
+        browser.find_element(By.ID, "new-chat").click()
+        _send(browser, "Name three rivers.")
+        _wait(lambda: _done(browser) and "tok/s" in _answers(browser)[-1].text, what=f"{name}'s answer")
+        want = client.chat.completions.create(model=name, messages=MSGS, max_tokens=16, temperature=0,
+                                              top_p=0.95).choices[0].message.content
+        assert browser.execute_script(stored) == ["Name three rivers.", want], name
+    assert {m["id"]: m["status"]["value"] for m in http("GET", router.url + "/models")[1]["data"]} == \
+        {"smol": "loaded", "gemma-3": "loaded"}
+    browser.refresh()   # the pick is kept
+    _wait(lambda: browser.find_element(By.ID, "model-pick").is_displayed(), what="the picker after a reload")
+    assert Select(browser.find_element(By.ID, "model-pick")).first_selected_option.get_attribute("value") == "gemma-3"

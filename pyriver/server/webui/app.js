@@ -2,10 +2,14 @@
 // with stream: true), plus GET /river for how the server runs River. With "river_tokens": true a
 // streamed chunk's choice carries "river": {"exits": [...], "n_layer": N}: the exit block of each
 // token of that chunk, which the page colours. Conversations live in localStorage. No dependencies.
+// On a router (`pyriver serve --models-dir`: GET /props says role "router") the page lists GET
+// /v1/models in a picker and names the chosen model in every request (?model= on GETs, "model" in
+// bodies), as llama-server's router routes them; a model not loaded yet loads on that first request.
 "use strict";
 
 const STORE = "pyriver.webui.v1";
 const KEY_STORE = "pyriver.webui.key";
+const MODEL_STORE = "pyriver.webui.model";
 const DEFAULTS = { system: "", temperature: 0.7, max_tokens: 512, top_p: 0.95, river: true };
 
 const $ = (id) => document.getElementById(id);
@@ -13,6 +17,7 @@ const uid = () => Date.now().toString(36) + Math.random().toString(36).slice(2, 
 
 let state = loadState();
 let server = null;       // GET /river: model, n_layer, river settings
+let models = null;       // a router's models (GET /v1/models ids); null on a one-model server
 let busy = null;         // the answer being streamed: {controller, conv, msg}
 let drawPending = false;
 
@@ -62,8 +67,27 @@ async function errorText(resp) {
   } catch (e) { return resp.status + " " + resp.statusText; }
 }
 
+// The model a router's requests name: the one picked last, while the router still lists it.
+function chosenModel() {
+  const m = localStorage.getItem(MODEL_STORE);
+  return models.includes(m) ? m : models[0];
+}
+
+async function loadModels() {
+  const resp = await fetch("/props", { headers: headers() });
+  if (resp.status === 401) throw new AuthError(await errorText(resp));
+  models = null;
+  if (!resp.ok || (await resp.json()).role !== "router") return;   // one model (or it is still loading)
+  const list = await fetch("/v1/models", { headers: headers() });
+  if (!list.ok) throw new Error(await errorText(list));
+  models = (await list.json()).data.map((m) => m.id);
+  if (!models.length) throw new Error("the server lists no models");
+}
+
 async function loadServer() {
-  const resp = await fetch("/river", { headers: headers() });
+  if (models) setStatus("Loading " + chosenModel() + "…");   // a router loads the model on this request
+  const url = models ? "/river?model=" + encodeURIComponent(chosenModel()) : "/river";
+  const resp = await fetch(url, { headers: headers() });
   if (resp.status === 401) throw new AuthError(await errorText(resp));
   if (resp.status === 503) {   // the model is still loading
     setStatus("The model is loading…");
@@ -87,7 +111,7 @@ function askKey(message) {
 
 async function connect() {
   for (;;) {
-    try { await loadServer(); return; }
+    try { await loadModels(); await loadServer(); return; }
     catch (e) {
       if (e instanceof AuthError) {
         await askKey(apiKey() ? "The server refused this key." : "");
@@ -107,8 +131,10 @@ function requestBody(conv) {
   for (const m of conv.messages) {
     if (m.role === "user" || (m.role === "assistant" && m.content)) msgs.push({ role: m.role, content: m.content });
   }
-  return { messages: msgs, stream: true, stream_options: { include_usage: true },
-           temperature: s.temperature, max_tokens: s.max_tokens, top_p: s.top_p, river_tokens: !!s.river };
+  const body = { messages: msgs, stream: true, stream_options: { include_usage: true },
+                 temperature: s.temperature, max_tokens: s.max_tokens, top_p: s.top_p, river_tokens: !!s.river };
+  if (models) body.model = chosenModel();
+  return body;
 }
 
 async function run(conv) {
@@ -465,6 +491,12 @@ function renderList() {
 
 function showServer() {
   $("model").textContent = server.model || "";
+  const pick = $("model-pick");
+  pick.hidden = !models;
+  $("model").hidden = !!models;
+  if (models) {
+    pick.replaceChildren(...models.map((m) => new Option(m, m, false, m === chosenModel())));
+  }
   const b = $("river-badge");
   const r = server.river;
   b.hidden = false;
@@ -651,6 +683,11 @@ function init() {
     if (open) $("new-chat").focus();
   });
   $("open-settings").addEventListener("click", openSettings);
+  $("model-pick").addEventListener("change", (e) => {
+    if (busy) busy.controller.abort();
+    localStorage.setItem(MODEL_STORE, e.target.value);
+    connect();
+  });
   $("settings").addEventListener("close", () => {
     if ($("settings").returnValue === "save") saveSettings();
     $("open-settings").focus();
