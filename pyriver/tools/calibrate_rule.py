@@ -27,10 +27,11 @@ def measure(a, setting: Dict) -> Optional[Dict]:
     if res["interrupted"] or set(pts) != set(b.exit_rule):
         return None
     ref = pts["checked"]["decode_tok_s"]["values"]
+    # each repeat's ratio, the two rules measured seconds apart: the machine's spells fall on both
+    ratios = {r: [x / y for x, y in zip(p["decode_tok_s"]["values"], ref)] for r, p in pts.items()}
     return {"device": pts["checked"]["device"], "repeats": len(ref), "measured": {r: {
         "top1_agreement": p["top1_agreement"], "decode_tok_s": p["decode_tok_s"]["median"],
-        # each repeat's ratio, the two rules measured seconds apart: the machine's spells fall on both
-        "speed_vs_checked": statistics.median(x / y for x, y in zip(p["decode_tok_s"]["values"], ref)),
+        "speed_vs_checked": statistics.median(ratios[r]), "ratios_to_checked": ratios[r],
         "graphs_per_step": p.get("graphs_per_step"), "mean_exit_layer": p.get("mean_exit_layer"),
         "forecast_hit": p.get("forecast_hit")} for r, p in pts.items()}}
 
