@@ -9,7 +9,7 @@ import copy
 import statistics
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 from pyriver.engine import EXIT_RULES
 
@@ -89,6 +89,3 @@ def add_args(k) -> None:
     k.add_argument("--rule-margin", type=float, default=1.05,
                    help="another rule replaces checked only when faster than it by more than this factor (median "
                         "of the ratios within each repeat; the default as --min-speedup's, above the spread)")
-
-
-__all__: List[str] = ["add_args", "choose", "measure", "merged", "record"]
