@@ -183,7 +183,8 @@ def run(a) -> int:
         if llm.calibration is not None:
             c = llm.calibration["setting"]
             tau = f"lossless k {c['draft_max']}, drafts at tau" if c.get("lossless") else "tau"
-            print(f"[River on from calibration: {c['river']} {tau} {c['tau']} min layer {c['min_exit_layer']}; /river off]",
+            print(f"[River on from calibration: {c['river']} {tau} {c['tau']} min layer {c['min_exit_layer']}, exit rule "
+                  f"{llm.exit_rule}; /river off]",
                   file=out)
     while True:
         try:

@@ -44,9 +44,10 @@ def _add_river_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tau", type=float, default=None, help="exit threshold (cosine similarity)")
     p.add_argument("--min-exit-layer", type=int, default=None)
     p.add_argument("--force-exit-layer", type=int, default=-1, help="debug: every token exits after this block")
-    p.add_argument("--exit-rule", choices=["checked", "predicted", "guarded"], default="checked",
-                   help="how a decode step finds its exit block: checked after every few blocks (default), predicted "
-                   "from the recent exits in one graph, or guarded (one check at the forecast); docs/river.md")
+    p.add_argument("--exit-rule", choices=["checked", "predicted", "guarded"], default=None,
+                   help="how a decode step finds its exit block: checked after every few blocks, predicted from the "
+                   "recent exits in one graph, or guarded (one check at the forecast); docs/river.md. Default: the "
+                   "rule `pyriver calibrate` measured on this device for a calibrated setting, else checked")
     p.add_argument("--river-force", action="store_true", help="build a river even if not cheaper than the backbone")
 
 
@@ -57,11 +58,12 @@ def _river_kwargs(a) -> dict:
         require_lossless(a, "--draft and --draft-cost")
     if getattr(a, "no_lossless", False) and lossless:
         raise ValueError("--lossless and --no-lossless exclude each other")
-    if a.river is None and not lossless:
+    if a.river is None and not lossless:   # river="auto": a calibrated setting, if any, and its rule unless named
+        rule = {} if getattr(a, "exit_rule", None) is None else {"exit_rule": a.exit_rule}
         if getattr(a, "no_lossless", False):
-            return {}
+            return rule
         from .draft import DEFAULT_DRAFTING   # n-grams draft where they pay
-        return dict(DEFAULT_DRAFTING, **({} if getattr(a, "draft_max", None) is None else {"draft_max": a.draft_max}))
+        return dict(DEFAULT_DRAFTING, **rule, **({} if getattr(a, "draft_max", None) is None else {"draft_max": a.draft_max}))
     from .llama import DEFAULT_RIVER   # the river /river on builds; lossless drafts on it
     # n-gram drafts need no river: none is built unless --river names one
     river = a.river or (None if draft == "ngram" else DEFAULT_RIVER)

@@ -25,10 +25,11 @@ from .generation import GenerationMixin
 from .llama_api import LlamaCppMixin, PyriverTokenizer
 from .state import StateMixin
 from .engine import ContextArgs, ExitRule, ModelArgs, check_exit_rule, load as load_engine
+from .engine.backends import device_key
 from .draft import drafter
 from .draftlen import AUTO, parse_cost
 from .lossless import Speculator
-from .sidecar import find_calibration
+from .sidecar import calibrated_exit_rule, find_calibration
 from .vocab import Vocab
 
 
@@ -63,7 +64,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                  rpc_servers: Optional[str] = None, rpc_timeout: float = 300.0, river: Optional[str] = "auto",
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
-                 river_rebuild: bool = False, batch_invariant: Optional[bool] = None, exit_rule: str = "checked",
+                 river_rebuild: bool = False, batch_invariant: Optional[bool] = None, exit_rule: Optional[str] = None,
                  lossless: Optional[bool] = None, draft_max: Optional[int] = None, draft_cost=None,
                  engine: Optional[str] = "auto", lora_adapters: Optional[Sequence[Tuple[str, float]]] = None,
                  **llama_cpp_args):
@@ -77,8 +78,9 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         self.lora_adapters, self._lora_adapter = [], None   # the loaded ones (engine.lora.Adapter), set by _load
         if last_n_tokens_size < 0:
             raise ValueError(f"last_n_tokens_size must be >= 0, got {last_n_tokens_size}")
-        check_exit_rule(exit_rule)   # a bad name fails before the model loads
-        self.exit_rule = exit_rule
+        if exit_rule is not None:
+            check_exit_rule(exit_rule)   # a bad name fails before the model loads
+        self.exit_rule = exit_rule or "checked"   # None: the calibrated rule of this device, set once River binds
         _lg.set_verbose(verbose)  # llama.cpp's (and ggml's) log lines, as llama-cpp-python does
         self.verbose = verbose
         self._lock = threading.RLock()
@@ -112,6 +114,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                                      lora_specs(lora_path, lora_scale, lora_adapters)))
         exit_threshold, min_exit_layer = self._bind_river(river, exit_threshold, min_exit_layer, river_force,
                                                           river_rebuild, use_mmap, verbose, lossless)
+        if exit_rule is None and self.calibration is not None and self.river_path is not None:
+            self._calibrated_rule(verbose)
         self.vocab = Vocab(self.model_path)
         if self.vocab.n_vocab != self.info["n_vocab"]:
             raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
@@ -131,7 +135,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         self.min_exit_layer = (min(DEFAULT_MIN_EXIT_LAYER, max(0, self.info["n_layer"] - 2)) if min_exit_layer is None
                                else int(min_exit_layer))
         if self.river_path is None and (exit_threshold is not None or min_exit_layer is not None or force_exit_layer >= 0
-                                        or exit_rule != "checked"):
+                                        or exit_rule not in (None, "checked")):
             raise ValueError("exit_threshold, min_exit_layer, force_exit_layer and exit_rule need a river (river='q4_0', ...)")
         if self.river_path is not None:
             self.set_exit(self.exit_threshold, self.min_exit_layer, force_exit_layer, prefill_exit)
@@ -212,6 +216,16 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                 self.calibration = None
                 exit_threshold = min_exit_layer = None
         return exit_threshold, min_exit_layer
+
+    def _calibrated_rule(self, verbose: bool) -> None:
+        """The exit rule `pyriver calibrate` measured fastest for the calibrated setting on the
+        device this model runs on; checked when it measured none there."""
+        device = device_key(self._engine.devices())
+        rule = calibrated_exit_rule(self.calibration, device)
+        if rule is not None:
+            self.exit_rule = rule
+            if verbose:
+                print(f"pyriver: exit rule {rule} from calibration on {device}; exit_rule= overrides it", file=sys.stderr)
 
     def _new_context(self, n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, flash_attn, batch_invariant,
                      embedding=False) -> None:

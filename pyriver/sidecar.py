@@ -102,3 +102,11 @@ def find_calibration(model_path: str) -> Optional[Dict]:
         if rec and rec.get("enabled") and (best is None or rec.get("utc", "") > best.get("utc", "")):
             best = dict(rec, sidecar=sc)
     return best
+
+
+def calibrated_exit_rule(cal: Optional[Dict], device: str) -> Optional[str]:
+    """The exit rule `pyriver calibrate` chose by measurement on this device (backends.device_key)
+    for the calibrated setting, or None: no calibration, or none measured on this device (a rule
+    fastest on one device says nothing of another)."""
+    got = ((cal or {}).get("exit_rules") or {}).get(device)
+    return got.get("rule") if got else None

@@ -40,11 +40,13 @@ def parser() -> argparse.ArgumentParser:
                    metavar="FILE:SCALE", help="a LoRA adapter at its scale (repeatable; comma-separated: several)")
     p.add_argument("--lora-init-without-apply", action="store_true",
                    help="the adapters load at scale 0 (POST /lora-adapters or a request's lora applies them)")
-    p.add_argument("--river", default=None, help="river type (q4_0, ...) or sidecar path; off by default")
+    p.add_argument("--river", default=None, help="river type (q4_0, ...) or sidecar path, or auto (the setting "
+                   "`pyriver calibrate` stored, with the exit rule it measured on this device); off by default")
     p.add_argument("--tau", type=float, default=None, help="exit threshold")
     p.add_argument("--min-exit-layer", type=int, default=None)
-    p.add_argument("--exit-rule", choices=["checked", "predicted", "guarded"], default="checked",
-                   help="how a decode step finds its exit block (docs/river.md, Predicted exits); with --batch-rule")
+    p.add_argument("--exit-rule", choices=["checked", "predicted", "guarded"], default=None,
+                   help="how a decode step finds its exit block (docs/river.md, Predicted exits); with --batch-rule. "
+                   "Default: with --river auto the rule calibrated on this device, else checked")
     p.add_argument("--lossless", action="store_true",
                    help="the river (or --lossless-draft) drafts, the backbone verifies: every stream's tokens are full "
                    "depth's (needs --river, unless --lossless-draft ngram). Without --river, --spec-type, --model-draft "
@@ -180,7 +182,7 @@ def settings(a: argparse.Namespace) -> dict:
         kw["lora_adapters"] = lora
     if a.river is not None:
         kw = dict(kw, river=a.river, exit_threshold=a.tau, min_exit_layer=a.min_exit_layer, exit_rule=a.exit_rule)
-    elif (a.tau is not None or a.min_exit_layer is not None or a.exit_rule != "checked"
+    elif (a.tau is not None or a.min_exit_layer is not None or a.exit_rule is not None
           or (a.lossless and a.draft != "ngram")):
         raise ValueError("--tau, --min-exit-layer, --exit-rule and --lossless need --river (--lossless --lossless-draft "
                          "ngram needs none)")

@@ -104,6 +104,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--requests-per-stream", type=int, default=2,
                    help="--serve --chat: requests each stream sends one after the other (code edit, chat, ...)")
     b.add_argument("--batch-rules", nargs="+", default=["split", "minimum", "all"], help="--serve: batch exit rules")
+    b.add_argument("--exit-rules", nargs="+", choices=["checked", "predicted", "guarded"], default=["checked"],
+                   help="--serve: exit rules, each a River server under every --batch-rules (docs/river.md, Predicted exits)")
     b.add_argument("--chat-turns", action="store_true", help="second chat turn's time to first token, with and without prefix reuse")
     b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")
     b.add_argument("--systems-dtype", default="q8_0", choices=["f16", "q8_0"], help="backbone type of the synthetic model")

@@ -11,7 +11,10 @@ meets any target when its greedy answers equalled full depth's on every prompt; 
 those answers against full depth in the same process, interleaved. The candidate
 with the largest speedup over full depth wins. River stays off (every tried sidecar records
 enabled = false) when that speedup is not above --min-speedup, or when llama.cpp running the model
-uniformly requantized to a river type meets the target and is at least as fast."""
+uniformly requantized to a river type meets the target and is at least as fast.
+
+A lossy choice then gets its exit rule, measured on this device and recorded for it
+(calibrate_rule: the fastest of checked, predicted and guarded meeting the same target)."""
 from __future__ import annotations
 
 import argparse
@@ -26,9 +29,9 @@ from pyriver.args import add_draft_args, device_kwargs, positive
 from pyriver.cli import TOOLS, guarded
 from pyriver.draftlen import DraftCost
 from pyriver.llama import DEFAULT_DRAFT_MAX, Llama
-from pyriver.sidecar import CALIBRATION_PREFIX as PREFIX
+from pyriver.sidecar import CALIBRATION_PREFIX as PREFIX, read_calibration
 
-from . import datasets, sweep
+from . import calibrate_rule, datasets, sweep
 from .args import add_grid_args, add_set_args
 from .engine import progress
 from .generation import greedy_answers
@@ -190,6 +193,7 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--draft-max", type=positive, default=DEFAULT_DRAFT_MAX, help="lossless mode's longest draft")
     k.add_argument("--no-lossless", action="store_true", help="leave lossless mode out of the candidates")
     add_draft_args(k, many=True)   # --draft: a lossless candidate per drafter; --draft-cost: the length by cost
+    calibrate_rule.add_args(k)   # --exit-rules, --rule-margin
     return k
 
 
@@ -218,14 +222,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                   lossless_measured=[{k: p[k] for k in ("river", "draft", "tau", "draft_max", "speedup",
                                                         "acceptance_rate", "text_equals_full_depth")}
                                      for p in res["lossless_points"]])
+    # the exit rule of a lossy choice, on this device (a lossless one verifies at full depth)
+    rules = calibrate_rule.record(a, d["setting"]) if d["enabled"] and not d["setting"]["lossless"] else {}
     stored = []
     for p in points:
         sc = p.get("sidecar")
         if p["kind"] == "river" and sc and sc not in stored:
             chosen = d["enabled"] and p["river"] == d["setting"]["river"]
-            store(sc, dict(record, enabled=chosen))
+            extra = {"exit_rules": calibrate_rule.merged(read_calibration(sc), d["setting"], rules)} if chosen else {}
+            store(sc, dict(record, enabled=chosen, **extra))
             stored.append(sc)
-    res["decision"] = dict(record, stored=stored)
+    res["decision"] = dict(record, stored=stored, exit_rules=rules)
     for p in res["lossless_points"]:
         acc = "-" if p["acceptance_rate"] is None else f"{100 * p['acceptance_rate']:.0f}%"
         print(f"{p['name']}: {p['decode_tok_s']['median']:.1f} vs {p['full_depth_tok_s']['median']:.1f} tok/s at full "

@@ -195,6 +195,24 @@ def batched_server(a, path: str) -> _Server:
         raise
 
 
+def server_name(batch_rule: str, exit_rule: str = "checked") -> str:
+    """A River server's name: its batch rule, then its exit rule unless checked."""
+    return f"pyriver river {batch_rule}" + ("" if exit_rule == "checked" else f" {exit_rule}")
+
+
+def to_checked(res: Dict[str, Dict[int, List[Dict]]], a) -> Dict[str, Dict[int, Dict[str, float]]]:
+    """Each forecast-rule River server against the checked one of its batch rule: medians of the
+    ratios within each repeat (tok/s, ITL p95)."""
+    out = {}
+    for rule in a.batch_rules if a.river else []:
+        for er in getattr(a, "exit_rules", None) or []:
+            n, ref = server_name(rule, er), server_name(rule)
+            if er != "checked" and n in res and ref in res:
+                out[n] = {k: {m: paired_ratio(runs, res[ref][k], m) for m in ("tok_s", "itl_p95")}
+                          for k, runs in res[n].items()}
+    return out
+
+
 def servers(a, path: str) -> List[_Server]:
     out: List[_Server] = []
     try:
@@ -218,10 +236,11 @@ def _start(a, path: str, out: List[_Server]) -> None:
         out.append(_Server("pyriver batch-invariant", base + ["--batch-invariant", "--port", str(p := _port())], p))
     if a.river:
         for rule in a.batch_rules:
-            argv = base + ["--river", a.river, "--batch-rule", rule, "--port", str(p := _port())]
-            if a.tau:
-                argv += ["--tau", str(a.tau[0])]
-            out.append(_Server(f"pyriver river {rule}", argv, p))
+            for er in getattr(a, "exit_rules", None) or ["checked"]:   # checked servers keep their names
+                argv = base + ["--river", a.river, "--batch-rule", rule, "--exit-rule", er, "--port", str(p := _port())]
+                if a.tau:
+                    argv += ["--tau", str(a.tau[0])]
+                out.append(_Server(server_name(rule, er), argv, p))
     # llama-cpp-python's server takes no json_schema field; under --chat's long answers its one request at a
     # time would take most of the run, and the anchor is llama-server
     if a.competitor and not a.json_schema and not getattr(a, "chat", False):
@@ -442,6 +461,12 @@ def main(a) -> int:
         print("against pyriver (under the same schema), medians of the ratios within each repeat (tok/s, ITL p95):")
         for n, lv in to_pyriver.items():
             print(f"  {n:<38}" + "  ".join(f"{k}: {r['tok_s']:.3f}x {r['itl_p95']:.3f}x" for k, r in lv.items()))
+    checked = to_checked(res, a)
+    if checked:
+        print("against the checked exit rule of the same batch rule, medians of the ratios within each repeat "
+              "(tok/s, ITL p95):")
+        for n, lv in checked.items():
+            print(f"  {n:<38}" + "  ".join(f"{k}: {r['tok_s']:.3f}x {r['itl_p95']:.3f}x" for k, r in lv.items()))
     cost = {}
     if schema is not None:   # each server against itself without the schema
         cost = {s.name: {k: paired_ratio(res[s.name + SCHEMA_TAG][k], res[s.name][k], "tok_s") for k in a.streams}
@@ -454,9 +479,12 @@ def main(a) -> int:
               f"{f['prefix_share']:.2f}, mean exit block {f['mean_exit_block']:.1f}, river work {f['river_work_share']:.2f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"medians": med, "ratios_to_llama_server": ratios, "ratios_to_pyriver": to_pyriver, "schema_cost": cost, "runs": res,
+            json.dump({"medians": med, "ratios_to_llama_server": ratios, "ratios_to_pyriver": to_pyriver,
+                       "ratios_to_checked": checked, "schema_cost": cost, "runs": res,
                        "fidelity": fid, "schema": schema, "texts_equal_to_llama_server": texts,
                        "conditions": {"model": path, "threads": a.threads, "streams": a.streams, "repeats": a.repeats,
+                                      "river": a.river, "tau": a.tau, "batch_rules": a.batch_rules,
+                                      "exit_rules": getattr(a, "exit_rules", None) or ["checked"],
                                       "gen_tokens": a.gen_tokens, "chat": chat, "pyriver_engine": getattr(a, "engine", "auto"),
                                       "requests_per_stream": a.requests_per_stream if chat else None}}, f, indent=1)
     return 0

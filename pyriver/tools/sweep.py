@@ -16,6 +16,7 @@ import sys
 from typing import Dict, List, Optional
 
 from pyriver.args import device_kwargs
+from pyriver.backends import device_key
 from pyriver.cli import TOOLS, guarded
 from pyriver.llama import Llama
 from pyriver.sidecar import parse_spec
@@ -55,12 +56,13 @@ def measure(a, kind: str = "sweep") -> Dict:
             llm = Llama(path, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=rt,
                         river_force=a.river_force, exit_threshold=2.0, **device_kwargs(a))
             engines.append(llm)
+            device = device_key(llm._engine.devices())   # what a calibrated exit rule is keyed by
             for mn in a.min_exit_layer:
                 for tau in a.tau:
                     for rule in getattr(a, "exit_rule", None) or ["checked"]:   # checked points keep their names
                         cfgs.append((f"river {rt} tau {tau} min {mn}" + ("" if rule == "checked" else f" {rule}"), llm,
                                      {"kind": "river", "engine": "pyriver", "river": rt, "tau": tau, "min_exit_layer": mn,
-                                      "exit_rule": rule, "sidecar": llm.river_path},
+                                      "exit_rule": rule, "sidecar": llm.river_path, "device": device},
                                      lambda llm=llm, tau=tau, mn=mn, rule=rule: llm.set_exit(tau, mn, exit_rule=rule)))
         uniform: List[str] = []   # file types (each once: a river with its own head shares its blocks' type) and files
         for rt in ([] if a.no_uniform else a.river):

@@ -181,6 +181,11 @@ def test_calibrate_stores_setting_that_eval_confirms(tiny, tmp_path, capfd):
     assert dec["enabled"] and "calibrated: river q4_0" in r.stdout
     assert decide(d["points"], 0.9, 0.0, False)["setting"] == dec["setting"]
     s = dec["setting"]
+    # the exit rule measured on this device at that setting, recorded with it, meets the target
+    (device, rule), = dec["exit_rules"].items()
+    assert device.startswith("CPU") and rule["measured"][rule["rule"]]["top1_agreement"] >= 0.9
+    assert set(rule["measured"]) == {"checked", "predicted", "guarded"} and f"exit rule on {device}" in r.stdout
+    assert read_calibration(dec["stored"][0])["exit_rules"] == dec["exit_rules"]
     # eval (no --river: the calibrated setting) re-measures it on the calibration set: it meets the target.
     ev = tmp_path / "e.json"
     r = _pyriver("eval", model, "--limit", "4", "-n", "12", "--text-tokens", "0", "--json", str(ev))
@@ -198,7 +203,7 @@ def test_calibrate_stores_setting_that_eval_confirms(tiny, tmp_path, capfd):
     # Llama(MODEL) uses it, says so, and reports it; river=None stays full depth.
     capfd.readouterr()
     with Llama(model, n_ctx=128, n_threads=2) as llm:
-        assert llm.river_path == dec["stored"][0]
+        assert llm.river_path == dec["stored"][0] and llm.exit_rule == rule["rule"]
         assert abs(llm.exit_threshold - s["tau"]) < 1e-6 and llm.min_exit_layer == s["min_exit_layer"]
         llm("Rivers", max_tokens=4, temperature=0)
         st = llm.river_stats()

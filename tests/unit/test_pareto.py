@@ -83,3 +83,31 @@ def test_uniform_competitor_file_types():
         requantized("/nonexistent.gguf", "mxfp4")
     with pytest.raises(ValueError, match="unknown ftype"):
         ftype_constant("q9_9")
+
+
+def _rule(fid, speed):
+    return {"top1_agreement": fid, "speed_vs_checked": speed}
+
+
+def test_calibrated_exit_rule_is_the_fastest_meeting_the_target():
+    """calibrate_rule.choose on given figures: the fastest rule whose top-1 meets the target; a faster
+    one that misses it is never chosen; checked stays unless another beats it by the margin."""
+    from pyriver.tools.calibrate_rule import choose
+    m = {"checked": _rule(0.99, 1.0), "predicted": _rule(0.995, 1.2), "guarded": _rule(0.985, 1.5)}
+    assert choose(m, 0.99, 1.05)["rule"] == "predicted"   # guarded is fastest but misses 0.99
+    assert choose(m, 0.98, 1.05)["rule"] == "guarded"
+    assert choose(m, 0.99, 1.25)["rule"] == "checked"     # 1.2x is inside the margin
+    # checked misses the target: the rule that meets it, whatever its speed
+    m = {"checked": _rule(0.95, 1.0), "predicted": _rule(0.99, 0.9), "guarded": _rule(0.97, 1.3)}
+    assert choose(m, 0.99, 1.05)["rule"] == "predicted"
+    assert choose(m, 0.995, 1.05)["rule"] is None
+
+
+def test_calibrated_exit_rules_of_other_devices_are_kept_for_the_same_setting():
+    from pyriver.tools.calibrate_rule import merged
+    s = {"river": "q4_0", "tau": 0.98, "min_exit_layer": 4, "lossless": False}
+    old = {"setting": s, "exit_rules": {"CUDA0 (NVIDIA H200)": {"rule": "predicted"}, "CPU (x)": {"rule": "guarded"}}}
+    assert merged(old, dict(s), {"CPU (x)": {"rule": "checked"}}) == {"CUDA0 (NVIDIA H200)": {"rule": "predicted"},
+                                                                     "CPU (x)": {"rule": "checked"}}
+    assert merged(old, dict(s, tau=0.985), {"CPU (x)": {"rule": "checked"}}) == {"CPU (x)": {"rule": "checked"}}
+    assert merged(None, s, {}) == {}
