@@ -66,6 +66,9 @@ class Request:
     slot: int = -1
     probs: Optional[Callable] = None   # (logits, token, history) -> entry, instead of raw logprobs (post-sampling)
     lora: Optional[Tuple[float, ...]] = None   # its LoRA scales, one per adapter; None: the server's at its start
+    # llama-server's return_progress (streams): ("progress", {total, cache, processed, time_ms}) items when its
+    # slot starts and after each of its prompt chunks, before its first token
+    progress: bool = False
 
     def cancel(self) -> None:
         """The client is gone or has what it wants (a stop string): the slot frees at the next step."""
@@ -319,6 +322,7 @@ class Scheduler:
         s.req = s.task = r
         r.slot = s.seq
         r.n_cached = n
+        self._progress(s)   # llama-server's first report: processed == cache
         self.n_starts += 1
         s.last_start = self.n_starts
         if self.spec is not None:
@@ -477,6 +481,7 @@ class Scheduler:
             if f.prompt:
                 s.pending = s.pending[len(f.tokens):]
                 s.cached.extend(f.tokens)
+                self._progress(s)
             else:
                 n_decode += 1
                 s.req.exits.extend(exits)
@@ -484,6 +489,14 @@ class Scheduler:
                 self._sample(s, logits)
         if self.metrics:
             self.metrics.step(n_decode, dt)
+
+    def _progress(self, s: Slot) -> None:
+        """llama-server's prompt progress of the slot's request, while its prompt runs (after a context
+        shift the kept tokens run again as a prompt: no report then)."""
+        r = s.req
+        if r.progress and r.n_generated == 0:
+            r.out.put(("progress", {"total": len(r.prompt), "cache": r.n_cached, "processed": len(s.cached),
+                                    "time_ms": int((time.perf_counter() - r.t_submit) * 1e3)}))
 
     def _run_step(self, feeds: List[Feed]):
         """One step. Lossless mode's verify rows (the default n-gram drafts, river drafts) run with the

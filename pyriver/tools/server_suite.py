@@ -46,9 +46,6 @@ NA = [
     ("test_completion", r"test_completion_unified", "llama-server's unified KV buffer (--kv-unified)"),
     ("test_completion", r"test_json_prompt_.*", "multimodal prompts (mtmd)"),
     ("test_completion", r"test_n_probs_post_backend_sampling", "llama-server's backend sampling"),
-    ("test_chat_completion", r"test_return_progress", "llama-server's prompt progress events"),
-    ("test_chat_completion", r"test_verbose_debug|test_chat_template$|test_chat_template_assistant_prefill|"
-     r"test_chat_template_continue_final_message_vllm_compat", "llama-server's --verbose __verbose field"),
     ("test_stream", r".*", "llama-server's conversation stream resume (its session replay route)"),
     ("test_speculative", r"test_synth_.*", "llama-server's synthetic draft (--spec-synth-*)"),
 ]
