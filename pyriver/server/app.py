@@ -64,6 +64,7 @@ class Server:
             self.sched = Scheduler(llm, s["parallel"], batch_rule=s["batch_rule"], queue_max=s["queue"],
                                    prompt_chunk=s["prompt_chunk"], metrics=self.metrics, drafter=drafter,
                                    ctx_shift=s.get("ctx_shift", False), cache_ram_mib=s.get("cache_ram", DEFAULT_MIB),
+                                   kv_pool=s.get("kv_pool"),
                                    handoff=None if self.inbox is None else self.inbox.flush)
             self.metrics.n_slots = s["parallel"]
             self.metrics.sched = self.sched

@@ -43,9 +43,7 @@ NA = [
     ("test_security", r"test_cors_origins_defaults_to_localhost_with_tools_enabled|test_cors_proxy_.*",
      "llama-server's built-in tools and CORS proxy"),
     ("test_security", r"test_local_media_file", "multimodal media files (--media-path)"),
-    ("test_completion", r"test_completion_unified", "llama-server's unified KV buffer (--kv-unified)"),
     ("test_completion", r"test_json_prompt_.*", "multimodal prompts (mtmd)"),
-    ("test_completion", r"test_n_probs_post_backend_sampling", "llama-server's backend sampling"),
     ("test_stream", r".*", "llama-server's conversation stream resume (its session replay route)"),
     ("test_speculative", r"test_synth_.*", "llama-server's synthetic draft (--spec-synth-*)"),
 ]
@@ -55,7 +53,7 @@ _BOOL = {"--offline", "--cont-batching", "--embedding", "--reranking", "--metric
          "--slots", "--no-slots", "--verbose", "--context-shift", "--no-ui", "--no-models-autoload", "--jinja",
          "--no-jinja", "--no-mmproj", "--no-cache-idle-slots", "--ui-mcp-proxy", "--backend_sampling"}
 # flags that change nothing a client can see of pyriver (speed knobs, llama-server's own switches)
-_DROP = {"--offline", "--cont-batching", "--batch-size", "--ubatch-size", "--kv-unified", "--swa-full",
+_DROP = {"--offline", "--cont-batching", "--batch-size", "--ubatch-size", "--swa-full",
          "-fa", "--no-cache-idle-slots", "--no-jinja", "--no-mmproj", "--n-gpu-layers"}
 _MODEL = {"--model", "--hf-repo", "--hf-file", "--model-url"}
 
