@@ -22,6 +22,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ctx", type=int, default=2048, help="context length of each slot")
     p.add_argument("--ctx-size", "-c", type=int, default=None,
                    help="llama-server's: the whole context, split evenly over the slots (overrides --ctx)")
+    p.add_argument("--kv-unified", "-kvu", dest="kv_unified", action="store_true",
+                   help="llama-server's unified KV buffer: any slot may grow to the whole --ctx-size, all slots together "
+                   "hold at most that many tokens (past it, idle slots' caches go, then the busy requests end with "
+                   "'Context size has been exceeded.'); pyriver still reserves each slot's rows apart")
+    p.add_argument("--no-kv-unified", "-no-kvu", dest="kv_unified", action="store_false")
     p.add_argument("--threads", "-t", type=int, default=None)
     p.add_argument("--queue", type=int, default=64, help="requests that may wait for a slot; beyond: 503")
     p.add_argument("--prompt-chunk", type=int, default=None,
@@ -112,6 +117,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--jinja", action="store_true", help="accepted: chat templates always render with jinja2")
     p.add_argument("--no-jinja", action="store_true", help="accepted: chat templates always render with jinja2")
     p.add_argument("--metrics", action="store_true", help="accepted: /metrics is always on")
+    p.add_argument("--backend-sampling", "-bs", "--backend_sampling", dest="backend_sampling", action="store_true",
+                   help="accepted: llama.cpp samples on the device with it; pyriver samples on the host either way, "
+                   "from the same distribution")
     p.add_argument("--slots", dest="slots", action="store_true", default=True,
                    help="serve GET /slots, the slots' state (llama-server's; the default)")
     p.add_argument("--no-slots", dest="slots", action="store_false", help="GET /slots answers 501")
@@ -160,6 +168,10 @@ def settings(a: argparse.Namespace) -> dict:
         if a.ctx_size < 0:
             raise ValueError("--ctx-size must be >= 0")
         a.ctx = a.ctx_size // max(a.parallel, 1)
+    kv_pool = None
+    if a.kv_unified:   # every slot's context is the whole pool (scheduler.Scheduler's kv_pool keeps the total)
+        kv_pool = a.ctx_size if a.ctx_size is not None else a.ctx * max(a.parallel, 1)
+        a.ctx = kv_pool
     if a.parallel < 1 or a.queue < 0 or (a.prompt_chunk is not None and a.prompt_chunk < 1) or a.ctx < 16:
         raise ValueError("--parallel and --prompt-chunk must be >= 1, --queue >= 0, --ctx >= 16")
     kw = {"river": None}
@@ -218,8 +230,7 @@ def settings(a: argparse.Namespace) -> dict:
                 reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,
                 drafts_by_default=by_default, endpoint_slots=a.slots, endpoint_props=a.props,
                 slot_save_path=a.slot_save_path, models_dir=a.models_dir, models_preset=a.models_preset,
-                models_max=a.models_max,
-                models_autoload=a.models_autoload)
+                models_max=a.models_max, models_autoload=a.models_autoload, kv_pool=kv_pool)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -64,6 +64,7 @@ class Server:
             self.sched = Scheduler(llm, s["parallel"], batch_rule=s["batch_rule"], queue_max=s["queue"],
                                    prompt_chunk=s["prompt_chunk"], metrics=self.metrics, drafter=drafter,
                                    ctx_shift=s.get("ctx_shift", False), cache_ram_mib=s.get("cache_ram", DEFAULT_MIB),
+                                   kv_pool=s.get("kv_pool"),
                                    handoff=None if self.inbox is None else self.inbox.flush)
             self.metrics.n_slots = s["parallel"]
             self.metrics.sched = self.sched
@@ -129,7 +130,8 @@ class Server:
 
     def submit(self, f: Dict, toks: List[int], logprobs: Optional[int], sampler: Sampler) -> Request:
         return self.submit_request(toks, sampler, f["max_tokens"] or self.max_tokens(toks), logprobs,
-                                   lora=f.get("lora"), id_slot=f.get("id_slot", -1) if f["n"] in (None, 1) else -1)
+                                   lora=f.get("lora"), id_slot=f.get("id_slot", -1) if f["n"] in (None, 1) else -1,
+                                   progress=bool(f["stream"] and f.get("return_progress")))
 
     def max_tokens(self, toks: List[int]) -> int:
         """A request's token limit when it gives none: --n-predict, else the rest of the context
@@ -154,12 +156,12 @@ class Server:
         return rs
 
     def submit_request(self, toks: List[int], sampler: Sampler, max_tokens: int, logprobs: Optional[int],
-                       probs=None, lora=None, id_slot: int = -1) -> Request:
+                       probs=None, lora=None, id_slot: int = -1, progress: bool = False) -> Request:
         """lora: the request's `lora` field as sent (server/lora.py checks it: 400). id_slot:
-        llama-server's, the slot that runs it (Scheduler.submit)."""
+        llama-server's, the slot that runs it (Scheduler.submit). progress: prompt progress reports."""
         scales = lora_api.request_scales(self, lora)
         r = Request(prompt=toks, sampler=sampler, max_tokens=max_tokens, logprobs=logprobs, out=self.inbox.out(),
-                    probs=probs, lora=scales, id_slot=-1 if id_slot is None else id_slot)
+                    probs=probs, lora=scales, id_slot=-1 if id_slot is None else id_slot, progress=progress)
         try:
             self.sched.submit(r)
         except QueueFull as e:

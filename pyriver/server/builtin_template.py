@@ -22,6 +22,7 @@ class BuiltinTemplate:
 
     def __init__(self, name: str, bos_token: str, eos_token: str):
         self.name, self.bos_token, self.eos_token = name, bos_token, eos_token
+        self.source = ""   # no jinja source: tool calls take the generic syntax (pyriver.toolcall)
 
     def render(self, messages: List[Dict], add_generation_prompt: bool = True, **_extra) -> str:
         for m in messages:

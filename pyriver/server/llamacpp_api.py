@@ -19,7 +19,7 @@ from .. import __version__
 from .. import completion as C
 from ..sampling import SamplingParams
 from .disconnect import or_cancel
-from .schema import APIError, json_object
+from .schema import APIError, end_error, json_object
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF   # what llama-server reports for "a random seed"
 
@@ -206,6 +206,9 @@ _FIELDS = {   # name: (check, what)
                                                                                  "a boolean"),
     "return_tokens": (lambda v: isinstance(v, bool), "a boolean"),
     "post_sampling_probs": (lambda v: isinstance(v, bool), "a boolean"),
+    "return_progress": (lambda v: isinstance(v, bool), "a boolean"), "verbose": (lambda v: isinstance(v, bool), "a boolean"),
+    # llama.cpp samples on the device with it; pyriver samples on the host either way, the same distribution
+    "backend_sampling": (lambda v: isinstance(v, bool), "a boolean"),
     "response_fields": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings"),
 }
 
@@ -243,7 +246,7 @@ def parse_native(srv, raw: bytes) -> Dict[str, Any]:
             "stops": [stop] if isinstance(stop, str) else stop, "bias": bias, "stream": bool(body.get("stream")),
             "return_tokens": bool(body.get("return_tokens")), "fields": body.get("response_fields") or [],
             "post": bool(body.get("post_sampling_probs")), "lora": body.get("lora"),
-            "id_slot": body.get("id_slot", -1)}
+            "id_slot": body.get("id_slot", -1), "progress": bool(body.get("stream") and body.get("return_progress"))}
 
 
 def _settings(srv, f: Dict, max_tokens: int) -> Dict[str, Any]:
@@ -253,7 +256,7 @@ def _settings(srv, f: Dict, max_tokens: int) -> Dict[str, Any]:
             "typical_p": p.typical_p, "repeat_last_n": p.penalty_last_n, "repeat_penalty": p.repeat_penalty,
             "presence_penalty": p.presence_penalty, "frequency_penalty": p.frequency_penalty,
             "stop": f["stops"], "n_probs": f["n_probs"], "stream": f["stream"],
-            "ignore_eos": bool(f["body"].get("ignore_eos")),
+            "ignore_eos": bool(f["body"].get("ignore_eos")), "backend_sampling": bool(f["body"].get("backend_sampling")),
             "logit_bias": [{"token": t, "bias": None if b == float("-inf") else b} for t, b in f["bias"].items()]}
 
 
@@ -279,22 +282,25 @@ class Native:
         sampler = srv.base_sampler(f["params"], f["seed"], f["bias"])
         self.r = srv.submit_request(toks, sampler, self.max_tokens, f["n_probs"] or None,
                                     post_sampling(sampler, f["n_probs"]) if f["post"] else None, f["lora"],
-                                    f["id_slot"])
+                                    f["id_slot"], progress=f["progress"])
         self.text = C.TextStream([s.encode("utf-8") for s in f["stops"] if s])
         self.stop_type, self.word, self.t_end, self.raw = "none", "", None, b""
 
     async def items(self):
-        """(text, token ids, logprob entries) as they come; the end sets stop_type."""
+        """(text, token ids, logprob entries) as they come, a prompt progress report as (None, report, []);
+        the end sets stop_type."""
         n_read = 0
         while True:
             item = await self.r.out.get()
+            if item[0] == "progress":   # return_progress: (None, the report, [])
+                yield None, item[1], []
+                continue
             if item[0] == "token":
                 n_read += 1
                 self.raw += item[2]
                 text, stopped = self.text.feed(item[2])
                 if stopped:
-                    self.stop_type, self.word = "word", next(
-                        (s for s in self.f["stops"] if s and s.encode("utf-8") in self.raw), "")
+                    self.stop_type, self.word = "word", stopping_word(self.f["stops"], self.raw)
                     self.r.stop_at(n_read)
                     self.t_end = time.perf_counter()
                     yield text, [item[1]], [item[3]] if item[3] else []
@@ -304,7 +310,7 @@ class Native:
             reason = item[1]
             self.t_end = time.perf_counter()
             if reason.startswith("error"):
-                raise APIError(500, reason, type_="server_error")
+                raise end_error(reason)
             self.stop_type = "eos" if reason == "stop" else "limit"
             rest = self.text.finish()
             if rest:
@@ -312,24 +318,44 @@ class Native:
             return
 
     def final(self, content: str, tokens: List[int], entries) -> Dict[str, Any]:
-        srv, r = self.srv, self.r
-        with srv.sched.vocab_lock:
-            prompt = srv.llm.vocab.detokenize(self.toks, special=True).decode("utf-8", "replace")
-        d = {"index": self.index, "content": content, "tokens": tokens if self.f["return_tokens"] else [],
-             "id_slot": r.slot, "stop": True, "model": srv.model_id, "tokens_predicted": r.n_decoded,
-             "tokens_evaluated": len(self.toks), "generation_settings": _settings(srv, self.f, self.max_tokens),
-             "prompt": prompt, "has_new_line": "\n" in content,
-             "truncated": self.stop_type == "limit" and len(self.toks) + r.n_generated >= srv.sched.n_ctx, "stop_type": self.stop_type,
-             "stopping_word": self.word, "tokens_cached": r.n_cached, "timings": timings(r, self.t_end)}
+        d = result(self.srv, self.r, self.f, self.toks, self.index, self.max_tokens, content,
+                   tokens if self.f["return_tokens"] else [], self.stop_type, self.word, self.t_end)
         if entries and not self.f["stream"]:
-            d["completion_probabilities"] = native_probs(srv, entries, self.f["post"])
+            d["completion_probabilities"] = native_probs(self.srv, entries, self.f["post"])
         return _nested(self.f["fields"], d) if self.f["fields"] else d
+
+    def partial(self, text: str, toks: List[int]) -> Dict[str, Any]:
+        return partial(self.r, self.index, text, toks, len(self.toks))
+
+
+def result(srv, r, f: Dict, toks: List[int], index: int, max_tokens: int, content: str, tokens: List[int],
+           stop_type: str, word: str, t_end: Optional[float] = None) -> Dict[str, Any]:
+    """llama-server's native result of a request (to_json_non_oaicompat): /completion's answer, and the
+    __verbose field of the OpenAI routes (server/verbose.py). f: parse_native's fields."""
+    with srv.sched.vocab_lock:
+        prompt = srv.llm.vocab.detokenize(toks, special=True).decode("utf-8", "replace")
+    return {"index": index, "content": content, "tokens": tokens, "id_slot": r.slot, "stop": True, "model": srv.model_id,
+            "tokens_predicted": r.n_decoded, "tokens_evaluated": len(toks),
+            "generation_settings": _settings(srv, f, max_tokens), "prompt": prompt, "has_new_line": "\n" in content,
+            "truncated": stop_type == "limit" and len(toks) + r.n_generated >= srv.sched.n_ctx, "stop_type": stop_type,
+            "stopping_word": word, "tokens_cached": r.n_cached, "timings": timings(r, t_end)}
+
+
+def partial(r, index: int, text: str, tokens: List[int], n_prompt: int) -> Dict[str, Any]:
+    """llama-server's native stream chunk (a token's text, or a prompt progress report's empty one)."""
+    return {"index": index, "content": text, "tokens": tokens, "stop": False, "id_slot": r.slot,
+            "tokens_predicted": r.n_decoded, "tokens_evaluated": n_prompt}
+
+
+def stopping_word(stops: List[str], raw: bytes) -> str:
+    """The stop string a text ended at (the first of the request's that it holds)."""
+    return next((s for s in stops if s and s.encode("utf-8") in raw), "")
 
 
 async def run_one(n: Native) -> Dict[str, Any]:
     parts, toks, entries = [], [], []
     try:
-        async for text, ts, es in n.items():
+        async for text, ts, es in n.items():   # no progress reports: it does not stream
             parts.append(text)
             toks += ts
             entries += es
@@ -486,10 +512,12 @@ def stream_response(n: Native) -> StreamingResponse:
         toks, entries = [], []
         try:
             async for text, ts, es in n.items():
+                if text is None:   # a prompt progress report (return_progress)
+                    yield f"data: {json.dumps(dict(n.partial('', []), prompt_progress=ts))}\n\n"
+                    continue
                 toks += ts
                 entries += es
-                ch = {"index": n.index, "content": text, "tokens": ts, "stop": False, "id_slot": n.r.slot,
-                      "tokens_predicted": n.r.n_decoded, "tokens_evaluated": len(n.toks)}
+                ch = n.partial(text, ts)
                 if es:
                     ch["completion_probabilities"] = native_probs(n.srv, es, n.f["post"])
                 yield f"data: {json.dumps(ch)}\n\n"

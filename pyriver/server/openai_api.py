@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import types
-from typing import AsyncIterator, Dict, List, Optional, Tuple
+from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request as HTTPRequest
@@ -18,31 +18,38 @@ from .. import completion as C
 from ..logprobs import as_dict as logprobs_dict
 from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream
-from . import llamacpp_api as L
+from . import llamacpp_api as L, verbose
 from .disconnect import or_cancel
 from .river_tokens import TokenExits
 from .scheduler import Request
-from .schema import CHAT, COMPLETION, APIError, parse
+from .schema import CHAT, COMPLETION, APIError, end_error, parse
 
 
 
 class Events:
     """(text, finish reason or None) pairs of a request from what the scheduler hands it; the last
-    pair carries the reason. Stop strings through the runtime's TextStream; a stop string cancels it."""
+    pair carries the reason. Stop strings through the runtime's TextStream; a stop string cancels it.
+    A request that asked for prompt progress (Request.progress) also gets (None, report) pairs first.
+    stop_type and word: how it ended in llama-server's terms (none, word, eos, limit; the stop string)."""
 
     def __init__(self, r: Request, stops: List[str]):
         self.r = r
+        self.stops = stops
         self.text = C.TextStream([s.encode("utf-8") for s in stops if s])
         self.done = False
         self.n_tokens = 0   # token items read (river_tokens counts on it)
+        self.stop_type, self.word = "none", ""
 
-    def feed(self, item: tuple) -> List[Tuple[str, Optional[str]]]:
+    def feed(self, item: tuple) -> List[Tuple[Optional[str], Any]]:
+        if item[0] == "progress":
+            return [(None, item[1])]
         if item[0] == "token":
             self.n_tokens += 1
             text, stopped = self.text.feed(item[2])
             if stopped:
                 self.done = True
                 self.r.stop_at(self.n_tokens)
+                self.stop_type, self.word = "word", L.stopping_word(self.stops, self.text.buf)
                 return [(text, "stop")]
             return [(text, None)] if text else []
         self.done = True
@@ -50,12 +57,13 @@ class Events:
         if reason.startswith("error: grammar: "):   # the request's grammar allowed no token
             raise APIError(400, reason[len("error: grammar: "):], param="grammar", code="grammar_dead_end")
         if reason.startswith("error"):
-            raise RuntimeError(reason)
+            raise end_error(reason)
+        self.stop_type = "eos" if reason == "stop" else "limit"
         rest = self.text.finish()
         return ([(rest, None)] if rest else []) + [("", "stop" if reason == "stop" else "length")]
 
 
-async def events(r: Request, stops: List[str], ev: Optional[Events] = None) -> AsyncIterator[Tuple[str, Optional[str]]]:
+async def events(r: Request, stops: List[str], ev: Optional[Events] = None) -> AsyncIterator[Tuple[Optional[str], Any]]:
     ev = ev or Events(r, stops)
     while not ev.done:
         for pair in ev.feed(await r.out.get()):
@@ -93,9 +101,10 @@ def routes(srv, guarded) -> list:
         r = rs[0]   # n choices: n requests
         cid, created, model = C.new_id("cmpl"), C.now(), srv.model_id
         if f["stream"]:
-            return _sse(_completion_chunks(srv, r, f, cid, created, model), r)
+            return _sse(_completion_chunks(srv, r, f, toks, cid, created, model), r)
+        evs = [Events(ri, f["stops"]) for ri in rs]
         choices = []
-        for i, (ri, (text, finish)) in enumerate(zip(rs, await or_cancel(req, rs, _collect_all(rs, f["stops"])))):
+        for i, (ri, (text, finish)) in enumerate(zip(rs, await or_cancel(req, rs, _collect_all(rs, f["stops"], evs)))):
             lp = None
             if f["logprobs"] is not None:
                 with srv.sched.vocab_lock:   # pieces come from the shared Vocab buffer
@@ -105,6 +114,8 @@ def routes(srv, guarded) -> list:
         d = C.completion_dict(cid, created, model, "", None, _usage(*rs))
         d.update(choices=choices, system_fingerprint=L.fingerprint(), timings=L.timings(r))
         d["river"] = srv.river(r)   # null when River is off
+        if verbose.wanted(srv, f):
+            d["__verbose"] = verbose.final(srv, r, f, toks, choices[0]["text"], evs[0])
         return JSONResponse(d)
 
     async def chat_completions(req: HTTPRequest):
@@ -125,9 +136,11 @@ def routes(srv, guarded) -> list:
         stops = srv.llm.chat_stops(f["stops"])
         cid, created, model = C.new_id("chatcmpl"), C.now(), srv.model_id
         if f["stream"]:
-            return _sse(_chat_chunks(srv, r, f, stops, cid, created, model, plan), r)
+            return _sse(_chat_chunks(srv, r, f, toks, stops, cid, created, model, plan), r)
+        evs = [Events(ri, stops) for ri in rs]
+        texts = await or_cancel(req, rs, _collect_all(rs, stops, evs))
         choices = []
-        for i, (ri, (text, finish)) in enumerate(zip(rs, await or_cancel(req, rs, _collect_all(rs, stops)))):
+        for i, (ri, (text, finish)) in enumerate(zip(rs, texts)):
             c = dict(chat.chat_dict(cid, created, model, text, finish, {}, plan.tools)["choices"][0], index=i)
             if f["logprobs"]:
                 c["logprobs"] = L.chat_logprobs(srv, ri.logprob_entries[:_n_tokens(srv, ri, text)])
@@ -135,6 +148,8 @@ def routes(srv, guarded) -> list:
         d = chat.chat_dict(cid, created, model, "", None, _usage(*rs))
         d.update(choices=choices, system_fingerprint=L.fingerprint(), timings=L.timings(r))
         d["river"] = srv.river(r)
+        if verbose.wanted(srv, f):
+            d["__verbose"] = verbose.final(srv, r, f, toks, texts[0][0], evs[0])
         return JSONResponse(d)
 
     async def models(req: HTTPRequest):
@@ -168,16 +183,16 @@ def _chat_tokens(srv, plan: ChatPlan, f: Dict) -> List[int]:
                                    **plan.extra)
 
 
-async def _collect(r: Request, stops: List[str]):
+async def _collect(r: Request, stops: List[str], ev: Optional[Events] = None):
     parts, finish = [], "length"
-    async for text, fin in events(r, stops):
+    async for text, fin in events(r, stops, ev):   # no progress reports: it does not stream
         parts.append(text)
         finish = fin or finish
     return "".join(parts), finish
 
 
-async def _collect_all(rs: List[Request], stops: List[str]) -> List[Tuple[str, str]]:
-    return [await _collect(r, stops) for r in rs]
+async def _collect_all(rs: List[Request], stops: List[str], evs: Optional[List[Events]] = None) -> List[Tuple[str, str]]:
+    return [await _collect(r, stops, ev) for r, ev in zip(rs, evs or [None] * len(rs))]
 
 
 def _usage(r: Request, *more: Request) -> dict:
@@ -207,38 +222,57 @@ def _n_tokens(srv, r: Request, text: str) -> int:
     return n
 
 
-async def _completion_chunks(srv, r: Request, f: Dict, cid: str, created: int,
+async def _completion_chunks(srv, r: Request, f: Dict, toks: List[int], cid: str, created: int,
                              model: str) -> AsyncIterator[dict]:
     ev = Events(r, f["stops"])
     tags = TokenExits.make(srv, r, ev, f["river_tokens"])
+    verbose_on = verbose.wanted(srv, f)
     async for text, fin in events(r, f["stops"], ev):
+        if text is None:   # prompt progress (return_progress), as llama-server's chunk of no text
+            yield dict(C.completion_dict(cid, created, model, "", None, None), prompt_progress=fin)
+            continue
         if text:
             ch = C.completion_dict(cid, created, model, text, None, None)
+            if verbose_on:   # llama-server's: each streamed chunk with its native chunk
+                ch["__verbose"] = L.partial(r, 0, text, [], len(toks))
             yield tags.attach(ch) if tags else ch
         if fin:
-            yield dict(C.completion_dict(cid, created, model, "", fin, None), river=srv.river(r))
+            ch = dict(C.completion_dict(cid, created, model, "", fin, None), river=srv.river(r))
+            if verbose_on:
+                ch["__verbose"] = verbose.final(srv, r, f, toks, "", ev)
+            yield ch
     if f["include_usage"]:
         yield _usage_chunk(C.completion_dict(cid, created, model, "", None, None), r)
 
 
-async def _chat_chunks(srv, r: Request, f: Dict, stops: List[str], cid: str, created: int,
+async def _chat_chunks(srv, r: Request, f: Dict, toks: List[int], stops: List[str], cid: str, created: int,
                        model: str, plan: ChatPlan) -> AsyncIterator[dict]:
-    last = chat.role_chunk(cid, created, model)
-    last["choices"][0]["delta"]["content"] = None   # as llama-server's first chunk
+    last = _role_chunk(cid, created, model)
     lp = _LogprobCursor(srv, r) if f["logprobs"] else None
     ds = DeltaStream(plan.tools)   # content, or tool calls parsed at the end
     ev = Events(r, stops)
     tags = TokenExits.make(srv, r, ev, f["river_tokens"])
     async for text, fin in events(r, stops, ev):
+        if text is None:   # prompt progress (return_progress): llama-server's role chunk with the report
+            yield dict(_role_chunk(cid, created, model), prompt_progress=fin)
+            continue
         for ch in chat.tool_delta_chunks(ds, cid, created, model, text, fin):
             if lp is not None and ch["choices"][0]["delta"].get("content"):
                 ch["choices"][0]["logprobs"] = lp.take(ch["choices"][0]["delta"]["content"])
             yield last
             last = tags.attach(ch) if tags else ch
     last["river"] = srv.river(r)
+    if verbose.wanted(srv, f):   # llama-server's: on the first chunk of its final result, the finishing one here
+        last["__verbose"] = verbose.final(srv, r, f, toks, "", ev)
     yield last
     if f["include_usage"]:
         yield _usage_chunk(chat.chunk_dict(cid, created, model, {}, None), r)
+
+
+def _role_chunk(cid: str, created: int, model: str) -> dict:
+    ch = chat.role_chunk(cid, created, model)
+    ch["choices"][0]["delta"]["content"] = None   # as llama-server's first chunk
+    return ch
 
 
 class _LogprobCursor:

@@ -66,6 +66,9 @@ class Request:
     slot: int = -1
     probs: Optional[Callable] = None   # (logits, token, history) -> entry, instead of raw logprobs (post-sampling)
     lora: Optional[Tuple[float, ...]] = None   # its LoRA scales, one per adapter; None: the server's at its start
+    # llama-server's return_progress (streams): ("progress", {total, cache, processed, time_ms}) items when its
+    # slot starts and after each of its prompt chunks, before its first token
+    progress: bool = False
 
     def cancel(self) -> None:
         """The client is gone or has what it wants (a stop string): the slot frees at the next step."""
@@ -106,8 +109,10 @@ class Scheduler:
     def __init__(self, llm, n_slots: int, batch_rule: str = "split", queue_max: int = 64,
                  prompt_chunk: Optional[int] = None,
                  metrics=None, drafter=None, ctx_shift: bool = False, handoff: Optional[Callable[[], None]] = None,
-                 cache_ram_mib: int = DEFAULT_MIB):
+                 cache_ram_mib: int = DEFAULT_MIB, kv_pool: Optional[int] = None):
         self.llm = llm
+        # llama-server's --kv-unified: the tokens all slots may hold together (each may grow to n_ctx); None: no pool
+        self.kv_pool = kv_pool
         # llama-server's --cache-ram: a slot's prompt is kept in host memory when another request takes
         # the slot, and loaded back for a request that continues it (0: off; < 0: no limit)
         self.prompt_cache = None if cache_ram_mib == 0 else PromptCache(None if cache_ram_mib < 0 else cache_ram_mib << 20)
@@ -319,6 +324,7 @@ class Scheduler:
         s.req = s.task = r
         r.slot = s.seq
         r.n_cached = n
+        self._progress(s)   # llama-server's first report: processed == cache
         self.n_starts += 1
         s.last_start = self.n_starts
         if self.spec is not None:
@@ -463,7 +469,7 @@ class Scheduler:
         elif self.drafter is not None:
             self._draft_other()
         feeds = self._feeds()
-        if not feeds:
+        if not feeds or not self._pool_fits(feeds):
             return
         res = self._run_step(feeds)
         dt = time.perf_counter() - t0
@@ -477,6 +483,7 @@ class Scheduler:
             if f.prompt:
                 s.pending = s.pending[len(f.tokens):]
                 s.cached.extend(f.tokens)
+                self._progress(s)
             else:
                 n_decode += 1
                 s.req.exits.extend(exits)
@@ -484,6 +491,35 @@ class Scheduler:
                 self._sample(s, logits)
         if self.metrics:
             self.metrics.step(n_decode, dt)
+
+    def _pool_fits(self, feeds: List[Feed]) -> bool:
+        """--kv-unified: whether the step's tokens fit the pool with what the slots hold. Where they do
+        not, idle slots' caches go, one by one (llama-server's try_clear_idle_slots); where they still
+        do not, every busy slot's request ends and its cache goes (llama-server's decode failing at a
+        batch of one), as llama-server aborts the pool as a whole."""
+        if self.kv_pool is None:
+            return True
+        need = sum(len(f.tokens) for f in feeds)
+        while sum(self.dec.pos(s.seq) for s in self.slots) + need > self.kv_pool:
+            idle = next((s for s in self.slots if s.req is None and self.dec.pos(s.seq) > 0), None)
+            if idle is None:
+                for s in self.slots:
+                    if s.req is not None:
+                        self._finish(s, "error: Context size has been exceeded.")
+                        self.dec.truncate(s.seq, 0)
+                        s.cached = []
+                return False
+            self.dec.truncate(idle.seq, 0)
+            idle.cached = []
+        return True
+
+    def _progress(self, s: Slot) -> None:
+        """llama-server's prompt progress of the slot's request, while its prompt runs (after a context
+        shift the kept tokens run again as a prompt: no report then)."""
+        r = s.req
+        if r.progress and r.n_generated == 0:
+            r.out.put(("progress", {"total": len(r.prompt), "cache": r.n_cached, "processed": len(s.cached),
+                                    "time_ms": int((time.perf_counter() - r.t_submit) * 1e3)}))
 
     def _run_step(self, feeds: List[Feed]):
         """One step. Lossless mode's verify rows (the default n-gram drafts, river drafts) run with the

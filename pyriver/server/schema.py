@@ -21,6 +21,11 @@ class APIError(Exception):
                           **self.extra}}
 
 
+def end_error(reason: str) -> APIError:
+    """A request the scheduler ended with "error: ...": llama-server's 500 server_error (its send_error)."""
+    return APIError(500, reason[len("error: "):] if reason.startswith("error: ") else reason, type_="server_error")
+
+
 def _num(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -68,6 +73,11 @@ _COMMON = {
     "river_tokens": (lambda v: isinstance(v, bool), "a boolean", False),   # pyriver: exits per token (river_tokens.py)
     "lora": (lambda v: isinstance(v, list), "an array of {id, scale} objects", None),   # llama-server's (server/lora.py)
     "id_slot": (_int, "an integer", -1),   # llama-server's: the slot that runs the request (-1: any)
+    # llama-server's: prompt progress reports in a stream (scheduler.Request.progress), the __verbose
+    # field (server/verbose.py; default --verbose), backend sampling (pyriver samples on the host either way)
+    "return_progress": (lambda v: isinstance(v, bool), "a boolean", False),
+    "verbose": (lambda v: isinstance(v, bool), "a boolean", None),
+    "backend_sampling": (lambda v: isinstance(v, bool), "a boolean", False),
 }
 COMPLETION = dict(_COMMON, prompt=(_prompt, "a string or a list of token ids", None),
                   logprobs=(lambda v: v is None or (_int(v) and v >= 0), "an integer >= 0", None),
@@ -154,4 +164,13 @@ def continuation(f: Dict[str, Any]) -> bool:
     if cont and msgs[-1]["role"] == "assistant" and msgs[-1].get("tool_calls"):
         raise APIError(400, "Cannot continue an assistant message that contains tool calls.", param="messages")
     f["add_generation_prompt"] = agp
-    return cont and msgs[-1]["role"] == "assistant"
+    cont = cont and msgs[-1]["role"] == "assistant"
+    if cont and _text_parts(msgs[-1].get("content")):   # common_chat_msg::render_content's delimiter
+        msgs[-1] = dict(msgs[-1], content="\n\n".join(p["text"] for p in msgs[-1]["content"]))
+    return cont
+
+
+def _text_parts(content) -> bool:
+    """A list of text parts (anything else is pyriver.toolcall's to check)."""
+    return isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                             and isinstance(p.get("text"), str) for p in content)

@@ -18,7 +18,7 @@ GAPS = Path(__file__).with_name("server_suite_gaps.json")
 
 SUITE_ARGS = ("--port 8080 --temp 0.8 --seed 42 --host 127.0.0.1 --hf-repo ggml-org/test-model-stories260K "
               "--batch-size 32 --no-slots --alias tinyllama-2 --ctx-size 512 --parallel 2 --n-predict 64 "
-              "--no-jinja --embedding --reranking --mmproj mm.gguf").split()
+              "--no-jinja --embedding --reranking --kv-unified --backend_sampling --mmproj mm.gguf").split()
 
 
 def test_shims_map_the_suites_command_line(monkeypatch):
@@ -29,6 +29,7 @@ def test_shims_map_the_suites_command_line(monkeypatch):
     assert "--embedding" in a   # known to pyriver serve: passed on
     assert "--reranking" in a   # known to pyriver serve: passed on
     assert "--no-slots" in a    # GET /slots answers 501, as llama-server's
+    assert "--kv-unified" in a and "--backend_sampling" in a   # known: the shared pool, backend sampling
     assert a[-1] == "--no-lossless"   # no drafts, as llama-server without --spec-type
     assert a[a.index("--mmproj") + 1] == "mm.gguf"   # unknown: passed, so it refuses to start (the truth)
     monkeypatch.setenv("PYRIVER_SUITE_LENIENT", "1")
