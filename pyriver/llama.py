@@ -112,7 +112,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                                      lora_specs(lora_path, lora_scale, lora_adapters)))
         exit_threshold, min_exit_layer = self._bind_river(river, exit_threshold, min_exit_layer, river_force,
                                                           river_rebuild, use_mmap, verbose, lossless)
-        self.vocab = Vocab(self.model_path)
+        self.vocab = Vocab(self.model_path, checked=True)   # the engine's load checked the file
         if self.vocab.n_vocab != self.info["n_vocab"]:
             raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
         self.metadata = self.vocab.metadata()
