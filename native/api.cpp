@@ -95,6 +95,10 @@ pr_status pr_model_load(const char * path, const pr_model_params * params, pr_mo
     });
 }
 
+pr_status pr_gguf_check(const char * path) {
+    return guarded([&] { pr::check_file(path); });
+}
+
 void pr_model_free(pr_model * model) {
     if (!model) return;
     pr::model * m = model->m;

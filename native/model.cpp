@@ -207,7 +207,8 @@ static void check_tensor(const model & m, const expect & e, ggml_tensor * t) {
 }
 
 // llama.cpp's vocabulary loader (which pyriver's tokenizer is) asserts, and so aborts, on some
-// malformed tokenizers: check what it assumes before Python hands it the file.
+// malformed tokenizers: check what it assumes before Python hands it the file. n_vocab < 0: the
+// embedding's rows are not known (a file for llama.cpp's own loader, which compares them itself).
 static void validate_tokenizer(const gguf_context * g, int64_t n_vocab) {
     const int64_t id = gguf_find_key(g, "tokenizer.ggml.tokens");
     if (id < 0) fail(PR_ERR_MODEL, "the file has no tokenizer (tokenizer.ggml.tokens)");
@@ -215,7 +216,9 @@ static void validate_tokenizer(const gguf_context * g, int64_t n_vocab) {
         fail(PR_ERR_MODEL, "tokenizer.ggml.tokens is not an array of strings");
     }
     const size_t n = gguf_get_arr_n(g, id);
-    if ((int64_t) n != n_vocab) fail(PR_ERR_MODEL, "the tokenizer has %zu tokens, the embedding %lld rows", n, (long long) n_vocab);
+    if (n_vocab >= 0 && (int64_t) n != n_vocab) {
+        fail(PR_ERR_MODEL, "the tokenizer has %zu tokens, the embedding %lld rows", n, (long long) n_vocab);
+    }
     std::unordered_set<std::string_view> seen;
     seen.reserve(n);
     for (size_t i = 0; i < n; i++) {
@@ -366,6 +369,12 @@ static void join_projections(model & m) {
             b.gate_up_joined = join({b.ffn_gate, b.ffn_up}, p + "ffn_gate_up.joined");
         }
     }
+}
+
+void check_file(const char * path) {
+    std::unique_ptr<weight_file> f = open_weight_file(path);
+    // A file without a vocabulary ("no_vocab" models) is llama.cpp's to judge: it does not assert there.
+    if (gguf_find_key(f->gguf, "tokenizer.ggml.tokens") >= 0) validate_tokenizer(f->gguf, -1);
 }
 
 model * load_model(const char * path, const pr_model_params & params) {

@@ -139,6 +139,8 @@ struct model {
     ~model();
 };
 
+// The checks of a file that llama.cpp, not pyriver, will load (pr_gguf_check).
+void check_file(const char * path);
 model * load_model(const char * path, const pr_model_params & params);
 
 } // namespace pr

@@ -90,6 +90,10 @@ PR_API const char * pr_version(void);
 PR_API pr_model_params pr_model_default_params(void);
 PR_API pr_status pr_model_load(const char * path, const pr_model_params * params, pr_model ** out);
 PR_API void      pr_model_free(pr_model * model);
+/* Checks a GGUF that llama.cpp will load (the llama.cpp engine, the tokenizer), where llama.cpp
+   would abort on it: the header and metadata parse, every tensor lies inside the file, and the
+   tokenizer is one llama.cpp's vocabulary loader takes (an array of distinct strings). */
+PR_API pr_status pr_gguf_check(const char * path);
 PR_API pr_status pr_model_get_info(const pr_model * model, pr_model_info * out);
 /* A metadata value of the GGUF as text (strings, numbers); PR_ERR_INVALID_ARG when absent. */
 PR_API pr_status pr_model_meta(const pr_model * model, const char * key, char * buf, size_t buf_size, size_t * needed);

@@ -116,7 +116,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                                                           river_rebuild, use_mmap, verbose, lossless)
         if exit_rule is None and self.calibration is not None and self.river_path is not None:
             self._calibrated_rule(verbose)
-        self.vocab = Vocab(self.model_path)
+        self.vocab = Vocab(self.model_path, checked=True)   # the engine's load checked the file
         if self.vocab.n_vocab != self.info["n_vocab"]:
             raise ValueError(f"tokenizer has {self.vocab.n_vocab} tokens but the model {self.info['n_vocab']}")
         self.metadata = self.vocab.metadata()

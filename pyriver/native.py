@@ -88,3 +88,9 @@ def read_text(call: Callable[..., int]) -> str:
     buf = ffi.new("char[]", needed[0])
     check(call(buf, len(buf), needed))
     return ffi.string(buf).decode("utf-8", "replace")
+
+
+def check_gguf(path: str) -> None:
+    """ModelLoadError where llama.cpp would abort the process on the file (pr_gguf_check): called
+    before any llama.cpp loader sees a file pyriver's own loader has not checked."""
+    check(lib.pr_gguf_check(str(path).encode("utf-8")))

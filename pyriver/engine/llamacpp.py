@@ -5,7 +5,8 @@ same steps as llama_cpp.Llama (a call's tokens decoded n_batch at a time, n_ubat
 the same calls give llama-cpp-python's logits. No River: llama.cpp's graphs have no exits.
 
 llama.cpp aborts the process on some bad input (a token id out of range, a position that is not
-the next one): every batch is checked here before it reaches llama_decode."""
+the next one, a tokenizer with a token twice): every file is checked before llama.cpp loads it
+(native.check_gguf) and every batch before it reaches llama_decode."""
 from __future__ import annotations
 
 import ctypes
@@ -15,6 +16,7 @@ from typing import List, Optional, Sequence
 import llama_cpp
 import numpy as np
 
+from .. import native
 from ..errors import ContextFullError, ModelLoadError, PyriverError
 from . import lora
 from .base import Context, ContextArgs, Engine, ModelArgs
@@ -265,6 +267,7 @@ class LlamaCppEngine(Engine):
         self.rope = float(args.rope_freq_base or 0.0), float(args.rope_freq_scale or 0.0)
         self.n_gpu_layers = int(args.n_gpu_layers)
         self.params = p
+        native.check_gguf(path)   # what llama.cpp's loader would abort on, as a ModelLoadError
         self.model = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), p)
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {path} (verbose=True shows its log)")

@@ -8,6 +8,11 @@ answering (a hang, over the per-case time bound) the parent knows the case, keep
 starts a new child at the next case.
 
     python -m pyriver.tools.fuzz --cases 10000 --out tests/fuzz_regressions
+    python -m pyriver.tools.fuzz --engine llama.cpp --source models/synthetic/foreign_qwen35.gguf --cases 300
+
+With --engine llama.cpp a case goes through what Llama(..., engine="llama.cpp") does with a file
+(llama.cpp's own loader, a context, one step): the load path of every architecture pyriver has no
+builder for.
 """
 from __future__ import annotations
 
@@ -65,7 +70,16 @@ def mutate(data: bytes, rng: random.Random, meta_end: int) -> Tuple[bytes, str]:
     return bytes(b[:len(data)]), f"splice {i}:{j} -> {k}"
 
 
-def _child(src: str, kind: str, seed: int, start: int, count: int, backbone: Optional[str]) -> None:
+def _load_llamacpp(path: str) -> None:
+    """Llama's path through the llama.cpp engine: the model, the vocabulary, a context and a step
+    (a shape or hyper-parameter llama.cpp's loader lets through may abort only in a graph)."""
+    from pyriver import Llama
+    with Llama(path, n_ctx=16, n_batch=16, n_threads=1, engine="llama.cpp", verbose=False) as llm:
+        llm.eval(llm.tokenize(b"Hi", add_bos=True)[:4] or [0])
+
+
+def _child(src: str, kind: str, seed: int, start: int, count: int, backbone: Optional[str],
+           engine: str = "native") -> None:
     """Runs cases start..start+count-1; prints 'CASE i' before and 'OK i <outcome>' after each (0:
     loaded; else the exception's class and message)."""
     # The native engine and llama.cpp's vocabulary only here, in the child that loads cases.
@@ -89,7 +103,9 @@ def _child(src: str, kind: str, seed: int, start: int, count: int, backbone: Opt
         signal.alarm(10)
         st, msg = "0", "loaded"
         try:
-            if kind == "model":
+            if kind == "model" and engine == "llama.cpp":
+                _load_llamacpp(str(f))
+            elif kind == "model":
                 NativeEngine(str(f), ModelArgs()).close()
                 # What pyriver.Llama does next: llama.cpp's vocabulary from the same file.
                 try:
@@ -112,7 +128,7 @@ def _child(src: str, kind: str, seed: int, start: int, count: int, backbone: Opt
 
 
 def run(src: str, kind: str, cases: int, seed: int, out_dir: Optional[Path], backbone: Optional[str] = None,
-        quiet: bool = False) -> dict:
+        quiet: bool = False, engine: str = "native") -> dict:
     """Runs the fuzzer; returns counts and the crashing/hanging cases (inputs kept in out_dir)."""
     data = Path(src).read_bytes()
     meta_end = _meta_end(src)
@@ -122,7 +138,7 @@ def run(src: str, kind: str, cases: int, seed: int, out_dir: Optional[Path], bac
     t0 = time.time()
     while i < cases:
         cmd = [sys.executable, "-m", "pyriver.tools.fuzz", "--child", src, kind, str(seed), str(i), str(cases - i),
-               backbone or ""]
+               backbone or "", engine]
         err = tempfile.TemporaryFile(mode="w+")   # not a pipe: a chatty child must never block on it
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
         last = None
@@ -145,7 +161,7 @@ def run(src: str, kind: str, cases: int, seed: int, out_dir: Optional[Path], bac
             rec = {"case": last, "mutation": what, "returncode": p.returncode, "stderr": stderr[-500:]}
             if out_dir is not None:
                 out_dir.mkdir(parents=True, exist_ok=True)
-                name = f"{kind}-seed{seed}-case{last}.gguf"
+                name = f"{kind}-{engine}-seed{seed}-case{last}.gguf"
                 (out_dir / name).write_bytes(blob)
                 rec["file"] = name
             crashes.append(rec)
@@ -154,7 +170,7 @@ def run(src: str, kind: str, cases: int, seed: int, out_dir: Optional[Path], bac
             i = last + 1
         elif p.returncode != 0:
             raise RuntimeError(f"fuzz child failed before any case: {stderr[-1000:]}")
-    return {"kind": kind, "source": src, "seed": seed, "cases": cases, "seconds": time.time() - t0,
+    return {"kind": kind, "engine": engine, "source": src, "seed": seed, "cases": cases, "seconds": time.time() - t0,
             **outcomes, "crashes": crashes}
 
 
@@ -162,12 +178,14 @@ def main(argv=None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     if argv and argv[0] == "--child":
-        _, src, kind, seed, start, count, backbone = argv
-        _child(src, kind, int(seed), int(start), int(count), backbone or None)
+        _, src, kind, seed, start, count, backbone, engine = argv
+        _child(src, kind, int(seed), int(start), int(count), backbone or None, engine)
         return 0
     ap = argparse.ArgumentParser(prog="python -m pyriver.tools.fuzz")
     ap.add_argument("--source", default=None, help="GGUF to mutate (default: a small synthetic model)")
     ap.add_argument("--kind", choices=["model", "river"], default="model")
+    ap.add_argument("--engine", choices=["native", "llama.cpp"], default="native",
+                    help="the model loader a case goes through (a river sidecar is the native engine's)")
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=None, help="folder for crashing inputs")
@@ -188,7 +206,9 @@ def main(argv=None) -> int:
             src = src or str(side)
         else:
             src = src or str(base)
-    res = run(src, a.kind, a.cases, a.seed, Path(a.out) if a.out else None, backbone)
+    if a.kind == "river" and a.engine != "native":
+        ap.error("--kind river: a river sidecar attaches to the native engine only")
+    res = run(src, a.kind, a.cases, a.seed, Path(a.out) if a.out else None, backbone, engine=a.engine)
     print(f"{res['cases']} cases of {res['kind']} in {res['seconds']:.0f} s: {res['loaded']} loaded, {res['error']} clear errors, "
           f"{len(res['crashes'])} crashes or hangs, {res['bad_message']} errors without a message")
     if a.json:

@@ -1,7 +1,9 @@
 """The llama.cpp engine (pyriver.engine.llamacpp): architectures pyriver has no builder for run on
 llama.cpp's own graphs, chosen automatically, and any file on request (engine="llama.cpp"). On it
 the everyday Llama surface gives llama-cpp-python's texts and logits on the same file; River is
-refused by name."""
+refused by name. The pair tests run on each foreign architecture's file and, with
+engine="llama.cpp", on one file of each of pyriver's ten native architectures (their native-engine
+parity is test_parity's)."""
 from __future__ import annotations
 
 import llama_cpp
@@ -15,15 +17,26 @@ from pyriver.errors import ContextFullError, ModelLoadError
 # synth_foreign's architectures, llama.cpp's loaders only (conftest.foreign_paths)
 FOREIGN = {"granite": {}, "lfm2": {}, "qwen35": {}, "qwen35moe": {}, "gemma4": {}, "gpt-oss": {}, "granitehybrid": {},
            "llama4": {}, "glm4": {}, "glm4moe": {}, "deepseek2": {}}
+# pyriver's ten native architectures (native/arch.cpp), one ARCH_SPECS file each (conftest.arch_paths),
+# on the llama.cpp engine by request
+NATIVE = {"llama": "llama_biases", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3", "mistral3": "mistral3",
+          "gemma2": "gemma2", "smollm3": "smollm3", "olmo2": "olmo2", "phi3": "phi3", "qwen3moe": "qwen3moe"}
 PROMPT = "Once upon a time, a river"
 KW = dict(n_ctx=256, n_threads=2, verbose=False)
 
 
-@pytest.fixture(scope="module", params=sorted(FOREIGN))
-def pair(request, foreign_paths):
-    """(pyriver.Llama, llama_cpp.Llama) on one synthetic file, logits_all on both."""
-    p = foreign_paths[request.param]
-    mine = Llama(p, logits_all=True, **KW)
+def _engine(arch) -> dict:
+    """How a pair test asks for the llama.cpp engine: a foreign file gets it by itself."""
+    return {"engine": "llama.cpp"} if arch in NATIVE else {}
+
+
+@pytest.fixture(scope="module", params=sorted(FOREIGN) + sorted(NATIVE))
+def pair(request):
+    """(arch, pyriver.Llama on the llama.cpp engine, llama_cpp.Llama) on one synthetic file, logits_all on both."""
+    arch = request.param
+    p = (request.getfixturevalue("foreign_paths")[arch] if arch in FOREIGN
+         else request.getfixturevalue("arch_paths")[NATIVE[arch]])
+    mine = Llama(p, logits_all=True, **_engine(arch), **KW)
     ref = llama_cpp.Llama(p, logits_all=True, **KW)
     yield request.param, mine, ref
     mine.close()
@@ -50,8 +63,12 @@ def test_logits_equal_llama_cpp(pair):
     assert np.array_equal(mine.scores[:len(toks)], ref.scores[:len(toks)])
 
 
-def test_sampled_stream_stop_logprobs(pair):
-    _, mine, ref = pair
+def test_sampled_stream_stop_logprobs(pair, request):
+    arch, mine, ref = pair
+    if arch == "llama":   # the completion layer's, on both engines: strict, so a fix shows here
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "llama_cpp.Llama samples past max_tokens while the text ends in an incomplete UTF-8 "
+            "character (its multibyte_fix): 17 tokens for max_tokens=16 at seed 7; pyriver stops at 16")))
     for kw in (dict(temperature=0.8, seed=3), dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=7)):
         assert _text(mine, **kw) == _text(ref, **kw)
     want = _text(ref, temperature=0)
@@ -123,19 +140,20 @@ def test_river_refused_by_name(pair):
     arch, mine, _ = pair
     path = mine.model_path
     with pytest.raises(ValueError, match=rf"River needs pyriver's own graphs.*'{arch}'.*llama\.cpp engine"):
-        Llama(path, river="q4_0", **KW)
+        Llama(path, river="q4_0", **_engine(arch), **KW)
     with pytest.raises(ValueError, match=f"'{arch}'"):
         mine.set_exit(0.9)
     with pytest.raises(ValueError, match="lossless mode with river drafts"):
-        Llama(path, lossless=True, **KW)
+        Llama(path, lossless=True, **_engine(arch), **KW)
 
 
 def test_ngram_lossless_drafts(pair):
     """Lossless n-gram drafts sit above the engine: the text is greedy's."""
-    _, mine, ref = pair
-    fast = Llama(mine.model_path, lossless=True, draft_model="ngram", **KW)
+    arch, mine, ref = pair
+    fast = Llama(mine.model_path, lossless=True, draft_model="ngram", **_engine(arch), **KW)
     prompt = "a b c d a b c d a b c d a b"
     try:
+        assert fast.engine == "llama.cpp"
         assert _text(fast, prompt, max_tokens=24, temperature=0) == _text(ref, prompt, max_tokens=24, temperature=0)
         assert fast.last_stats["lossless"]["verify_steps"] > 0
     finally:

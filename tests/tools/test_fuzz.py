@@ -1,6 +1,7 @@
 """Malformed model and sidecar files: a loaded model or a clear exception, never a crash.
 Crashes the long fuzz run found are replayed on every run (tests/fuzz_regressions.json: seed and
-case regenerate the exact input from the deterministic base file)."""
+case regenerate the exact input from the deterministic base file: the synthetic llama below, or
+with "arch" that foreign architecture's file, loaded through the llama.cpp engine)."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import pytest
 from helpers import TESTS
 from pyriver.tools import synth
 from pyriver.tools.fuzz import run
+from pyriver.tools.synth_foreign import ARCHS
 
 pytestmark = pytest.mark.slow
 
@@ -39,20 +41,29 @@ def test_short_fuzz_run_river(base):
     assert res["error"] > 0
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_short_fuzz_run_llamacpp_engine(foreign_paths, arch):
+    """Each foreign architecture's file, mutated, through the llama.cpp engine's load path (a
+    model, a context, a step): a handful of fresh cases each."""
+    res = run(foreign_paths[arch], "model", 16, 21, None, quiet=True, engine="llama.cpp")
+    assert res["crashes"] == [] and res["bad_message"] == 0, res["crashes"]
+    assert res["error"] > 0
+
+
 REPLAY = """
 import json, random, sys
 from pathlib import Path
 from pyriver import Llama, ModelLoadError
 from pyriver.tools.fuzz import _meta_end, mutate
-base, cases = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
-data, meta_end = base.read_bytes(), _meta_end(sys.argv[1])
+sources, cases, tmp = json.loads(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()), Path(sys.argv[3])
 for c in cases:
-    blob, what = mutate(data, random.Random(c["seed"] * 1_000_003 + c["case"]), meta_end)
+    src = sources[c.get("arch", "llama")]
+    blob, what = mutate(Path(src).read_bytes(), random.Random(c["seed"] * 1_000_003 + c["case"]), _meta_end(src))
     assert what == c["mutation"], (what, c)
-    f = base.with_name("regression-%d.gguf" % c["case"])
+    f = tmp / ("regression-%s-%d-%d.gguf" % (c.get("arch", "llama"), c["seed"], c["case"]))
     f.write_bytes(blob)
-    try:
-        Llama(str(f), n_ctx=16, verbose=False).close()   # a harmless mutation may still load
+    try:   # a harmless mutation may still load
+        Llama(str(f), n_ctx=16, verbose=False, engine=c.get("engine", "auto")).close()
         print("loaded", c["case"])
     except (ModelLoadError, ValueError) as e:
         assert str(e)
@@ -60,11 +71,13 @@ for c in cases:
 """
 
 
-def test_regressions_raise_clear_errors(base):
+def test_regressions_raise_clear_errors(base, foreign_paths, tmp_path):
     """Replayed in a child process: a crash must fail this test, not end the test run."""
     cases = TESTS / "fuzz_regressions.json"
     assert json.loads(cases.read_text())
-    r = subprocess.run([sys.executable, "-c", REPLAY, str(base), str(cases)], capture_output=True, text=True, timeout=600)
+    sources = json.dumps({"llama": str(base), **foreign_paths})
+    r = subprocess.run([sys.executable, "-c", REPLAY, sources, str(cases), str(tmp_path)], capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert len(r.stdout.splitlines()) == len(json.loads(cases.read_text()))
     assert "appears twice" in r.stdout

@@ -1,6 +1,6 @@
 """docs/architectures.md's list of every architecture llama.cpp knows stays true: its native ones are
-native/arch.cpp's builders, its tested ones the llama.cpp engine suite's synthetic files (FOREIGN,
-synth_foreign.ARCHS), and all three lists together are LLM_ARCH_NAMES of the installed
+native/arch.cpp's builders (each also in the llama.cpp engine suite, NATIVE), its tested ones the
+llama.cpp engine suite's synthetic files (FOREIGN, synth_foreign.ARCHS), and all three lists together are LLM_ARCH_NAMES of the installed
 llama-cpp-python's llama.cpp (src/llama-arch.cpp of its sdist, where the cache has it unpacked)."""
 from __future__ import annotations
 
@@ -35,12 +35,13 @@ def llama_cpp_arch_names(arch_cpp: str) -> list:
     return [n for n in re.findall(r'\{\s*LLM_ARCH_\w+,\s*"([^"]+)"\s*\}', block) if n not in NOT_MODELS]
 
 
-def foreign_dict_keys() -> set:
+def engine_suite_keys(name: str = "FOREIGN") -> set:
+    """The keys of a dict the llama.cpp engine suite parametrizes over (FOREIGN, NATIVE)."""
     tree = ast.parse((REPO / "tests" / "runtime" / "test_engine_llamacpp.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "FOREIGN" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
             return set(ast.literal_eval(node.value))
-    raise AssertionError("no FOREIGN in test_engine_llamacpp.py")
+    raise AssertionError(f"no {name} in test_engine_llamacpp.py")
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +58,14 @@ def test_native_list_is_pyriver_builders(lists):
     assert builders and sorted(lists["native"]) == sorted(builders)
 
 
+def test_native_list_runs_on_both_engines(lists):
+    """Each native architecture is in the llama.cpp engine suite too (NATIVE: engine="llama.cpp")."""
+    assert set(lists["native"]) == engine_suite_keys("NATIVE")
+
+
 def test_tested_list_is_the_suites_synthetic_files(lists):
     from pyriver.tools.synth_foreign import ARCHS
-    assert set(lists[LABELS[1]]) == set(ARCHS) == foreign_dict_keys()
+    assert set(lists[LABELS[1]]) == set(ARCHS) == engine_suite_keys()
 
 
 def test_lists_are_llama_cpps_architectures(lists):
