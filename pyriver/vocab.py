@@ -6,17 +6,17 @@ from typing import Dict, List, Optional, Sequence
 
 import llama_cpp
 
-from . import native
+from .engine import check_file
 
 
 class Vocab:
     """Tokenize and detokenize exactly as llama-cpp-python's Llama does for the same file."""
 
     def __init__(self, path: str, checked: bool = False):
-        """checked: an engine has already loaded the file (its loader or native.check_gguf checked it)."""
+        """checked: an engine has already loaded the file (its loader or engine.check_file checked it)."""
         self._model = None   # close() (from __del__) when the check below raises
         if not checked:   # llama.cpp's vocabulary loader aborts on some tokenizers
-            native.check_gguf(path)
+            check_file(path)
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
         self._model = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), params)

@@ -41,6 +41,13 @@ def load(path: str, engine: str, args: ModelArgs, verbose: bool = False) -> Engi
     return e
 
 
+def check_file(path: str) -> None:
+    """ModelLoadError where llama.cpp's loader would abort the process on the file: what a caller
+    that hands a file to llama.cpp (the llama.cpp engine, the tokenizer) checks first."""
+    from .. import native
+    native.check_gguf(path)
+
+
 def check_lora(engine: str) -> None:
     """LoRA adapters run on the llama.cpp engine: asking for the native one with them is an error."""
     if engine == "native":
