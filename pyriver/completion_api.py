@@ -11,6 +11,7 @@ from llama_cpp.llama import LogitsProcessorList
 
 from . import completion as C
 from .errors import ContextFullError
+from .generation import TokenLimit
 from .grammar import constrain
 from .infill import fim_tokens, has_fim
 from .logprobs import as_dict as logprobs_dict
@@ -28,6 +29,19 @@ def longest_prefix(a, b) -> int:
         n += 1
     return n
 
+
+
+def multibyte_fix(tail: bytes, fix: int) -> int:
+    """llama_cpp's count of tokens still owed to a UTF-8 character the text ends inside (its
+    _create_completion, "multibyte_fix"), from the text's last 3 bytes (fewer while it is shorter:
+    they are numbered from the slice's start, 3 down, as llama_cpp numbers them) and the count so
+    far, which stays where no lead byte says otherwise."""
+    for i, char in enumerate(tail[-3:]):
+        k = 3 - i
+        for num, pattern in ((2, 192), (3, 224), (4, 240)):
+            if num > k and pattern & char == pattern:
+                fix = num - k
+    return fix
 
 class CompletionMixin:
     # -- completion -------------------------------------------------------------------------
@@ -155,8 +169,9 @@ class CompletionMixin:
         done: List[int] = []
 
         def pieces():
-            n = 0
-            for tok in self._generate_tokens(prompt_tokens, sampler, max_tokens, logprobs):
+            n, fix, tail = 0, 0, b""
+            lim = TokenLimit(max_tokens)
+            for tok in self._generate_tokens(prompt_tokens, sampler, lim, logprobs):
                 if stopping_criteria is not None and stopping_criteria(
                         np.asarray(prompt_tokens + done, dtype=np.intc), self.last_stats["logits"]):
                     state["stopped"] = True
@@ -164,9 +179,16 @@ class CompletionMixin:
                 n += 1
                 done.append(tok)
                 self._n_generated = n
-                yield self.vocab.piece(tok)
+                piece = self.vocab.piece(tok)
+                tail = (tail + piece)[-3:]
+                fix = multibyte_fix(tail if len(tail) >= 3 else self.detokenize(done, prev_tokens=prompt_tokens)[-3:],
+                                    fix)
+                if fix > 0:   # llama_cpp skips its max_tokens check for this token
+                    fix -= 1
+                    lim.n = max(lim.n, n + 1)
+                yield piece
             # _generate_tokens ends by itself on EOG (stop) or on max_tokens / context end (length)
-            state["eog"] = n < max_tokens and len(prompt_tokens) + n < self._n_ctx
+            state["eog"] = n < lim.n and len(prompt_tokens) + n < self._n_ctx
 
         for text, stopped in C.text_events(pieces(), stops):
             if stopped:

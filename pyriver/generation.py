@@ -2,14 +2,24 @@
 (which tokens are cached and how each was computed), eval, and the decode loop."""
 from __future__ import annotations
 
+import itertools
 import time
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
 from .errors import ContextFullError
 from .logprobs import entry as logprob_entry
 from .sampling import Sampler
+
+
+class TokenLimit:
+    """The most tokens a generation may make, which its consumer may raise as it goes: llama_cpp's
+    completion samples past max_tokens while its text ends inside a UTF-8 character
+    (completion_api.multibyte_fix), and its generator runs a token only when the next is asked for."""
+
+    def __init__(self, n: int):
+        self.n = int(n)
 
 
 class GenerationMixin:
@@ -107,8 +117,10 @@ class GenerationMixin:
         return logits, len(tokens) - n, step_exits
 
     # -- generation -------------------------------------------------------------------------
-    def _generate_tokens(self, tokens: Sequence[int], sampler: Sampler, max_new: int, logprobs: Optional[int] = None) -> Iterator[int]:
-        """Yield sampled tokens after the prompt `tokens`, until max_new or the context ends.
+    def _generate_tokens(self, tokens: Sequence[int], sampler: Sampler, max_new: Union[int, "TokenLimit"],
+                         logprobs: Optional[int] = None) -> Iterator[int]:
+        """Yield sampled tokens after the prompt `tokens`, until max_new (a TokenLimit: as its consumer
+        has it when asking for the next token) or the context ends.
         Each step holds the lock and re-syncs the cache, so interleaved users stay correct.
         Timings of the call go to self.last_stats."""
         seq = [int(t) for t in tokens]
@@ -116,14 +128,17 @@ class GenerationMixin:
             raise ContextFullError(f"Requested tokens ({len(seq)}) exceed context window of {self._n_ctx}")
         st = self.last_stats = {"prompt_tokens": len(seq), "prompt_eval_tokens": 0, "prompt_s": 0.0,
                                 "decode_tokens": 0, "decode_s": 0.0, "exits": [], "logprobs": []}
+        lim = max_new if isinstance(max_new, TokenLimit) else TokenLimit(max_new)
         if self._spec is not None:
-            yield from self._spec.generate(self, seq, sampler, max_new, logprobs, st)
+            yield from self._spec.generate(self, seq, sampler, lim, logprobs, st)
             return
         n_prompt = len(seq)
         gen_exits = st["exits"]   # exit block of each generated token, by position
         logits = None
         mine = -1   # the cache version when this generation last had the cache as it left it
-        for k in range(max_new):
+        for k in itertools.count():
+            if k >= lim.n:
+                return
             with self._lock:
                 self._live()
                 if logits is None or self._version != mine:   # another caller used the cache
@@ -144,7 +159,7 @@ class GenerationMixin:
                 # Another generation on this thread may have used the cache while this one was
                 # suspended (the lock is reentrant): then the token runs with the next re-sync.
                 seq.append(tok)
-                if len(seq) >= self._n_ctx or k == max_new - 1:   # the last token is not run, as in llama_cpp
+                if len(seq) >= self._n_ctx or k >= lim.n - 1:   # the last token is not run, as in llama_cpp
                     return
                 if self._version != mine:
                     continue

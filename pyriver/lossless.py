@@ -21,6 +21,7 @@ differ from decode steps' in the last bits; the output is then full depth's as m
 steps compute it (greedy may differ from river=None's where two logits nearly tie)."""
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -149,7 +150,7 @@ class Speculator:
     def source(self) -> str:
         return "river" if self.draft_model is None else type(self.draft_model).__name__
 
-    def generate(self, llm, seq: List[int], sampler: Sampler, max_new: int, logprobs: Optional[int],
+    def generate(self, llm, seq: List[int], sampler: Sampler, max_new, logprobs: Optional[int],
                  st: Dict) -> Iterator[int]:
         """Llama._generate_tokens in lossless mode (seq: the prompt; st: the call's statistics). Tokens
         decided by one step are yielded one by one; between steps the cache is re-synced when
@@ -160,7 +161,9 @@ class Speculator:
         dl = DraftLength(self.cost, self.draft_max) if self.cost is not None else None
         ready: List[Tuple[int, np.ndarray]] = []   # decided tokens, each with the logits that chose it
         mine = -1   # the cache version when this generation last left the cache
-        for emitted in range(max_new):
+        for emitted in itertools.count():
+            if emitted >= max_new.n:   # a TokenLimit (generation.py): its consumer may raise it
+                return
             with llm._lock:
                 llm._live()
                 if not ready:
@@ -175,7 +178,7 @@ class Speculator:
                             st["prompt_eval_tokens"] += llm._sync_prefix(seq[:-1], len(seq) - 1, need_logits=False)[1]
                             t1, t0 = t0, time.perf_counter()
                             st["prompt_s"] += t0 - t1
-                        room = min(max_new - emitted, llm.n_ctx() - len(seq))
+                        room = min(max_new.n - emitted, llm.n_ctx() - len(seq))
                         ready, n_drafted = self._step(llm, seq, sampler, min(k, room - 1), ls, dl, room - 1)
                         k = next_draft_len(k, n_drafted, len(ready) - 1, self.draft_max)
                         st["decode_tokens"] += len(ready)

@@ -65,16 +65,14 @@ def test_logits_equal_llama_cpp(pair):
 
 def test_sampled_stream_stop_logprobs(pair, request):
     arch, mine, ref = pair
-    if arch == "llama":   # the completion layer's, on both engines: strict, so a fix shows here
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "llama_cpp.Llama samples past max_tokens while the text ends in an incomplete UTF-8 "
-            "character (its multibyte_fix): 17 tokens for max_tokens=16 at seed 7; pyriver stops at 16")))
     for kw in (dict(temperature=0.8, seed=3), dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=7)):
         assert _text(mine, **kw) == _text(ref, **kw)
     want = _text(ref, temperature=0)
     got = "".join(c["choices"][0]["text"] for c in mine(PROMPT, max_tokens=16, temperature=0, stream=True))
     assert got == want
-    stop = want.split()[2]
+    words = want.split()   # a random-weight file's text may have fewer than three words: then its middle
+    stop = words[2] if len(words) > 2 else want[len(want) // 2:len(want) // 2 + 3]
+    assert stop.strip()
     assert _text(mine, temperature=0, stop=[stop]) == _text(ref, temperature=0, stop=[stop])
     a = mine(PROMPT, max_tokens=4, temperature=0, logprobs=3)["choices"][0]["logprobs"]
     b = ref(PROMPT, max_tokens=4, temperature=0, logprobs=3)["choices"][0]["logprobs"]
