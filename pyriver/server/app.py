@@ -28,6 +28,7 @@ from .inbox import Inbox
 from .metrics import Metrics
 from .scheduler import QueueFull, Request, Scheduler
 from .schema import APIError
+from .streams import Sessions, stream_routes
 from .webui import webui_routes
 
 
@@ -46,6 +47,7 @@ class Server:
         self.tags = _names(settings.get("tags"))
         self.model_id = self.aliases[0] if self.aliases else None
         self.inbox: Optional[Inbox] = None   # made on the event loop, at start-up
+        self.streams = Sessions()            # conversation streams (X-Conversation-Id)
 
     def load(self) -> None:
         try:
@@ -210,7 +212,8 @@ def build_app(srv: Server) -> Starlette:
               *L.routes(srv, guarded)] + webui_routes(srv, guarded) + embeddings.routes(srv, guarded) \
         + rerank.routes(srv, guarded) + responses.routes(srv, guarded, openai_api.CHAT_API) \
         + messages.routes(srv, guarded, openai_api.CHAT_API) \
-        + infill.routes(srv, guarded) + props.routes(srv, guarded) + lora_api.routes(srv, guarded)
+        + infill.routes(srv, guarded) + props.routes(srv, guarded) + lora_api.routes(srv, guarded) \
+        + stream_routes(srv.streams, guarded)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):

@@ -18,7 +18,7 @@ from .. import completion as C
 from ..logprobs import as_dict as logprobs_dict
 from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream
-from . import llamacpp_api as L, verbose
+from . import llamacpp_api as L, streams, verbose
 from .disconnect import or_cancel
 from .river_tokens import TokenExits
 from .scheduler import Request
@@ -70,8 +70,9 @@ async def events(r: Request, stops: List[str], ev: Optional[Events] = None) -> A
             yield pair
 
 
-def _sse(chunks: AsyncIterator[dict], r: Request) -> StreamingResponse:
-    """The chunks as server-sent events, made on the event loop as the scheduler hands tokens over."""
+def _sse(chunks: AsyncIterator[dict], r: Request, srv, req: HTTPRequest) -> StreamingResponse:
+    """The chunks as server-sent events, made on the event loop as the scheduler hands tokens over;
+    kept in a conversation stream under the request's X-Conversation-Id (streams.py)."""
     async def body():
         try:
             async for ch in chunks:
@@ -82,6 +83,9 @@ def _sse(chunks: AsyncIterator[dict], r: Request) -> StreamingResponse:
             yield f"data: {json.dumps(e.body())}\n\n"
         finally:   # the client went away (or the stream ended): the slot frees at the next step
             r.cancel()
+    conv = streams.conv_id(req)
+    if conv:
+        return streams.kept(srv.streams, conv, body(), r.cancel)
     return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
@@ -101,7 +105,7 @@ def routes(srv, guarded) -> list:
         r = rs[0]   # n choices: n requests
         cid, created, model = C.new_id("cmpl"), C.now(), srv.model_id
         if f["stream"]:
-            return _sse(_completion_chunks(srv, r, f, toks, cid, created, model), r)
+            return _sse(_completion_chunks(srv, r, f, toks, cid, created, model), r, srv, req)
         evs = [Events(ri, f["stops"]) for ri in rs]
         choices = []
         for i, (ri, (text, finish)) in enumerate(zip(rs, await or_cancel(req, rs, _collect_all(rs, f["stops"], evs)))):
@@ -136,7 +140,7 @@ def routes(srv, guarded) -> list:
         stops = srv.llm.chat_stops(f["stops"])
         cid, created, model = C.new_id("chatcmpl"), C.now(), srv.model_id
         if f["stream"]:
-            return _sse(_chat_chunks(srv, r, f, toks, stops, cid, created, model, plan), r)
+            return _sse(_chat_chunks(srv, r, f, toks, stops, cid, created, model, plan), r, srv, req)
         evs = [Events(ri, stops) for ri in rs]
         texts = await or_cancel(req, rs, _collect_all(rs, stops, evs))
         choices = []

@@ -10,18 +10,19 @@ and hands the request, body replayed, to that model's app. Routing happens in fr
 family, so none of them knows of the router."""
 from __future__ import annotations
 
+import itertools
 import json
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 from urllib.parse import parse_qs
 
 from starlette.applications import Starlette
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
 from . import app as A
-from . import llamacpp_api as L
+from . import llamacpp_api as L, streams
 from .cors import CORS
 from .models_dir import scan
 from .pool import Entry, ModelPool
@@ -85,6 +86,8 @@ class Router:
         # OPTIONS), its routes tell which paths exist, and it checks API keys
         self.shell = A.Server(dict(settings, webui=False))
         self.shell_app = A.build_app(self.shell)
+        self.convs: Dict[str, Tuple[str, int]] = {}   # conversation id -> (its model, the request's ticket)
+        self._tickets = itertools.count(1)
         self.own = Starlette(routes=self._routes())
 
     # -- ASGI -----------------------------------------------------------------------------------
@@ -100,7 +103,15 @@ class Router:
         body = await _read_body(receive)
         try:
             self.shell.check_key(HTTPRequest(scope))   # before a model loads for the request
-            e = await self.pool.acquire(self._entry(model_of(scope, body)), self._autoload(scope))
+            entry = self._entry(model_of(scope, body))
+            # a conversation stream's model, remembered before the load: GET /v1/stream finds its
+            # session there, and a stop while the model loads cancels the request (llama-server's)
+            conv = HTTPRequest(scope).headers.get(streams.HEADER, "")
+            ticket = self._remember(conv, entry.name) if conv else 0
+            e = await self.pool.acquire(entry, self._autoload(scope))
+            if ticket and self.convs.get(conv, ("", 0))[1] != ticket:
+                self.pool.release(e)
+                raise APIError(400, "request cancelled by a stop while the model was loading")
         except APIError as err:
             resp = JSONResponse(err.body(), status_code=err.status)
             return await CORS(resp, self.settings.get("cors_origins", "*"))(scope, receive, send)
@@ -137,6 +148,15 @@ class Router:
         if e is None:
             raise APIError(400, f"model '{name}' not found", param="model", code="model_not_found")
         return e
+
+    def _remember(self, conv: str, name: str) -> int:
+        ticket = next(self._tickets)
+        self.convs[conv] = (name, ticket)
+        return ticket
+
+    def _conv_owner(self, conv: str) -> Optional[Entry]:
+        owner = self.convs.get(conv)
+        return self.pool.entry(owner[0]) if owner else None
 
     def _autoload(self, scope) -> bool:
         v = _query(scope, "autoload")
@@ -183,12 +203,41 @@ class Router:
                                      "ui_settings": {}, "build_info": L.fingerprint(), "cors_proxy_enabled": False})
             return await guarded(req, h)
 
+        async def stream_get(req: HTTPRequest):
+            async def h(req):
+                e = self._conv_owner(streams.conv_param(req))
+                if e is not None and e.status == "loading":
+                    raise APIError(503, "Stream owner model is loading, retry later", type_="unavailable_error")
+                if e is None or e.srv is None:
+                    raise APIError(404, "Stream not found or expired", type_="not_found_error")
+                return streams.replay(e.srv.streams, req)
+            return await guarded(req, h)
+
+        async def stream_delete(req: HTTPRequest):
+            async def h(req):
+                conv = streams.conv_param(req)
+                e = self._conv_owner(conv)
+                if e is not None and e.srv is not None:
+                    e.srv.streams.evict_and_cancel(conv)
+                self.convs.pop(conv, None)   # a request still waiting for the model's load is cancelled
+                return Response(status_code=204)
+            return await guarded(req, h)
+
+        async def stream_lookup(req: HTTPRequest):
+            async def h(req):
+                ids = await streams.lookup_ids(req)
+                return JSONResponse([info for e in self.pool.entries.values() if e.srv is not None
+                                     for info in e.srv.streams.lookup(ids)])
+            return await guarded(req, h)
+
         not_found = APIError(404, "model is not found", type_="not_found_error")
         return [Route("/models", models, methods=["GET"]), Route("/v1/models", models, methods=["GET"]),
                 Route("/models/load", action(self.pool.load, not_found), methods=["POST"]),
                 Route("/models/unload", action(self.pool.unload, APIError(400, "model is not found")),
                       methods=["POST"]),
                 *[Route(p, health, methods=["GET"]) for p in PUBLIC], Route("/props", props, methods=["GET"]),
+                Route("/v1/stream", stream_get, methods=["GET"]), Route("/v1/stream", stream_delete, methods=["DELETE"]),
+                Route("/v1/streams/lookup", stream_lookup, methods=["POST"]),
                 *(page_routes() if self.settings.get("webui", True) else [])]
 
     def _model_json(self, e: Entry) -> dict:
