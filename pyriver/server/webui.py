@@ -20,11 +20,11 @@ HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
 
 def river_info(srv) -> dict:
     """The server's River settings: fixed at start-up (pyriver serve --river/--tau/--lossless), the
-    same for every request."""
+    same for every request; and the engine that computes (native: pyriver's graphs; llama.cpp)."""
     llm, s = srv.llm, srv.settings
     spec = llm.speculator
     on = llm.river_path is not None
-    return {"model": srv.model_id, "n_layer": llm.info["n_layer"], "n_ctx": srv.sched.n_ctx,
+    return {"model": srv.model_id, "engine": llm.engine, "n_layer": llm.info["n_layer"], "n_ctx": srv.sched.n_ctx,
             "slots": s["parallel"], "batch_rule": s["batch_rule"],
             "river": {"on": on, "sidecar": os.path.basename(llm.river_path) if on else None,
                       "exit_threshold": llm.exit_threshold if on else None,

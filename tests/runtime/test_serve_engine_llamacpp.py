@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from server_proc import ServerProcess, http, together
+from test_engine_llamacpp import NATIVE   # the ten native architectures' files, one each
 
 PROMPTS = ["Once upon a time, a river", "The capital of France is", "def fib(n):"]
 CHAT = [{"role": "user", "content": "Name three rivers."}]
@@ -88,6 +89,24 @@ def test_foreign_architectures_served_together(arch, foreign_paths):
     want = _reference(path)
     s = ServerProcess(path, "--parallel", "3", *ARGS)
     try:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+        assert _together(client, PROMPTS) == {p: want[p] for p in PROMPTS}
+        c = client.chat.completions.create(model="m", messages=CHAT, max_tokens=N, temperature=0.0)
+        assert c.choices[0].message.content == want["chat"]
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("arch", sorted(NATIVE))
+def test_native_architectures_served_together_on_llama_cpp(arch, arch_paths):
+    """pyriver's ten native architectures, asked to run on llama.cpp's graphs (--engine llama.cpp):
+    the same three requests on three slots give llama_cpp.Llama's greedy texts alone and its chat
+    answer, so the llama.cpp engine's server is held to llama-cpp-python's numbers there too."""
+    path = arch_paths[NATIVE[arch]]
+    want = _reference(path)
+    s = ServerProcess(path, "--parallel", "3", *ARGS)
+    try:
+        assert http("GET", s.url + "/river")[1]["engine"] == "llama.cpp"
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
         assert _together(client, PROMPTS) == {p: want[p] for p in PROMPTS}
         c = client.chat.completions.create(model="m", messages=CHAT, max_tokens=N, temperature=0.0)

@@ -124,7 +124,7 @@ def test_lossless_mode_has_drafts_kept_and_no_exits_per_token(smol_path):
 
 def test_river_settings_and_the_static_page(river_server, plain_server, smol_path):
     status, info = http("GET", river_server.url + "/river")
-    assert status == 200 and info["n_layer"] == 30
+    assert status == 200 and info["n_layer"] == 30 and info["engine"] == "native"
     assert info["river"]["on"] and not info["river"]["lossless"] and info["river"]["exit_threshold"] > 0
     assert http("GET", plain_server.url + "/river")[0] == 401
     status, info = http("GET", plain_server.url + "/river", headers={"Authorization": f"Bearer {KEY}"})
