@@ -81,28 +81,16 @@ def test_bad_input_and_batch_invariance_refused(served, foreign_paths):
         bad.close()
 
 
-@pytest.mark.parametrize("arch", ["qwen35", "qwen35moe", "gemma4", "gpt-oss", "llama4", "granitehybrid"])
-def test_foreign_architectures_served_together(arch, foreign_paths):
-    """The 2026 families of issue 40 through the batched server: three requests decoded together on
-    three slots give llama_cpp.Llama's greedy texts alone, and its chat answer."""
-    path = foreign_paths[arch]
-    want = _reference(path)
-    s = ServerProcess(path, "--parallel", "3", *ARGS)
-    try:
-        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
-        assert _together(client, PROMPTS) == {p: want[p] for p in PROMPTS}
-        c = client.chat.completions.create(model="m", messages=CHAT, max_tokens=N, temperature=0.0)
-        assert c.choices[0].message.content == want["chat"]
-    finally:
-        s.close()
+SERVED_FOREIGN = ["qwen35", "qwen35moe", "gemma4", "gpt-oss", "llama4", "granitehybrid"]
 
 
-@pytest.mark.parametrize("arch", sorted(NATIVE))
-def test_native_architectures_served_together_on_llama_cpp(arch, arch_paths):
-    """pyriver's ten native architectures, asked to run on llama.cpp's graphs (--engine llama.cpp):
-    the same three requests on three slots give llama_cpp.Llama's greedy texts alone and its chat
-    answer, so the llama.cpp engine's server is held to llama-cpp-python's numbers there too."""
-    path = arch_paths[NATIVE[arch]]
+@pytest.mark.parametrize("arch", SERVED_FOREIGN + sorted(NATIVE))
+def test_architectures_served_together(arch, foreign_paths, arch_paths):
+    """The 2026 families of issue 40, and pyriver's ten native architectures asked to run on
+    llama.cpp's graphs (--engine llama.cpp), through the batched server: three requests decoded
+    together on three slots give llama_cpp.Llama's greedy texts alone, and its chat answer, so the
+    llama.cpp engine's server is held to llama-cpp-python's numbers on both."""
+    path = arch_paths[NATIVE[arch]] if arch in NATIVE else foreign_paths[arch]
     want = _reference(path)
     s = ServerProcess(path, "--parallel", "3", *ARGS)
     try:
