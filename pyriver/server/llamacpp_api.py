@@ -18,6 +18,7 @@ from starlette.routing import Route
 from .. import __version__
 from .. import completion as C
 from ..sampling import SamplingParams
+from . import streams
 from .disconnect import or_cancel
 from .schema import APIError, end_error, json_object
 
@@ -526,4 +527,4 @@ def stream_response(n: Native) -> StreamingResponse:
             yield f"data: {json.dumps(e.body())}\n\n"
         finally:
             n.r.cancel()
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return streams.event_stream(body())

@@ -16,11 +16,12 @@ from typing import Dict, List, Optional
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from .. import chat
 from ..toolcall import DeltaStream
+from . import streams
 from .disconnect import or_cancel
 from .schema import CHAT, APIError, json_object, parse
 
@@ -255,4 +256,4 @@ async def _handle(srv, req: HTTPRequest, app_chat):
             yield sse("error", {"error": {"type": "invalid_request_error", "message": e.body()["error"]["message"]}})
         finally:   # the client went away (or the stream ended): the slot frees at the next step
             r.cancel()
-    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return streams.event_stream(stream())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import configparser
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 GLOBAL = "*"
 PRESET_ONLY = ("load-on-startup", "stop-timeout", "dedup-cache-models")
@@ -33,14 +33,14 @@ class Preset:
 
     def ini(self, parser: argparse.ArgumentParser, path: str) -> str:
         """The section as INI text (GET /models' status.preset, as llama-server shows it): each flag by
-        its long name, the model's file, no alias or tags (the entry lists those)."""
+        its long name, then the model's file; no alias or tags (the entry lists those)."""
         lines = [f"[{self.name}]"]
-        for k, v in {**self.options, "model": path}.items():
+        for k, v in self.options.items():
             action = parser._option_string_actions.get("--" + k) or parser._option_string_actions.get("-" + k)
             name = next((o[2:] for o in action.option_strings if o.startswith("--")), k) if action else k
-            if name not in ("alias", "tags", "model") or k == "model" and v == path:
+            if name not in ("alias", "tags", "model"):
                 lines.append(f"{name} = {v}")
-        return "\n".join(lines) + "\n\n"
+        return "\n".join(lines + [f"model = {path}"]) + "\n\n"
 
 
 def _truthy(v: str) -> bool:
@@ -79,13 +79,11 @@ def read(path: str, dir_names=()) -> Dict[str, Preset]:
     out = {}
     for name, opts in sections.items():
         merged = {k: v for k, v in {**common, **opts}.items() if k not in RESERVED}
-        for k in PRESET_ONLY[:1]:
-            if k in merged:
-                try:
-                    _truthy(merged[k])
-                except ValueError as e:
-                    raise ValueError(f"--models-preset {path}: [{name}] {k}: {e}") from None
         out[name] = Preset(name, merged, name in own)
+        try:
+            out[name].load_on_startup   # checked here, before the server starts
+        except ValueError as e:
+            raise ValueError(f"--models-preset {path}: [{name}] load-on-startup: {e}") from None
     return out
 
 
@@ -127,8 +125,9 @@ class PresetModel:
     """A router model a preset configures: its file, the settings its Server gets, its aliases and tags
     (the preset's `alias` and `tags`, comma-separated, as llama-server's router lists them)."""
 
-    def __init__(self, preset: Preset, path: str, settings: Dict, in_dir: bool):
+    def __init__(self, preset: Preset, path: str, settings: Dict, in_dir: bool, parser: argparse.ArgumentParser):
         self.preset, self.path, self.settings = preset, path, settings
+        self.ini = preset.ini(parser, path)   # GET /models' status.preset
         self.in_dir = in_dir   # a --models-dir file: a reload of the directory may drop it
         self.source = "preset" if preset.own else "models_dir"   # GET /models' source, as llama-server's
         # sorted sets, as llama-server's router keeps them
@@ -156,9 +155,7 @@ def _model(p: Preset, dir_path: Optional[str], parser: argparse.ArgumentParser, 
         st = to_settings(ns)
     except ValueError as e:
         raise ValueError(f"--models-preset {path}: [{p.name}]: {e}") from None
-    pm = PresetModel(p, model, st, in_dir)
-    pm.ini = p.ini(parser, model)
-    return pm
+    return PresetModel(p, model, st, in_dir, parser)
 
 
 def load(path: str, dir_models: Dict[str, str], argv: List[str], parser: argparse.ArgumentParser,

@@ -86,7 +86,7 @@ def _sse(chunks: AsyncIterator[dict], r: Request, srv, req: HTTPRequest) -> Stre
     conv = streams.conv_id(req)
     if conv:
         return streams.kept(srv.streams, conv, body(), r.cancel)
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return streams.event_stream(body())
 
 
 def routes(srv, guarded) -> list:

@@ -16,10 +16,11 @@ from typing import Dict, List
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request as HTTPRequest
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from . import llamacpp_api as L
+from . import streams
 from .disconnect import or_cancel
 from .schema import CHAT, APIError, json_object, parse
 
@@ -162,4 +163,4 @@ async def _handle(srv, req: HTTPRequest, app_chat):
             yield f"event: error\ndata: {json.dumps(e.body())}\n\n"
         finally:   # the client went away (or the stream ended): the slot frees at the next step
             r.cancel()
-    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return streams.event_stream(stream())

@@ -33,6 +33,7 @@ class Session:
         self.done = False
         self.started_at, self.completed_at = int(time.time()), None
         self._changed = asyncio.Event()
+        self.producer: Optional[asyncio.Future] = None   # the task writing a kept request's events
 
     @property
     def total(self) -> int:
@@ -104,6 +105,11 @@ class Sessions:
                 if s.conv_id == rid or s.conv_id.startswith(rid + "::")]
 
 
+def event_stream(body: AsyncIterator) -> StreamingResponse:
+    """A server-sent event response of body's events, as every streamed route of the server sends them."""
+    return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
 def conv_id(req: HTTPRequest) -> str:
     return req.headers.get(HEADER, "")
 
@@ -120,8 +126,8 @@ def kept(sessions: Sessions, conv: str, body: AsyncIterator[str], cancel: Callab
                 s.write(event.encode("utf-8"))
         finally:
             s.finish()
-    asyncio.ensure_future(produce())
-    return StreamingResponse(s.read_from(0), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    s.producer = asyncio.ensure_future(produce())   # held: the loop keeps only a weak reference to a task
+    return event_stream(s.read_from(0))
 
 
 def conv_param(req: HTTPRequest) -> str:
@@ -142,7 +148,7 @@ def replay(sessions: Sessions, req: HTTPRequest) -> StreamingResponse:
         raise APIError(400, "Invalid 'from' offset", param="from") from None
     if offset < s.dropped or offset < 0:
         raise APIError(400, "Stream offset lost, please restart", param="from")
-    return StreamingResponse(s.read_from(offset), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return event_stream(s.read_from(offset))
 
 
 async def lookup_ids(req: HTTPRequest) -> List[str]:
