@@ -30,7 +30,6 @@ def longest_prefix(a, b) -> int:
     return n
 
 
-
 def multibyte_fix(tail: bytes, fix: int) -> int:
     """llama_cpp's count of tokens still owed to a UTF-8 character the text ends inside (its
     _create_completion, "multibyte_fix"), from the text's last 3 bytes (fewer while it is shorter:
@@ -42,6 +41,7 @@ def multibyte_fix(tail: bytes, fix: int) -> int:
             if num > k and pattern & char == pattern:
                 fix = num - k
     return fix
+
 
 class CompletionMixin:
     # -- completion -------------------------------------------------------------------------
