@@ -79,6 +79,98 @@ def by_cost(make_drafter, cost: DraftCost, draft_max: int = 64):
     return {"start": start, "draft": draft, "update": update}
 
 
+class EditLookup:
+    """SuffixLookup over the prompt as the answer has been seen to edit it (tried, not kept: see
+    docs/lossless.md). Where the answer left the source it was copying and came back to it within
+    8 tokens (a match of 3 or more), the source's tokens it skipped (old, at most 4) and the answer's
+    in their place (new) make a substitution; the text before the first one is looked up with every
+    substitution applied, so a rename's later occurrences are drafted renamed and the match runs on
+    across them. A substitution whose tokens are rejected in a draft is dropped."""
+
+    def __init__(self, window: int = 8, max_old: int = 4, resync: int = 3):
+        self.window, self.max_old, self.resync = window, max_old, resync
+        self.pairs: list = []        # (old, new), longest old first
+        self.start = None            # where the edited copy begins: the first substitution's answer index
+        self.spans: list = []        # (begin, end, pair) of each substitution in the looked-up text
+        self.virtual = None          # the text before self.start, substituted
+        self.last = None             # (history length, proposal, its source index, its index in the looked-up text)
+        self.left = None             # (source index, answer index) where the answer last left its source
+        self.match_size = 0
+
+    @staticmethod
+    def _end(ids, m):
+        """The index after the most recent earlier occurrence of ids' last m tokens."""
+        suf = ids[len(ids) - m:]
+        for e in range(len(ids) - 1, m - 1, -1):
+            if ids[e - m:e] == suf:
+                return e
+        return None
+
+    def _substitute(self, seq):
+        out, p, self.spans = [], 0, []
+        while p < len(seq):
+            for old, new in self.pairs:
+                if tuple(seq[p:p + len(old)]) == old:
+                    self.spans.append((len(out), len(out) + len(new), (old, new)))
+                    out.extend(new)
+                    p += len(old)
+                    break
+            else:
+                out.append(seq[p])
+                p += 1
+        return out
+
+    def __call__(self, input_ids, /, **kwargs):
+        h = [int(t) for t in input_ids]
+        n = len(h)
+        if self.last is not None:   # where the text left the last proposal
+            pn, prop, src, vsrc = self.last
+            kept = 0
+            while kept < len(prop) and pn + kept < n and h[pn + kept] == prop[kept]:
+                kept += 1
+            if kept < len(prop) and pn + kept < n:
+                for a, b, pair in self.spans if vsrc is not None else ():
+                    if a <= vsrc + kept < b and pair in self.pairs:
+                        self.pairs.remove(pair)
+                        self.virtual = None
+                if src is not None:
+                    self.left = (src + kept, pn + kept)
+        d0, m0 = suffix_lookup(np.asarray(h), 32, 64)
+        if self.left is not None and m0 >= self.resync:   # back on the source: learn what was substituted
+            s0, a0 = self._end(h, m0) - m0, n - m0
+            ls, la = self.left
+            if 0 <= s0 - ls <= self.window and 0 <= a0 - la <= self.window and s0 < la:
+                old, new = tuple(h[ls:s0]), tuple(h[la:a0])
+                if old and new and old != new and len(old) <= self.max_old and (old, new) not in self.pairs:
+                    self.pairs = sorted(self.pairs + [(old, new)], key=lambda x: -len(x[0]))
+                    self.start = la if self.start is None else self.start
+                    self.virtual = None
+                self.left = None
+        d, m, vsrc = d0, m0, None
+        if self.pairs:
+            if self.virtual is None:
+                self.virtual = self._substitute(h[:self.start])
+            v = self.virtual + h[self.start:]
+            d, m = suffix_lookup(np.asarray(v), 32, 64)
+            vsrc = self._end(v, m) if m else None
+        src = self._end(h, m0) if m0 else None
+        self.match_size = m
+        self.last = (n, [int(t) for t in d], src, vsrc)
+        return np.asarray(d, dtype=np.intc)
+
+
+def by_cost_edit(cost: DraftCost, draft_max: int = 64):
+    """EditLookup cut by DraftLength; what it learns from is the cut proposal, as verified."""
+    inner = by_cost(EditLookup, cost, draft_max)
+
+    def draft(st, h):
+        d = inner["draft"](st, h)
+        n, _, src, vsrc = st["dm"].last
+        st["dm"].last = (n, d, src, vsrc)
+        return d
+    return {"start": inner["start"], "draft": draft, "update": inner["update"]}
+
+
 def oracle(items, cost: DraftCost):
     """SuffixLookup's proposals cut where the answer diverges, where that beats a plain step."""
     out = {}
@@ -108,10 +200,13 @@ def main(argv):
     rows = {"llama-server ngram-simple (12, 48)": simulate(items, fixed(12, 48), cost),
             "prompt lookup (2, 10), DEFAULT_COST k<=8": simulate(items, by_cost(PromptLookupDecoding, DEFAULT_COST, 8), cost),
             "SuffixLookup, this cost curve (pyriver)": simulate(items, by_cost(SuffixLookup, cost), cost),
+            "EditLookup, this cost curve (tried)": simulate(items, by_cost_edit(cost), cost),
             "oracle (knows what is kept)": oracle(items, cost)}
     for name, res in rows.items():
         print(f"{name:<42}" + "  ".join(f"{k}: {statistics.median(v):.2f}x ({min(v):.2f}..{max(v):.2f})"
                                          for k, v in res.items()))
+        if "-v" in argv:
+            print(" " * 42 + " ".join(f"{x:.2f}" for x in res.get("code-edit", [])))
 
 
 if __name__ == "__main__":
