@@ -55,16 +55,18 @@ if [ "$CPU" = 1 ]; then
   NGL=0; T=${THREADS:-2}
   FULL="--prompt-tokens 32 --gen-tokens 8 -r 1"
   PLANE="--tau 0.95 --min-exit-layer 4 --limit 2 -n 8 -r 1"
+  PREDICT="--tau 0.95 --min-exit-layer 4 --limit 2 -n 8 -r 1"
   SPEC="-r 1 --streams 1 --gen-tokens 8 --edit-prompts 1 --chat-prompts 1"
   SERVE="-r 1 --streams 1 4 --gen-tokens 8 --requests-per-stream 1"
 else
   NGL=-1; T=${THREADS:-4}
   FULL="-r 5"
   PLANE="--tau 0.95 0.97 0.985 --min-exit-layer 4 --limit 8 -n 48 -r 3"
+  PREDICT="--tau 0.97 --min-exit-layer 4 --limit 4 -n 48 -r 3"
   SPEC="-r 1 --streams 1 4 --gen-tokens 128 --edit-prompts 4 --chat-prompts 4"
   SERVE="-r 2 --streams 1 4 16 --gen-tokens 128 --requests-per-stream 2"
 fi
-FULL=${GK_FULL:-$FULL}; PLANE=${GK_PLANE:-$PLANE}; SPEC=${GK_SPEC:-$SPEC}; SERVE=${GK_SERVE:-$SERVE}
+FULL=${GK_FULL:-$FULL}; PLANE=${GK_PLANE:-$PLANE}; PREDICT=${GK_PREDICT:-$PREDICT}; SPEC=${GK_SPEC:-$SPEC}; SERVE=${GK_SERVE:-$SERVE}
 PR="python3 -m pyriver.cli"
 
 now() { date +%s; }
@@ -399,6 +401,9 @@ plane() {
   gate_models "$Q4KM" || { stage_end plane; return 1; }
   run_cmd "sweep" $PR sweep "$Q4KM" --n-gpu-layers $NGL -t $T --river q4_0 q2_K --river-force $PLANE \
     --uniform iq4_nl q3_k_m --json "$R/sweep.json" --markdown "$R/sweep.md"
+  # the predictive exit (issue 43) at one river point, if the stage has time left (skipped otherwise)
+  run_cmd "sweep exit rules" $PR sweep "$Q4KM" --n-gpu-layers $NGL -t $T --river q4_0 --river-force $PREDICT \
+    --exit-rule checked predicted guarded --json "$R/sweep-exit-rules.json" --markdown "$R/sweep-exit-rules.md"
   stage_end plane
 }
 
