@@ -87,6 +87,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         self._lock = threading.RLock()
         self._stack = contextlib.ExitStack()   # llama_cpp's: what closes with the Llama (a chat handler's libmtmd)
         self._engine = self._ectx = None   # what computes (pyriver.engine) and its context
+        self.projector = None   # load_projector's (engine.mtmd.Projector): multimodal prompts
         self.model_path = str(models.resolve(model_path))
         if not os.path.isfile(self.model_path):
             raise FileNotFoundError(f"model file not found: {self.model_path}")
@@ -318,6 +319,17 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                 cost = auto(self, self.tokenize(COST_PROMPT.encode()))
                 keep = DEFAULT_DRAFT_MAX_BY_COST if draft_max is None else keep
             self._spec = Speculator(draft_model, keep if draft_max is None else draft_max, draft_p_min, cost)
+
+    def load_projector(self, path: str, marker: str = "<__media__>"):
+        """A multimodal projector (mmproj) for this model: libmtmd over the llama.cpp engine's
+        context (pyriver.engine.mtmd.Projector; the server's --mmproj). marker: the text that stands
+        for a media file in a prompt. A second projector, or the native engine, is a ValueError."""
+        with self._lock:
+            self._live()
+            self.projector = self._engine.load_projector(path, n_threads=self.n_threads, marker=marker,
+                                                          flash_attn=self._context_args.flash_attn,
+                                                          verbose=self.verbose)
+            return self.projector
 
     @property
     def lossless(self) -> bool:
