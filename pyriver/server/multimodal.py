@@ -80,7 +80,8 @@ def chat_media(srv, messages: List[Dict]) -> Tuple[List[Dict], List[bytes]]:
                 key, cap, what = _MEDIA_PARTS[kind]
                 if not allowed[cap]:
                     raise APIError(400, f"{what} input is not supported - hint: if this is unexpected, you may need "
-                                   "to provide the mmproj (pyriver serve --mmproj FILE)", param="messages")
+                                   f"to provide the mmproj (a content part of type '{kind}': pyriver serve --mmproj "
+                                   "FILE)", param="messages")
                 files.append(M.load(_url(p, key), srv.settings.get("media_path")))
                 text += marker()
                 last_marker = True
