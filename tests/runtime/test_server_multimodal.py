@@ -8,8 +8,11 @@ server at start."""
 from __future__ import annotations
 
 import base64
+import functools
 import subprocess
 import sys
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
@@ -114,6 +117,17 @@ def test_two_images_together_equal_each_alone(served, ours):
         assert together(ask, ["a", "b"]) == {"a": ours[0][0], "b": ours[1][0]}
 
 
+def test_a_slot_reuses_no_other_image(served, ours):
+    """The same question about another image on a slot whose cache holds the first: the cached text
+    before the image is reused, the image and what follows run again (reuse stops at a media chunk)."""
+    client = openai.OpenAI(base_url=served.url + "/v1", api_key="x", max_retries=0)
+    for slot, name, want in ((0, "a", ours[0][0]), (0, "b", ours[1][0]), (0, "a", ours[0][0])):
+        r = client.chat.completions.create(model="m", messages=_chat("What is this?", _uri(name)), max_tokens=N,
+                                           temperature=0, extra_body={"id_slot": slot})
+        assert r.choices[0].message.content == want, (slot, name)
+        assert r.usage.prompt_tokens_details.cached_tokens <= 9   # the text before the image, at most
+
+
 def test_json_prompt(served):
     marker = http("GET", served.url + "/props")[1]["media_marker"]
     body = lambda prompt, **kw: {"prompt": prompt, "n_predict": 4, "temperature": 0, **kw}  # noqa: E731
@@ -137,6 +151,36 @@ def test_json_prompt(served):
             assert st == 200, b
             continue
         assert st == 400 and words in b["error"]["message"], (bad, b)
+
+
+def test_http_images_and_several_images(served, ours, tmp_path):
+    """An http URL is fetched (here from a loopback file server) and answers as the same image sent
+    inline; a JSON prompt takes several images, one marker each (16 positions each)."""
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+    (tmp_path / "a.png").write_bytes(IMAGES["a"])
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/a.png"
+        st, b = http("POST", served.url + "/v1/chat/completions", {"messages": _chat("What is this?", url),
+                                                                   "max_tokens": N, "temperature": 0, "id_slot": 0})
+        assert st == 200 and b["choices"][0]["message"]["content"] == ours[0][0], b
+        st, b = http("POST", served.url + "/v1/chat/completions",
+                     {"messages": _chat("?", url.replace("a.png", "none.png")), "max_tokens": 1})
+        assert st == 400 and "Failed to download" in b["error"]["message"], b
+    finally:
+        httpd.shutdown()
+    marker = http("GET", served.url + "/props")[1]["media_marker"]
+    n = {}
+    for k, data in ((1, [IMAGES["a"]]), (2, [IMAGES["a"], IMAGES["b"]])):
+        st, b = http("POST", served.url + "/completion", {"prompt": {"prompt_string": "A " + f"{marker} B " * k,
+                                                                     "multimodal_data": [_b64(d) for d in data]},
+                                                          "n_predict": 2})
+        assert st == 200, b
+        n[k] = b["tokens_evaluated"]
+    assert n[2] - n[1] >= 16 + 1   # the second image's positions, its markers and the text between
 
 
 @pytest.mark.parametrize("url, words", [
