@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Sequence, Union
 
 import llama_cpp
 import llama_cpp._logger as _lg
