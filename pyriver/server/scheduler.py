@@ -8,7 +8,9 @@ steps on the River path, every drafting slot in one step each; then its newest t
 run at full depth in the step with the prompt chunks, and each slot keeps what pyriver.lossless's
 rule keeps (its own drafts, its own draft length): the tokens of a stream are full depth's. With
 a drafter instead (server.drafting: a draft model, n-gram lookup) the drafts come from it and
-its rule decides; with context shift a full slot drops half of its tokens after n_keep and goes on."""
+its rule decides; with context shift a full slot drops half of its tokens after n_keep and goes on.
+A multimodal prompt's media chunk (--mmproj) runs in its slot's sequence as a feed of its own, decoded
+before the step's batch (llama-server's order); a text chunk stops where the next media chunk starts."""
 from __future__ import annotations
 
 import collections
