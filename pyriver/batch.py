@@ -21,6 +21,7 @@ class Feed:
     prompt: bool = False
     logits: bool = True   # the logits of its last token are wanted
     all_logits: bool = False   # the logits of every token (a lossless verify step), [n, n_vocab]
+    media: object = None   # an engine.mtmd.Media for its positions (tokens: NULL_TOKEN each); no logits
 
 
 class BatchDecoder:
@@ -87,9 +88,9 @@ class BatchDecoder:
         self._ectx.state_set(blob, int(seq))
 
     def step(self, feeds: List[Feed]) -> Dict[int, tuple]:
-        """Runs one step over the feeds (one per sequence, at most n_batch tokens in all). Returns
-        {seq: (logits of its last token or None, or of every token with all_logits, exit block of
-        each of its tokens)}."""
+        """Runs one step over the feeds (one per sequence, at most n_batch tokens in all; a media
+        feed's chunk is decoded first, on its own). Returns {seq: (logits of its last token or None,
+        or of every token with all_logits, exit block of each of its tokens)}."""
         if self._ectx is None:
             raise RuntimeError("this BatchDecoder is closed")
         toks: List[int] = []
@@ -97,6 +98,15 @@ class BatchDecoder:
         pos: List[int] = []
         want: List[int] = []
         prompt: List[int] = []
+        media = [f for f in feeds if f.media is not None]
+        if media and self.before_step is not None:
+            self.before_step()
+        for f in media:   # each its own decode before the step's, as llama-server runs a media chunk
+            self._ectx.decode_media(f.media, int(f.seq))
+        feeds = [f for f in feeds if f.media is None]
+        out = {f.seq: (None, []) for f in media}
+        if not feeds:
+            return out
         for f in feeds:
             if not f.tokens:
                 raise ValueError(f"sequence {f.seq}: a feed needs at least one token")
@@ -110,7 +120,7 @@ class BatchDecoder:
             self.before_step()
         rows = self._ectx.decode_batch(toks, seqs, pos, want, prompt)
         exits = self._ectx.exit_layers(len(toks))
-        out, row, at = {}, 0, 0
+        row, at = 0, 0
         for f in feeds:
             k = len(f.tokens)
             logits = None

@@ -1,7 +1,7 @@
 """`Llama.create_chat_completion` (a mixin): the chat template of the GGUF and chat-shaped results."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 from llama_cpp.llama_chat_format import _convert_text_completion_logprobs_to_chat, get_chat_completion_handler
 
@@ -21,6 +21,13 @@ class ChatMixin:
         BOS, also when its template writes none). continue_final: the last (assistant) message is
         continued, as llama-server's prefill: the messages before it with the generation prompt,
         then its text. extra: more template variables (tools)."""
+        text, add_bos = self.chat_prompt(messages, add_generation_prompt, continue_final, server_bos, **extra)
+        return self.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+
+    def chat_prompt(self, messages: List[Dict], add_generation_prompt: bool = True, continue_final: bool = False,
+                    server_bos: bool = False, **extra) -> Tuple[str, bool]:
+        """chat_tokens' text, and whether the tokenizer adds the model's BOS to it (a multimodal
+        prompt's text goes to libmtmd's tokenizer instead)."""
         if self._template is None:
             self._template = chat.template_for(self)
         if continue_final:
@@ -30,9 +37,8 @@ class ChatMixin:
             prompt = self._template.render(messages, add_generation_prompt=add_generation_prompt, **extra)
         if server_bos and self.vocab.add_bos:   # common_chat_templates_apply, then add_special
             bos = self._template.bos_token
-            return self.tokenize((prompt[len(bos):] if bos and prompt.startswith(bos) else prompt).encode("utf-8"),
-                                 add_bos=True, special=True)
-        return self.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+            return (prompt[len(bos):] if bos and prompt.startswith(bos) else prompt), True
+        return prompt, False
 
     def chat_stops(self, stop: Optional[Union[str, List[str]]]) -> List[str]:
         """A chat's stop strings: the caller's and the template's EOS text (templates that spell EOS as text)."""

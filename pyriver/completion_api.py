@@ -10,6 +10,7 @@ import numpy as np
 from llama_cpp.llama import LogitsProcessorList
 
 from . import completion as C
+from .engine.mtmd import NULL_TOKEN
 from .errors import ContextFullError
 from .generation import TokenLimit
 from .grammar import constrain
@@ -54,9 +55,14 @@ class CompletionMixin:
             toks = self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True) if prompt else [self.token_bos()]
         else:
             toks = [int(t) for t in prompt]
-            bad = [t for t in toks if not 0 <= t < self.n_vocab()]
+            bad = [t for t in toks if not 0 <= t < self.n_vocab() and t != NULL_TOKEN]
             if bad:
                 raise ValueError(f"token id {bad[0]} is out of range [0, {self.n_vocab()})")
+            if NULL_TOKEN in toks:   # media positions (a multimodal chat handler's prompt): cached ones only
+                last = len(toks) - toks[::-1].index(NULL_TOKEN)
+                if toks[:last] != self._tokens[:last]:
+                    raise ValueError(f"token id {NULL_TOKEN} marks a media position: the cache must hold the prompt's "
+                                     "media there (a multimodal chat handler evaluates them)")
         if not toks:
             raise ValueError("the prompt is empty")
         if len(toks) > self._n_ctx:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import llama_cpp
 
@@ -97,3 +97,16 @@ def check_chat_format(chat_format, chat_handler) -> None:
     if chat_format not in (None, "gguf", "chat_template.default") and chat_format not in known:
         raise ValueError(f"chat_format {chat_format!r} is not one of llama_cpp's: {', '.join(sorted(known))} "
                          f"(None or 'gguf': the template stored in the GGUF)")
+
+
+def handler_engine(chat_handler, engine: Optional[str]) -> Optional[str]:
+    """The engine a chat_handler needs: llama-cpp-python's multimodal handlers (MTMDChatHandler,
+    Llava15ChatHandler and their kin: a clip_model_path) evaluate images with libmtmd on the Llama's
+    own llama.cpp context, so they run on the llama.cpp engine, chosen for them under "auto";
+    engine="native" with one is an error saying so."""
+    if chat_handler is None or getattr(chat_handler, "clip_model_path", None) is None:
+        return engine
+    if engine == "native":
+        raise ValueError(f"{type(chat_handler).__name__} evaluates images with libmtmd on llama.cpp's own context: "
+                         "it runs on the llama.cpp engine (engine='auto' or 'llama.cpp'), not pyriver's graphs")
+    return "llama.cpp"

@@ -5,6 +5,7 @@ mixins: generation.py (eval, the decode loop, the cache bookkeeping), completion
 (create_completion) and chat_api.py (create_chat_completion)."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import sys
@@ -19,7 +20,7 @@ import numpy as np
 from . import models
 from .chat_api import ChatMixin
 from .completion_api import CompletionMixin
-from .ctor_args import check_chat_format, check_inert, inert_attrs, lora_specs
+from .ctor_args import check_chat_format, check_inert, handler_engine, inert_attrs, lora_specs
 from .embedding import EmbeddingMixin
 from .generation import GenerationMixin
 from .llama_api import LlamaCppMixin, PyriverTokenizer
@@ -84,7 +85,9 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         _lg.set_verbose(verbose)  # llama.cpp's (and ggml's) log lines, as llama-cpp-python does
         self.verbose = verbose
         self._lock = threading.RLock()
+        self._stack = contextlib.ExitStack()   # llama_cpp's: what closes with the Llama (a chat handler's libmtmd)
         self._engine = self._ectx = None   # what computes (pyriver.engine) and its context
+        self.projector = None   # load_projector's (engine.mtmd.Projector): multimodal prompts
         self.model_path = str(models.resolve(model_path))
         if not os.path.isfile(self.model_path):
             raise FileNotFoundError(f"model file not found: {self.model_path}")
@@ -102,6 +105,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         self._template = None
         self.chat_format, self.chat_handler = chat_format, chat_handler
         check_chat_format(chat_format, chat_handler)
+        engine = handler_engine(chat_handler, engine)   # a multimodal handler: the llama.cpp engine
         if self.vocab_only:   # a tokenizer only, as llama_cpp's vocab_only=True
             self.vocab = Vocab(self.model_path)
             self.info = {"n_vocab": self.vocab.n_vocab}
@@ -316,6 +320,17 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                 keep = DEFAULT_DRAFT_MAX_BY_COST if draft_max is None else keep
             self._spec = Speculator(draft_model, keep if draft_max is None else draft_max, draft_p_min, cost)
 
+    def load_projector(self, path: str, marker: str = "<__media__>"):
+        """A multimodal projector (mmproj) for this model: libmtmd over the llama.cpp engine's
+        context (pyriver.engine.mtmd.Projector; the server's --mmproj). marker: the text that stands
+        for a media file in a prompt. A second projector, or the native engine, is a ValueError."""
+        with self._lock:
+            self._live()
+            self.projector = self._engine.load_projector(path, n_threads=self.n_threads, marker=marker,
+                                                          flash_attn=self._context_args.flash_attn,
+                                                          verbose=self.verbose)
+            return self.projector
+
     @property
     def lossless(self) -> bool:
         return self._spec is not None
@@ -339,6 +354,9 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         # Each handle is cleared before it is freed: a Ctrl-C (KeyboardInterrupt between two
         # bytecodes) inside close must leave at worst a leak, never a handle that __del__ frees again.
         with self._lock:
+            stack = getattr(self, "_stack", None)
+            if stack is not None:   # a chat handler's libmtmd context, before the model it was made for
+                stack.close()
             ctx, self._ectx = getattr(self, "_ectx", None), None
             if ctx is not None:
                 ctx.close()
@@ -370,13 +388,15 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
     @property
     def _model(self) -> "LlamaCppModel":
         """llama_cpp's `_model` (a LlamaModel): `.model` is the llama_model_p of the vocabulary
-        pyriver loads from the same file (libraries read its vocab through it, as outlines does)."""
-        return LlamaCppModel(self.vocab)
+        pyriver loads from the same file (libraries read its vocab through it, as outlines does), or
+        on the llama.cpp engine the model its context computes with (libmtmd reads it)."""
+        eng = getattr(self, "_engine", None)
+        return LlamaCppModel(self.vocab, getattr(eng, "model", None) if getattr(eng, "name", "") == "llama.cpp" else None)
 
     @property
     def model(self):
-        """llama_cpp's `model`: the llama_model_p of this file's vocabulary (no weights: the engine
-        computes with its own)."""
+        """llama_cpp's `model`: a llama_model_p of this file (the vocabulary's on the native engine,
+        which computes with its own weights; the llama.cpp engine's own model there)."""
         return self._model.model
 
     @property
@@ -434,13 +454,13 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
 class LlamaCppModel:
     """What llama_cpp's internals.LlamaModel offers libraries, over pyriver's Vocab."""
 
-    def __init__(self, vocab: Vocab):
-        self._v = vocab
+    def __init__(self, vocab: Vocab, weights=None):
+        self._v, self._weights = vocab, weights
 
     @property
     def model(self):
         self._v._vocab   # raises when closed
-        return self._v._model
+        return self._weights or self._v._model
 
     @property
     def vocab(self):
@@ -477,4 +497,8 @@ class LlamaCppContext:
                                  "own ggml graphs (the native context is Llama._native_ctx); tokenize, detokenize "
                                  "and Llama.model (llama.cpp's llama_model_p of the vocabulary) are there")
         return L.vocab.context()
+
+    def kv_cache_clear(self) -> None:
+        """llama_cpp's: the cache emptied (and the Llama's record of it)."""
+        self._llama.reset()
 

@@ -12,6 +12,7 @@ import numpy as np
 from llama_cpp.llama_tokenizer import BaseLlamaTokenizer
 
 from .ctor_args import rng_seed
+from .engine.mtmd import NULL_TOKEN
 from .errors import ContextFullError
 from .grammar import constrain
 from .sampling import SamplingParams
@@ -48,9 +49,19 @@ class LlamaCppMixin:
 
     @n_tokens.setter
     def n_tokens(self, n: int) -> None:
-        """llama_cpp code rewinds by assigning n_tokens; the cache keeps the first n."""
+        """llama_cpp code rewinds by assigning n_tokens; the cache keeps the first n. A larger n is
+        what llama-cpp-python's multimodal chat handlers set after libmtmd decoded an image on the
+        context itself: the engine checks that its cache holds n positions, the new ones media
+        (NULL_TOKEN in input_ids, as llama-server keeps them)."""
         with self._lock:
             n = int(n)
+            if n > len(self._tokens) and self._ectx is not None:
+                self._ectx.note_external(n)   # a ValueError unless the cache holds exactly n
+                self._version += 1
+                k = n - len(self._tokens)
+                self._tokens += [NULL_TOKEN] * k
+                self._kinds += [self.PROMPT_LIKE] * k   # full depth, reusable by a prompt that holds them
+                self._last_logits = None
             if not 0 <= n <= len(self._tokens):
                 raise ValueError(f"n_tokens must be in [0, {len(self._tokens)}], got {n}")
             if n < len(self._tokens):

@@ -225,7 +225,8 @@ class Sampler:
             llama_cpp.llama_sampler_reset(self._hist.ptr)
             self._fed, k = [], 0
         for t in h[k:]:
-            llama_cpp.llama_sampler_accept(self._hist.ptr, t)
+            if t >= 0:   # a media position (NULL_TOKEN) is no token: llama-server accepts text tokens only
+                llama_cpp.llama_sampler_accept(self._hist.ptr, t)
         self._fed = h
 
     def _array(self, logits: np.ndarray) -> np.ndarray:

@@ -118,6 +118,14 @@ def foreign_paths(smol_path) -> dict:
 
 
 @pytest.fixture(scope="session")
+def tinygemma3(gemma_path) -> tuple:
+    """(text model, mmproj): the local tinygemma3 (pyriver.tools.synth_mmproj: Gemma 3's vocabulary,
+    random weights, a gemma3 projector making 16 embeddings an image), written once."""
+    from pyriver.tools.synth_mmproj import ensure_tinygemma3
+    return ensure_tinygemma3(os.path.join(SYNTH_DIR, "tinygemma3"), tokenizer_from=gemma_path)
+
+
+@pytest.fixture(scope="session")
 def smol_lora_path(smol_path) -> str:
     """A LoRA adapter for SmolLM2 (pyriver.tools.synth_lora: random low rank, fixed seed), written once."""
     from pyriver.tools.synth_lora import write_lora

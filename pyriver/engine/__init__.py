@@ -48,6 +48,20 @@ def check_file(path: str) -> None:
     native.check_gguf(path)
 
 
+def check_projector(model_path: str, mmproj_path: str) -> str:
+    """ModelLoadError where a projector (mmproj) cannot serve the model, read from both files before
+    anything loads (engine/mmproj.py); else the projector type."""
+    import gguf
+    from . import mmproj
+    try:
+        r = gguf.GGUFReader(model_path, "r")
+        arch = r.fields["general.architecture"].contents()
+        n_embd = int(r.fields[f"{arch}.embedding_length"].contents())
+    except Exception as e:   # the model's own load says more; the projector cannot be judged without it
+        raise ModelLoadError(f"{model_path}: no embedding width to check the projector against: {e}") from None
+    return mmproj.check(mmproj_path, n_embd)
+
+
 def check_lora(engine: str) -> None:
     """LoRA adapters run on the llama.cpp engine: asking for the native one with them is an error."""
     if engine == "native":
@@ -61,4 +75,4 @@ def _llamacpp(path: str, args: ModelArgs) -> Engine:
 
 
 __all__ = ["BATCH_RULES", "Context", "ContextArgs", "Engine", "ENGINES", "EXIT_RULES", "ExitRule", "ModelArgs",
-           "check_exit_rule", "check_lora", "load"]
+           "check_exit_rule", "check_lora", "check_projector", "load"]

@@ -147,6 +147,18 @@ class Context:
         """The steps that follow apply the engine's LoRA adapters at these scales (one per adapter)."""
         raise ValueError("this engine has no LoRA adapters")
 
+    def decode_media(self, media, seq: int = 0) -> None:
+        """Evaluate a media chunk (engine.mtmd.Media: an image's or audio's embeddings) into sequence
+        seq at its next free positions, each held as mtmd.NULL_TOKEN; no logits (a prompt goes on
+        with text). Only an engine with a projector (Engine.load_projector) has it."""
+        raise ValueError("multimodal input runs on the llama.cpp engine with a projector (mmproj)")
+
+    def note_external(self, n: int, seq: int = 0) -> None:
+        """Sequence seq holds n positions after its caller decoded on the engine's own llama.cpp
+        context (llama-cpp-python's multimodal chat handlers evaluate images with libmtmd there):
+        the positions past the known tokens are media (mtmd.NULL_TOKEN)."""
+        raise ValueError("this engine has no llama.cpp context for a caller to decode on")
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -176,6 +188,13 @@ class Engine:
         """Bind river (a type name, built when missing, or a sidecar path) to this model; returns
         the sidecar's path. Only an engine with supports_river has rivers."""
         raise self.no_river("a river")
+
+    def load_projector(self, path: str, *, n_threads: int, marker: str, flash_attn: bool = False,
+                       verbose: bool = False):
+        """Load a multimodal projector (mmproj) for this model: an engine.mtmd.Projector that the
+        contexts' decode_media use. Only the llama.cpp engine has libmtmd."""
+        raise ValueError(f"a multimodal projector (mmproj) runs on the llama.cpp engine (libmtmd over llama.cpp's "
+                         f"context); the {self.name} engine has none")
 
     def no_river(self, what: str) -> ValueError:
         """The error for asking this engine for River (what: the argument or method asked)."""

@@ -20,6 +20,7 @@ from .. import native
 from ..errors import ContextFullError, ModelLoadError, PyriverError
 from . import lora
 from .base import Context, ContextArgs, Engine, ModelArgs
+from .mtmd import NULL_TOKEN
 
 _HIST = struct.Struct("<Q")   # a state's token count, before its tokens (int32) and llama.cpp's bytes
 
@@ -236,6 +237,32 @@ class LlamaCppContext(Context):
     def set_lora(self, scales: Sequence[float]) -> None:
         lora.apply(self.ctx, self.engine.adapters, scales)
 
+    # -- media (engine/mtmd.py) -------------------------------------------------------------
+    def decode_media(self, media, seq: int = 0) -> None:
+        proj = self.engine.projector
+        if proj is None:
+            raise ValueError("this model has no projector (mmproj) loaded: no media input")
+        seq = self._seq(seq)
+        p0 = len(self._hist[seq])
+        if p0 + media.n_pos > self.n_ctx:
+            raise ContextFullError(f"Requested tokens ({p0 + media.n_pos}) exceed context window of {self.n_ctx}")
+        try:
+            end = proj.eval(self.ctx, media, seq, p0, self.n_batch)
+        except BaseException:   # libmtmd may have decoded some of its batches: they go
+            llama_cpp.llama_memory_seq_rm(self._mem, seq, p0, -1)
+            raise
+        self._hist[seq].extend([NULL_TOKEN] * (end - p0))
+        self._n_last = 0
+
+    def note_external(self, n: int, seq: int = 0) -> None:
+        seq, n = self._seq(seq), int(n)
+        hist = self._hist[seq]
+        top = llama_cpp.llama_memory_seq_pos_max(self._mem, seq)
+        if n < len(hist) or n > self.n_ctx or top + 1 != n:
+            raise ValueError(f"sequence {seq} holds {top + 1} positions in llama.cpp's cache, {len(hist)} known; "
+                             f"n_tokens={n} does not match")
+        hist.extend([NULL_TOKEN] * (n - len(hist)))
+
     def close(self) -> None:
         ctx, self.ctx = self.ctx, None   # cleared first, as Llama.close
         if ctx:
@@ -248,6 +275,8 @@ class LlamaCppEngine(Engine):
     supports_river = False
     supports_lora = True
     asked = False   # engine="llama.cpp" was asked for (else: pyriver has no builder for the architecture)
+
+    projector = None   # engine.mtmd.Projector once load_projector ran
 
     def __init__(self, path: str, args: ModelArgs):
         if args.rpc_servers:
@@ -294,6 +323,15 @@ class LlamaCppEngine(Engine):
     def new_context(self, args: ContextArgs) -> LlamaCppContext:
         return LlamaCppContext(self, args)
 
+    def load_projector(self, path: str, *, n_threads: int, marker: str, flash_attn: bool = False,
+                       verbose: bool = False):
+        from .mtmd import Projector
+        if self.projector is not None:
+            raise ValueError(f"a projector is loaded already: {self.projector.path}")
+        self.projector = Projector(self, path, n_threads=n_threads, marker=marker, use_gpu=True,
+                                   flash_attn=flash_attn, verbose=verbose)
+        return self.projector
+
     def meta(self, key: str) -> Optional[str]:
         buf = ctypes.create_string_buffer(256)
         n = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
@@ -319,6 +357,9 @@ class LlamaCppEngine(Engine):
         return ["GPU" if i >= n + 1 - ngl else "CPU" for i in range(n + 1)]
 
     def close(self) -> None:
+        proj, self.projector = self.projector, None
+        if proj is not None:   # before its text model
+            proj.close()
         m, self.model = self.model, None
         lora.free(self.adapters)   # before their model (llama.cpp would free them with it too)
         if m:

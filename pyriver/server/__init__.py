@@ -38,6 +38,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=("auto", "native", "llama.cpp"), default="auto",
                    help="what computes: pyriver's graphs (native, with River), llama.cpp's own (llama.cpp), or "
                         "native where pyriver builds the architecture (auto)")
+    # llama-server's multimodal flags (server/multimodal.py, engine/mtmd.py)
+    p.add_argument("--mmproj", "-mm", default=None, metavar="FILE",
+                   help="a multimodal projector (the model's mmproj GGUF): image and audio input through libmtmd; "
+                        "the model then runs on the llama.cpp engine (no River, no default drafts)")
+    p.add_argument("--no-mmproj", "--no-mmproj-auto", dest="no_mmproj", action="store_true",
+                   help="llama-server's: no projector looked up with the model (pyriver looks none up; --mmproj wins)")
+    p.add_argument("--media-path", default=None, metavar="DIR",
+                   help="file:// media URLs are read from below DIR (relative paths, no '..'); without it they are refused")
     # llama-server's LoRA flags (server/lora.py), kept in their order: an adapter's id is its place
     p.add_argument("--lora", dest="lora", action="append", default=[], type=lambda v: ("lora", v), metavar="FILE",
                    help="a LoRA adapter at scale 1 (repeatable; comma-separated: several); runs on the llama.cpp engine")
@@ -179,8 +187,9 @@ def settings(a: argparse.Namespace) -> dict:
     by_default = False
     if a.lossless and a.no_lossless:
         raise ValueError("--lossless and --no-lossless exclude each other")
+    media_path = _multimodal(a, kw)
     if not (a.lossless or a.no_lossless or a.river is not None or a.spec_type is not None or a.model_draft is not None
-            or a.embedding or a.reranking):
+            or a.embedding or a.reranking or a.mmproj):
         from ..draft import DEFAULT_DRAFTING   # n-grams by the measured cost
         a.lossless, a.draft, a.draft_cost = True, DEFAULT_DRAFTING["draft_model"], DEFAULT_DRAFTING["draft_cost"]
         by_default = True
@@ -230,7 +239,37 @@ def settings(a: argparse.Namespace) -> dict:
                 reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,
                 drafts_by_default=by_default, endpoint_slots=a.slots, endpoint_props=a.props,
                 slot_save_path=a.slot_save_path, models_dir=a.models_dir, models_preset=a.models_preset,
-                models_max=a.models_max, models_autoload=a.models_autoload, kv_pool=kv_pool)
+                models_max=a.models_max, models_autoload=a.models_autoload, kv_pool=kv_pool, mmproj=a.mmproj,
+                media_path=media_path)
+
+
+def _multimodal(a: argparse.Namespace, kw: dict) -> Optional[str]:
+    """--mmproj's rules (llama-server's where it has them): the llama.cpp engine, no River or drafts
+    (their tokens would run over media positions), no context shift (llama-server turns it off); and
+    --media-path, a directory given with its separator at the end. Returns the media path."""
+    media_path = a.media_path
+    if media_path is not None:
+        if not os.path.isdir(media_path):
+            raise ValueError(f"--media-path: not a directory: {media_path}")
+        media_path = media_path if media_path.endswith(os.sep) else media_path + os.sep
+    if a.mmproj is None:
+        return media_path
+    if not os.path.isfile(a.mmproj):
+        raise ValueError(f"--mmproj: no such file: {a.mmproj}")
+    if a.engine == "native":
+        raise ValueError("--mmproj runs on the llama.cpp engine (libmtmd over llama.cpp's context): leave out --engine native")
+    if a.river is not None or a.lossless or a.spec_type is not None or a.model_draft is not None:
+        raise ValueError("--mmproj: River and drafts do not run over media positions; leave out --river, --lossless, "
+                         "--spec-type and --model-draft")
+    if a.embedding or a.reranking or a.models_dir is not None or a.models_preset is not None:
+        raise ValueError("--mmproj serves chat and completions of one model: not with --embedding, --reranking, "
+                         "--models-dir or --models-preset")
+    if a.context_shift:
+        print("pyriver serve: warning: context shift is not supported with --mmproj (a media chunk's positions "
+              "cannot move): it is disabled", file=sys.stderr)
+        a.context_shift = False
+    kw["engine"] = "llama.cpp"
+    return media_path
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -246,6 +285,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         if s["spec"] is not None and s["spec"]["model"] is not None:
             from .drafting import check_vocab
             check_vocab(s["model"], s["spec"]["model"])
+        if s["mmproj"] is not None:   # a projector that cannot serve the model stops the server, as llama-server
+            from .. import models
+            from ..engine import check_projector
+            from ..errors import ModelLoadError
+            try:
+                check_projector(str(models.resolve(s["model"])), s["mmproj"])
+            except ModelLoadError as e:
+                raise ValueError(f"--mmproj: {e}") from None
         import uvicorn
     except ImportError as e:
         print(f"pyriver serve needs the server extra (pip install \"pyriver[server]\"): {e}", file=sys.stderr)

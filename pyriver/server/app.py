@@ -20,7 +20,7 @@ from ..errors import ContextFullError
 from ..grammar import GrammarError, constrain
 from ..sampling import Sampler
 from ..toolcall import ToolError
-from . import drafting, embeddings, infill, messages, props, rerank, responses
+from . import drafting, embeddings, infill, messages, multimodal, props, rerank, responses
 from . import builtin_template, llamacpp_api as L, lora as lora_api, openai_api
 from .prompt_cache import DEFAULT_MIB
 from .cors import CORS
@@ -48,6 +48,7 @@ class Server:
         self.model_id = self.aliases[0] if self.aliases else None
         self.inbox: Optional[Inbox] = None   # made on the event loop, at start-up
         self.streams = Sessions()            # conversation streams (X-Conversation-Id)
+        self.projector = None                # --mmproj: the model's engine.mtmd.Projector (multimodal.py)
 
     def load(self) -> None:
         try:
@@ -59,6 +60,8 @@ class Server:
                 # a rejected draft would run the slot's tokens again (a recurrent memory cannot be cut
                 # part-way): default drafts do not pay there; --lossless asks for them anyway
                 llm.set_lossless(False)
+            if s.get("mmproj"):   # multimodal input: libmtmd over the llama.cpp engine's context
+                self.projector = llm.load_projector(s["mmproj"], multimodal.marker())
             llm.chat_stops(None)   # compiles the chat template once, before any request thread
             llm._template = builtin_template.from_settings(s, llm._template)   # --chat-template(-file)
             self.model_id = self.model_id or llm.model_path.rsplit("/", 1)[-1]
@@ -130,10 +133,10 @@ class Server:
         except ValueError as e:
             raise APIError(400, str(e)) from None
 
-    def submit(self, f: Dict, toks: List[int], logprobs: Optional[int], sampler: Sampler) -> Request:
+    def submit(self, f: Dict, toks: List[int], logprobs: Optional[int], sampler: Sampler, media=None) -> Request:
         return self.submit_request(toks, sampler, f["max_tokens"] or self.max_tokens(toks), logprobs,
                                    lora=f.get("lora"), id_slot=f.get("id_slot", -1) if f["n"] in (None, 1) else -1,
-                                   progress=bool(f["stream"] and f.get("return_progress")))
+                                   progress=bool(f["stream"] and f.get("return_progress")), media=media)
 
     def max_tokens(self, toks: List[int]) -> int:
         """A request's token limit when it gives none: --n-predict, else the rest of the context
@@ -145,12 +148,13 @@ class Server:
         """One sampler per choice (f["n"]), each with its own grammar state (run off the event loop)."""
         return [self.sampler(f, toks, grammar) for _ in range(f["n"] or 1)]
 
-    def submit_n(self, f: Dict, toks: List[int], logprobs: Optional[int], samplers: List[Sampler]) -> List[Request]:
+    def submit_n(self, f: Dict, toks: List[int], logprobs: Optional[int], samplers: List[Sampler],
+                 media=None) -> List[Request]:
         """f["n"] requests of one prompt (n choices); all or none: a refused one cancels the others."""
         rs: List[Request] = []
         try:
             for sampler in samplers:
-                rs.append(self.submit(f, toks, logprobs, sampler))
+                rs.append(self.submit(f, toks, logprobs, sampler, media))
         except APIError:
             for r in rs:
                 r.cancel()
@@ -158,12 +162,14 @@ class Server:
         return rs
 
     def submit_request(self, toks: List[int], sampler: Sampler, max_tokens: int, logprobs: Optional[int],
-                       probs=None, lora=None, id_slot: int = -1, progress: bool = False) -> Request:
+                       probs=None, lora=None, id_slot: int = -1, progress: bool = False, media=None) -> Request:
         """lora: the request's `lora` field as sent (server/lora.py checks it: 400). id_slot:
-        llama-server's, the slot that runs it (Scheduler.submit). progress: prompt progress reports."""
+        llama-server's, the slot that runs it (Scheduler.submit). progress: prompt progress reports.
+        media: a multimodal prompt's chunks by position (toks holds NULL_TOKEN there)."""
         scales = lora_api.request_scales(self, lora)
         r = Request(prompt=toks, sampler=sampler, max_tokens=max_tokens, logprobs=logprobs, out=self.inbox.out(),
-                    probs=probs, lora=scales, id_slot=-1 if id_slot is None else id_slot, progress=progress)
+                    probs=probs, lora=scales, id_slot=-1 if id_slot is None else id_slot, progress=progress,
+                    media=media or {})
         try:
             self.sched.submit(r)
         except QueueFull as e:

@@ -18,7 +18,7 @@ from starlette.routing import Route
 from .. import __version__
 from .. import completion as C
 from ..sampling import SamplingParams
-from . import streams
+from . import multimodal, streams
 from .disconnect import or_cancel
 from .schema import APIError, end_error, json_object
 
@@ -167,8 +167,8 @@ def prompts_of(p) -> Tuple[List[Any], bool]:
 
 def tokens_of(srv, p, add_special: bool = True) -> List[int]:
     if isinstance(p, dict):
-        if set(p) - {"prompt_string"} or not isinstance(p.get("prompt_string"), str):
-            raise APIError(400, "a JSON prompt needs only 'prompt_string' (multimodal data is not supported)",
+        if set(p) - {"prompt_string", "multimodal_data"} or not isinstance(p.get("prompt_string"), str):
+            raise APIError(400, "a JSON prompt is {\"prompt_string\": text, \"multimodal_data\": [base64, ...]}",
                            param="prompt")
         p = p["prompt_string"]
     parts = [p] if isinstance(p, str) else p
@@ -184,6 +184,15 @@ def tokens_of(srv, p, add_special: bool = True) -> List[int]:
             else:
                 raise APIError(400, "a prompt list holds token ids and strings only", param="prompt")
     return out
+
+
+def prompt_input(srv, p) -> Tuple[List[int], Optional[Dict]]:
+    """(tokens, media chunks by position or None) of one prompt: a JSON prompt with multimodal_data
+    through the projector (server/multimodal.py), anything else as text and token ids, unchecked."""
+    mp = multimodal.json_prompt(srv, p) if isinstance(p, dict) and isinstance(p.get("prompt_string"), str) else None
+    if mp is None:
+        return tokens_of(srv, p), None
+    return multimodal.check(srv, mp), mp.media
 
 
 def _num(v):
@@ -276,14 +285,14 @@ def _nested(fields: List[str], d: Dict) -> Dict:
 class Native:
     """One /completion request on the scheduler: its tokens, text and end in llama-server's terms."""
 
-    def __init__(self, srv, f: Dict, toks: List[int], index: int):
+    def __init__(self, srv, f: Dict, toks: List[int], index: int, media: Optional[Dict] = None):
         self.srv, self.f, self.index = srv, f, index
-        self.toks = srv.prompt_tokens(toks)
+        self.toks = toks if media else srv.prompt_tokens(toks)   # a media prompt was checked as it was made
         self.max_tokens = f["n_predict"] or srv.max_tokens(toks)
         sampler = srv.base_sampler(f["params"], f["seed"], f["bias"])
         self.r = srv.submit_request(toks, sampler, self.max_tokens, f["n_probs"] or None,
                                     post_sampling(sampler, f["n_probs"]) if f["post"] else None, f["lora"],
-                                    f["id_slot"], progress=f["progress"])
+                                    f["id_slot"], progress=f["progress"], media=media)
         self.text = C.TextStream([s.encode("utf-8") for s in f["stops"] if s])
         self.stop_type, self.word, self.t_end, self.raw = "none", "", None, b""
 
@@ -333,8 +342,8 @@ def result(srv, r, f: Dict, toks: List[int], index: int, max_tokens: int, conten
            stop_type: str, word: str, t_end: Optional[float] = None) -> Dict[str, Any]:
     """llama-server's native result of a request (to_json_non_oaicompat): /completion's answer, and the
     __verbose field of the OpenAI routes (server/verbose.py). f: parse_native's fields."""
-    with srv.sched.vocab_lock:
-        prompt = srv.llm.vocab.detokenize(toks, special=True).decode("utf-8", "replace")
+    with srv.sched.vocab_lock:   # media positions (NULL_TOKEN) have no text, as llama-server's detokenize
+        prompt = srv.llm.vocab.detokenize([t for t in toks if t >= 0], special=True).decode("utf-8", "replace")
     return {"index": index, "content": content, "tokens": tokens, "id_slot": r.slot, "stop": True, "model": srv.model_id,
             "tokens_predicted": r.n_decoded, "tokens_evaluated": len(toks),
             "generation_settings": _settings(srv, f, max_tokens), "prompt": prompt, "has_new_line": "\n" in content,
@@ -376,13 +385,13 @@ def routes(srv, guarded) -> List[Route]:
         async def h(req):
             f = await run_in_threadpool(parse_native, srv, await req.body())
             prompts, several = prompts_of(f["body"]["prompt"])
-            toks = [await run_in_threadpool(tokens_of, srv, p) for p in prompts]
+            inputs = [await run_in_threadpool(prompt_input, srv, p) for p in prompts]
             if f["stream"] and several:
                 raise APIError(400, "streaming takes one prompt", param="stream")
             runs = []
             try:
-                for i, t in enumerate(toks):
-                    runs.append(Native(srv, f, t, i))
+                for i, (t, media) in enumerate(inputs):
+                    runs.append(Native(srv, f, t, i, media))
             except APIError:
                 for n in runs:
                     n.r.cancel()
@@ -466,10 +475,17 @@ def routes(srv, guarded) -> List[Route]:
                 raise APIError(400, "'messages' must be a list of message objects", param="messages")
 
             def count():
+                if srv.projector is not None or multimodal.has_media(msgs):   # media's positions counted
+                    ms, files = multimodal.chat_media(srv, msgs)
+                    with srv.sched.vocab_lock:
+                        text, _ = srv.llm.chat_prompt(ms, server_bos=True)
+                    return len(multimodal.tokenize(srv, text, files).tokens)
                 with srv.sched.vocab_lock:
                     return len(srv.llm.chat_tokens(msgs, server_bos=True))
             try:
                 n = await run_in_threadpool(count)
+            except APIError:
+                raise
             except Exception as e:   # the template's own error
                 raise APIError(400, f"the messages do not render with the chat template: {e}", param="messages")
             return JSONResponse({"input_tokens": n})

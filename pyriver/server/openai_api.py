@@ -18,7 +18,7 @@ from .. import completion as C
 from ..logprobs import as_dict as logprobs_dict
 from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream
-from . import llamacpp_api as L, streams, verbose
+from . import llamacpp_api as L, multimodal, streams, verbose
 from .disconnect import or_cancel
 from .river_tokens import TokenExits
 from .scheduler import Request
@@ -98,10 +98,16 @@ def routes(srv, guarded) -> list:
         f = parse(await req.body(), COMPLETION, "prompt", srv.settings.get("defaults"))
         srv.check_model(f["model"])
         p = f["prompt"]
-        p = p[0] if isinstance(p, list) and isinstance(p[0], str) else p
-        toks = srv.prompt_tokens(await run_in_threadpool(_tokenize, srv, p) if isinstance(p, str) else list(p))
+        p = p[0] if isinstance(p, list) and isinstance(p[0], (str, dict)) else p
+        media = None
+        if isinstance(p, dict):   # llama-server's JSON prompt, multimodal_data included (server/multimodal.py)
+            toks, media = await run_in_threadpool(L.prompt_input, srv, p)
+        else:
+            toks = await run_in_threadpool(_tokenize, srv, p) if isinstance(p, str) else list(p)
+        if media is None:
+            srv.prompt_tokens(toks)
         grammar = request_grammar(f["response_format"], f["grammar"], f["json_schema"])
-        rs = srv.submit_n(f, toks, f["logprobs"], await run_in_threadpool(srv.samplers, f, toks, grammar))
+        rs = srv.submit_n(f, toks, f["logprobs"], await run_in_threadpool(srv.samplers, f, toks, grammar), media)
         r = rs[0]   # n choices: n requests
         cid, created, model = C.new_id("cmpl"), C.now(), srv.model_id
         if f["stream"]:
@@ -128,14 +134,22 @@ def routes(srv, guarded) -> list:
     async def _chat(req: HTTPRequest):
         f = parse(await req.body(), CHAT, "messages", srv.settings.get("defaults"))
         srv.check_model(f["model"])
+        files = media = None
+        if srv.projector is not None or multimodal.has_media(f["messages"]):   # media parts: the markers, files
+            f["messages"], files = await run_in_threadpool(multimodal.chat_media, srv, f["messages"])
         plan = await run_in_threadpool(_chat_plan, srv, f)
         try:
-            toks = await run_in_threadpool(_chat_tokens, srv, plan, f)
+            if srv.projector is not None:   # llama-server's: every chat through libmtmd's tokenizer
+                mp = await run_in_threadpool(_chat_media_prompt, srv, plan, f, files)
+                toks, media = multimodal.check(srv, mp), mp.media
+            else:
+                toks = await run_in_threadpool(_chat_tokens, srv, plan, f)
         except ValueError as e:
             raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
-        srv.prompt_tokens(toks)
+        if media is None:
+            srv.prompt_tokens(toks)
         rs = srv.submit_n(f, toks, (f["top_logprobs"] or 0) if f["logprobs"] else None,
-                          await run_in_threadpool(srv.samplers, f, toks, plan.grammar))
+                          await run_in_threadpool(srv.samplers, f, toks, plan.grammar), media)
         r = rs[0]
         stops = srv.llm.chat_stops(f["stops"])
         cid, created, model = C.new_id("chatcmpl"), C.now(), srv.model_id
@@ -158,7 +172,8 @@ def routes(srv, guarded) -> list:
 
     async def models(req: HTTPRequest):
         async def h(_):
-            return JSONResponse({"object": "list", "data": [   # llama-server's entry of its one model
+            return JSONResponse({"models": [multimodal.models_entry(srv)],   # llama-server's (Ollama-shaped) list
+                                 "object": "list", "data": [   # llama-server's entry of its one model
                 {"id": srv.model_id, "aliases": srv.aliases, "tags": srv.tags, "object": "model", "created": C.now(),
                  "owned_by": "pyriver", "meta": srv.meta()}]})
         return await guarded(req, h)
@@ -185,6 +200,14 @@ def _chat_tokens(srv, plan: ChatPlan, f: Dict) -> List[int]:
     with srv.sched.vocab_lock:
         return srv.llm.chat_tokens(plan.messages, f["add_generation_prompt"], f["continue_final"], server_bos=True,
                                    **plan.extra)
+
+
+def _chat_media_prompt(srv, plan: ChatPlan, f: Dict, files):
+    """The chat's prompt text with its media markers, through the projector (server/multimodal.py)."""
+    with srv.sched.vocab_lock:
+        text, _ = srv.llm.chat_prompt(plan.messages, f["add_generation_prompt"], f["continue_final"], server_bos=True,
+                                      **plan.extra)
+    return multimodal.tokenize(srv, text, files or [])
 
 
 async def _collect(r: Request, stops: List[str], ev: Optional[Events] = None):

@@ -14,8 +14,10 @@ DEFAULT_MIB = 8192   # llama-server's --cache-ram default
 
 
 def common_prefix(a: List[int], b: List[int]) -> int:
+    """Their common tokens from the start, up to the first media position (a negative id,
+    NULL_TOKEN: two images are not told apart by it, so reuse stops there)."""
     n, limit = 0, min(len(a), len(b))
-    while n < limit and a[n] == b[n]:
+    while n < limit and a[n] == b[n] and a[n] >= 0:
         n += 1
     return n
 

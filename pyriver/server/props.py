@@ -28,7 +28,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ..atomic import replacing
-from . import llamacpp_api as L
+from . import llamacpp_api as L, multimodal
 from .lora import brief as lora_brief
 from .schema import APIError, json_object
 
@@ -76,7 +76,8 @@ def props(srv) -> Dict[str, Any]:
         "total_slots": s["parallel"],
         "model_alias": srv.model_id,
         "model_path": llm.model_path,
-        "modalities": {"vision": False, "video": False, "audio": False},
+        "modalities": multimodal.modalities(srv),   # --mmproj's projector, as libmtmd reports it
+        "media_marker": multimodal.marker(),
         "endpoint_slots": s.get("endpoint_slots", True),
         "endpoint_props": s.get("endpoint_props", False),
         "endpoint_metrics": True,   # /metrics is always served

@@ -8,7 +8,9 @@ steps on the River path, every drafting slot in one step each; then its newest t
 run at full depth in the step with the prompt chunks, and each slot keeps what pyriver.lossless's
 rule keeps (its own drafts, its own draft length): the tokens of a stream are full depth's. With
 a drafter instead (server.drafting: a draft model, n-gram lookup) the drafts come from it and
-its rule decides; with context shift a full slot drops half of its tokens after n_keep and goes on."""
+its rule decides; with context shift a full slot drops half of its tokens after n_keep and goes on.
+A multimodal prompt's media chunk (--mmproj) runs in its slot's sequence as a feed of its own, decoded
+before the step's batch (llama-server's order); a text chunk stops where the next media chunk starts."""
 from __future__ import annotations
 
 import collections
@@ -17,7 +19,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .. import lossless
 from ..batch import BatchDecoder, Feed
@@ -69,6 +71,9 @@ class Request:
     # llama-server's return_progress (streams): ("progress", {total, cache, processed, time_ms}) items when its
     # slot starts and after each of its prompt chunks, before its first token
     progress: bool = False
+    # a multimodal prompt's media chunks by their first position (engine.mtmd.Media); prompt holds
+    # NULL_TOKEN there, one per position
+    media: Dict[int, object] = field(default_factory=dict)
 
     def cancel(self) -> None:
         """The client is gone or has what it wants (a stop string): the slot frees at the next step."""
@@ -103,6 +108,7 @@ class Slot:
         self.last_start = 0            # when it last took a request (the scheduler's count of starts)
         self.task: Optional[Request] = None   # the request it holds, else the last it held (/slots)
         self.lora: Tuple[float, ...] = ()     # the LoRA scales its cache was computed with
+        self.media: Dict[int, object] = {}    # its request's media chunks by sequence position
 
 
 class Scheduler:
@@ -319,6 +325,7 @@ class Scheduler:
         self.dec.truncate(s.seq, n)
         s.cached = r.prompt[:n]
         s.pending = r.prompt[n:]
+        s.media = r.media   # reuse stops before the first media chunk (common_prefix): all of them are pending
         s.history = list(r.prompt)
         s.next_tok = None
         s.req = s.task = r
@@ -438,13 +445,24 @@ class Scheduler:
         if cap is None:
             cap = min(PROMPT_CHUNK, max(1, self.dec.n_batch - len(self.slots))) if feeds else budget
         for s in self.slots:
+            if self._in_step(s) and s.pending and s.media:
+                m = s.media.get(len(s.cached))
+                if m is not None:   # a media chunk: its own decode this step (no share of the batch)
+                    feeds.append(Feed(s.seq, s.pending[:m.n_pos], prompt=True, logits=False, media=m))
+                    continue
             if self._in_step(s) and s.pending and budget > 0:
-                k = min(len(s.pending), cap, budget)
+                k = min(len(s.pending), cap, budget, self._text_run(s))
                 chunk = s.pending[:k]
                 # after a context shift the kept tokens run again, then the slot decodes on
                 feeds.append(Feed(s.seq, chunk, prompt=True, logits=k == len(s.pending) and s.next_tok is None))
                 budget -= k
         return feeds
+
+    def _text_run(self, s: Slot) -> int:
+        """Pending prompt tokens of s up to its next media chunk (a text chunk stops there)."""
+        at = len(s.cached)
+        nxt = min((p for p in s.media if p >= at), default=None)
+        return len(s.pending) if nxt is None else nxt - at
 
     def _in_step(self, s: Slot) -> bool:
         return s.req is not None and (self.group is None or s.lora == self.group)

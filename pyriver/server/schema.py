@@ -38,9 +38,9 @@ def _stop(v):
     return v is None or isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v))
 
 
-def _prompt(v):
-    return isinstance(v, str) or (isinstance(v, list) and len(v) > 0 and all(_int(t) for t in v)) or \
-        (isinstance(v, list) and len(v) == 1 and isinstance(v[0], str))
+def _prompt(v):   # a JSON prompt {prompt_string, multimodal_data} too, as llama-server's /v1/completions
+    return isinstance(v, (str, dict)) or (isinstance(v, list) and len(v) > 0 and all(_int(t) for t in v)) or \
+        (isinstance(v, list) and len(v) == 1 and isinstance(v[0], (str, dict)))
 
 
 def _messages(v):   # content (text, text parts, null with tool_calls) is checked by pyriver.toolcall
@@ -79,7 +79,7 @@ _COMMON = {
     "verbose": (lambda v: isinstance(v, bool), "a boolean", None),
     "backend_sampling": (lambda v: isinstance(v, bool), "a boolean", False),
 }
-COMPLETION = dict(_COMMON, prompt=(_prompt, "a string or a list of token ids", None),
+COMPLETION = dict(_COMMON, prompt=(_prompt, "a string, a list of token ids or a JSON prompt", None),
                   logprobs=(lambda v: v is None or (_int(v) and v >= 0), "an integer >= 0", None),
                   echo=(lambda v: v is False, "false (echo is not supported)", False))
 CHAT = dict(_COMMON, messages=(_messages, "a list of {role, content} objects", None),

@@ -10,7 +10,9 @@ nothing served is dropped; any other passes too, so `pyriver serve` refuses it a
 which is the truth). No network: the suite's downloads are answered with the local files.
 
 Tests whose expected text belongs to the suite's usual models (stories260K ...) fail on both and
-drop out by themselves ("neither"). Tests of llama-server's own internals are N/A (NA below).
+drop out by themselves ("neither"). Tests of llama-server's own internals are N/A (NA below). The
+suite's multimodal model, ggml-org/tinygemma3-GGUF, is the local synthetic one (synth_mmproj): its
+text model, and its projector as the hub would hand it with the model (--mmproj, unless --no-mmproj).
 
   python -m pyriver.tools.server_suite --server both --json out.json [--files test_basic ...]
 """
@@ -33,19 +35,16 @@ from pyriver.tools import llama_server
 
 FILES = ["test_basic", "test_security", "test_completion", "test_chat_completion", "test_tokenize",
          "test_embedding", "test_rerank", "test_infill", "test_tool_call", "test_ctx_shift", "test_template",
-         "test_speculative", "test_compat_oai_responses", "test_stream", "test_ignore_eos"]
+         "test_speculative", "test_compat_oai_responses", "test_stream", "test_ignore_eos", "test_vision_api"]
 
-# (file, test name regex, reason): llama-server's own internals, no part of the OpenAI-style API, and
-# multimodal input, which needs a projector model (mmproj) this setup has none of. What a client sees
-# and pyriver lacks is no N/A: it is a gap (tests/tools/server_suite_gaps.json)
+# (file, test name regex, reason): llama-server's own internals, no part of the OpenAI-style API. What
+# a client sees and pyriver lacks is no N/A: it is a gap (tests/tools/server_suite_gaps.json)
 NA = [
     ("test_basic", r"test_no_ui$", "llama-server's web UI (--no-ui)"),
     ("test_basic", r"test_load_split_model$", "a split GGUF fetched from the hub"),
     ("test_security", r"test_access_static_assets_without_api_key$", "llama-server's web UI assets"),
     ("test_security", r"test_cors_origins_defaults_to_localhost_with_tools_enabled|test_cors_proxy_.*",
      "llama-server's built-in tools and CORS proxy"),
-    ("test_security", r"test_local_media_file", "multimodal media files (--media-path): needs an mmproj model, none here"),
-    ("test_completion", r"test_json_prompt_.*", "multimodal prompts (mtmd): needs an mmproj model, none here"),
 ]
 
 # llama-server flags that take no value (everything else the suite passes takes one)
@@ -56,6 +55,7 @@ _BOOL = {"--offline", "--cont-batching", "--embedding", "--reranking", "--metric
 _DROP = {"--offline", "--cont-batching", "--batch-size", "--ubatch-size", "--swa-full",
          "-fa", "--no-cache-idle-slots", "--no-jinja", "--no-mmproj", "--n-gpu-layers"}
 _MODEL = {"--model", "--hf-repo", "--hf-file", "--model-url"}
+_MMPROJ = {"--mmproj", "--mmproj-url"}
 
 
 # -- the suite's files ---------------------------------------------------------------------------
@@ -71,11 +71,21 @@ def suite_dir() -> Path:
     root = cache_dir() / "server-suite" / version / "llama.cpp"
     tests = root / "tools" / "server" / "tests"
     if (tests / "utils.py").is_file():
+        _media(root)   # a copy extracted before the multimodal tests ran has no image
         return tests
     src = llama_server.sdist_root() / "vendor" / "llama.cpp"
     for sub in ("tools/server/tests", "models/templates"):
         shutil.copytree(src / sub, root / sub, dirs_exist_ok=True)
+    _media(root)
     return tests
+
+
+def _media(root: Path) -> None:
+    """The image test_security's --media-path tests read (tools/mtmd/test-1.jpeg, "../../../tools" from the tests)."""
+    img = root / "tools" / "mtmd" / "test-1.jpeg"
+    if not img.is_file():
+        img.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(llama_server.sdist_root() / "vendor" / "llama.cpp" / "tools" / "mtmd" / "test-1.jpeg", img)
 
 
 # -- the shims: the suite's command line, local models, pyriver's flags -------------------------------
@@ -92,21 +102,44 @@ def _split(argv: List[str]) -> List[List[str]]:
     return out
 
 
-def _local_model(pairs: List[List[str]]) -> str:
-    names = " ".join(p[1] for p in pairs if p[0] in _MODEL and len(p) > 1).lower()
+def _model_names(pairs: List[List[str]]) -> str:
+    return " ".join(p[1] for p in pairs if p[0] in _MODEL and len(p) > 1).lower()
+
+
+def tinygemma3() -> List[str]:
+    """[text model, mmproj] of the local tinygemma3, written into the cache once."""
+    from pyriver.tools.synth_mmproj import ensure_tinygemma3
     models = cache_dir() / "models"
+    return list(ensure_tinygemma3(cache_dir() / "synthetic" / "tinygemma3", models / "gemma-3-270m-q4_k_m.gguf"))
+
+
+def _local_model(pairs: List[List[str]]) -> str:
+    names = _model_names(pairs)
+    models = cache_dir() / "models"
+    if "tinygemma3" in names:
+        return tinygemma3()[0]
     if "gemma" in names:
         return str(models / "gemma-3-270m-q4_k_m.gguf")
     return os.environ.get("PYRIVER_SUITE_MODEL") or str(models / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+def _projector(pairs: List[List[str]]) -> List[str]:
+    """The --mmproj the hub would hand with the model (tinygemma3's, unless --no-mmproj), or the
+    local file for a projector named by URL; none otherwise."""
+    flags = {p[0] for p in pairs}
+    if "--mmproj-url" in flags or ("tinygemma3" in _model_names(pairs) and "--no-mmproj" not in flags
+                                   and "--mmproj" not in flags):
+        return ["--mmproj", tinygemma3()[1]]
+    return []
+
+
 def llama_args(argv: List[str]) -> List[str]:
     pairs = _split(argv)
-    out = ["--model", _local_model(pairs)]
+    out = ["--model", _local_model(pairs), *_projector(pairs)]
     for p in pairs:
         if p[0] == "--model-draft":
             p = [p[0], _local_model([])]
-        if p[0] not in _MODEL and p[0] != "--offline":
+        if p[0] not in _MODEL and p[0] not in ("--offline", "--mmproj-url"):
             out += p
     return out
 
@@ -115,11 +148,11 @@ def pyriver_args(argv: List[str]) -> List[str]:
     from pyriver.server import parser
     known = parser()._option_string_actions
     pairs = _split(argv)
-    out = [_local_model(pairs)]
+    out = [_local_model(pairs), *_projector(pairs)]
     n_par = next((int(p[1]) for p in pairs if p[0] in ("--parallel", "-np")), None)
     for p in pairs:
         flag = p[0]
-        if flag in _MODEL or flag in known and flag in _DROP:
+        if flag in _MODEL or flag == "--mmproj-url" or flag in known and flag in _DROP:
             continue
         if flag in known:
             out += p

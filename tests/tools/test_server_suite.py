@@ -18,7 +18,7 @@ GAPS = Path(__file__).with_name("server_suite_gaps.json")
 
 SUITE_ARGS = ("--port 8080 --temp 0.8 --seed 42 --host 127.0.0.1 --hf-repo ggml-org/test-model-stories260K "
               "--batch-size 32 --no-slots --alias tinyllama-2 --ctx-size 512 --parallel 2 --n-predict 64 "
-              "--no-jinja --embedding --reranking --kv-unified --backend_sampling --mmproj mm.gguf").split()
+              "--no-jinja --embedding --reranking --kv-unified --backend_sampling --ctx-checkpoints 3").split()
 
 
 def test_shims_map_the_suites_command_line(monkeypatch):
@@ -31,13 +31,27 @@ def test_shims_map_the_suites_command_line(monkeypatch):
     assert "--no-slots" in a    # GET /slots answers 501, as llama-server's
     assert "--kv-unified" in a and "--backend_sampling" in a   # known: the shared pool, backend sampling
     assert a[-1] == "--no-lossless"   # no drafts, as llama-server without --spec-type
-    assert a[a.index("--mmproj") + 1] == "mm.gguf"   # unknown: passed, so it refuses to start (the truth)
+    assert a[a.index("--ctx-checkpoints") + 1] == "3"   # unknown: passed, so it refuses to start (the truth)
+    assert "--mmproj" not in a   # stories260K has no projector
     monkeypatch.setenv("PYRIVER_SUITE_LENIENT", "1")
     lenient = S.pyriver_args(SUITE_ARGS)
-    assert "--mmproj" not in lenient and "mm.gguf" not in lenient and "--embedding" in lenient
+    assert "--ctx-checkpoints" not in lenient and "3" not in lenient and "--embedding" in lenient
     b = S.llama_args(SUITE_ARGS + ["--model-draft", "x.gguf"])
     assert b[:2] == ["--model", a[0]] and "--hf-repo" not in b and b[b.index("--model-draft") + 1] == a[0]
-    assert S._local_model([["--hf-repo", "ggml-org/tinygemma3-GGUF:Q8_0"]]).endswith("gemma-3-270m-q4_k_m.gguf")
+    assert S._local_model([["--hf-repo", "ggml-org/gemma-3-270m-GGUF"]]).endswith("gemma-3-270m-q4_k_m.gguf")
+
+
+def test_shims_serve_tinygemma3_with_its_projector(monkeypatch, tmp_path):
+    """ggml-org/tinygemma3-GGUF is the local synthetic pair; the projector comes with it as the hub's
+    -hf hands it, for both servers, unless --no-mmproj; --mmproj-url names the local projector."""
+    monkeypatch.setattr(S, "tinygemma3", lambda: [str(tmp_path / "t.gguf"), str(tmp_path / "mm.gguf")])
+    hf = ["--hf-repo", "ggml-org/tinygemma3-GGUF:Q8_0", "--media-path", "../../../tools", "--parallel", "2"]
+    for args in (S.pyriver_args(hf), S.llama_args(hf)[1:]):
+        assert args[0] == str(tmp_path / "t.gguf") and args[args.index("--mmproj") + 1] == str(tmp_path / "mm.gguf")
+        assert args[args.index("--media-path") + 1] == "../../../tools" and "--hf-repo" not in args
+    assert "--mmproj" not in S.pyriver_args(hf + ["--no-mmproj"]) and "--mmproj" not in S.llama_args(hf + ["--no-mmproj"])
+    url = S.llama_args(["--hf-repo", "x/stories", "--mmproj-url", "https://x/mm.gguf"])
+    assert url[url.index("--mmproj") + 1] == str(tmp_path / "mm.gguf") and "--mmproj-url" not in url
 
 
 def test_verdicts():
