@@ -458,6 +458,7 @@ def routes(srv, guarded) -> List[Route]:
             if not isinstance(agp, bool):
                 raise APIError(400, "'add_generation_prompt' must be a boolean", param="add_generation_prompt")
             extra = template_vars(srv, body)
+            msgs, _ = multimodal.chat_media(srv, msgs)   # content parts joined as in a chat (media: markers)
             srv.llm.chat_stops(None)   # compiles the template once
             try:
                 prompt = srv.llm._template.render(msgs, add_generation_prompt=agp, **extra)
@@ -475,13 +476,13 @@ def routes(srv, guarded) -> List[Route]:
                 raise APIError(400, "'messages' must be a list of message objects", param="messages")
 
             def count():
-                if srv.projector is not None or multimodal.has_media(msgs):   # media's positions counted
-                    ms, files = multimodal.chat_media(srv, msgs)
+                ms, files = multimodal.chat_media(srv, msgs)   # content parts joined as in a chat
+                if srv.projector is not None:   # media's positions counted
                     with srv.sched.vocab_lock:
                         text, _ = srv.llm.chat_prompt(ms, server_bos=True)
                     return len(multimodal.tokenize(srv, text, files).tokens)
                 with srv.sched.vocab_lock:
-                    return len(srv.llm.chat_tokens(msgs, server_bos=True))
+                    return len(srv.llm.chat_tokens(ms, server_bos=True))
             try:
                 n = await run_in_threadpool(count)
             except APIError:

@@ -47,11 +47,6 @@ def models_entry(srv) -> Dict:
                         "quantization_level": ""}}
 
 
-def has_media(messages) -> bool:
-    return any(isinstance(m, dict) and isinstance(m.get("content"), list) and
-               any(isinstance(p, dict) and p.get("type") in _MEDIA_PARTS for p in m["content"]) for m in messages)
-
-
 def _url(part: Dict, key: str) -> object:
     v = part.get(key)
     if key == "image_url":
@@ -62,15 +57,15 @@ def _url(part: Dict, key: str) -> object:
 
 
 def chat_media(srv, messages: List[Dict]) -> Tuple[List[Dict], List[bytes]]:
-    """The messages with each media part replaced by the marker (a message with media joined into
-    one string), and the files in order (llama-server's oaicompat_content_load_media)."""
+    """The messages with their content parts joined into one string, each media part replaced by the
+    marker, and the files in order (llama-server's oaicompat_content_load_media; text parts joined
+    with a newline, as llama-server joins them for every template that takes string content)."""
     files: List[bytes] = []
     out = []
     allowed = modalities(srv)
     for m in messages:
         content = m.get("content") if isinstance(m, dict) else None
-        if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") in _MEDIA_PARTS
-                                                    for p in content):
+        if not isinstance(content, list):
             out.append(m)
             continue
         text, last_marker = "", False

@@ -135,8 +135,8 @@ def routes(srv, guarded) -> list:
         f = parse(await req.body(), CHAT, "messages", srv.settings.get("defaults"))
         srv.check_model(f["model"])
         files = media = None
-        if srv.projector is not None or multimodal.has_media(f["messages"]):   # media parts: the markers, files
-            f["messages"], files = await run_in_threadpool(multimodal.chat_media, srv, f["messages"])
+        # content parts joined as llama-server joins them (media: the markers, and the files)
+        f["messages"], files = await run_in_threadpool(multimodal.chat_media, srv, f["messages"])
         plan = await run_in_threadpool(_chat_plan, srv, f)
         try:
             if srv.projector is not None:   # llama-server's: every chat through libmtmd's tokenizer
