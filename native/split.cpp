@@ -40,8 +40,12 @@ std::unique_ptr<weight_file> open_model_file(const char * path) {
     const int no = u16_key(f->gguf, KEY_NO, first);
     if (no < 0) fail(PR_ERR_MODEL, "'%s' has split.count %d but no split.no", path, n);
     // llama.cpp's rule too: a split model is loaded by its first shard, which has the metadata.
-    if (no != 0) fail(PR_ERR_MODEL, "'%s' is shard %d of %d of a split model: load the first shard (%s)", path, no + 1, n,
-                      shard_name("PREFIX", 0, n).c_str());
+    if (no != 0) {
+        const std::string own = shard_name("", no, n);
+        const bool named = first.size() > own.size() && first.compare(first.size() - own.size(), own.size(), own) == 0;
+        fail(PR_ERR_MODEL, "'%s' is shard %d of %d of a split model: load the first shard, '%s'", path, no + 1, n,
+             shard_name(named ? first.substr(0, first.size() - own.size()) : "PREFIX", 0, n).c_str());
+    }
     const std::string tail = shard_name("", 0, n);
     if (first.size() <= tail.size() || first.compare(first.size() - tail.size(), tail.size(), tail) != 0) {
         fail(PR_ERR_MODEL, "'%s' is the first of %d shards but its name does not end in '%s' (the other shards are found by name)",
