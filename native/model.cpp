@@ -6,6 +6,7 @@
 #include "placement.h"
 #include "river.h"
 #include "rpc.h"
+#include "split.h"
 
 #include <algorithm>
 #include <cmath>
@@ -190,10 +191,9 @@ struct expect {
     int64_t ne2 = 1;    // experts of a mixture
 };
 
-static void check_tensor(const model & m, const expect & e, ggml_tensor * t) {
-    const int64_t i = m.file->index(e.name);
-    const int64_t * ne = gguf_get_tensor_ne(m.gguf, i);
-    const ggml_type type = gguf_get_tensor_type(m.gguf, i);
+static void check_tensor(const expect & e, const ggml_tensor * t) {
+    const int64_t * ne = t->ne;   // as the GGUF gives them (gguf_init_from_file made the descriptor)
+    const ggml_type type = t->type;
     const int64_t want1 = e.ne1 ? e.ne1 : 1;
     if (ne[0] != e.ne0 || ne[1] != want1 || ne[2] != e.ne2 || ne[3] != 1) {
         fail(PR_ERR_MODEL, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]", e.name.c_str(),
@@ -203,7 +203,6 @@ static void check_tensor(const model & m, const expect & e, ggml_tensor * t) {
     if (!usable_type(type)) fail(PR_ERR_MODEL, "tensor '%s' has unsupported type %d", e.name.c_str(), (int) type);
     if (!e.matrix && type != GGML_TYPE_F32) fail(PR_ERR_MODEL, "tensor '%s' must be F32, is %s", e.name.c_str(), ggml_type_name(type));
     if (ne[0] % ggml_blck_size(type) != 0) fail(PR_ERR_MODEL, "tensor '%s': row size %lld is not a multiple of its type's block", e.name.c_str(), (long long) ne[0]);
-    (void) t;
 }
 
 // llama.cpp's vocabulary loader (which pyriver's tokenizer is) asserts, and so aborts, on some
@@ -230,9 +229,9 @@ static void validate_tokenizer(const gguf_context * g, int64_t n_vocab) {
 static void validate_and_bind(model & m) {
     const hparams & hp = m.hp;
     // tok_embd gives the vocabulary size; everything else follows from the hyper-parameters.
-    const int64_t ie = gguf_find_tensor(m.gguf, "token_embd.weight");
-    if (ie < 0) fail(PR_ERR_MODEL, "tensor 'token_embd.weight' is missing");
-    const int64_t n_vocab = gguf_get_tensor_ne(m.gguf, ie)[1];
+    const ggml_tensor * embd = m.file->tensor("token_embd.weight");   // in any shard of a split model
+    if (!embd) fail(PR_ERR_MODEL, "tensor 'token_embd.weight' is missing");
+    const int64_t n_vocab = embd->ne[1];
     if (n_vocab < 1 || n_vocab > (1 << 24)) fail(PR_ERR_MODEL, "bad vocabulary size %lld", (long long) n_vocab);
     m.hp.n_vocab = (int) n_vocab;
     validate_tokenizer(m.gguf, n_vocab);
@@ -278,14 +277,12 @@ static void validate_and_bind(model & m) {
     std::map<ggml_type, int> type_count;
     for (const expect & e : ex) {
         if (e.unless && *e.unless) continue;   // the fused attn_qkv replaces it, as in llama.cpp
-        const int64_t i = gguf_find_tensor(m.gguf, e.name.c_str());
-        if (i < 0) {
+        ggml_tensor * t = m.file->tensor(e.name);
+        if (!t) {
             if (e.required) fail(PR_ERR_MODEL, "tensor '%s' is missing", e.name.c_str());
             continue;
         }
-        ggml_tensor * t = ggml_get_tensor(m.meta, e.name.c_str());
-        if (!t) fail(PR_ERR_MODEL, "tensor '%s' has no descriptor", e.name.c_str());
-        check_tensor(m, e, t);
+        check_tensor(e, t);
         *e.dst = t;
         if (e.matrix && e.name.rfind("blk.", 0) == 0) type_count[t->type]++;
     }
@@ -372,14 +369,14 @@ static void join_projections(model & m) {
 }
 
 void check_file(const char * path) {
-    std::unique_ptr<weight_file> f = open_weight_file(path);
+    std::unique_ptr<weight_file> f = open_model_file(path);   // every shard of a split model
     // A file without a vocabulary ("no_vocab" models) is llama.cpp's to judge: it does not assert there.
     if (gguf_find_key(f->gguf, "tokenizer.ggml.tokens") >= 0) validate_tokenizer(f->gguf, -1);
 }
 
 model * load_model(const char * path, const pr_model_params & params) {
     std::unique_ptr<model> m(new model());
-    m->file = open_weight_file(path);
+    m->file = open_model_file(path);
     m->path = path;
     m->gguf = m->file->gguf;
     m->meta = m->file->meta;
@@ -397,9 +394,11 @@ model * load_model(const char * path, const pr_model_params & params) {
     if (params.rope_freq_scale > 0.0f) m->hp.rope_freq_scale = params.rope_freq_scale;
     validate_and_bind(*m);
 
-    for (ggml_tensor * t = ggml_get_first_tensor(m->meta); t; t = ggml_get_next_tensor(m->meta, t)) {
-        m->n_params += ggml_nelements(t);
-        m->n_bytes += ggml_nbytes(t);
+    for (const weight_file * f : m->file->files()) {
+        for (ggml_tensor * t = ggml_get_first_tensor(f->meta); t; t = ggml_get_next_tensor(f->meta, t)) {
+            m->n_params += ggml_nelements(t);
+            m->n_bytes += ggml_nbytes(t);
+        }
     }
     assign_devices(*m, params);
     join_projections(*m);

@@ -113,14 +113,12 @@ void build_river(const model & m, const char * river_type, const char * head_typ
     // a full-depth token's; its copy reads the tied embedding where the model ties them.
     if (with_head) add_job(RIVER_HEAD, m.output, want_head);
 
-    const size_t data_off = gguf_get_data_offset(m.gguf);
-    const uint8_t * base = (const uint8_t *) m.file->mapping;
     const int nt = std::max(1, n_threads);
     for (size_t ji = 0; ji < jobs.size(); ji++) {
         job & j = jobs[ji];
         const ggml_tensor * src = j.src;
         const int64_t n_per_row = src->ne[0], nrows = ggml_nrows(src);   // all experts' rows
-        const uint8_t * src_data = base + data_off + gguf_get_tensor_offset(m.gguf, m.file->index(ggml_get_name(src)));
+        const uint8_t * src_data = m.file->data(src);   // in its shard, for a split model
         std::vector<float> f32((size_t) ggml_nelements(src));
         to_f32(src, src_data, f32.data());
         j.data.resize(ggml_row_size(j.type, n_per_row) * nrows);
@@ -147,7 +145,7 @@ void build_river(const model & m, const char * river_type, const char * head_typ
     if (with_head) gguf_set_val_str(g, KEY_HEAD, ggml_type_name(want_head));
     if (keep_attn) gguf_set_val_str(g, KEY_KEPT, KEPT_ATTN);
     gguf_set_val_str(g, KEY_SHA, backbone_sha256);
-    gguf_set_val_u64(g, KEY_SIZE, (uint64_t) m.file->size);
+    gguf_set_val_u64(g, KEY_SIZE, (uint64_t) m.file->total_size());
     const std::string bname = m.path.substr(m.path.find_last_of('/') + 1);
     gguf_set_val_str(g, KEY_NAME, bname.c_str());
     std::vector<std::string> types;
@@ -182,7 +180,7 @@ void attach_river(model & m, const char * path, const char * backbone_sha256, bo
     if (backbone_sha256 && *backbone_sha256 && sha != backbone_sha256) {
         fail(PR_ERR_MODEL, "river sidecar '%s' belongs to another model (backbone sha256 %.12s..., this model %.12s...)", path, sha.c_str(), backbone_sha256);
     }
-    if ((size_t) size != m.file->size) fail(PR_ERR_MODEL, "river sidecar '%s' was built for a backbone of %lld bytes, this one has %zu", path, (long long) size, m.file->size);
+    if ((size_t) size != m.file->total_size()) fail(PR_ERR_MODEL, "river sidecar '%s' was built for a backbone of %lld bytes, this one has %zu", path, (long long) size, m.file->total_size());
 
     // What the sidecar declares left at the backbone's: those matrices must be absent from it (a
     // file that declares and holds them is not one this code wrote), the others present.

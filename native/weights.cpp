@@ -19,15 +19,45 @@ weight_file::~weight_file() {
     if (mapping) munmap(mapping, size);
 }
 
-int64_t weight_file::index(const std::string & name) const {
+std::vector<const weight_file *> weight_file::files() const {
+    std::vector<const weight_file *> out{this};
+    for (const auto & s : shards) out.push_back(s.get());
+    return out;
+}
+
+const weight_file * weight_file::holder(const std::string & name) const {
     auto it = copy_of.find(name);
-    return gguf_find_tensor(gguf, it == copy_of.end() ? name.c_str() : it->second.c_str());
+    const char * n = it == copy_of.end() ? name.c_str() : it->second.c_str();
+    for (const weight_file * f : files()) {
+        if (gguf_find_tensor(f->gguf, n) >= 0) return f;
+    }
+    return nullptr;
+}
+
+const uint8_t * weight_file::data(const ggml_tensor * t) const {
+    auto it = copy_of.find(ggml_get_name(t));
+    const char * n = it == copy_of.end() ? ggml_get_name(t) : it->second.c_str();
+    const weight_file * f = holder(n);
+    if (!f || !f->mapping) fail(PR_ERR_INTERNAL, "tensor '%s' has no bytes in the file", n);
+    return (const uint8_t *) f->mapping + gguf_get_data_offset(f->gguf) + gguf_get_tensor_offset(f->gguf, gguf_find_tensor(f->gguf, n));
+}
+
+size_t weight_file::total_size() const {
+    size_t n = 0;
+    for (const weight_file * f : files()) n += f->size;
+    return n;
+}
+
+int64_t weight_file::n_tensors() const {
+    int64_t n = 0;
+    for (const weight_file * f : files()) n += gguf_get_n_tensors(f->gguf);
+    return n;
 }
 
 // Room for a second descriptor of every file tensor and more (duplicate and join add to it).
 ggml_context * weight_file::copies_ctx() {
     if (!copies) {
-        ggml_init_params ip = {ggml_tensor_overhead() * (4 + 2 * (size_t) gguf_get_n_tensors(gguf)), nullptr, true};
+        ggml_init_params ip = {ggml_tensor_overhead() * (4 + 2 * (size_t) n_tensors()), nullptr, true};
         copies = ggml_init(ip);
         if (!copies) fail(PR_ERR_BACKEND, "cannot create a tensor context");
     }
@@ -71,7 +101,10 @@ void weight_file::unjoin(const std::string & name) {
 }
 
 ggml_tensor * weight_file::tensor(const std::string & name) const {
-    return index(name) < 0 ? nullptr : ggml_get_tensor(meta, name.c_str());
+    for (const weight_file * f : files()) {
+        if (gguf_find_tensor(f->gguf, name.c_str()) >= 0) return ggml_get_tensor(f->meta, name.c_str());
+    }
+    return nullptr;
 }
 
 bool usable_type(ggml_type t) {
@@ -200,19 +233,18 @@ ggml_backend_buffer_t alloc_tensors(ggml_backend_buffer_type_t buft, const std::
 
 void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const ggml_tensor *)> & dev_of,
                    ggml_backend_dev_t cpu, bool use_mmap, const std::function<bool(const ggml_tensor *)> & repack) {
-    const size_t data = gguf_get_data_offset(f.gguf);
-    const uint8_t * base = (const uint8_t *) f.mapping;
-    auto file_off = [&](const ggml_tensor * t) { return data + gguf_get_tensor_offset(f.gguf, f.index(ggml_get_name(t))); };
-
-    // Group tensors by buffer type; nullptr stands for "the mapping itself".
+    // Group tensors by buffer type; nullptr stands for "the mapping itself" (of each shard).
     ggml_backend_buffer_type_t repack_buft = repack ? cpu_repack_buft(cpu) : nullptr;
     std::map<ggml_backend_buffer_type_t, std::vector<ggml_tensor *>> per_buft;
     std::vector<ggml_tensor *> all;
-    for (ggml_context * c : {f.meta, f.copies}) {
+    std::vector<ggml_context *> ctxs;
+    for (const weight_file * s : f.files()) ctxs.push_back(s->meta);
+    ctxs.push_back(f.copies);
+    for (ggml_context * c : ctxs) {
         for (ggml_tensor * t = c ? ggml_get_first_tensor(c) : nullptr; t; t = ggml_get_next_tensor(c, t)) {
             const std::string name = ggml_get_name(t);
             // A copy is a duplicate or a join; a join taken back (unjoin) stays in the context, unused.
-            const bool live = c == f.meta || f.copy_of.count(name) || f.parts_of.count(name);
+            const bool live = c != f.copies || f.copy_of.count(name) || f.parts_of.count(name);
             if (live && !f.absorbed.count(name)) all.push_back(t);
         }
     }
@@ -228,20 +260,26 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
     // this process), as llama.cpp unmaps the fragments it copied.
     auto release = [&](const ggml_tensor * t) {
         const uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
-        const uintptr_t a = GGML_PAD((uintptr_t) (base + file_off(t)), page);
-        const uintptr_t b = ((uintptr_t) (base + file_off(t)) + ggml_nbytes(t)) & ~(page - 1);
+        const uintptr_t a = GGML_PAD((uintptr_t) f.data(t), page);
+        const uintptr_t b = ((uintptr_t) f.data(t) + ggml_nbytes(t)) & ~(page - 1);
         if (b > a) madvise((void *) a, b - a, MADV_DONTNEED);
     };
 
     for (auto & kv : per_buft) {
         if (kv.first == nullptr) {
-            // One buffer over the whole mapping; tensors point into it.
-            ggml_backend_buffer_t buf = ggml_backend_cpu_buffer_from_ptr((void *) base, f.size);
-            if (!buf) fail(PR_ERR_BACKEND, "cannot wrap the mapping of '%s'", f.path.c_str());
-            ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-            f.buffers.push_back(buf);
+            // One buffer over each shard's whole mapping; tensors point into their shard's.
+            std::map<const weight_file *, ggml_backend_buffer_t> over;
             for (ggml_tensor * t : kv.second) {
-                if (ggml_backend_tensor_alloc(buf, t, (void *) (base + file_off(t))) != GGML_STATUS_SUCCESS) {
+                const weight_file * s = f.holder(ggml_get_name(t));
+                if (!s) fail(PR_ERR_INTERNAL, "tensor '%s' is in no file", ggml_get_name(t));
+                ggml_backend_buffer_t & buf = over[s];
+                if (!buf) {
+                    buf = ggml_backend_cpu_buffer_from_ptr(s->mapping, s->size);
+                    if (!buf) fail(PR_ERR_BACKEND, "cannot wrap the mapping of '%s'", s->path.c_str());
+                    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+                    f.buffers.push_back(buf);
+                }
+                if (ggml_backend_tensor_alloc(buf, t, (void *) f.data(t)) != GGML_STATUS_SUCCESS) {
                     fail(PR_ERR_BACKEND, "cannot bind '%s'", ggml_get_name(t));
                 }
             }
@@ -253,14 +291,14 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
         for (ggml_tensor * t : kv.second) {
             auto joined = f.parts_of.find(ggml_get_name(t));
             if (joined == f.parts_of.end()) {
-                ggml_backend_tensor_set(t, base + file_off(t), 0, ggml_nbytes(t));
+                ggml_backend_tensor_set(t, f.data(t), 0, ggml_nbytes(t));
                 release(t);
                 continue;
             }
             // Set at once: a repacked buffer takes a tensor's data only whole.
             std::vector<uint8_t> bytes;
             bytes.reserve(ggml_nbytes(t));
-            for (const ggml_tensor * p : joined->second) bytes.insert(bytes.end(), base + file_off(p), base + file_off(p) + ggml_nbytes(p));
+            for (const ggml_tensor * p : joined->second) bytes.insert(bytes.end(), f.data(p), f.data(p) + ggml_nbytes(p));
             ggml_backend_tensor_set(t, bytes.data(), 0, bytes.size());
             for (const ggml_tensor * p : joined->second) {
                 if (f.absorbed.count(ggml_get_name(p))) release(p);

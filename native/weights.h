@@ -19,9 +19,11 @@ namespace pr {
 struct weight_file {
     std::string path;
     size_t size = 0;
-    gguf_context * gguf = nullptr;
+    gguf_context * gguf = nullptr;       // the metadata (a split model's first shard's)
     ggml_context * meta = nullptr;       // tensor descriptors (no data of their own)
     void * mapping = nullptr;            // the whole file, read-only
+    // A split model's other shards, in order (split.h): tensors only, each in its own mapping.
+    std::vector<std::unique_ptr<weight_file>> shards;
     std::vector<ggml_backend_buffer_t> buffers;
     ggml_context * copies = nullptr;     // second descriptors of file tensors (see duplicate, join)
     std::map<std::string, std::string> copy_of;
@@ -29,9 +31,15 @@ struct weight_file {
     std::map<std::string, bool> absorbed;   // parts whose only copy is their joined tensor's
 
     ~weight_file();
-    ggml_tensor * tensor(const std::string & name) const;   // nullptr when absent
-    // Index in the GGUF, or -1 (a copy has its source's).
-    int64_t index(const std::string & name) const;
+    ggml_tensor * tensor(const std::string & name) const;   // any shard's; nullptr when absent
+    // This file, then its shards.
+    std::vector<const weight_file *> files() const;
+    // The file's bytes of tensor t in the mapping of the shard that holds it (a copy: its source's).
+    const uint8_t * data(const ggml_tensor * t) const;
+    // The shard holding tensor name (a copy: its source), or nullptr.
+    const weight_file * holder(const std::string & name) const;
+    size_t total_size() const;           // bytes of every shard
+    int64_t n_tensors() const;           // tensors of every shard
     // A second tensor with the data of tensor src, placed on its own device by place_weights
     // (llama.cpp's duplicated tied head: the embedding stays on the CPU, the head's copy goes
     // with the head).
@@ -46,7 +54,8 @@ struct weight_file {
     ggml_context * copies_ctx();
 };
 
-// Opens, parses and checks that every tensor lies inside the file. Throws PR_ERR_IO.
+// Opens, parses and checks that every tensor lies inside the file. Throws PR_ERR_IO. One file: a
+// model that may be split opens with open_model_file (split.h).
 std::unique_ptr<weight_file> open_weight_file(const char * path);
 
 bool usable_type(ggml_type t);

@@ -51,8 +51,9 @@ def rank_head(path: str, arch: str) -> bool:
     Qwen3-Reranker's `cls.output`) is refused: pyriver's graph does not build it, and scores
     without it would not be llama.cpp's."""
     import gguf
-    r = gguf.GGUFReader(path, "r")
-    head = sorted(t.name for t in r.tensors if t.name.split(".")[0] == "cls")
+    from .shards import shard_paths
+    head = sorted(t.name for p in shard_paths(path) for t in gguf.GGUFReader(p, "r").tensors   # every shard's
+                  if t.name.split(".")[0] == "cls")
     if head:
         raise ValueError(f"pooling_type RANK (4): this model's classifier head ({', '.join(head)}) is not supported")
     return arch in ("qwen3", "qwen3vl")

@@ -93,16 +93,18 @@ def reader_kv(reader: gguf.GGUFReader) -> dict[str, KV]:
     return out
 
 
-def write_plan(path: str | os.PathLike[str], plan: Plan) -> pathlib.Path:
+def write_plan(path: str | os.PathLike[str], plan: Plan, bare: bool = False) -> pathlib.Path:
     """Write header + KV + tensor infos with GGUFWriter, then stream tensor data.
 
     Tensor data is appended chunk by chunk, so peak memory is one chunk (plus
-    whatever a chunk generator holds), independent of model size.
+    whatever a chunk generator holds), independent of model size. bare: no
+    general.architecture unless the plan has one (a split model's later shards
+    hold only the split keys, as gguf-split writes them); else "llama" by default.
     """
     path = pathlib.Path(path)
     kv = dict(plan.kv)
     arch_kv = kv.pop("general.architecture", None)
-    arch = arch_kv.value if arch_kv is not None else "llama"
+    arch = arch_kv.value if arch_kv is not None else None if bare else "llama"
     if isinstance(arch, bytes):
         arch = arch.decode("utf-8")
     alignment = gguf.GGUF_DEFAULT_ALIGNMENT
@@ -114,9 +116,11 @@ def write_plan(path: str | os.PathLike[str], plan: Plan) -> pathlib.Path:
     return path
 
 
-def _write_file(tmp: pathlib.Path, arch: str, alignment: int, kv: dict[str, KV],
+def _write_file(tmp: pathlib.Path, arch: str | None, alignment: int, kv: dict[str, KV],
                 tensors: list[Tensor]) -> None:
-    writer = gguf.GGUFWriter(tmp, arch)
+    writer = gguf.GGUFWriter(tmp, arch or "")
+    if arch is None:   # the key GGUFWriter adds (it skips an empty value today)
+        writer.kv_data[0].pop("general.architecture", None)
     writer.data_alignment = alignment
     try:
         for key, v in kv.items():
@@ -210,6 +214,6 @@ def rewrite_kv(path: str | os.PathLike[str], values: Mapping[str, tuple[Any, GGU
         if vtype == GGUFValueType.STRING and isinstance(v, str):
             v = v.encode("utf-8")
         plan.kv[k] = KV(v, vtype)
-    write_plan(p, plan)
+    write_plan(p, plan, bare=True)   # no key added (a split's later shard has no architecture)
     del reader
     return p

@@ -13,6 +13,7 @@ Tests whose expected text belongs to the suite's usual models (stories260K ...) 
 drop out by themselves ("neither"). Tests of llama-server's own internals are N/A (NA below). The
 suite's multimodal model, ggml-org/tinygemma3-GGUF, is the local synthetic one (synth_mmproj): its
 text model, and its projector as the hub would hand it with the model (--mmproj, unless --no-mmproj).
+The suite's split model (test_load_split_model) is a local split in three shards (_split_source).
 
   python -m pyriver.tools.server_suite --server both --json out.json [--files test_basic ...]
 """
@@ -41,7 +42,6 @@ FILES = ["test_basic", "test_security", "test_completion", "test_chat_completion
 # a client sees and pyriver lacks is no N/A: it is a gap (tests/tools/server_suite_gaps.json)
 NA = [
     ("test_basic", r"test_no_ui$", "llama-server's web UI (--no-ui)"),
-    ("test_basic", r"test_load_split_model$", "a split GGUF fetched from the hub"),
     ("test_security", r"test_access_static_assets_without_api_key$", "llama-server's web UI assets"),
     ("test_security", r"test_cors_origins_defaults_to_localhost_with_tools_enabled|test_cors_proxy_.*",
      "llama-server's built-in tools and CORS proxy"),
@@ -113,11 +113,34 @@ def tinygemma3() -> List[str]:
     return list(ensure_tinygemma3(cache_dir() / "synthetic" / "tinygemma3", models / "gemma-3-270m-q4_k_m.gguf"))
 
 
+def split_model(src: str) -> str:
+    """The first of three shards of src (pyriver.tools.gguf_split), written into the cache once."""
+    import gguf
+    from pyriver.shards import shard_name
+    from pyriver.tools.gguf_split import split
+    prefix = cache_dir() / "synthetic" / "split" / Path(src).stem
+    shards = [Path(shard_name(str(prefix), i, 3)) for i in range(3)]
+    if not all(p.is_file() for p in shards):
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        split(src, str(prefix), max_tensors=-(-len(gguf.GGUFReader(src, "r").tensors) // 3))
+    return str(shards[0])
+
+
+def _split_source() -> str:
+    """What the suite's split model is a split of: Qwen2.5-Coder 1.5B when cached (never fetched here:
+    1.1 GB), whose greedy answer to "Hello" has the "girl" that test_load_split_model expects of
+    stories15M; else the local model."""
+    qwen = cache_dir() / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    return str(qwen) if qwen.is_file() else _local_model([])
+
+
 def _local_model(pairs: List[List[str]]) -> str:
     names = _model_names(pairs)
     models = cache_dir() / "models"
     if "tinygemma3" in names:
         return tinygemma3()[0]
+    if re.search(r"-\d{5}-of-\d{5}\.gguf", names):   # a split model (test_load_split_model's stories15M)
+        return split_model(_split_source())
     if "gemma" in names:
         return str(models / "gemma-3-270m-q4_k_m.gguf")
     return os.environ.get("PYRIVER_SUITE_MODEL") or str(models / "SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -54,6 +54,17 @@ def test_shims_serve_tinygemma3_with_its_projector(monkeypatch, tmp_path):
     assert url[url.index("--mmproj") + 1] == str(tmp_path / "mm.gguf") and "--mmproj-url" not in url
 
 
+def test_shims_serve_the_split_model_as_a_local_split(monkeypatch, tmp_path):
+    """test_load_split_model's hub split (stories15M in 3 shards) is a local split (of Qwen2.5-Coder
+    1.5B when cached), its first shard handed to both servers; no longer N/A."""
+    monkeypatch.setattr(S, "split_model", lambda src: str(tmp_path / f"{src}-00001-of-00003.gguf"))
+    monkeypatch.setattr(S, "_split_source", lambda: "local")
+    hf = ["--hf-repo", "ggml-org/models", "--hf-file", "tinyllamas/split/stories15M-q8_0-00001-of-00003.gguf"]
+    want = str(tmp_path / "local-00001-of-00003.gguf")
+    assert S.pyriver_args(hf)[0] == want and S.llama_args(hf)[:2] == ["--model", want]
+    assert S.na_reason("test_basic::test_load_split_model") is None
+
+
 def test_verdicts():
     llama = {"test_basic::test_a": "passed", "test_basic::test_b": "passed", "test_basic::test_c": "failed",
              "test_basic::test_no_ui": "passed", "test_basic::test_d": "skipped"}
