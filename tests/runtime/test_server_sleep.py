@@ -44,6 +44,7 @@ def test_sleep_and_wake(smol_path):
         _wait_sleep(s.url)
         for path, req in (("/chat/completions/input_tokens", {"messages": [{"role": "user", "content": "Hi"}]}),
                           ("/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "Hi"}]}),
+                          ("/v1/responses/input_tokens", {"input": "Hi"}),
                           ("/tokenize", {"content": "Hello"})):
             status, body = http("POST", s.url + path, req)
             assert status == 200 and not _sleeping(s.url), path
