@@ -142,6 +142,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--models-preset", default=None, metavar="FILE.ini",
                    help="llama-server's model presets: an INI section per model, its keys the flags without "
                         "dashes ([*]: every model's); models of their own name their file (model = PATH)")
+    p.add_argument("--sleep-idle-seconds", type=int, default=-1, metavar="N",
+                   help="after N seconds without a request the model's memory goes; the next request loads it "
+                        "again (llama-server's; -1: never)")
     p.add_argument("--models-max", type=int, default=4,
                    help="most models loaded at once; past it the least recently used idle one unloads (0: no limit)")
     p.add_argument("--models-autoload", dest="models_autoload", action="store_true", default=True,
@@ -170,6 +173,8 @@ def settings(a: argparse.Namespace) -> dict:
         if a.model is not None or a.alias is not None or a.model_draft is not None:
             raise ValueError("--models-dir and --models-preset serve their models under their own names: leave out "
                              "the model, --alias and --model-draft (a preset may set a model's)")
+        if a.sleep_idle_seconds > 0:
+            raise ValueError("--sleep-idle-seconds is for one model (the router unloads past --models-max)")
         if a.models_max < 0:
             raise ValueError("--models-max must be >= 0")
     if a.ctx_size is not None:
@@ -240,7 +245,7 @@ def settings(a: argparse.Namespace) -> dict:
                 drafts_by_default=by_default, endpoint_slots=a.slots, endpoint_props=a.props,
                 slot_save_path=a.slot_save_path, models_dir=a.models_dir, models_preset=a.models_preset,
                 models_max=a.models_max, models_autoload=a.models_autoload, kv_pool=kv_pool, mmproj=a.mmproj,
-                media_path=media_path)
+                media_path=media_path, sleep_idle_seconds=a.sleep_idle_seconds)
 
 
 def _multimodal(a: argparse.Namespace, kw: dict) -> Optional[str]:
@@ -306,7 +311,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             from .router import Router
             app = Router(s)
         else:
-            app = build_app(Server(s))
+            srv = Server(s)
+            app = build_app(srv)
+            if s["sleep_idle_seconds"] > 0:
+                from .sleep import Sleeper
+                app = Sleeper(srv, app, s["sleep_idle_seconds"])
     except ValueError as e:
         print(f"pyriver serve: error: {e}", file=sys.stderr)
         return 2

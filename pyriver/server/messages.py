@@ -7,7 +7,9 @@ the chat plan the OpenAI route uses (template, tools, grammar), and the answer c
 message: text and `tool_use` content blocks, `stop_reason` end_turn / max_tokens / stop_sequence /
 tool_use, `usage`. Streamed, its events: message_start, content_block_start / _delta (text_delta,
 input_json_delta) / _stop per block, message_delta with the stop reason and usage, message_stop.
-Images and documents: 400."""
+An assistant's `thinking` blocks become its reasoning_content (the template renders them, in the chat
+and in count_tokens alike); `image` blocks (base64 or url source, also inside a tool_result) become
+image_url parts, which need --mmproj (without it: 400, "image input is not supported"). Documents: 400."""
 from __future__ import annotations
 
 import json
@@ -21,7 +23,7 @@ from starlette.routing import Route
 
 from .. import chat
 from ..toolcall import DeltaStream
-from . import streams
+from . import multimodal, streams
 from .disconnect import or_cancel
 from .schema import CHAT, APIError, json_object, parse
 
@@ -54,6 +56,34 @@ def _text(blocks, where: str) -> str:
     return "".join(out)
 
 
+def _image(b: Dict, where: str) -> Dict:
+    """An image block as the chat's image_url part (llama-server's: a base64 source a data: URL, a url
+    source its URL; the chat's media loading then takes either, --mmproj deciding whether it may)."""
+    src = b.get("source")
+    kind = src.get("type") if isinstance(src, dict) else None
+    if kind == "base64" and isinstance(src.get("data"), str):
+        url = f"data:{src.get('media_type') or 'image/jpeg'};base64,{src['data']}"
+    elif kind == "url" and isinstance(src.get("url"), str):
+        url = src["url"]
+    else:
+        raise APIError(400, f"{where}: an image block needs a source {{type: 'base64', media_type, data}} or "
+                       "{type: 'url', url}", param="messages")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _result(content, where: str):
+    """A tool_result's content: a string, or (with an image among its blocks) the chat's parts."""
+    if not isinstance(content, list) or not any(isinstance(b, dict) and b.get("type") == "image" for b in content):
+        return _text(content, where)
+    parts = []
+    for b in content:
+        if isinstance(b, dict) and b.get("type") == "image":
+            parts.append(_image(b, where))
+        else:
+            parts.append({"type": "text", "text": _text([b], where)})
+    return parts
+
+
 def _message(m, i: int) -> List[Dict]:
     """The chat messages of one Anthropic message (a user's tool results come first, as tool messages)."""
     where = f"messages[{i}]"
@@ -65,11 +95,14 @@ def _message(m, i: int) -> List[Dict]:
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
         raise APIError(400, f"{where}: content must be a string or a list of content blocks", param="messages")
-    texts, calls, results = [], [], []
+    texts, images, calls, results, thinking = [], [], [], [], []
     for b in content:
         kind = b.get("type") if isinstance(b, dict) else None
         if kind == "text" and isinstance(b.get("text"), str):
             texts.append(b["text"])
+            images.append({"type": "text", "text": b["text"]})
+        elif kind == "image" and role == "user":
+            images.append(_image(b, where))
         elif kind == "tool_use" and role == "assistant":
             if not isinstance(b.get("id"), str) or not isinstance(b.get("name"), str) or not isinstance(b.get("input"), dict):
                 raise APIError(400, f"{where}: a tool_use block needs id, name and input (an object)", param="messages")
@@ -78,21 +111,30 @@ def _message(m, i: int) -> List[Dict]:
         elif kind == "tool_result" and role == "user":
             if not isinstance(b.get("tool_use_id"), str):
                 raise APIError(400, f"{where}: a tool_result block needs tool_use_id", param="messages")
-            text = _text(b.get("content", ""), where + " tool_result")
+            res = _result(b.get("content", ""), where + " tool_result")
             if b.get("is_error"):
-                text = "Error: " + text
-            results.append({"role": "tool", "tool_call_id": b["tool_use_id"], "content": text})
-        elif kind in ("thinking", "redacted_thinking") and role == "assistant":
-            continue   # earlier reasoning is not sent back to the template
+                res = "Error: " + res if isinstance(res, str) else [{"type": "text", "text": "Error:"}] + res
+            results.append({"role": "tool", "tool_call_id": b["tool_use_id"], "content": res})
+        elif kind == "thinking" and role == "assistant":
+            if not isinstance(b.get("thinking"), str):
+                raise APIError(400, f"{where}: a thinking block needs thinking (a string)", param="messages")
+            thinking.append(b["thinking"])   # the template's reasoning_content, as llama-server hands it on
+        elif kind == "redacted_thinking" and role == "assistant":
+            continue   # nothing readable to hand on
         else:
             raise APIError(400, f"{where}: content blocks of type {str(kind)[:40]!r} are not supported here "
-                           "(text, an assistant's tool_use, a user's tool_result)", param="messages")
+                           "(text, a user's image, an assistant's tool_use and thinking, a user's tool_result)",
+                           param="messages")
     out = list(results)
     if role == "assistant":
         msg: Dict = {"role": "assistant", "content": "".join(texts) or None}
         if calls:
             msg["tool_calls"] = calls
+        if thinking:
+            msg["reasoning_content"] = "".join(thinking)
         out.append(msg)
+    elif len(images) > len(texts):   # an image among them: the chat's parts, the media path takes them
+        out.append({"role": "user", "content": images})
     elif texts or not results:
         out.append({"role": "user", "content": "".join(texts)})
     return out
@@ -173,26 +215,35 @@ def _usage(r) -> Dict:
 
 
 async def _prepare(srv, req: HTTPRequest, app_chat):
+    """The request, its chat fields, plan, prompt tokens and media (None without a projector: the
+    chat route's path, image parts through server/multimodal.py)."""
     body = json_object(await req.body())
     f = parse(json.dumps(to_chat(body)).encode(), CHAT, "messages", srv.settings.get("defaults"))
     srv.check_model(f["model"])
+    f["messages"], files = await run_in_threadpool(multimodal.chat_media, srv, f["messages"])
     plan = await run_in_threadpool(app_chat.plan, srv, f)
+    media = None
     try:
-        toks = await run_in_threadpool(app_chat.tokens, srv, plan, f)
+        if srv.projector is not None:   # as the chat route: every chat through libmtmd's tokenizer
+            mp = await run_in_threadpool(app_chat.media_prompt, srv, plan, f, files)
+            toks, media = multimodal.check(srv, mp), mp.media
+        else:
+            toks = await run_in_threadpool(app_chat.tokens, srv, plan, f)
     except ValueError as e:
         raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
-    return body, f, plan, toks
+    return body, f, plan, toks, media
 
 
 async def _count(srv, req: HTTPRequest, app_chat):
-    _, _, _, toks = await _prepare(srv, req, app_chat)
+    _, _, _, toks, _ = await _prepare(srv, req, app_chat)
     return JSONResponse({"input_tokens": len(toks)})
 
 
 async def _handle(srv, req: HTTPRequest, app_chat):
-    body, f, plan, toks = await _prepare(srv, req, app_chat)
-    srv.prompt_tokens(toks)
-    r = srv.submit_n(f, toks, None, await run_in_threadpool(srv.samplers, f, toks, plan.grammar))[0]
+    body, f, plan, toks, media = await _prepare(srv, req, app_chat)
+    if media is None:
+        srv.prompt_tokens(toks)
+    r = srv.submit_n(f, toks, None, await run_in_threadpool(srv.samplers, f, toks, plan.grammar), media)[0]
     asked = [s for s in (body.get("stop_sequences") or []) if s]
     ev = app_chat.new_events(r, srv.llm.chat_stops(f["stops"]))
     mid, model = "msg_" + secrets.token_hex(12), f["model"] or srv.model_id

@@ -319,4 +319,5 @@ class _LogprobCursor:
 
 
 # What the chat-shaped families (messages.py, responses.py) take from here
-CHAT_API = types.SimpleNamespace(plan=_chat_plan, tokens=_chat_tokens, collect=_collect, events=events, new_events=Events)
+CHAT_API = types.SimpleNamespace(plan=_chat_plan, tokens=_chat_tokens, media_prompt=_chat_media_prompt, collect=_collect,
+                                 events=events, new_events=Events)

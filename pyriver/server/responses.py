@@ -6,7 +6,8 @@ convert_responses_to_chatcmpl: `instructions` a system message, `input` a string
 .done events, response.completed). llama-server's extensions: `return_progress` (a
 response.in_progress event with `prompt_progress` once the prompt is in the cache: pyriver's
 scheduler reports the prompt when it is done, not chunk by chunk), `timings_per_token` (`timings`
-on each delta); response.completed carries `timings`. Tools, files and images: 400."""
+on each delta); response.completed carries `timings`. POST /v1/responses/input_tokens: the prompt's
+token count ({"input_tokens", "object": "response.input_tokens"}). Tools, files and images: 400."""
 from __future__ import annotations
 
 import json
@@ -30,7 +31,25 @@ def routes(srv, guarded, app_chat) -> List[Route]:
     import app, which imports it to build the routes."""
     async def responses(req: HTTPRequest):
         return await guarded(req, lambda r: _handle(srv, r, app_chat))
-    return [Route("/v1/responses", responses, methods=["POST"]), Route("/responses", responses, methods=["POST"])]
+    async def count(req: HTTPRequest):
+        return await guarded(req, lambda r: _count(srv, r, app_chat))
+    return [Route("/v1/responses", responses, methods=["POST"]), Route("/responses", responses, methods=["POST"]),
+            Route("/v1/responses/input_tokens", count, methods=["POST"]),
+            Route("/responses/input_tokens", count, methods=["POST"])]
+
+
+async def _count(srv, req: HTTPRequest, app_chat):
+    """/v1/responses/input_tokens (llama-server's): the prompt tokens the request's chat renders to."""
+    chat = to_chat(json_object(await req.body()))
+    for k in ("return_progress", "timings_per_token"):
+        chat.pop(k, None)
+    f = parse(json.dumps(chat).encode(), CHAT, "messages", srv.settings.get("defaults"))
+    plan = await run_in_threadpool(app_chat.plan, srv, f)
+    try:
+        toks = await run_in_threadpool(app_chat.tokens, srv, plan, f)
+    except ValueError as e:
+        raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="input")
+    return JSONResponse({"input_tokens": len(toks), "object": "response.input_tokens"})
 
 
 def _text_parts(parts, role: str) -> str:

@@ -97,3 +97,65 @@ def test_plain_text_is_llama_server_s(client, smol_path):
     assert ours.content[0].text == theirs.content[0].text
     assert (ours.stop_reason, ours.usage.input_tokens, ours.usage.output_tokens) == \
         (theirs.stop_reason, theirs.usage.input_tokens, theirs.usage.output_tokens)
+
+
+RED = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": RED}}
+TOOL_TURN = [{"role": "user", "content": "Fix the bug"},
+             {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "get_weather", "input": {"city": "Paris"}}]},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "main.py"}]}]
+
+
+def test_image_blocks_without_projector_say_so(client):
+    """Image blocks (a user's, and inside a tool_result) reach the media path: without --mmproj, a 400 that names it."""
+    for content in ([IMAGE, {"type": "text", "text": "What is this?"}],
+                    [{"type": "tool_result", "tool_use_id": "c1", "content": [{"type": "text", "text": "File"}, IMAGE]}]):
+        with pytest.raises(anthropic.BadRequestError) as e:
+            client.messages.create(model="m", max_tokens=8, messages=TOOL_TURN[:2] + [{"role": "user", "content": content}])
+        assert "image input is not supported" in str(e.value).lower()
+
+
+def test_thinking_in_history_is_rendered(smol_path, tmp_path):
+    """An assistant's thinking blocks reach the template as reasoning_content (count_tokens and the chat alike)."""
+    tpl = tmp_path / "t.jinja"
+    tpl.write_text("{% for m in messages %}{{ m.role }}:{% if m.reasoning_content %}<think>{{ m.reasoning_content }}"
+                   "</think>{% endif %}{{ m.content or '' }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}")
+    s = ServerProcess(smol_path, "--ctx", "512", "--parallel", "1", "--threads", "2", "--no-lossless",
+                      "--jinja", "--chat-template-file", str(tpl))
+    try:
+        c = anthropic.Anthropic(base_url=s.url, api_key="x", max_retries=0)
+        think = [dict(TOOL_TURN[1], content=[{"type": "thinking", "thinking": "Look at the files first.", "signature": ""}]
+                      + TOOL_TURN[1]["content"])]
+        plain = c.messages.count_tokens(model="m", messages=TOOL_TURN, tools=[WEATHER]).input_tokens
+        more = c.messages.count_tokens(model="m", messages=TOOL_TURN[:1] + think + TOOL_TURN[2:], tools=[WEATHER]).input_tokens
+        assert more > plain
+        ans = c.messages.create(model="m", max_tokens=1, messages=TOOL_TURN[:1] + think + TOOL_TURN[2:], tools=[WEATHER])
+        assert ans.usage.input_tokens == more
+    finally:
+        s.close()
+
+
+def test_image_blocks_with_projector(tinygemma3):
+    """With --mmproj, image blocks (base64; inside a tool_result too) are the chat's image_url parts: the
+    same prompt tokens as the OpenAI route's request with the image as a data: URL."""
+    text, proj = tinygemma3
+    s = ServerProcess("-m", text, "--mmproj", proj, "-np", "1", "-c", "1024", "-t", "2", "--temp", "0")
+    try:
+        c = anthropic.Anthropic(base_url=s.url, api_key="x", max_retries=0)
+        msgs = [{"role": "user", "content": [IMAGE, {"type": "text", "text": "What is this?"}]}]
+        r = c.messages.create(model="m", max_tokens=4, messages=msgs)
+        assert r.content[0].type == "text" and r.usage.input_tokens == c.messages.count_tokens(model="m", messages=msgs).input_tokens
+        oai = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64," + RED}},
+                                            {"type": "text", "text": "What is this?"}]}]
+        status, body = http("POST", s.url + "/v1/chat/completions", {"messages": oai, "max_tokens": 4, "temperature": 0})
+        assert status == 200 and body["usage"]["prompt_tokens"] == r.usage.input_tokens
+        assert body["choices"][0]["message"]["content"] == r.content[0].text
+        tool = TOOL_TURN[:2] + [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1",
+                                                              "content": [{"type": "text", "text": "File"}, IMAGE]}]}]
+        no_image = TOOL_TURN[:2] + [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1",
+                                                                  "content": [{"type": "text", "text": "File"}]}]}]
+        assert c.messages.count_tokens(model="m", messages=tool).input_tokens > \
+            c.messages.count_tokens(model="m", messages=no_image).input_tokens
+        assert c.messages.create(model="m", max_tokens=2, messages=tool).content
+    finally:
+        s.close()
