@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client as httpclient
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -77,14 +78,16 @@ class ServerProcess:
     """A pyriver server process; command: another server's command line before args (llama-server's
     binary), started, waited for and closed the same way (its output discarded)."""
 
-    def __init__(self, *args: str, wait: bool = True, command=None):
-        self.port = free_port()
+    def __init__(self, *args: str, wait: bool = True, command=None, port=None, env=None):
+        """port: the one to listen on (default a free one); env: variables added to the environment."""
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # pyriver's output is read back when it exits early; llama-server's log would fill the pipe
         out = subprocess.PIPE if command is None else subprocess.DEVNULL
         command = command or [sys.executable, "-m", "pyriver.server"]
         self.proc = subprocess.Popen([*command, *args, "--port", str(self.port)],
-                                     stdout=out, stderr=subprocess.STDOUT, text=True)
+                                     stdout=out, stderr=subprocess.STDOUT, text=True,
+                                     env=None if env is None else {**os.environ, **env})
         self.seen = set()   # /health statuses seen while waiting
         if wait:
             self.wait(200)

@@ -35,6 +35,11 @@ def parser() -> argparse.ArgumentParser:
                    help="llama-server's prompt cache in host memory, MiB: a slot's prompt is kept when another "
                         f"request takes the slot and loaded back for a request that continues it (default {DEFAULT_MIB}; "
                         "0: off; -1: no limit)")
+    p.add_argument("--cache-idle-slots", dest="cache_idle_slots", action="store_true", default=True,
+                   help="llama-server's: when a request starts, idle slots' prompts are saved to the prompt cache "
+                        "(--cache-ram), and with --kv-unified their rows are cleared (the default)")
+    p.add_argument("--no-cache-idle-slots", dest="cache_idle_slots", action="store_false",
+                   help="idle slots keep their rows and are saved only when a request takes them")
     p.add_argument("--engine", choices=("auto", "native", "llama.cpp"), default="auto",
                    help="what computes: pyriver's graphs (native, with River), llama.cpp's own (llama.cpp), or "
                         "native where pyriver builds the architecture (auto)")
@@ -124,7 +129,8 @@ def parser() -> argparse.ArgumentParser:
                    help="thinking in the chat template: off renders enable_thinking=false and closes a forced <think>")
     p.add_argument("--jinja", action="store_true", help="accepted: chat templates always render with jinja2")
     p.add_argument("--no-jinja", action="store_true", help="accepted: chat templates always render with jinja2")
-    p.add_argument("--metrics", action="store_true", help="accepted: /metrics is always on")
+    p.add_argument("--metrics", action="store_true", help="serve GET /metrics, Prometheus text (llama-server's; "
+                   "without it 501)")
     p.add_argument("--backend-sampling", "-bs", "--backend_sampling", dest="backend_sampling", action="store_true",
                    help="accepted: llama.cpp samples on the device with it; pyriver samples on the host either way, "
                    "from the same distribution")
@@ -238,11 +244,11 @@ def settings(a: argparse.Namespace) -> dict:
         raise ValueError(f"--slot-save-path: not a directory: {a.slot_save_path}")
     defaults = {k: v for k, v in (("temperature", a.temp), ("seed", a.seed if a.seed >= 0 else None)) if v is not None}
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
-                prompt_chunk=a.prompt_chunk, cache_ram=a.cache_ram, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias, tags=a.tags,
+                prompt_chunk=a.prompt_chunk, cache_ram=a.cache_ram, cache_idle_slots=a.cache_idle_slots, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias, tags=a.tags,
                 verbose=a.verbose, spm_infill=a.spm_infill, webui=not a.no_webui, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
                 chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
                 reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,
-                drafts_by_default=by_default, endpoint_slots=a.slots, endpoint_props=a.props,
+                drafts_by_default=by_default, endpoint_metrics=a.metrics, endpoint_slots=a.slots, endpoint_props=a.props,
                 slot_save_path=a.slot_save_path, models_dir=a.models_dir, models_preset=a.models_preset,
                 models_max=a.models_max, models_autoload=a.models_autoload, kv_pool=kv_pool, mmproj=a.mmproj,
                 media_path=media_path, sleep_idle_seconds=a.sleep_idle_seconds)
@@ -319,6 +325,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         print(f"pyriver serve: error: {e}", file=sys.stderr)
         return 2
+    from .gcp import port as gcp_port
+    try:
+        port = gcp_port()
+    except ValueError as e:
+        print(f"pyriver serve: error: {e}", file=sys.stderr)
+        return 2
+    if port is not None and port != a.port:   # llama-server's Vertex AI compatibility (server/gcp.py)
+        print(f"pyriver serve: AIP_MODE=PREDICTION: listening on AIP_HTTP_PORT {port}, not {a.port}", file=sys.stderr)
+        a.port = port
     level = "info" if a.verbose else "warning"
     hosts = [h.strip() for h in a.host.split(",") if h.strip()]
     if len(hosts) <= 1:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import sys
 import threading
 from typing import Dict, List, Optional
 
@@ -20,7 +21,7 @@ from ..errors import ContextFullError
 from ..grammar import GrammarError, constrain
 from ..sampling import Sampler
 from ..toolcall import ToolError
-from . import drafting, embeddings, infill, messages, multimodal, props, rerank, responses
+from . import drafting, embeddings, gcp, infill, messages, multimodal, props, rerank, responses
 from . import builtin_template, llamacpp_api as L, lora as lora_api, openai_api
 from .prompt_cache import DEFAULT_MIB
 from .cors import CORS
@@ -69,8 +70,12 @@ class Server:
             self.sched = Scheduler(llm, s["parallel"], batch_rule=s["batch_rule"], queue_max=s["queue"],
                                    prompt_chunk=s["prompt_chunk"], metrics=self.metrics, drafter=drafter,
                                    ctx_shift=s.get("ctx_shift", False), cache_ram_mib=s.get("cache_ram", DEFAULT_MIB),
-                                   kv_pool=s.get("kv_pool"),
+                                   kv_pool=s.get("kv_pool"), cache_idle=s.get("cache_idle_slots", True),
+                                   log=_log if s.get("verbose") else None,
                                    handoff=None if self.inbox is None else self.inbox.flush)
+            if self.sched.log and self.sched.cache_idle:   # llama-server's debug line, as its test reads it
+                _log("idle slots will be saved to prompt cache upon starting a new task"
+                     + (" and cleared" if s.get("kv_pool") else "") + " __TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__")
             self.metrics.n_slots = s["parallel"]
             self.metrics.sched = self.sched
             self.llm = llm
@@ -204,8 +209,14 @@ def build_app(srv: Server) -> Starlette:
             return JSONResponse({"status": "error" if srv.error else "loading", "error": srv.error}, status_code=503)
         return JSONResponse({"status": "ok", "slots": srv.settings["parallel"]})
 
-    async def metrics(_req: HTTPRequest):
-        return PlainTextResponse(srv.metrics.render(), media_type="text/plain; version=0.0.4")
+    async def metrics(_req: HTTPRequest):   # llama-server's: only with --metrics, public as /health
+        if not srv.settings.get("endpoint_metrics"):
+            return _error(APIError(501, "This server does not support metrics endpoint. Start it with `--metrics`",
+                                   type_="not_supported_error"))
+        res = PlainTextResponse(srv.metrics.render(), media_type="text/plain; version=0.0.4")
+        # the name as llama-server spells it (Starlette's headers= would lower-case it)
+        res.raw_headers.append((b"Process-Start-Time-Unix", str(int(srv.metrics.started)).encode()))
+        return res
 
     async def not_found(req: HTTPRequest, exc):
         return _error(APIError(getattr(exc, "status_code", 404), f"{req.method} {req.url.path}: "
@@ -220,6 +231,8 @@ def build_app(srv: Server) -> Starlette:
         + messages.routes(srv, guarded, openai_api.CHAT_API) \
         + infill.routes(srv, guarded) + props.routes(srv, guarded) + lora_api.routes(srv, guarded) \
         + stream_routes(srv.streams, guarded)
+    app_ref: List = []   # gcp's predict route calls the app's own routes
+    routes += gcp.routes(srv, app_ref, routes)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -229,8 +242,10 @@ def build_app(srv: Server) -> Starlette:
         stop(srv)
         close(srv)
 
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan,
-                     middleware=[Middleware(CORS, origins=srv.settings.get("cors_origins", "*"))])
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan,
+                    middleware=[Middleware(CORS, origins=srv.settings.get("cors_origins", "*"))])
+    app_ref.append(app)
+    return app
 
 
 def start(srv: Server):
@@ -253,6 +268,11 @@ def close(srv: Server) -> None:
         srv.inbox.close()
     if srv.llm is not None:
         srv.llm.close()
+
+
+def _log(line: str) -> None:
+    """--verbose: a line of the server's own log (stderr)."""
+    print(f"pyriver serve: {line}", file=sys.stderr, flush=True)
 
 
 def _names(value: Optional[str]) -> List[str]:

@@ -94,6 +94,17 @@ def timings(r, t_end: Optional[float] = None) -> Dict[str, Any]:
             **_draft_counts(r)}
 
 
+def progress_timings(report: Dict, prompt_ms: float) -> Dict[str, Any]:
+    """A prompt progress report's timings (timings_per_token): the prompt computed so far, nothing
+    generated yet; the first report, before any prompt token ran, is all zeros (llama-server's)."""
+    n = report["processed"] - report["cache"]
+    prompt_ms = prompt_ms if n > 0 else 0.0
+    return {"cache_n": report["cache"], "prompt_n": n, "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / n if n else 0.0,
+            "prompt_per_second": 1e3 * n / prompt_ms if prompt_ms > 0 else 0.0,
+            "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_token_ms": 0.0, "predicted_per_second": 0.0}
+
+
 def _draft_counts(r) -> Dict[str, int]:
     """llama-server's draft_n and draft_n_accepted, with a drafter or in lossless mode."""
     ls = r.lossless
@@ -256,7 +267,8 @@ def parse_native(srv, raw: bytes) -> Dict[str, Any]:
             "stops": [stop] if isinstance(stop, str) else stop, "bias": bias, "stream": bool(body.get("stream")),
             "return_tokens": bool(body.get("return_tokens")), "fields": body.get("response_fields") or [],
             "post": bool(body.get("post_sampling_probs")), "lora": body.get("lora"),
-            "id_slot": body.get("id_slot", -1), "progress": bool(body.get("stream") and body.get("return_progress"))}
+            "id_slot": body.get("id_slot", -1), "timings_per_token": bool(body.get("timings_per_token")),
+            "progress": bool(body.get("stream") and body.get("return_progress"))}
 
 
 def _settings(srv, f: Dict, max_tokens: int) -> Dict[str, Any]:
@@ -302,8 +314,8 @@ class Native:
         n_read = 0
         while True:
             item = await self.r.out.get()
-            if item[0] == "progress":   # return_progress: (None, the report, [])
-                yield None, item[1], []
+            if item[0] == "progress":   # return_progress: (None, the report, [its prompt ms])
+                yield None, item[1], [item[2] if len(item) > 2 else 0.0]
                 continue
             if item[0] == "token":
                 n_read += 1
@@ -531,11 +543,16 @@ def stream_response(n: Native) -> StreamingResponse:
         try:
             async for text, ts, es in n.items():
                 if text is None:   # a prompt progress report (return_progress)
-                    yield f"data: {json.dumps(dict(n.partial('', []), prompt_progress=ts))}\n\n"
+                    ch = dict(n.partial('', []), prompt_progress=ts)
+                    if n.f["timings_per_token"]:
+                        ch["timings"] = progress_timings(ts, es[0])
+                    yield f"data: {json.dumps(ch)}\n\n"
                     continue
                 toks += ts
                 entries += es
                 ch = n.partial(text, ts)
+                if n.f["timings_per_token"]:
+                    ch["timings"] = timings(n.r)
                 if es:
                     ch["completion_probabilities"] = native_probs(n.srv, es, n.f["post"])
                 yield f"data: {json.dumps(ch)}\n\n"

@@ -1,4 +1,6 @@
-"""Counters of the server in Prometheus' text format (no client library: a handful of lines)."""
+"""Counters of the server in Prometheus' text format (no client library: a handful of lines):
+llama-server's `llamacpp:*` series (its names, help and types, counted as its timings count a
+request: prompt_n, cache_n, predicted_n) and pyriver's own `pyriver_*` ones."""
 from __future__ import annotations
 
 import threading
@@ -21,9 +23,24 @@ class Metrics:
         self.n_slots = 0
         self.sched = None
         self.started = time.time()
+        # llama-server's (server_metrics): per finished request, per step
+        self.prompt_n = 0            # prompt tokens computed (timings.prompt_n), cached ones apart
+        self.prompt_cached = 0       # prompt tokens found in a cache (timings.cache_n)
+        self.prompt_s = 0.0
+        self.predicted_n = 0         # tokens sampled (timings.predicted_n)
+        self.predicted_s = 0.0
+        self.predicted_steps = 0     # decode steps of those tokens (the first comes with the prompt)
+        self.n_decode = 0            # steps run (prompt chunks included), llama_decode() calls
+        self.busy_sum = 0            # busy slots summed over those steps
+        self.n_tokens_max = 0        # the longest sequence (prompt and generation) a request reached
+        self.draft_tokens = 0
+        self.draft_accepted = 0
+        self.draft_steps = 0
 
-    def step(self, n_decode: int, seconds: float) -> None:
+    def step(self, n_decode: int, seconds: float, busy: int = 0) -> None:
         with self.lock:
+            self.n_decode += 1
+            self.busy_sum += busy
             if n_decode:
                 self.decode_steps += 1
                 self.decode_tokens += n_decode
@@ -37,10 +54,52 @@ class Metrics:
             self.exit_n += len(req.exits)
             self.river_blocks += sum(n_layer - 1 - e for e in req.exits)
             self.all_blocks += n_layer * len(req.exits)
+            t_end = time.perf_counter()
+            t_first = req.t_first or t_end
+            self.prompt_n += len(req.prompt) - req.n_cached
+            self.prompt_cached += req.n_cached
+            self.prompt_s += max(0.0, t_first - (req.t_start or req.t_submit))
+            self.predicted_n += req.n_decoded
+            self.predicted_s += max(0.0, t_end - t_first)
+            self.predicted_steps += max(0, req.n_decoded - 1)
+            self.n_tokens_max = max(self.n_tokens_max, len(req.prompt) + req.n_decoded)
+            ls = req.lossless
+            if ls is not None:
+                self.draft_tokens += ls["drafted"]
+                self.draft_accepted += ls["accepted"]
+                self.draft_steps += ls["verify_steps"]
+
+    def llamacpp_rows(self):
+        """llama-server's /metrics series (server_task_result_metrics::to_metrics), under self.lock."""
+        busy = self.sched.busy_slots() if self.sched else 0
+        return [
+            ("prompt_tokens_total", "counter", "Number of prompt tokens processed, excluding cached tokens", self.prompt_n),
+            ("prompt_tokens_cached_total", "counter", "Number of prompt tokens reused from the cache", self.prompt_cached),
+            ("prompt_seconds_total", "counter", "Total time spent processing prompts", self.prompt_s),
+            ("tokens_predicted_total", "counter", "Number of generation tokens processed", self.predicted_n),
+            ("tokens_predicted_seconds_total", "counter", "Total time spent generating tokens", self.predicted_s),
+            ("n_decode_total", "counter", "Total number of llama_decode() calls, excluding speculative decoding and "
+             "multimodal decoding", self.n_decode),
+            ("n_tokens_max", "counter", "Largest observed sequence length (prompt + generation)", self.n_tokens_max),
+            ("spec_decode_num_draft_tokens_total", "counter", "Speculative: Total draft tokens generated",
+             self.draft_tokens),
+            ("spec_decode_num_accepted_tokens_total", "counter", "Speculative: Total draft tokens accepted by the "
+             "target model", self.draft_accepted),
+            ("spec_decode_num_drafts_total", "counter", "Speculative: Total speculative decoding verification steps",
+             self.draft_steps),
+            ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s",
+             self.prompt_n / self.prompt_s if self.prompt_s > 0 else 0.0),
+            ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s",
+             self.predicted_steps / self.predicted_s if self.predicted_s > 0 else 0.0),
+            ("requests_processing", "gauge", "Number of requests processing", busy),
+            ("requests_deferred", "gauge", "Number of requests deferred", self.sched.queue_length() if self.sched else 0),
+            ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per llama_decode() call",
+             self.busy_sum / max(self.n_decode, 1)),
+        ]
 
     def render(self) -> str:
         with self.lock:
-            rows = [
+            rows = [("llamacpp:" + n, k, h, v) for n, k, h, v in self.llamacpp_rows()] + [
                 ("pyriver_requests_total", "counter", "requests accepted", self.requests),
                 ("pyriver_requests_finished_total", "counter", "requests finished (any way)", self.finished),
                 ("pyriver_tokens_generated_total", "counter", "tokens generated", self.tokens),

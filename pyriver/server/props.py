@@ -80,7 +80,7 @@ def props(srv) -> Dict[str, Any]:
         "media_marker": multimodal.marker(),
         "endpoint_slots": s.get("endpoint_slots", True),
         "endpoint_props": s.get("endpoint_props", False),
-        "endpoint_metrics": True,   # /metrics is always served
+        "endpoint_metrics": bool(srv.settings.get("endpoint_metrics")),   # --metrics
         "ui": s.get("webui", True),
         "chat_template": template,
         "bos_token": _token_text(srv, llm.token_bos()),
@@ -103,8 +103,9 @@ def slot_json(sched, s) -> Dict[str, Any]:
         d.update(id_task=s.last_start - 1, n_prompt_tokens=len(t.prompt),
                  n_prompt_tokens_processed=max(0, len(t.prompt) - t.n_cached - pending),
                  n_prompt_tokens_cache=t.n_cached,
-                 next_token=[{"has_next_token": r is t, "n_remain": max(0, t.max_tokens - t.n_generated),
-                              "n_decoded": t.n_decoded}],
+                 # an idle slot keeps nothing of its last request's budget (llama-server resets it: -1, 0)
+                 next_token=[{"has_next_token": r is t, "n_remain": max(0, t.max_tokens - t.n_generated) if r is t else -1,
+                              "n_decoded": t.n_decoded if r is t else 0}],
                  lora=lora_brief(t.lora or ()))   # the adapters its request ran with (llama-server: in params)
     return d
 

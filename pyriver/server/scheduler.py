@@ -56,6 +56,7 @@ class Request:
     exits: List[int] = field(default_factory=list)   # exit block of each generated token after the first
     t_submit: float = field(default_factory=time.perf_counter)
     t_first: Optional[float] = None
+    t_start: Optional[float] = None   # when a slot took it (its prompt starts)
     # tokens sampled, the end-of-generation token that ended the request included (llama-server's n_decoded)
     n_generated: int = 0
     n_read: Optional[int] = None   # a stop string ended it: the tokens read up to the one that completed it
@@ -115,13 +116,18 @@ class Scheduler:
     def __init__(self, llm, n_slots: int, batch_rule: str = "split", queue_max: int = 64,
                  prompt_chunk: Optional[int] = None,
                  metrics=None, drafter=None, ctx_shift: bool = False, handoff: Optional[Callable[[], None]] = None,
-                 cache_ram_mib: int = DEFAULT_MIB, kv_pool: Optional[int] = None):
+                 cache_ram_mib: int = DEFAULT_MIB, kv_pool: Optional[int] = None, cache_idle: bool = True,
+                 log: Optional[Callable[[str], None]] = None):
         self.llm = llm
+        self.log = log   # --verbose: llama-server's debug lines where pyriver does the same thing
         # llama-server's --kv-unified: the tokens all slots may hold together (each may grow to n_ctx); None: no pool
         self.kv_pool = kv_pool
         # llama-server's --cache-ram: a slot's prompt is kept in host memory when another request takes
         # the slot, and loaded back for a request that continues it (0: off; < 0: no limit)
         self.prompt_cache = None if cache_ram_mib == 0 else PromptCache(None if cache_ram_mib < 0 else cache_ram_mib << 20)
+        # llama-server's --cache-idle-slots (needs the prompt cache): when a request starts, the idle slots'
+        # prompts are saved to the prompt cache, and with --kv-unified their rows are cleared (room in the pool)
+        self.cache_idle = cache_idle and self.prompt_cache is not None
         # handoff: called before each native step and before the thread waits for work, so that what the
         # requests were handed since reaches them (the server's Inbox.flush: one wake-up of the event loop)
         self.handoff = handoff
@@ -299,6 +305,8 @@ class Scheduler:
         n = self._reusable(s.cached, prompt)
         if s.cached and n == len(s.cached):
             return   # the request continues the slot's whole prompt
+        if self.log:
+            self.log("updating prompt cache")
         if s.cached and self.dec.pos(s.seq) == len(s.cached) and not self.prompt_cache.holds(s.cached, s.lora):
             self.prompt_cache.save(s.cached, self.dec.state_get(s.seq), s.lora)
         found = self.prompt_cache.take(prompt, s.cached, whole=not self.partial_cuts, tag=s.lora)
@@ -331,6 +339,7 @@ class Scheduler:
         s.req = s.task = r
         r.slot = s.seq
         r.n_cached = n
+        r.t_start = time.perf_counter()
         self._progress(s)   # llama-server's first report: processed == cache
         self.n_starts += 1
         s.last_start = self.n_starts
@@ -341,6 +350,22 @@ class Scheduler:
         if self.drafter is not None:
             r.lossless = lossless.new_stats(self.drafter.source, self.drafter.length)
             self.drafter.start(s.seq, r.sampler)
+        if self.cache_idle:
+            self._cache_idle()
+
+    def _cache_idle(self) -> None:
+        """llama-server's --cache-idle-slots, after a request took a slot: each idle slot's prompt is saved
+        to the prompt cache (unless it holds it already), and with --kv-unified its rows are cleared."""
+        for o in self.slots:
+            if o.req is not None or not o.cached:
+                continue
+            if self.dec.pos(o.seq) == len(o.cached) and not self.prompt_cache.holds(o.cached, o.lora) \
+                    and self.prompt_cache.save(o.cached, self.dec.state_get(o.seq), o.lora):
+                if self.log:
+                    self.log(f"slot {o.seq}: __TEST_TAG_CACHE_IDLE_SLOT__ (idle slot saved to the prompt cache)")
+            if self.kv_pool is not None:
+                self.dec.truncate(o.seq, 0)
+                o.cached = []
 
     def _finish(self, s: Slot, reason: str) -> None:
         """Ends the slot's request; its prompt stays cached for the next one (generated tokens do not:
@@ -508,7 +533,7 @@ class Scheduler:
             if logits is not None:
                 self._sample(s, logits)
         if self.metrics:
-            self.metrics.step(n_decode, dt)
+            self.metrics.step(n_decode, dt, len({f.seq for f in feeds}))
 
     def _pool_fits(self, feeds: List[Feed]) -> bool:
         """--kv-unified: whether the step's tokens fit the pool with what the slots hold. Where they do
@@ -536,8 +561,11 @@ class Scheduler:
         shift the kept tokens run again as a prompt: no report then)."""
         r = s.req
         if r.progress and r.n_generated == 0:
+            now = time.perf_counter()
+            # third: its prompt's time so far, ms (timings_per_token: the report's timings)
             r.out.put(("progress", {"total": len(r.prompt), "cache": r.n_cached, "processed": len(s.cached),
-                                    "time_ms": int((time.perf_counter() - r.t_submit) * 1e3)}))
+                                    "time_ms": int((now - r.t_submit) * 1e3)},
+                       (now - r.t_start) * 1e3 if len(s.cached) > r.n_cached else 0.0))
 
     def _run_step(self, feeds: List[Feed]):
         """One step. Lossless mode's verify rows (the default n-gram drafts, river drafts) run with the

@@ -228,7 +228,8 @@ def _start(a, path: str, out: List[_Server]) -> None:
     # plain decoding, as llama-server runs without --spec-type (drafting: `pyriver bench --spec-serve`)
     gpu = gpu_flags(a)
     base = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "1024",
-            "--parallel", str(max(a.streams)), "--no-lossless", "--engine", getattr(a, "engine", "auto"), *gpu["pyriver"]]
+            "--parallel", str(max(a.streams)), "--no-lossless", "--engine", getattr(a, "engine", "auto"), *gpu["pyriver"],
+            "--metrics"]   # the river servers' exits are read from /metrics
     out.append(_Server("pyriver", base + ["--port", str(p := _port())], p))
     if a.not_batch_invariant:
         out.append(_Server("pyriver not batch-invariant", base + ["--not-batch-invariant", "--port", str(p := _port())], p))

@@ -139,7 +139,7 @@ def run(model: Optional[str], n: int, seed: int, timeout: float) -> Dict:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "pyriver.server", *([model] if model else []), "--port", str(port), "-np", "2",
-           "-c", "1024", "-n", "8", "-t", "2", "--reranking", "--queue", "8"]
+           "-c", "1024", "-n", "8", "-t", "2", "--reranking", "--queue", "8", "--metrics"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         end = time.time() + 180

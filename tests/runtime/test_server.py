@@ -23,7 +23,7 @@ N = 20
 def server(smol_path):
     # batch-invariant: a stream's text is its text alone, whatever its batch-mates
     s = ServerProcess(smol_path, "--parallel", "8", "--ctx", "512", "--threads", "2", "--api-key", KEY,
-                      "--prompt-chunk", "16", "--batch-invariant")
+                      "--prompt-chunk", "16", "--batch-invariant", "--metrics")
     yield s
     s.close()
 
@@ -229,7 +229,7 @@ def test_queue_limit(smol_path):
     cannot end early, as a generation can at an end token), and the test moves on only when the
     server's own metrics say the slot is busy and the queue full: no sleeps, no race."""
     s = ServerProcess(smol_path, "--parallel", "1", "--queue", "1", "--ctx", "1024", "--threads", "2",
-                      "--prompt-chunk", "1")
+                      "--prompt-chunk", "1", "--metrics")
     try:
         long_prompt = (TESTS / "data" / "long_prompt.txt").read_text()[:2000]
         body = {"prompt": PROMPTS[0], "max_tokens": 8, "temperature": 0.0}
@@ -307,7 +307,7 @@ def test_load_200_requests_16_clients(smol_path):
     failure that was not asked for, every finished stream's text is its text alone (no lost or
     repeated token), the slots all free at the end, and RSS flat after warm-up."""
     s = ServerProcess(smol_path, "--parallel", "8", "--ctx", "512", "--threads", "2", "--queue", "256",
-                      "--batch-invariant")
+                      "--batch-invariant", "--metrics")
     try:
         lengths = [4, 16, 48]
         ref = {}

@@ -31,7 +31,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
 
 @pytest.fixture(scope="module")
 def server(smol_path):
-    s = ServerProcess(smol_path, "--parallel", "3", "--ctx", "1024", "--threads", "2")
+    s = ServerProcess(smol_path, "--parallel", "3", "--ctx", "1024", "--threads", "2", "--metrics")
     yield s
     s.close()
 

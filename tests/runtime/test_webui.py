@@ -22,7 +22,7 @@ MSGS = [{"role": "user", "content": "Name three rivers."}]
 
 @pytest.fixture(scope="module")
 def river_server(smol_path):
-    s = ServerProcess(smol_path, "--parallel", "2", "--ctx", "512", "--threads", "2", "--river", "q4_0")
+    s = ServerProcess(smol_path, "--parallel", "2", "--ctx", "512", "--threads", "2", "--river", "q4_0", "--metrics")
     yield s
     s.close()
 
