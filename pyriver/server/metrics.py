@@ -36,6 +36,8 @@ class Metrics:
         self.draft_tokens = 0
         self.draft_accepted = 0
         self.draft_steps = 0
+        # the throughput gauges' window: since the last scrape (llama-server's bucket, reset by /metrics)
+        self.bucket = [0, 0.0, 0, 0.0]   # prompt tokens, prompt seconds, decode steps, generation seconds
 
     def step(self, n_decode: int, seconds: float, busy: int = 0) -> None:
         with self.lock:
@@ -62,6 +64,11 @@ class Metrics:
             self.predicted_n += req.n_decoded
             self.predicted_s += max(0.0, t_end - t_first)
             self.predicted_steps += max(0, req.n_decoded - 1)
+            b = self.bucket
+            b[0] += len(req.prompt) - req.n_cached
+            b[1] += max(0.0, t_first - (req.t_start or req.t_submit))
+            b[2] += max(0, req.n_decoded - 1)
+            b[3] += max(0.0, t_end - t_first)
             self.n_tokens_max = max(self.n_tokens_max, len(req.prompt) + req.n_decoded)
             ls = req.lossless
             if ls is not None:
@@ -88,9 +95,9 @@ class Metrics:
             ("spec_decode_num_drafts_total", "counter", "Speculative: Total speculative decoding verification steps",
              self.draft_steps),
             ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s",
-             self.prompt_n / self.prompt_s if self.prompt_s > 0 else 0.0),
+             self.bucket[0] / self.bucket[1] if self.bucket[1] > 0 else 0.0),
             ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s",
-             self.predicted_steps / self.predicted_s if self.predicted_s > 0 else 0.0),
+             self.bucket[2] / self.bucket[3] if self.bucket[3] > 0 else 0.0),
             ("requests_processing", "gauge", "Number of requests processing", busy),
             ("requests_deferred", "gauge", "Number of requests deferred", self.sched.queue_length() if self.sched else 0),
             ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per llama_decode() call",
@@ -116,6 +123,7 @@ class Metrics:
                 ("pyriver_river_work_share", "gauge", "share of block work done on the river",
                  self.river_blocks / self.all_blocks if self.all_blocks else 0.0),
             ]
+            self.bucket = [0, 0.0, 0, 0.0]   # a scrape closes the window, as llama-server's reset_bucket
         out = []
         for name, kind, help_text, value in rows:
             out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {value}"]

@@ -36,7 +36,9 @@ from pyriver.tools import llama_server
 
 FILES = ["test_basic", "test_security", "test_completion", "test_chat_completion", "test_tokenize",
          "test_embedding", "test_rerank", "test_infill", "test_tool_call", "test_ctx_shift", "test_template",
-         "test_speculative", "test_compat_oai_responses", "test_stream", "test_ignore_eos", "test_vision_api"]
+         "test_speculative", "test_compat_oai_responses", "test_stream", "test_ignore_eos", "test_vision_api",
+         "test_compat_anthropic", "test_compat_gcp", "test_metrics", "test_sleep", "test_kv_keep_only_active",
+         "test_slot_save", "test_lora", "test_router"]
 
 # (file, test name regex, reason): llama-server's own internals, no part of the OpenAI-style API. What
 # a client sees and pyriver lacks is no N/A: it is a gap (tests/tools/server_suite_gaps.json)

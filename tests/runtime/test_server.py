@@ -270,7 +270,7 @@ def _four_streams(s):
 
 def test_river_streams_report_exits(smol_path):
     s = ServerProcess(smol_path, "--parallel", "4", "--ctx", "256", "--threads", "2", "--river", "q4_0",
-                      "--tau", "0.95", "--min-exit-layer", "2")
+                      "--tau", "0.95", "--min-exit-layer", "2", "--metrics")
     try:
         out = _four_streams(s)
         for r in out.values():

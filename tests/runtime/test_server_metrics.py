@@ -98,3 +98,17 @@ def test_progress_chunks_carry_timings(server):
     assert all(v is not None and v >= 0 for c in progress for v in c["timings"].values())
     tokens = [c for c in chunks if c.get("content") and "prompt_progress" not in c]
     assert tokens and all("timings" in c for c in tokens)
+
+
+def test_throughput_gauges_cover_the_time_since_the_last_scrape(server):
+    """llama-server's bucket: prompt_tokens_seconds and predicted_tokens_seconds measure the requests
+    finished since the scrape before; a scrape with nothing finished since reads 0."""
+    _metrics(server.url)
+    status, _ = http("POST", server.url + "/completion", {"prompt": "Count: one, two,", "n_predict": 6,
+                                                          "temperature": 0, "cache_prompt": False})
+    assert status == 200
+    _, first = _metrics(server.url)
+    assert first["llamacpp:predicted_tokens_seconds"][1] > 0 and first["llamacpp:prompt_tokens_seconds"][1] > 0
+    _, second = _metrics(server.url)
+    assert second["llamacpp:predicted_tokens_seconds"][1] == 0 and second["llamacpp:prompt_tokens_seconds"][1] == 0
+    assert second["llamacpp:tokens_predicted_total"] == first["llamacpp:tokens_predicted_total"]
