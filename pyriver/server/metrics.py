@@ -29,7 +29,6 @@ class Metrics:
         self.prompt_s = 0.0
         self.predicted_n = 0         # tokens sampled (timings.predicted_n)
         self.predicted_s = 0.0
-        self.predicted_steps = 0     # decode steps of those tokens (the first comes with the prompt)
         self.n_decode = 0            # steps run (prompt chunks included), llama_decode() calls
         self.busy_sum = 0            # busy slots summed over those steps
         self.n_tokens_max = 0        # the longest sequence (prompt and generation) a request reached
@@ -37,7 +36,8 @@ class Metrics:
         self.draft_accepted = 0
         self.draft_steps = 0
         # the throughput gauges' window: since the last scrape (llama-server's bucket, reset by /metrics)
-        self.bucket = [0, 0.0, 0, 0.0]   # prompt tokens, prompt seconds, decode steps, generation seconds
+        # prompt tokens, prompt seconds, decode steps (the first token comes with the prompt), generation seconds
+        self.bucket = [0, 0.0, 0, 0.0]
 
     def step(self, n_decode: int, seconds: float, busy: int = 0) -> None:
         with self.lock:
@@ -58,17 +58,15 @@ class Metrics:
             self.all_blocks += n_layer * len(req.exits)
             t_end = time.perf_counter()
             t_first = req.t_first or t_end
-            self.prompt_n += len(req.prompt) - req.n_cached
+            prompt_n, prompt_s = len(req.prompt) - req.n_cached, max(0.0, t_first - (req.t_start or req.t_submit))
+            steps, predicted_s = max(0, req.n_decoded - 1), max(0.0, t_end - t_first)
+            self.prompt_n += prompt_n
             self.prompt_cached += req.n_cached
-            self.prompt_s += max(0.0, t_first - (req.t_start or req.t_submit))
+            self.prompt_s += prompt_s
             self.predicted_n += req.n_decoded
-            self.predicted_s += max(0.0, t_end - t_first)
-            self.predicted_steps += max(0, req.n_decoded - 1)
+            self.predicted_s += predicted_s
             b = self.bucket
-            b[0] += len(req.prompt) - req.n_cached
-            b[1] += max(0.0, t_first - (req.t_start or req.t_submit))
-            b[2] += max(0, req.n_decoded - 1)
-            b[3] += max(0.0, t_end - t_first)
+            b[0], b[1], b[2], b[3] = b[0] + prompt_n, b[1] + prompt_s, b[2] + steps, b[3] + predicted_s
             self.n_tokens_max = max(self.n_tokens_max, len(req.prompt) + req.n_decoded)
             ls = req.lossless
             if ls is not None:
