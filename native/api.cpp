@@ -127,6 +127,7 @@ pr_status pr_model_get_info(const pr_model * model, pr_model_info * out) {
         out->n_params = model->m->n_params;
         out->n_bytes = model->m->n_bytes;
         out->ftype_hint = (int32_t) model->m->main_type;
+        out->n_wide = (int32_t) model->m->file->wide.size();
     });
 }
 

@@ -368,6 +368,29 @@ static void join_projections(model & m) {
     }
 }
 
+// The blocks as wide products read them (batch_layout): each matrix with a second binding in the
+// mapping swapped for it, and a joined product split back into its parts, which place_weights bound
+// there (on many rows a product's own overhead is nothing, and its kernel is everything).
+static void bind_wide(model & m) {
+    const auto & wide = m.file->wide;
+    if (wide.empty()) return;
+    auto swap = [&](ggml_tensor *& t) {
+        auto it = t ? wide.find(t) : wide.end();
+        if (it != wide.end() && it->second != t) t = it->second;
+    };
+    m.wide_blocks = m.blocks;
+    for (block_weights & b : m.wide_blocks) {
+        if (b.qkv_joined && wide.count(b.qkv_joined)) b.qkv_joined = b.bqkv_joined = nullptr;
+        if (b.gate_up_joined && wide.count(b.gate_up_joined)) b.gate_up_joined = nullptr;
+        for (ggml_tensor ** t : {&b.wq, &b.wk, &b.wv, &b.wo, &b.wqkv, &b.ffn_gate, &b.ffn_up, &b.ffn_down, &b.ffn_gate_exps,
+                                 &b.ffn_up_exps, &b.ffn_down_exps, &b.qkv_joined, &b.gate_up_joined}) {
+            swap(*t);
+        }
+    }
+    m.wide_output = m.output;
+    swap(m.wide_output);
+}
+
 void check_file(const char * path) {
     std::unique_ptr<weight_file> f = open_model_file(path);   // every shard of a split model
     // A file without a vocabulary ("no_vocab" models) is llama.cpp's to judge: it does not assert there.
@@ -404,7 +427,8 @@ model * load_model(const char * path, const pr_model_params & params) {
     join_projections(*m);
     const model & mr = *m;
     place_weights(*m->file, [&](const ggml_tensor * t) { return tensor_dev(mr, t); }, m->cpu_dev, params.use_mmap != 0,
-                  [&](const ggml_tensor * t) { return t != mr.tok_embd && ggml_n_dims(t) == 2; });
+                  [&](const ggml_tensor * t) { return t != mr.tok_embd && ggml_n_dims(t) == 2; }, params.batch_layout != 0);
+    bind_wide(*m);
     return m.release();
 }
 

@@ -52,6 +52,11 @@ typedef struct {
     int32_t rpc_timeout_ms;   /* a call that waits longer on its RPC servers fails; 0: no limit */
     float   rope_freq_base;   /* RoPE base of the non-sliding-window layers; 0: the file's (llama.cpp's context param) */
     float   rope_freq_scale;  /* RoPE frequency scale of those layers; 0: the file's */
+    int32_t batch_layout;     /* 1: the CPU matrices ggml repacks for its single-token kernels are also
+                                 read in the file's own layout by products of more than 64 rows, where
+                                 ggml's tiled kernel for K-quants is faster (prompts; verify steps keep
+                                 the repacked one; needs use_mmap: the file's pages stay resident);
+                                 0: one layout, as llama.cpp */
 } pr_model_params;
 
 typedef struct {
@@ -68,6 +73,7 @@ typedef struct {
     int64_t n_params;
     int64_t n_bytes;          /* bytes of all weight tensors */
     int32_t ftype_hint;       /* ggml type of most block weights */
+    int32_t n_wide;           /* matrices also read in the file's layout (batch_layout); 0 when off */
 } pr_model_info;
 
 typedef struct {

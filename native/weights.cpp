@@ -13,6 +13,7 @@ namespace pr {
 
 weight_file::~weight_file() {
     for (auto b : buffers) ggml_backend_buffer_free(b);
+    if (wide_ctx) ggml_free(wide_ctx);
     if (copies) ggml_free(copies);
     if (meta) ggml_free(meta);
     if (gguf) gguf_free(gguf);
@@ -231,8 +232,27 @@ ggml_backend_buffer_t alloc_tensors(ggml_backend_buffer_type_t buft, const std::
     return buf;
 }
 
+// Whether ggml's CPU backend has its tiled kernel for products of 8 or more rows with src0 of
+// type t in its own layout (ggml-cpu/tiled: K-quants and i-quants, built for x86 with AVX2 or
+// AVX-512; elsewhere those products go through the dot-product loop, slower than a repacked GEMM).
+static bool tiled_kernel(ggml_backend_dev_t cpu, ggml_type t) {
+    switch (t) {
+        case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+        case GGML_TYPE_IQ4_XS: case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
+        case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M: break;
+        default: return false;
+    }
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(cpu);
+    auto features = (ggml_backend_get_features_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features");
+    for (ggml_backend_feature * f = features ? features(reg) : nullptr; f && f->name; ++f) {
+        if (strcmp(f->name, "AVX2") == 0 || strcmp(f->name, "AVX512") == 0) return true;
+    }
+    return false;
+}
+
 void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const ggml_tensor *)> & dev_of,
-                   ggml_backend_dev_t cpu, bool use_mmap, const std::function<bool(const ggml_tensor *)> & repack) {
+                   ggml_backend_dev_t cpu, bool use_mmap, const std::function<bool(const ggml_tensor *)> & repack,
+                   bool wide) {
     // Group tensors by buffer type; nullptr stands for "the mapping itself" (of each shard).
     ggml_backend_buffer_type_t repack_buft = repack ? cpu_repack_buft(cpu) : nullptr;
     std::map<ggml_backend_buffer_type_t, std::vector<ggml_tensor *>> per_buft;
@@ -248,13 +268,39 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
             if (live && !f.absorbed.count(name)) all.push_back(t);
         }
     }
+    std::vector<ggml_tensor *> wide_of;   // repacked matrices also bound in the mapping
     for (ggml_tensor * t : all) {
         ggml_backend_dev_t d = dev_of(t);
         ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(d);
         const bool joined = f.parts_of.count(ggml_get_name(t)) > 0;   // no one place in the file to map
-        if (d == cpu && repack_buft && repack(t) && buft_takes_matmul(cpu, repack_buft, t)) buft = repack_buft;
-        else if (d == cpu && use_mmap && !joined) buft = nullptr;
+        if (d == cpu && repack_buft && repack(t) && buft_takes_matmul(cpu, repack_buft, t)) {
+            buft = repack_buft;
+            if (wide && use_mmap && tiled_kernel(cpu, t->type)) wide_of.push_back(t);
+        } else if (d == cpu && use_mmap && !joined) {
+            buft = nullptr;
+        }
         per_buft[buft].push_back(t);
+    }
+    // The second binding costs no copy: the tensor (a joined one's parts, which were descriptors)
+    // reads the mapping, whose pages then stay resident beside the repacked copy.
+    if (!wide_of.empty()) {
+        ggml_init_params ip = {ggml_tensor_overhead() * wide_of.size(), nullptr, true};
+        f.wide_ctx = ggml_init(ip);
+        if (!f.wide_ctx) fail(PR_ERR_BACKEND, "cannot create a tensor context");
+    }
+    for (ggml_tensor * t : wide_of) {
+        auto joined = f.parts_of.find(ggml_get_name(t));
+        if (joined != f.parts_of.end()) {
+            for (const ggml_tensor * p : joined->second) {
+                if (f.absorbed.count(ggml_get_name(p))) per_buft[nullptr].push_back(const_cast<ggml_tensor *>(p));
+            }
+            f.wide[t] = t;
+        } else {
+            ggml_tensor * w = ggml_dup_tensor(f.wide_ctx, t);
+            ggml_set_name(w, ggml_get_name(t));   // the name finds its bytes (holder, data)
+            per_buft[nullptr].push_back(w);
+            f.wide[t] = w;
+        }
     }
     // The copy is what computes now: let the mapped pages go (they stay in the page cache, not in
     // this process), as llama.cpp unmaps the fragments it copied.
@@ -290,9 +336,10 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
         f.buffers.push_back(buf);
         for (ggml_tensor * t : kv.second) {
             auto joined = f.parts_of.find(ggml_get_name(t));
+            const bool mapped_too = f.wide.count(t) > 0;
             if (joined == f.parts_of.end()) {
                 ggml_backend_tensor_set(t, f.data(t), 0, ggml_nbytes(t));
-                release(t);
+                if (!mapped_too) release(t);
                 continue;
             }
             // Set at once: a repacked buffer takes a tensor's data only whole.
@@ -301,7 +348,7 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
             for (const ggml_tensor * p : joined->second) bytes.insert(bytes.end(), f.data(p), f.data(p) + ggml_nbytes(p));
             ggml_backend_tensor_set(t, bytes.data(), 0, bytes.size());
             for (const ggml_tensor * p : joined->second) {
-                if (f.absorbed.count(ggml_get_name(p))) release(p);
+                if (f.absorbed.count(ggml_get_name(p)) && !mapped_too) release(p);
             }
         }
     }

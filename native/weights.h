@@ -29,6 +29,10 @@ struct weight_file {
     std::map<std::string, std::string> copy_of;
     std::map<std::string, std::vector<const ggml_tensor *>> parts_of;   // joined tensor -> its parts
     std::map<std::string, bool> absorbed;   // parts whose only copy is their joined tensor's
+    // batch_layout: a repacked matrix -> the same matrix bound in the mapping (a joined one -> itself:
+    // its parts are bound there instead), for products of many rows (see place_weights).
+    std::map<const ggml_tensor *, ggml_tensor *> wide;
+    ggml_context * wide_ctx = nullptr;   // the descriptors of those second bindings
 
     ~weight_file();
     ggml_tensor * tensor(const std::string & name) const;   // any shard's; nullptr when absent
@@ -72,8 +76,10 @@ bool same_cpu_kernel(ggml_backend_dev_t cpu, ggml_tensor * w, const std::vector<
 // place (use_mmap) or a copy; other devices get an uploaded copy. CPU tensors for which
 // repack(t) holds and that ggml's CPU_REPACK buffer type takes (Q4_0, IQ4_NL, Q8_0, K-quants, by
 // shape and CPU features) are copied into it instead, as llama.cpp does: its matmuls are faster.
+// With wide (and use_mmap), such a matrix of a type ggml's tiled kernel takes is also bound in the
+// mapping (f.wide), since that kernel beats the repacked GEMM on many rows.
 void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const ggml_tensor *)> & dev_of,
                    ggml_backend_dev_t cpu, bool use_mmap,
-                   const std::function<bool(const ggml_tensor *)> & repack = nullptr);
+                   const std::function<bool(const ggml_tensor *)> & repack = nullptr, bool wide = false);
 
 } // namespace pr

@@ -68,7 +68,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                  river_rebuild: bool = False, batch_invariant: Optional[bool] = None, exit_rule: Optional[str] = None,
                  lossless: Optional[bool] = None, draft_max: Optional[int] = None, draft_cost=None,
                  engine: Optional[str] = "auto", lora_adapters: Optional[Sequence[Tuple[str, float]]] = None,
-                 **llama_cpp_args):
+                 batch_layout: bool = False, **llama_cpp_args):
         # what __getstate__ re-creates this Llama from (llama_cpp pickles its arguments, not its tokenizer)
         self._init_args = {**{k: v for k, v in locals().items() if k not in ("self", "llama_cpp_args", "tokenizer")},
                            **llama_cpp_args}
@@ -112,10 +112,11 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             self.metadata = self.vocab.metadata()
             self.tokenizer_ = tokenizer or PyriverTokenizer(self)
             self.river_path = self.calibration = self._spec = self.engine = None
+            self.batch_layout = False
             return
         self._load(engine, ModelArgs(n_gpu_layers, use_mmap, split_mode, main_gpu, tensor_split, rpc_servers or None,
                                      rpc_timeout, rope_freq_base, rope_freq_scale,
-                                     lora_specs(lora_path, lora_scale, lora_adapters)))
+                                     lora_specs(lora_path, lora_scale, lora_adapters), bool(batch_layout)))
         exit_threshold, min_exit_layer = self._bind_river(river, exit_threshold, min_exit_layer, river_force,
                                                           river_rebuild, use_mmap, verbose, lossless)
         if exit_rule is None and self.calibration is not None and self.river_path is not None:
@@ -164,6 +165,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         self.engine = self._engine.name
         self.info = self._engine.info
         self.model_params = self._engine.params   # the engine's (native: pr_model_params; llama.cpp's llama_model_params)
+        # whether products of many rows read matrices in a second layout (ModelArgs.batch_layout took)
+        self.batch_layout = self.info.get("n_wide", 0) > 0
         self._is_recurrent, self._is_hybrid = self._engine.recurrent, self._engine.hybrid
         # llama_cpp's handle of its one adapter (lora_path); pyriver's list of them all (lora_adapters)
         self.lora_adapters = list(self._engine.adapters)

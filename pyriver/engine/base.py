@@ -27,6 +27,7 @@ class ModelArgs:
     rope_freq_base: float = 0.0
     rope_freq_scale: float = 0.0
     lora: Tuple[Tuple[str, float], ...] = ()   # LoRA adapters (path, scale): the llama.cpp engine's (engine/lora.py)
+    batch_layout: bool = False   # the native engine's pr_model_params.batch_layout (docs/lossless.md)
 
 
 @dataclass

@@ -135,6 +135,7 @@ class NativeEngine(Engine):
         mp.rope_freq_base, mp.rope_freq_scale = float(args.rope_freq_base or 0.0), float(args.rope_freq_scale or 0.0)
         mp.n_gpu_layers = int(args.n_gpu_layers)
         mp.use_mmap = 1 if args.use_mmap else 0
+        mp.batch_layout = 1 if args.batch_layout else 0
         mp.split_mode, mp.main_gpu = int(args.split_mode), int(args.main_gpu)
         if args.tensor_split is not None:
             if len(args.tensor_split) > len(mp.tensor_split):

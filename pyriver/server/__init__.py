@@ -9,7 +9,7 @@ import socket
 import sys
 from typing import List, Optional
 
-from ..args import add_draft_args, require_lossless
+from ..args import add_draft_args, add_layout_arg, layout_kwargs, require_lossless
 from .prompt_cache import DEFAULT_MIB
 
 
@@ -103,6 +103,7 @@ def parser() -> argparse.ArgumentParser:
                    "batch-mates, prompt chunks or prefix reuse (slower: docs/bench/default-cpu.md)")
     p.add_argument("--not-batch-invariant", action="store_true",
                    help="llama.cpp's multi-token kernels, as llama-server runs them (the default)")
+    add_layout_arg(p)
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
     p.add_argument("--alias", "-a", default=None, help="the model's names, comma-separated: /v1/models reports the first "
                    "in sorted order as its id, and all as its aliases (llama-server's; default: the file name)")
@@ -227,6 +228,7 @@ def settings(a: argparse.Namespace) -> dict:
         raise ValueError("--batch-invariant and --not-batch-invariant exclude each other")
     if a.batch_invariant or a.not_batch_invariant:
         kw["batch_invariant"] = bool(a.batch_invariant)
+    kw.update(layout_kwargs(a))
     if a.reranking:   # as llama-server's: embeddings on, pooling RANK
         a.embedding, a.pooling = True, "rank"
     if a.embedding:

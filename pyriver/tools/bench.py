@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 from tqdm import tqdm
 
 from pyriver import models
-from pyriver.args import add_draft_args, tensor_split
+from pyriver.args import add_draft_args, add_layout_arg, layout_kwargs, tensor_split
 from pyriver.cli import TOOLS, guarded
 from pyriver.engine import ENGINES
 from pyriver.llama import DEFAULT_TAU, Llama
@@ -80,6 +80,8 @@ def parser() -> argparse.ArgumentParser:
                         "ngram-map-k; none: plain llama-server only)")
     b.add_argument("--pyriver-setting", action="append", default=None, metavar="FLAGS",
                    help="--spec-serve: another pyriver serve to run, with these flags (repeatable)")
+    b.add_argument("--llama-server-setting", action="append", default=None, metavar="FLAGS",
+                   help="--spec-serve: another llama-server to run, with these flags (repeatable; e.g. --no-repack)")
     b.add_argument("--verify-k-max", type=int, default=64, help="--verify-cost: the longest step measured")
     b.add_argument("--draft-max", type=int, nargs="+", default=None, help="lossless: longest drafts to run (default 2 4)")
     b.add_argument("--prompts", type=int, default=6, help="lossless: prompts per set per repeat")
@@ -88,6 +90,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--fixed-k", action="store_true", help="lossless: the old draft length (grow/shrink by one up to "
                    "--draft-max) instead of by cost")
     add_draft_args(b, many=True)   # --draft, --draft-cost (without: DEFAULT_COST's table, unless --fixed-k)
+    add_layout_arg(b)   # the layouts pyriver serve loads by default (the default mode, --verify-cost, --lossless)
     b.add_argument("--no-llama-cpp", action="store_true", help="lossless: no llama.cpp row")
     b.add_argument("--not-batch-invariant", action="store_true",
                    help="serve: also pyriver's server with --not-batch-invariant (the default; lossless: the default too)")
@@ -119,8 +122,9 @@ def engines_for(a, path: str) -> List[Dict]:
     base = {"model": path, "threads": a.threads, "n_prompt": a.prompt_tokens, "n_gen": a.gen_tokens,
             "n_gpu_layers": a.n_gpu_layers, "rpc_servers": a.rpc_servers, "flash_attn": a.flash_attn,
             "tensor_split": tensor_split(a.tensor_split)}
+    # pyriver with the layouts `pyriver run` and serve load (--no-batch-layout: llama.cpp's one)
     es = [dict(base, name="llama.cpp", engine="llama.cpp"), dict(base, name="pyriver", engine="pyriver",
-                                                                 pyriver_engine=a.engine)]
+                                                                 pyriver_engine=a.engine, **layout_kwargs(a))]
     if a.batched:
         es.append(dict(base, name="pyriver batched", engine="pyriver", batch_invariant=False))
     if a.batch_invariant:
@@ -167,7 +171,7 @@ def processes(a) -> int:
                                  prompt_set="bench.TEXT (fixed prose, repeated to length)", river=a.river, tau=a.tau,
                                  min_exit_layer=a.min_exit_layer, force_exit_layer=a.force_exit_layer,
                                  calibrated=a.calibrated, n_gpu_layers=a.n_gpu_layers, rpc_servers=a.rpc_servers,
-                                 tensor_split=a.tensor_split, flash_attn=a.flash_attn),
+                                 tensor_split=a.tensor_split, flash_attn=a.flash_attn, **layout_kwargs(a)),
         "engines": {},
     }
     for e in engines:

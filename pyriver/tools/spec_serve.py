@@ -41,6 +41,7 @@ def configs(a, path: str) -> List[Tuple[str, List[str]]]:
           "-fa", "off", *gpu["llama-server"], "--host", "127.0.0.1"]
     types = LLAMA_SPEC_TYPES if a.llama_spec_types is None else a.llama_spec_types
     out = [("llama-server", ls)] + [(f"llama-server {t}", ls + ["--spec-type", t]) for t in types]
+    out += [(f"llama-server {extra}", ls + extra.split()) for extra in getattr(a, "llama_server_setting", None) or []]
     py = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "2048",
           "--parallel", str(n), *gpu["pyriver"]]
     settings = dict(PYRIVER_SETTINGS)

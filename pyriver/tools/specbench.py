@@ -15,7 +15,7 @@ import time
 from typing import Dict, List
 
 from pyriver import models
-from pyriver.args import device_kwargs
+from pyriver.args import device_kwargs, layout_kwargs
 from pyriver.draftlen import DEFAULT_COST, DraftCost
 from pyriver.llama import DEFAULT_RIVER, Llama
 
@@ -81,7 +81,7 @@ def main(a) -> int:
     llm = Llama(path, n_ctx=2048, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
                 river=(a.river or DEFAULT_RIVER) if need_river else None, river_force=a.river_force,
                 exit_threshold=2.0 if need_river else None,
-                batch_invariant=True if getattr(a, "batch_invariant", False) else None, **device_kwargs(a))
+                batch_invariant=True if getattr(a, "batch_invariant", False) else None, **device_kwargs(a), **layout_kwargs(a))
     ref = None if a.no_llama_cpp else _llama_cpp(a, path)
     settings = _settings(a)
     sets = _prompt_sets(a)
@@ -105,10 +105,10 @@ def main(a) -> int:
                 runs["llama.cpp"][pset].append(greedy_answers(ref, prompts, a.gen_tokens))
     res = {"schema": "pyriver.bench.lossless/2", "model": path, "threads": a.threads, "river": llm.river_path,
            "min_exit_layer": llm.min_exit_layer, "prompts": {p: len(v) for p, v in sets.items()},
-           "gen_tokens": a.gen_tokens, "repeats": a.repeats, "batch_invariant": llm.batch_invariant,
+           "gen_tokens": a.gen_tokens, "repeats": a.repeats, "batch_invariant": llm.batch_invariant, "batch_layout": llm.batch_layout,
            "draft_cost": {str(t): repr(c) for t, c in costs.items()}, "fixed_k": a.fixed_k, "sets": {}}
     print(f"model {path}  river {llm.river_path}  threads {a.threads}  {a.gen_tokens} tokens  repeats "
-          f"{a.repeats}  batch-invariant {llm.batch_invariant}")
+          f"{a.repeats}  batch-invariant {llm.batch_invariant}  batch layout {llm.batch_layout}")
     print("draft cost: " + "; ".join(f"tau {t}: {c!r}" for t, c in costs.items()))
     for pset in sets:
         res["sets"][pset] = _report(pset, len(sets[pset]), {n: runs[n][pset] for n in names})

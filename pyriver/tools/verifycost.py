@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 
 from pyriver import models
-from pyriver.args import device_kwargs
+from pyriver.args import device_kwargs, layout_kwargs
 from pyriver.costcurve import measure
 from pyriver.llama import Llama
 
@@ -20,10 +20,10 @@ from .results import write_json
 def main(a) -> int:
     path = str(models.resolve(a.model, progress=True))
     llm = Llama(path, n_ctx=1024, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
-                batch_invariant=True if getattr(a, "batch_invariant", False) else None, **device_kwargs(a))
+                batch_invariant=True if getattr(a, "batch_invariant", False) else None, **device_kwargs(a), **layout_kwargs(a))
     ks = list(range(1, getattr(a, "verify_k_max", 64) + 1))
     res = measure(llm, ks, a.repeats, llm.tokenize(CODE_EDIT_PROMPTS[0][1].encode()))
-    print(f"model {path}  threads {a.threads}  repeats {a.repeats}  batch-invariant {llm.batch_invariant}")
+    print(f"model {path}  threads {a.threads}  repeats {a.repeats}  batch-invariant {llm.batch_invariant}  batch layout {llm.batch_layout}")
     print(f"{'k':>3}{'k-token step ms':>18}{'single step ms':>16}{'in decode steps':>17}{'ms per token':>14}")
     table = {}
     for k in ks:
@@ -33,7 +33,7 @@ def main(a) -> int:
     print("in decode steps: the k-token step over a single step timed in the same repeat, median over repeats")
     if a.json:
         write_json(a.json, {"schema": "pyriver.bench.verify_cost/1", "model": path, "threads": a.threads,
-                            "repeats": a.repeats, "batch_invariant": llm.batch_invariant,
+                            "repeats": a.repeats, "batch_invariant": llm.batch_invariant, "batch_layout": llm.batch_layout,
                             "n_prompt": len(llm.tokenize(CODE_EDIT_PROMPTS[0][1].encode())), "k": table})
     llm.close()
     return 0

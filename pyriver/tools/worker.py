@@ -52,7 +52,7 @@ def worker(cfg: Dict) -> Dict:
                       force_exit_layer=cfg.get("force_exit_layer", -1), river_force=cfg.get("river_force", False))
         llm = Llama(cfg["model"], n_ctx=n_ctx, n_batch=512, n_threads=th, n_threads_batch=th, verbose=False,
                     **engine_kwargs(cfg), rpc_servers=cfg.get("rpc_servers"), batch_invariant=cfg.get("batch_invariant"),
-                    engine=cfg.get("pyriver_engine", "auto"), **kw)
+                    engine=cfg.get("pyriver_engine", "auto"), batch_layout=cfg.get("batch_layout", False), **kw)
     else:
         if cfg.get("rpc_servers"):
             # llama.cpp's --rpc: the servers' devices join ggml's device list of this process.

@@ -1,0 +1,99 @@
+"""batch_layout (pr_model_params.batch_layout; on by default in `pyriver serve`, run and chat): the
+CPU's repacked K-quant matrices are also read in the file's own layout by products of more than 64
+rows (prompts), where ggml's tiled kernel is faster than the repacked GEMM. The referee is llama.cpp itself:
+a wide step has the bits of llama.cpp loaded without its extra buffer types (use_extra_bufts off,
+llama-server's --no-repack), a step of 64 rows or fewer (a verify step) those of llama.cpp as it loads by default."""
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+import pytest
+
+import llama_cpp
+import llama_cpp.llama_cpp as llama_low
+
+from pyriver import Llama
+from pyriver.tools import synth
+from pyriver.tools.engine import LlamaCppEngine
+from pyriver.tools.quantize import quantize
+
+
+def _tiled_cpu() -> bool:
+    """ggml's tiled kernel is built for x86 with AVX2 (or AVX-512)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        return " avx2" in open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _tiled_cpu(), reason="ggml's tiled kernel is x86 AVX2/AVX-512 only")
+
+
+@pytest.fixture(scope="module")
+def q4k_path(smol_path, tmp_path_factory):
+    """Every matrix Q4_K (pure): each one is repacked by default and each one the tiled kernel takes."""
+    d = tmp_path_factory.mktemp("layout")
+    f16 = d / "m.f16.gguf"
+    synth.write_llama(f16, n_layer=2, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, tied_output=False, seed=11,
+                      dtype="f16", tokenizer_from=smol_path)
+    return str(quantize(f16, d / "m.q4_k.gguf", "q4_k_m", pure=True))
+
+
+def _llama_cpp_rows(path, toks, repack: bool) -> np.ndarray:
+    """Every row's logits of one llama.cpp step over toks; repack=False loads it as --no-repack."""
+    default = llama_low.llama_model_default_params
+
+    def no_extra():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+    try:
+        if not repack:
+            llama_low.llama_model_default_params = no_extra
+        eng = LlamaCppEngine(path, 128, 2, logits_all=True)
+    finally:
+        llama_low.llama_model_default_params = default
+    try:
+        return eng.decode_logits(toks, logits_all=True)
+    finally:
+        eng.close()
+
+
+def _rows(path, toks, batch_layout: bool) -> np.ndarray:
+    with Llama(path, n_ctx=128, n_threads=2, n_threads_batch=2, verbose=False, river=None, lossless=False,
+               batch_layout=batch_layout) as llm:
+        assert llm.batch_layout == batch_layout   # every matrix is Q4_K: all get the second layout
+        return llm.decode_logits(toks, logits_all=True)
+
+
+def _tokens(n):
+    return [1 + (7 * i) % 400 for i in range(n)]
+
+
+def test_a_wide_step_has_llama_cpp_no_repack_bits(q4k_path):
+    toks = _tokens(80)
+    plain, repacked = _llama_cpp_rows(q4k_path, toks, False), _llama_cpp_rows(q4k_path, toks, True)
+    assert not np.array_equal(plain, repacked)   # the two kernels differ in the last bits here
+    assert np.array_equal(_rows(q4k_path, toks, True), plain)
+    assert np.array_equal(_rows(q4k_path, toks, False), repacked)
+
+
+def test_a_step_of_64_rows_keeps_the_repacked_kernel(q4k_path):
+    toks = _tokens(64)
+    assert np.array_equal(_rows(q4k_path, toks, True), _llama_cpp_rows(q4k_path, toks, True))
+
+
+def test_only_tiled_types_get_a_second_layout(smol_path):
+    """SmolLM2's Q4_1 is neither repacked nor a tiled type: nothing changes, nothing is kept twice."""
+    with Llama(smol_path, n_ctx=64, verbose=False, river=None, lossless=False, batch_layout=True) as llm:
+        assert llm.info["n_wide"] == 0 and not llm.batch_layout
+
+
+def test_without_mmap_there_is_one_layout(q4k_path):
+    """The second binding is the file's mapping: a copied model keeps one layout."""
+    with Llama(q4k_path, n_ctx=64, verbose=False, river=None, lossless=False, batch_layout=True,
+               use_mmap=False) as llm:
+        assert not llm.batch_layout
