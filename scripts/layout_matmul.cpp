@@ -50,6 +50,17 @@ int main(int argc, char ** argv) {
     ggml_context * wctx = ggml_init(wp);
     ggml_tensor * w = ggml_new_tensor_2d(wctx, type, K, N);
     ggml_backend_buffer_t wb = ggml_backend_alloc_ctx_tensors_from_buft(wctx, bt);
+    {   // asked as llama.cpp asks: does the CPU compute a product with w in this buffer (else ggml crashes)
+        ggml_init_params pp = {ggml_tensor_overhead() * 2, nullptr, true};
+        ggml_context * pctx = ggml_init(pp);
+        ggml_tensor * op = ggml_mul_mat(pctx, w, ggml_new_tensor_2d(pctx, GGML_TYPE_F32, K, 512));
+        const bool ok = ggml_backend_dev_supports_op(ggml_backend_get_device(be), op);
+        ggml_free(pctx);
+        if (!ok) {
+            fprintf(stderr, "this CPU backend does not compute %s products in that buffer\n", ggml_type_name(type));
+            return 1;
+        }
+    }
     std::mt19937 rng(1);
     std::normal_distribution<float> nd(0.0f, 0.02f);
     std::vector<float> f(K * N);
