@@ -82,12 +82,15 @@ static ggml_tensor * linear(ggml_context * ctx, const graph_shape & s, ggml_tens
 }
 
 // Whether the products of x's rows read the matrices in the file's layout (model::wide_blocks):
-// prompts, where ggml's tiled kernel computes a 300-token step of the 1.5B Q4_K_M 1.4x faster than
-// the repacked GEMM. Not verify steps (at most 64 rows): from 21 rows on the tiled kernel wins by
-// 0 to 15% there, less than the measured cost table's noise, and a table that says long steps are
-// cheap makes the draft length rule lose (docs/lossless.md). Batch-invariant products are one row each.
-static bool wide(const model & m, const graph_shape & s, const ggml_tensor * x) {
-    return !m.wide_blocks.empty() && !s.invariant && x->ne[1] > model::WIDE_ROWS;
+// prompts, where ggml's tiled kernel computes a step of the 1.5B Q4_K_M 1.15x (40 tokens) to 1.4x
+// (300) faster than the repacked GEMM. Not verify steps (logits for every row, at most 64 rows):
+// from 21 rows the tiled kernel wins by 0 to 15% there, less than the measured cost table's noise,
+// and a table that says long steps are cheap makes the draft length rule lose (docs/lossless.md).
+// Batch-invariant products are one row each.
+static bool wide(const model & m, const graph_shape & s, const ggml_tensor * x, const lane * ln) {
+    if (m.wide_blocks.empty() || s.invariant) return false;
+    const bool is_prompt = ln->n_outputs <= (int) ln->groups.size();   // at most a last row per sequence
+    return x->ne[1] > model::WIDE_ROWS || (is_prompt && x->ne[1] > model::WIDE_PROMPT_ROWS);
 }
 
 // RoPE of layer il: the frequency factors of this context size (Llama 3.1, LongRoPE), and the
@@ -438,6 +441,8 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
     g->lanes.resize(nl);
     std::vector<ggml_tensor *> x(nl), stack(nl, nullptr);
     for (size_t i = 0; i < nl; i++) x[i] = lane_inputs(ctx, m, kv, seg, seg.lanes[i], g->lanes[i], carry);
+    std::vector<bool> wide_lane(nl);   // the lane's blocks and head read the file's layout (one layout a step)
+    for (size_t i = 0; i < nl; i++) wide_lane[i] = wide(m, s, x[i], &seg.lanes[i]);
     // Block by block, every lane that runs the block (lanes may start at different blocks).
     for (int il = lo; il <= hi; il++) {
         for (size_t i = 0; i < nl; i++) {
@@ -451,7 +456,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
                 if (!seg.host_checks) stack[i] = ggml_reshape_3d(ctx, x[i], x[i]->ne[0], x[i]->ne[1], 1);
             }
             ggml_tensor * sel = (ln.head() && il == L - 1) ? io.in.out_ids : nullptr;
-            const block_weights & w = ln.on_river(il) ? m.river->blocks[il] : wide(m, s, x[i]) ? m.wide_blocks[il] : m.blocks[il];
+            const block_weights & w = ln.on_river(il) ? m.river->blocks[il] : wide_lane[i] ? m.wide_blocks[il] : m.blocks[il];
             ggml_tensor * y = build_block(ctx, m, kv, io.in, s, ln.groups, w, il, x[i], sel);
             if (check) {
                 if (stack[i]) stack[i] = ggml_concat(ctx, stack[i], ggml_reshape_3d(ctx, y, y->ne[0], y->ne[1], 1), 2);
@@ -476,6 +481,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
         if (seg.lanes[i].head()) {
             head_in = head_in ? ggml_concat(ctx, head_in, x[i], 1) : x[i];
             ggml_tensor * w = head_of(m, seg.lanes[i]);
+            if (w == m.output && wide_lane[i]) w = m.wide_output;
             if (!head_runs.empty() && head_runs.back().first == w) {
                 head_runs.back().second = ggml_concat(ctx, head_runs.back().second, x[i], 1);
             } else {
@@ -500,7 +506,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
         g->logits = nullptr;
         for (const auto & run : head_runs) {
             ggml_tensor * h = rms_norm(ctx, run.second, m.output_norm, m.hp.rms_eps);
-            ggml_tensor * y = linear(ctx, s, run.first == m.output && wide(m, s, h) ? m.wide_output : run.first, h, m.output_b);
+            ggml_tensor * y = linear(ctx, s, run.first, h, m.output_b);
             g->logits = g->logits ? ggml_concat(ctx, g->logits, y, 1) : y;
         }
         if (m.hp.final_softcap > 0.0f) g->logits = softcap(ctx, g->logits, m.hp.final_softcap);

@@ -112,11 +112,12 @@ struct model {
     ggml_tensor * rope_long = nullptr;   // LongRoPE factors beyond the original context (Phi-3)
     ggml_tensor * rope_short = nullptr;  // and within it
     std::vector<block_weights> blocks;
-    // batch_layout: the blocks and head as products of more than WIDE_ROWS rows (prompts) read them, each
+    // batch_layout: the blocks and head as products of many rows (prompts: graph.cpp's wide) read them, each
     // repacked matrix in the file's layout (file->wide) and joined ones as their parts; empty when off.
     std::vector<block_weights> wide_blocks;
     ggml_tensor * wide_output = nullptr;
-    static constexpr int64_t WIDE_ROWS = 64;
+    static constexpr int64_t WIDE_ROWS = 64;          // any step
+    static constexpr int64_t WIDE_PROMPT_ROWS = 16;   // a step with logits for at most a row a sequence
 
     ggml_backend_dev_t cpu_dev = nullptr;
     std::vector<ggml_backend_dev_t> layer_dev;   // device of each block's weights, river block and KV

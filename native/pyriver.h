@@ -53,10 +53,10 @@ typedef struct {
     float   rope_freq_base;   /* RoPE base of the non-sliding-window layers; 0: the file's (llama.cpp's context param) */
     float   rope_freq_scale;  /* RoPE frequency scale of those layers; 0: the file's */
     int32_t batch_layout;     /* 1: the CPU matrices ggml repacks for its single-token kernels are also
-                                 read in the file's own layout by products of more than 64 rows, where
-                                 ggml's tiled kernel for K-quants is faster (prompts; verify steps keep
-                                 the repacked one; needs use_mmap: the file's pages stay resident);
-                                 0: one layout, as llama.cpp */
+                                 read in the file's own layout by prompt steps of more than 16 rows and
+                                 any step of more than 64, where ggml's tiled kernel for K-quants is
+                                 faster (verify steps of up to 64 rows keep the repacked one; needs
+                                 use_mmap: the file's pages stay resident); 0: one layout, as llama.cpp */
 } pr_model_params;
 
 typedef struct {

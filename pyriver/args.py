@@ -29,7 +29,7 @@ def add_layout_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-batch-layout", action="store_true",
                    help="one layout of the weights, llama.cpp's (by default, on x86 CPUs, the K-quant matrices that ggml "
                    "repacks for single tokens are also read in the file's layout by prompt steps of more "
-                   "than 64 tokens, where ggml's tiled kernel is faster; the file's pages stay in memory: docs/lossless.md)")
+                   "than 16 tokens, where ggml's tiled kernel is faster; the file's pages stay in memory: docs/lossless.md)")
 
 
 def layout_kwargs(a) -> Dict:

@@ -7,8 +7,9 @@ device setting and keeps the table in the cache (`<cache>/verify-cost/`), so a l
 Why measured and not a formula: the curve is not monotone per token. On the 2-core EPYC the 1.5B
 Q4_K_M's step of 8 tokens costs 7.1 single steps and its step of 16 only 7.6 (ggml's multi-token
 kernels pay from about 16 rows on), so where a draft of 9 is worth taking a draft of 15 is cheaper
-per kept token (docs/lossless.md, "The verify cost curve"). Steps of these sizes never read
-batch_layout's second layout (native: more than 64 rows), so one table serves both settings."""
+per kept token (docs/lossless.md, "The verify cost curve"). Verify steps of these sizes (logits
+for every row) never read batch_layout's second layout (native: a prompt step or more than 64 rows),
+so one table serves both settings."""
 from __future__ import annotations
 
 import hashlib

@@ -1,8 +1,9 @@
 """batch_layout (pr_model_params.batch_layout; on by default in `pyriver serve`, run and chat): the
-CPU's repacked K-quant matrices are also read in the file's own layout by products of more than 64
-rows (prompts), where ggml's tiled kernel is faster than the repacked GEMM. The referee is llama.cpp itself:
-a wide step has the bits of llama.cpp loaded without its extra buffer types (use_extra_bufts off,
-llama-server's --no-repack), a step of 64 rows or fewer (a verify step) those of llama.cpp as it loads by default."""
+CPU's repacked K-quant matrices are also read in the file's own layout by prompt steps of more than
+16 rows and any step of more than 64, where ggml's tiled kernel is faster than the repacked GEMM. The
+referee is llama.cpp itself: such a step has the bits of llama.cpp loaded without its extra buffer
+types (use_extra_bufts off, llama-server's --no-repack); a verify step (logits for every row) of 64
+rows or fewer, and a prompt of 16, those of llama.cpp as it loads by default."""
 from __future__ import annotations
 
 import platform
@@ -42,8 +43,9 @@ def q4k_path(smol_path, tmp_path_factory):
     return str(quantize(f16, d / "m.q4_k.gguf", "q4_k_m", pure=True))
 
 
-def _llama_cpp_rows(path, toks, repack: bool) -> np.ndarray:
-    """Every row's logits of one llama.cpp step over toks; repack=False loads it as --no-repack."""
+def _llama_cpp_rows(path, toks, repack: bool, every_row: bool = True) -> np.ndarray:
+    """Every row's logits (else the last's) of one llama.cpp step over toks; repack=False loads it as
+    --no-repack."""
     default = llama_low.llama_model_default_params
 
     def no_extra():
@@ -53,20 +55,20 @@ def _llama_cpp_rows(path, toks, repack: bool) -> np.ndarray:
     try:
         if not repack:
             llama_low.llama_model_default_params = no_extra
-        eng = LlamaCppEngine(path, 128, 2, logits_all=True)
+        eng = LlamaCppEngine(path, 128, 2, logits_all=every_row)
     finally:
         llama_low.llama_model_default_params = default
     try:
-        return eng.decode_logits(toks, logits_all=True)
+        return eng.decode_logits(toks, logits_all=every_row)
     finally:
         eng.close()
 
 
-def _rows(path, toks, batch_layout: bool) -> np.ndarray:
+def _rows(path, toks, batch_layout: bool, every_row: bool = True) -> np.ndarray:
     with Llama(path, n_ctx=128, n_threads=2, n_threads_batch=2, verbose=False, river=None, lossless=False,
                batch_layout=batch_layout) as llm:
         assert llm.batch_layout == batch_layout   # every matrix is Q4_K: all get the second layout
-        return llm.decode_logits(toks, logits_all=True)
+        return llm.decode_logits(toks, logits_all=every_row)
 
 
 def _tokens(n):
@@ -84,6 +86,20 @@ def test_a_wide_step_has_llama_cpp_no_repack_bits(q4k_path):
 def test_a_step_of_64_rows_keeps_the_repacked_kernel(q4k_path):
     toks = _tokens(64)
     assert np.array_equal(_rows(q4k_path, toks, True), _llama_cpp_rows(q4k_path, toks, True))
+
+
+@pytest.mark.parametrize("n", [17, 40])
+def test_a_prompt_step_of_more_than_16_rows_is_wide(q4k_path, n):
+    """A prompt (the last row's logits) reads the file's layout from 17 rows, its head too."""
+    toks = _tokens(n)
+    plain = _llama_cpp_rows(q4k_path, toks, False, every_row=False)
+    assert not np.array_equal(plain, _llama_cpp_rows(q4k_path, toks, True, every_row=False))
+    assert np.array_equal(_rows(q4k_path, toks, True, every_row=False), plain)
+
+
+def test_a_prompt_of_16_rows_keeps_the_repacked_kernel(q4k_path):
+    toks = _tokens(16)
+    assert np.array_equal(_rows(q4k_path, toks, True, every_row=False), _llama_cpp_rows(q4k_path, toks, True, every_row=False))
 
 
 def test_only_tiled_types_get_a_second_layout(smol_path):
