@@ -232,16 +232,20 @@ ggml_backend_buffer_t alloc_tensors(ggml_backend_buffer_type_t buft, const std::
     return buf;
 }
 
-// Whether ggml's CPU backend has its tiled kernel for products of 8 or more rows with src0 of
-// type t in its own layout (ggml-cpu/tiled: K-quants and i-quants, built for x86 with AVX2 or
-// AVX-512; elsewhere those products go through the dot-product loop, slower than a repacked GEMM).
-static bool tiled_kernel(ggml_backend_dev_t cpu, ggml_type t) {
+// ggml's tiled kernel for products of 8 or more rows with src0 in its own layout (ggml-cpu/tiled):
+// the types it takes (K-quants and i-quants), and whether this CPU backend has it (built for x86
+// with AVX2 or AVX-512; elsewhere those products go through the dot-product loop, slower than a
+// repacked GEMM).
+static bool tiled_type(ggml_type t) {
     switch (t) {
         case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
         case GGML_TYPE_IQ4_XS: case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S:
-        case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M: break;
+        case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M: return true;
         default: return false;
     }
+}
+
+static bool tiled_cpu(ggml_backend_dev_t cpu) {
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(cpu);
     auto features = (ggml_backend_get_features_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features");
     for (ggml_backend_feature * f = features ? features(reg) : nullptr; f && f->name; ++f) {
@@ -269,13 +273,14 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
         }
     }
     std::vector<ggml_tensor *> wide_of;   // repacked matrices also bound in the mapping
+    wide = wide && use_mmap && repack_buft && tiled_cpu(cpu);   // the backend's features, asked once
     for (ggml_tensor * t : all) {
         ggml_backend_dev_t d = dev_of(t);
         ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(d);
         const bool joined = f.parts_of.count(ggml_get_name(t)) > 0;   // no one place in the file to map
         if (d == cpu && repack_buft && repack(t) && buft_takes_matmul(cpu, repack_buft, t)) {
             buft = repack_buft;
-            if (wide && use_mmap && tiled_kernel(cpu, t->type)) wide_of.push_back(t);
+            if (wide && tiled_type(t->type)) wide_of.push_back(t);
         } else if (d == cpu && use_mmap && !joined) {
             buft = nullptr;
         }
