@@ -443,6 +443,8 @@ int32_t pr_model_joined(const pr_model * model) { return live(model, "model") ? 
 
 int64_t pr_graph_runs(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->n_graph_runs : 0; }
 
+int32_t pr_graph_input_reads(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->last_input_reads : 0; }
+
 pr_status pr_kv_fill(pr_context * ctx, float value) {
     return guarded([&] {
         if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");

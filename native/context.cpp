@@ -268,6 +268,7 @@ built_graph & context::compute(const segment & seg, const std::vector<lane_feed>
     const ggml_status st = ggml_backend_sched_graph_compute(sched, g.gf);
     if (st != GGML_STATUS_SUCCESS) fail(PR_ERR_BACKEND, "graph compute failed (status %d)", (int) st);
     n_graph_runs++;
+    last_input_reads = g.input_reads;
     return g;
 }
 

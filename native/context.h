@@ -69,6 +69,7 @@ struct context {
     std::vector<int32_t> forecast_of;      // per token of the last decode: its forecast exit block (-1: none)
     std::vector<int32_t> observed;         // ... the first block at tau it ran (L-1: none at full depth; -1: censored)
     int64_t n_graph_runs = 0;              // graphs computed since creation (the cost of checks)
+    int last_input_reads = 0;              // the last computed graph's input_reads
 
     std::vector<float> logits;             // n_outputs x n_vocab (several rows)
     int n_outputs = 0;

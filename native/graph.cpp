@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <unordered_set>
 
 namespace pr {
 
@@ -159,16 +160,14 @@ static ggml_tensor * attn_weights(ggml_context * ctx, ggml_tensor * kk, ggml_ten
 // graph of a few nodes a layer instead of a few per sequence.
 static ggml_tensor * run_attention(ggml_context * ctx, const model & m, const kv_cache & kv, const seq_group & g,
                                    int n_seq, int t0, ggml_tensor * q, ggml_tensor * k_all, ggml_tensor * v_all,
-                                   ggml_tensor * mask, size_t moff, float scale, float cap) {
+                                   ggml_tensor * mask, float scale, float cap) {
     const hparams & hp = m.hp;
     const int hd = hp.n_embd_head, n_kv = g.n_kv, E = hp.n_embd_k_gqa();
     const size_t es = ggml_type_size(kv.type);
     const int64_t base = kv.row(g.seq, 0), stride = kv.row(g.seq + 1, 0) - base, rows = kv.v[0]->ne[0];
     ggml_tensor * qq = ggml_view_4d(ctx, q, hd, 1, hp.n_head, n_seq, q->nb[2], q->nb[1], q->nb[2], q->nb[2] * t0);
     ggml_tensor * kk = ggml_view_4d(ctx, k_all, hd, n_kv, hp.n_head_kv, n_seq, es * E, es * hd, es * E * stride, es * E * base);
-    const size_t ms = sizeof(ggml_fp16_t) * n_kv;
-    ggml_tensor * kq = attn_weights(ctx, kk, qq, ggml_view_4d(ctx, mask, n_kv, 1, 1, n_seq, ms, ms, ms, moff),
-                                    scale, cap);                                            // [n_kv, 1, n_head, n_seq]
+    ggml_tensor * kq = attn_weights(ctx, kk, qq, mask, scale, cap);                     // [n_kv, 1, n_head, n_seq]
     ggml_tensor * vv = ggml_view_4d(ctx, v_all, n_kv, hd, hp.n_head_kv, n_seq, es * rows, es * rows * hd, es * stride, es * base);
     return ggml_reshape_2d(ctx, ggml_mul_mat(ctx, vv, kq), hd * hp.n_head, n_seq);           // [hd, 1, n_head, n_seq]
 }
@@ -197,8 +196,8 @@ static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const 
     ggml_tensor * vv = ggml_view_3d(ctx, v_all, n_kv, hd, hp.n_head_kv, es * rows, es * rows * hd, es * base);
     if (s.invariant && T > 1) {
         // One query per product (the tokens in dimension 3), as in a single-token step.
-        ggml_tensor * kq = attn_weights(ctx, kk, ggml_reshape_4d(ctx, q, hd, 1, hp.n_head, T),
-                                        ggml_reshape_4d(ctx, mask, n_kv, 1, 1, T), scale, cap);   // [n_kv, 1, n_head, T]
+        ggml_tensor * kq = attn_weights(ctx, kk, ggml_reshape_4d(ctx, q, hd, 1, hp.n_head, T), mask, scale,
+                                        cap);                                              // [n_kv, 1, n_head, T]
         return ggml_reshape_2d(ctx, ggml_mul_mat(ctx, vv, kq), hd * hp.n_head, T);              // [hd, 1, n_head, T]
     }
     ggml_tensor * kq = attn_weights(ctx, kk, qp, mask, scale, cap);        // [n_kv, T, n_head]
@@ -229,7 +228,6 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
         scale = 1.0f;
     }
     const float cap = hp.attn_softcap;
-    ggml_tensor * mask = hp.is_swa(il) ? in.mask_swa : in.mask;
 
     // The attention reads views of the set_rows results, so it is ordered after the writes.
     const int E = hp.n_embd_k_gqa();
@@ -244,26 +242,12 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
         v_all = ggml_reshape_2d(ctx, v_all, rows, E);
     }
     ggml_tensor * o = nullptr;
-    int t0 = 0;
-    size_t moff = 0;   // the groups' masks lie back to back in one input
-    for (size_t i = 0; i < groups.size();) {
-        const seq_group & g = groups[i];
-        size_t n = 1;   // one-token groups of the next sequences with the same n_kv join g's run
-        while (kv.v_trans && g.n_tokens == 1 && i + n < groups.size() && groups[i + n].n_tokens == 1 &&
-               groups[i + n].n_kv == g.n_kv && groups[i + n].seq == g.seq + (int) n) {
-            n++;
-        }
-        ggml_tensor * og;
-        if (n > 1) {
-            og = run_attention(ctx, m, kv, g, (int) n, t0, q, k_all, v_all, mask, moff, scale, cap);
-        } else {
-            ggml_tensor * gm = ggml_view_2d(ctx, mask, g.n_kv, g.n_tokens, sizeof(ggml_fp16_t) * g.n_kv, moff);
-            og = group_attention(ctx, m, kv, s, g, t0, q, k_all, v_all, gm, scale, cap);
-        }
+    for (const attn_run & r : in.runs) {
+        ggml_tensor * mask = hp.is_swa(il) ? r.mask_swa : r.mask;
+        ggml_tensor * og = r.n_seq > 1
+            ? run_attention(ctx, m, kv, groups[r.group], r.n_seq, r.t0, q, k_all, v_all, mask, scale, cap)
+            : group_attention(ctx, m, kv, s, groups[r.group], r.t0, q, k_all, v_all, mask, scale, cap);
         o = o ? ggml_concat(ctx, o, og, 1) : og;
-        t0 += g.n_tokens * (int) n;
-        moff += sizeof(ggml_fp16_t) * g.n_kv * g.n_tokens * n;
-        i += n;
     }
     return linear(ctx, s, w.wo, o, w.bo);
 }
@@ -334,6 +318,45 @@ static ggml_tensor * new_input(ggml_context * ctx, ggml_type type, int64_t n, co
     return t;
 }
 
+// A run's view of a mask (the groups' masks lie back to back in one input), in the shape its
+// attention reads: [n_kv, 1, 1, n] for one query a product (several one-token groups, or a
+// batch-invariant group of several tokens), else [n_kv, n_tokens].
+static ggml_tensor * mask_view(ggml_context * ctx, ggml_tensor * mask, const seq_group & g, int n_seq,
+                               bool one_query, size_t off) {
+    if (!mask) return nullptr;
+    const size_t ms = sizeof(ggml_fp16_t) * g.n_kv;
+    if (n_seq > 1) return ggml_view_4d(ctx, mask, g.n_kv, 1, 1, n_seq, ms, ms, ms, off);
+    if (one_query) return ggml_view_4d(ctx, mask, g.n_kv, 1, 1, g.n_tokens, ms, ms, ms, off);
+    return ggml_view_2d(ctx, mask, g.n_kv, g.n_tokens, ms, off);
+}
+
+// The lane's groups as attention products: one-token groups of consecutive sequences with the same
+// n_kv join into one (a transposed V lets one 4-d view take their regions).
+static void attention_runs(ggml_context * ctx, const kv_cache & kv, const graph_shape & s,
+                           const std::vector<seq_group> & groups, graph_inputs & in) {
+    int t0 = 0;
+    size_t off = 0;
+    for (size_t i = 0; i < groups.size();) {
+        const seq_group & g = groups[i];
+        size_t n = 1;
+        while (kv.v_trans && g.n_tokens == 1 && i + n < groups.size() && groups[i + n].n_tokens == 1 &&
+               groups[i + n].n_kv == g.n_kv && groups[i + n].seq == g.seq + (int) n) {
+            n++;
+        }
+        attn_run r;
+        r.group = (int) i;
+        r.n_seq = (int) n;
+        r.t0 = t0;
+        const bool one_query = kv.v_trans && s.invariant && g.n_tokens > 1;   // as group_attention reads it
+        r.mask = mask_view(ctx, in.mask, g, (int) n, one_query, off);
+        r.mask_swa = mask_view(ctx, in.mask_swa, g, (int) n, one_query, off);
+        in.runs.push_back(r);
+        t0 += g.n_tokens * (int) n;
+        off += sizeof(ggml_fp16_t) * g.n_kv * g.n_tokens * n;
+        i += n;
+    }
+}
+
 // The inputs of one lane, and the hidden state it starts from.
 static ggml_tensor * lane_inputs(ggml_context * ctx, const model & m, const kv_cache & kv, const segment & seg,
                                  const lane & ln, lane_io & io, const device_carry * carry) {
@@ -370,6 +393,7 @@ static ggml_tensor * lane_inputs(ggml_context * ctx, const model & m, const kv_c
     if (any_global) in.mask = new_input(ctx, GGML_TYPE_F16, n_mask, "inp_mask");
     if (any_swa) in.mask_swa = new_input(ctx, GGML_TYPE_F16, n_mask, "inp_mask_swa");
     if (kv.v_trans) in.v_idx = new_input(ctx, GGML_TYPE_I64, (int64_t) m.hp.n_embd_k_gqa() * T, "inp_v_idx");
+    attention_runs(ctx, kv, seg.shape, ln.groups, in);
     if (ln.head() && ln.n_outputs < T) in.out_ids = new_input(ctx, GGML_TYPE_I32, ln.n_outputs, "inp_out_ids");
     return x;
 }
@@ -416,6 +440,20 @@ static void check_segment(const model & m, const segment & seg, const device_car
         (!carry || seg.lanes.size() != 1 || seg.n_tokens() != 1 || (seg.carry_out && seg.head()))) {
         fail(PR_ERR_INTERNAL, "a carry segment needs a carry and one token, and a head ends the step");
     }
+}
+
+// Distinct tensors the graph's ops (views aside) read an input through: the input itself or a view
+// of it. Off the CPU, the scheduler copies each one to the ops' device before every compute.
+static int input_reads(ggml_cgraph * gf) {
+    std::unordered_set<const ggml_tensor *> seen;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); i++) {
+        const ggml_tensor * n = ggml_graph_node(gf, i);
+        if (n->view_src) continue;
+        for (const ggml_tensor * src : n->src) {
+            if (src && ((src->view_src ? src->view_src : src)->flags & GGML_TENSOR_FLAG_INPUT)) seen.insert(src);
+        }
+    }
+    return (int) seen.size();
 }
 
 built_graph * build_graph(const model & m, const kv_cache & kv, const segment & seg, const device_carry * carry) {
@@ -520,6 +558,7 @@ built_graph * build_graph(const model & m, const kv_cache & kv, const segment & 
         ggml_tensor * dst = ggml_view_3d(ctx, carry->t, carry_src->ne[0], 1, carry_src->ne[2], carry->t->nb[1], carry->t->nb[2], 0);
         ggml_build_forward_expand(g->gf, ggml_cpy(ctx, carry_src, dst));
     }
+    g->input_reads = input_reads(g->gf);
     return g.release();
 }
 

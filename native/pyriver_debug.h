@@ -33,6 +33,10 @@ PR_API pr_status pr_context_set_exit_debug(pr_context * ctx, const pr_exit_param
 PR_API int32_t   pr_exit_observed(const pr_context * ctx, int32_t * out, int32_t n_max);
 /* Graphs computed since the context was created (the cost of the exit checks). */
 PR_API int64_t   pr_graph_runs(const pr_context * ctx);
+/* Distinct tensors through which the last computed graph's ops read its inputs (an input, or a view
+ * of one). With the blocks on a device other than the CPU, where inputs live, the scheduler copies
+ * each of them there once a graph: it should not grow with the number of blocks. */
+PR_API int32_t   pr_graph_input_reads(const pr_context * ctx);
 /* Fills every cache slot with a value (NaN proves that no unwritten slot is read). */
 PR_API pr_status pr_kv_fill(pr_context * ctx, float value);
 /* The block placement arithmetic alone: the device index (0..n_devices-1, or -1 for the CPU) of

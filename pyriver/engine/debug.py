@@ -24,6 +24,12 @@ def graph_runs(llm) -> int:
     return int(lib.pr_graph_runs(_native(llm, "ctx")))
 
 
+def graph_input_reads(llm_or_batch) -> int:
+    """Distinct tensors through which the last computed graph read its inputs (an input or a view of
+    one): what the scheduler copies to a GPU or RPC device before each graph."""
+    return int(lib.pr_graph_input_reads(_native(llm_or_batch, "ctx")))
+
+
 def exit_forecasts(llm_or_batch):
     """(forecast, observed) exit blocks of each token of the last decode under exit_rule "predicted"
     or "guarded" (pr_exit_forecasts, pr_exit_observed): -1 where none; observed L-1 = no block at tau
