@@ -53,12 +53,25 @@ def sdist_root() -> Path:
     return _source(root, llama_cpp.__version__).parents[1]
 
 
+def check_runs(exe: Path) -> Path:
+    """exe, if it starts (`--version`). A binary that the loader cannot run, e.g. built by a C++
+    compiler whose libstdc++ is newer than the one the loader finds (a GPU machine's CXX=/opt/gcc
+    g++ did it), would make every server bench fail later with an exit status 127 and no reason."""
+    r = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        why = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit status {r.returncode}"]
+        raise RuntimeError(f"{exe} was built but does not run: {why[0]} (check the C++ compiler that built it, "
+                           f"CMAKE_CXX_COMPILER in {exe.parents[1] / 'CMakeCache.txt'}; rebuild with CXX set to the "
+                           f"system's, after removing {exe.parents[1]})")
+    return exe
+
+
 def ensure(jobs: int = 2) -> Path:
     """The llama-server binary, built first when the cache has none (minutes; progress on stderr)."""
     import llama_cpp
     exe = binary()
     if exe.is_file():
-        return exe
+        return check_runs(exe)
     root = exe.parents[2]
     root.mkdir(parents=True, exist_ok=True)
     src = _source(root, llama_cpp.__version__)
@@ -74,4 +87,4 @@ def ensure(jobs: int = 2) -> Path:
                    stdout=subprocess.DEVNULL)
     if not exe.is_file():
         raise RuntimeError(f"llama-server build finished without {exe}")
-    return exe
+    return check_runs(exe)

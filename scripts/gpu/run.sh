@@ -212,7 +212,10 @@ fi
 t=\$(date +%s)
 echo "building" > $S/bg/llama-server.status
 mkdir -p $PYRIVER_CACHE/llama-server/$V && tar -xzf $S/kit/llama_cpp_python-$V-trim.tar.gz -C $PYRIVER_CACHE/llama-server/$V
-if python3 -c "from pyriver.tools.llama_server import ensure; print(ensure($NPROC))"; then
+# The system's compiler: CMake took /opt/gcc's g++ on the H200 (2026-11-27), which linked a libstdc++ newer than the
+# loader's, and llama-server exited 127 (undefined symbol _ZNSt8ios_base4Init11_S_refcountE).
+if CC=\$( [ -x /usr/bin/gcc ] && echo /usr/bin/gcc || echo \${CC:-cc}) CXX=\$( [ -x /usr/bin/g++ ] && echo /usr/bin/g++ || echo \${CXX:-c++}) \
+   python3 -c "from pyriver.tools.llama_server import ensure; print(ensure($NPROC))"; then
   echo "ok \$(( \$(date +%s) - t )) s" > $S/bg/llama-server.status
 else
   echo "FAILED after \$(( \$(date +%s) - t )) s" > $S/bg/llama-server.status

@@ -25,3 +25,17 @@ def test_the_sdist_downloads_in_a_fresh_venv(tmp_path):
     (tar,) = dest.glob("llama_cpp_python-*.tar.gz")
     with tarfile.open(tar) as t:
         assert f"llama_cpp_python-{llama_cpp.__version__}/vendor/llama.cpp/CMakeLists.txt" in t.getnames()
+
+
+def test_a_built_binary_that_does_not_start_is_a_clear_error(tmp_path, monkeypatch):
+    """The GPU machine's llama-server once built against a newer libstdc++ than the loader found:
+    ensure() must say so, not hand the benches a binary that exits 127."""
+    exe = tmp_path / "llama-server" / "0" / "build" / "bin" / "llama-server"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\necho 'symbol lookup error: libllama-common.so.0: undefined symbol: _ZX' >&2\nexit 127\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr(llama_server, "binary", lambda: exe)
+    with pytest.raises(RuntimeError, match="does not run: symbol lookup error.*CMakeCache.txt"):
+        llama_server.ensure()
+    exe.write_text("#!/bin/sh\necho 'version: 0'\n")
+    assert llama_server.ensure() == exe
