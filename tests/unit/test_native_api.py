@@ -25,6 +25,7 @@ def test_failing_calls_leave_a_message():
     assert lib.pr_model_load(b"/nonexistent/m.gguf", ffi.NULL, out) != 0 and "m.gguf" in last_error()
     assert lib.pr_logits(ffi.NULL, 0) == ffi.NULL and last_error() == "ctx is NULL"
     assert lib.pr_n_ctx(ffi.NULL) == 0 and last_error() == "ctx is NULL"
+    assert lib.pr_graph_input_reads(ffi.NULL) == 0 and last_error() == "ctx is NULL"
     for status in (lib.pr_kv_clear(ffi.NULL), lib.pr_river_report(ffi.NULL, ffi.NULL, 0, ffi.NULL),
                    lib.pr_model_meta(ffi.NULL, b"k", ffi.NULL, 0, ffi.NULL), lib.pr_kv_fill(ffi.NULL, 0.0),
                    lib.pr_context_set_exit(ffi.NULL, ffi.NULL)):
@@ -35,6 +36,6 @@ def test_debug_knobs_are_not_in_the_product_header():
     from pyriver.native import HEADERS, _cdef, _HERE
     product = _cdef(_HERE.parent / "native" / HEADERS[0])
     for knob in ("pr_kv_fill", "pr_graph_runs", "force_exit_layer", "check_chunk", "host_checks", "device_carry",
-                 "predict", "pr_place_layers"):
+                 "predict", "pr_place_layers", "pr_graph_input_reads"):
         assert not re.search(rf"\b{knob}\b", product), knob   # (exit_rule's "predicted" is the product's)
         assert hasattr(lib, knob) or knob in _cdef(_HERE.parent / "native" / HEADERS[1])
