@@ -173,8 +173,9 @@ static ggml_tensor * run_attention(ggml_context * ctx, const model & m, const kv
 }
 
 // The attention of one sequence group: its queries (tokens t0.. of the lane) over the first n_kv
-// rows of its sequence's region of the cache, under its mask.
-static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_shape & s,
+// rows of its sequence's region of the cache, under its mask; one_query: one query a product
+// (attn_run's, with the mask in that shape).
+static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const kv_cache & kv, bool one_query,
                                      const seq_group & g, int t0, ggml_tensor * q, ggml_tensor * k_all,
                                      ggml_tensor * v_all, ggml_tensor * mask, float scale, float cap) {
     const hparams & hp = m.hp;
@@ -194,7 +195,7 @@ static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const 
     // V is transposed in the cache: row d holds element d of every position.
     const int64_t rows = kv.v[0]->ne[0];
     ggml_tensor * vv = ggml_view_3d(ctx, v_all, n_kv, hd, hp.n_head_kv, es * rows, es * rows * hd, es * base);
-    if (s.invariant && T > 1) {
+    if (one_query) {
         // One query per product (the tokens in dimension 3), as in a single-token step.
         ggml_tensor * kq = attn_weights(ctx, kk, ggml_reshape_4d(ctx, q, hd, 1, hp.n_head, T), mask, scale,
                                         cap);                                              // [n_kv, 1, n_head, T]
@@ -246,7 +247,7 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
         ggml_tensor * mask = hp.is_swa(il) ? r.mask_swa : r.mask;
         ggml_tensor * og = r.n_seq > 1
             ? run_attention(ctx, m, kv, groups[r.group], r.n_seq, r.t0, q, k_all, v_all, mask, scale, cap)
-            : group_attention(ctx, m, kv, s, groups[r.group], r.t0, q, k_all, v_all, mask, scale, cap);
+            : group_attention(ctx, m, kv, r.one_query, groups[r.group], r.t0, q, k_all, v_all, mask, scale, cap);
         o = o ? ggml_concat(ctx, o, og, 1) : og;
     }
     return linear(ctx, s, w.wo, o, w.bo);
@@ -347,9 +348,11 @@ static void attention_runs(ggml_context * ctx, const kv_cache & kv, const graph_
         r.group = (int) i;
         r.n_seq = (int) n;
         r.t0 = t0;
-        const bool one_query = kv.v_trans && s.invariant && g.n_tokens > 1;   // as group_attention reads it
-        r.mask = mask_view(ctx, in.mask, g, (int) n, one_query, off);
-        r.mask_swa = mask_view(ctx, in.mask_swa, g, (int) n, one_query, off);
+        // A batch-invariant group of several tokens: one query a product, as in a single-token step
+        // (with a transposed V; flash attention takes the group whole).
+        r.one_query = kv.v_trans && s.invariant && g.n_tokens > 1;
+        r.mask = mask_view(ctx, in.mask, g, (int) n, r.one_query, off);
+        r.mask_swa = mask_view(ctx, in.mask_swa, g, (int) n, r.one_query, off);
         in.runs.push_back(r);
         t0 += g.n_tokens * (int) n;
         off += sizeof(ggml_fp16_t) * g.n_kv * g.n_tokens * n;

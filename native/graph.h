@@ -70,6 +70,7 @@ struct segment {
 // copy a block (28 a decode step on the Qwen2.5 1.5B on CUDA, 0.9x llama.cpp's decode).
 struct attn_run {
     int group = 0, n_seq = 1, t0 = 0;
+    bool one_query = false;   // a group of several tokens computed one query a product (batch invariance)
     ggml_tensor * mask = nullptr, * mask_swa = nullptr;
 };
 

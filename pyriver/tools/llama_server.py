@@ -55,8 +55,8 @@ def sdist_root() -> Path:
 
 def check_runs(exe: Path) -> Path:
     """exe, if it starts (`--version`). A binary that the loader cannot run, e.g. built by a C++
-    compiler whose libstdc++ is newer than the one the loader finds (a GPU machine's CXX=/opt/gcc
-    g++ did it), would make every server bench fail later with an exit status 127 and no reason."""
+    compiler whose libstdc++ is newer than the one the loader finds (CMake's choice of /opt/gcc's g++
+    on a GPU machine did it), would make every server bench fail later with an exit status 127 and no reason."""
     r = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         why = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit status {r.returncode}"]
