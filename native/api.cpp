@@ -223,6 +223,14 @@ pr_status pr_context_set_batch_invariant(pr_context * ctx, int32_t on) {
     });
 }
 
+pr_status pr_context_set_wide_prompt_rows(pr_context * ctx, int32_t n) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        if (n < 0) pr::fail(PR_ERR_INVALID_ARG, "wide_prompt_rows must be >= 0, got %d", n);
+        ctx->c->wide_prompt_rows = n;
+    });
+}
+
 pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_all, int32_t prompt) {
     return guarded([&] {
         if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");

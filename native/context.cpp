@@ -106,6 +106,7 @@ segment context::base_segment() const {
     segment s;
     s.shape.flash_attn = params.flash_attn != 0;
     s.shape.invariant = batch_invariant;
+    s.shape.wide_prompt_rows = wide_prompt_rows;
     return s;
 }
 

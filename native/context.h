@@ -60,6 +60,7 @@ struct context {
     std::list<std::pair<segment, std::unique_ptr<graph_slot>>> small;   // most recent first
 
     bool batch_invariant = false;          // multi-token steps use one-token products (graph.cpp)
+    int wide_prompt_rows = 16;             // prompt steps of more rows read batch_layout's file layout
     exit_rule rule;
     std::unique_ptr<device_carry> carry;   // when every block is on one non-CPU device
     int prev_exit = -1;                    // exit block of the last single-token step

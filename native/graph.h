@@ -40,7 +40,10 @@ struct lane {
 struct graph_shape {
     bool flash_attn = false;
     bool invariant = false;  // every product is one token's (see linear in graph.cpp)
-    bool operator==(const graph_shape & o) const { return flash_attn == o.flash_attn && invariant == o.invariant; }
+    int wide_prompt_rows = 16;   // with batch_layout, prompt steps of more rows read the file's layout (wide in graph.cpp)
+    bool operator==(const graph_shape & o) const {
+        return flash_attn == o.flash_attn && invariant == o.invariant && wide_prompt_rows == o.wide_prompt_rows;
+    }
 };
 
 // What one graph computes: its lanes (one for a single-sequence step). Device carry (one lane of one

@@ -117,7 +117,6 @@ struct model {
     std::vector<block_weights> wide_blocks;
     ggml_tensor * wide_output = nullptr;
     static constexpr int64_t WIDE_ROWS = 64;          // any step
-    static constexpr int64_t WIDE_PROMPT_ROWS = 16;   // a step with logits for at most a row a sequence
 
     ggml_backend_dev_t cpu_dev = nullptr;
     std::vector<ggml_backend_dev_t> layer_dev;   // device of each block's weights, river block and KV

@@ -53,10 +53,11 @@ typedef struct {
     float   rope_freq_base;   /* RoPE base of the non-sliding-window layers; 0: the file's (llama.cpp's context param) */
     float   rope_freq_scale;  /* RoPE frequency scale of those layers; 0: the file's */
     int32_t batch_layout;     /* 1: the CPU matrices ggml repacks for its single-token kernels are also
-                                 read in the file's own layout by prompt steps of more than 16 rows and
-                                 any step of more than 64, where ggml's tiled kernel for K-quants is
-                                 faster (verify steps of up to 64 rows keep the repacked one; needs
-                                 use_mmap: the file's pages stay resident); 0: one layout, as llama.cpp */
+                                 read in the file's own layout by prompt steps of more than 16 rows
+                                 (pr_context_set_wide_prompt_rows) and any step of more than 64,
+                                 where ggml's tiled kernel for K-quants is faster (verify steps of up to
+                                 64 rows keep the repacked one; needs use_mmap: the file's pages stay
+                                 resident); 0: one layout, as llama.cpp */
 } pr_model_params;
 
 typedef struct {
@@ -124,6 +125,10 @@ PR_API int32_t   pr_context_batch_invariant(const pr_context * ctx);
  * for the steps that verify drafts, so that a drafted token's logits are a one-token step's bits. 1 with
  * flash_attn is refused. */
 PR_API pr_status pr_context_set_batch_invariant(pr_context * ctx, int32_t on);
+/* With batch_layout, prompt steps of more than n rows read the file's layout (16 until set; steps of
+ * more than 64 rows always do). Where ggml's tiled kernel overtakes the repacked one depends on the CPU
+ * (17 rows on a Zen 4, about 40 on a Zen 3): pyriver.widerows measures it once per machine. */
+PR_API pr_status pr_context_set_wide_prompt_rows(pr_context * ctx, int32_t n);
 
 /* Appends n tokens at the end of the cache and runs them. With logits_all, logits of every token
  * are kept (pr_logits index 0..n-1); otherwise only the last token's (index 0). Whether the tokens

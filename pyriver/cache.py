@@ -1,5 +1,6 @@
-"""pyriver's cache folder, and the sha256 of a file remembered by a stamp (size, mtime, sha256),
-so that a big file is hashed again only when it changed."""
+"""pyriver's cache folder, the sha256 of a file remembered by a stamp (size, mtime, sha256), so
+that a big file is hashed again only when it changed, and the key of a model's setting that a
+measurement on this machine is cached under."""
 from __future__ import annotations
 
 import hashlib
@@ -23,6 +24,16 @@ def cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "pyriver"
+
+
+def setting_key(llm, **what) -> str:
+    """The key of a measurement of llm's model file in its setting on this machine (the file's path,
+    size and mtime, threads, devices, batch invariance) and of what was measured (what)."""
+    st = os.stat(llm.model_path)
+    ident = {"path": llm.model_path, "size": st.st_size, "mtime": int(st.st_mtime), "threads": llm.n_threads,
+             "threads_batch": llm.n_threads_batch, "devices": llm.devices(), "batch_invariant": llm.batch_invariant,
+             **what}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
 
 
 def sha256_file(path: "os.PathLike[str]") -> str:

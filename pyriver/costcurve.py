@@ -12,8 +12,6 @@ for every row) never read batch_layout's second layout (native: a prompt step or
 so one table serves both settings."""
 from __future__ import annotations
 
-import hashlib
-import os
 import json
 import statistics
 import sys
@@ -21,7 +19,7 @@ import time
 from typing import Dict, List
 
 from .atomic import write_text
-from .cache import cache_dir
+from .cache import cache_dir, setting_key
 from .draftlen import DraftCost, DEFAULT_COST
 
 # The step sizes the automatic table measures: every size to 4, then the kernels' steps (16, 32, 48,
@@ -74,19 +72,11 @@ def table(res: Dict[int, Dict[str, List[float]]]) -> Dict[int, float]:
     return t
 
 
-def _key(llm) -> str:
-    st = os.stat(llm.model_path)
-    ident = {"path": llm.model_path, "size": st.st_size, "mtime": int(st.st_mtime), "threads": llm.n_threads,
-             "threads_batch": llm.n_threads_batch, "devices": llm.devices(), "batch_invariant": llm.batch_invariant,
-             "sizes": list(SIZES)}
-    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
-
-
 def auto(llm, prompt: List[int]) -> DraftCost:
     """The verify cost table of llm's model and setting: from the cache, else measured now (REPEATS
     of SIZES: about 12 s on the 1.5B Q4_K_M, 1 s on SmolLM2) and cached; the river draft's cost is
     DEFAULT_COST's. A model whose context cannot hold the largest step gets the sizes that fit."""
-    path = cache_dir() / "verify-cost" / f"{_key(llm)}.json"
+    path = cache_dir() / "verify-cost" / f"{setting_key(llm, sizes=list(SIZES))}.json"
     try:
         d = json.loads(path.read_text())
         return DraftCost({int(n): c for n, c in d["steps"].items()}, DEFAULT_COST.river_draft)

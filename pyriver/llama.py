@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import warnings
+from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import llama_cpp
@@ -68,7 +69,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                  river_rebuild: bool = False, batch_invariant: Optional[bool] = None, exit_rule: Optional[str] = None,
                  lossless: Optional[bool] = None, draft_max: Optional[int] = None, draft_cost=None,
                  engine: Optional[str] = "auto", lora_adapters: Optional[Sequence[Tuple[str, float]]] = None,
-                 batch_layout: bool = False, **llama_cpp_args):
+                 batch_layout: bool = False, wide_prompt_rows: Optional[int] = None, **llama_cpp_args):
         # what __getstate__ re-creates this Llama from (llama_cpp pickles its arguments, not its tokenizer)
         self._init_args = {**{k: v for k, v in locals().items() if k not in ("self", "llama_cpp_args", "tokenizer")},
                            **llama_cpp_args}
@@ -147,6 +148,9 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         self.last_stats: Dict = {}
         self._n_generated = 0
         self.prefill_exit = prefill_exit
+        self.wide_prompt_rows: Optional[int] = None   # a prompt step of more rows reads batch_layout's layout
+        if self.batch_layout and not self.batch_invariant:
+            self._set_wide_prompt_rows(wide_prompt_rows)
         self._spec: Optional[Speculator] = None   # lossless mode (set_lossless)
         cal = self.calibration["setting"] if self.calibration is not None else {}
         if lossless is None:   # on with a draft model, as llama-cpp-python's draft_model is, or as calibrated
@@ -255,6 +259,19 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         self.batch_invariant = self._ectx.batch_invariant
         self._n_ctx = self._ectx.n_ctx
         self.n_batch, self.n_ubatch = n_batch, min(n_batch, int(n_ubatch))
+
+    def _set_wide_prompt_rows(self, n: Optional[int]) -> None:
+        """From how many rows a prompt step reads the second layout: n, or None: this machine's
+        (pyriver.widerows, measured once and cached); kept in the context arguments, so that a
+        BatchDecoder's context (the server's) reads it too."""
+        if n is None:
+            from .widerows import auto
+            n = auto(self, self.tokenize(COST_PROMPT.encode()))
+        if n < 0:
+            raise ValueError(f"wide_prompt_rows must be >= 0, got {n}")
+        self._ectx.set_wide_prompt_rows(n)
+        self._context_args = replace(self._context_args, wide_prompt_rows=int(n))
+        self.wide_prompt_rows = int(n)
 
     def attach_river(self, river: str, *, force: bool = False, rebuild: bool = False) -> str:
         """Bind a river to this model after loading (once); exits stay off until set_exit."""

@@ -7,6 +7,7 @@ be kept) bounds what any length rule can reach with a drafter and a cost curve.
 
     python scripts/draft_sim.py record MODEL answers.json        # greedy answers to SERVE_EDIT_PROMPTS + chat
     python scripts/draft_sim.py run answers.json verify-cost.json   # a `pyriver bench --verify-cost --json` file
+    python scripts/draft_sim.py hazard answers.json MODEL           # where the code edits' copied runs end
 """
 from __future__ import annotations
 
@@ -25,12 +26,15 @@ from pyriver.server.drafting import lookup
 def record(model: str, out: str) -> None:
     from pyriver import Llama, models
     from pyriver.tools.prompts import PROMPTS, SERVE_EDIT_PROMPTS
-    llm = Llama(str(models.resolve(model)), n_ctx=2048, verbose=False, river=None)
+    llm = Llama(str(models.resolve(model)), n_ctx=2048, verbose=False, river=None, logits_all=True)
     items = []
     for kind, p in SERVE_EDIT_PROMPTS + [x for x in PROMPTS if x[0] == "chat"][:6]:
-        r = llm.create_chat_completion([{"role": "user", "content": p}], max_tokens=256, temperature=0)
+        r = llm.create_chat_completion([{"role": "user", "content": p}], max_tokens=256, temperature=0,
+                                       logprobs=True, top_logprobs=2)
         n = r["usage"]["prompt_tokens"]
-        items.append({"kind": kind, "prompt": list(llm._tokens[:n]), "answer": list(llm._tokens[n:])})
+        top = [[t["logprob"] for t in c["top_logprobs"]] for c in r["choices"][0]["logprobs"]["content"]]
+        items.append({"kind": kind, "prompt": list(llm._tokens[:n]), "answer": list(llm._tokens[n:]),
+                      "margin": [t[0] - t[1] if len(t) > 1 else 99.0 for t in top]})   # top-1 minus top-2 log-prob
     with open(out, "w") as f:
         json.dump(items, f)
 
@@ -193,9 +197,51 @@ def oracle(items, cost: DraftCost):
     return out
 
 
+def hazard(items, model: str) -> None:
+    """Whether anything a rule could read tells where a copied run ends, over the code-edit answers:
+    the chance that SuffixLookup's first draft is kept by its match length (matches up to 256
+    tokens), each draft's (reached along a proposal of a match of 4 or more) by whether the token
+    before it ends a line, and how many of 16 drafts a match of 16 or more keeps by the margin of the
+    token before the step (its top-1 over top-2 log-probability, where the answers recorded it)."""
+    import llama_cpp
+    vocab = llama_cpp.Llama(model, vocab_only=True, verbose=False)
+    nl = {}
+    edges = (1, 2, 3, 4, 6, 9, 16, 32, 64)
+    first, line, margin = {}, {}, {}
+    for it in (x for x in items if x["kind"] == "code-edit"):
+        prompt, ans = it["prompt"], it["answer"]
+        for i in range(len(ans)):
+            h = prompt + ans[:i]
+            d, m = suffix_lookup(np.array(h), 256, 64)
+            if not len(d):
+                continue
+            kept = 0
+            while kept < len(d) and i + kept < len(ans) and d[kept] == ans[i + kept]:
+                kept += 1
+            if m >= 16 and i and "margin" in it:
+                g = margin.setdefault(it["margin"][i - 1] >= 5.0, [0, 0])
+                g[0], g[1] = g[0] + 1, g[1] + (kept >= 16)
+            f = first.setdefault(max(e for e in edges if e <= m), [0, 0])
+            f[0], f[1] = f[0] + 1, f[1] + (kept > 0)
+            for j in range(min(kept + 1, len(d)) if m >= 4 else 0):
+                prev = int(d[j - 1]) if j else h[-1]
+                if prev not in nl:
+                    nl[prev] = b"\n" in vocab.detokenize([prev])
+                c = line.setdefault(nl[prev], [0, 0])
+                c[0], c[1] = c[0] + 1, c[1] + (j < kept)
+    for e in sorted(first):
+        print(f"match >= {e:<3} proposals {first[e][0]:<5} first draft kept {first[e][1] / first[e][0]:.3f}")
+    for k in sorted(line):
+        print(f"after a line end: {k!s:<5} drafts reached {line[k][0]:<6} kept {line[k][1] / line[k][0]:.3f}")
+    for k in sorted(margin):
+        print(f"match >= 16, margin {'>=' if k else '< '} 5: proposals {margin[k][0]:<5} 16 drafts kept {margin[k][1] / margin[k][0]:.3f}")
+
+
 def main(argv):
     if argv[0] == "record":
         return record(argv[1], argv[2])
+    if argv[0] == "hazard":
+        return hazard(json.load(open(argv[1])), argv[2])
     items, cost = json.load(open(argv[1])), cost_table(argv[2])
     rows = {"llama-server ngram-simple (12, 48)": simulate(items, fixed(12, 48), cost),
             "prompt lookup (2, 10), DEFAULT_COST k<=8": simulate(items, by_cost(PromptLookupDecoding, DEFAULT_COST, 8), cost),

@@ -43,6 +43,7 @@ class ContextArgs:
     batch_invariant: Optional[bool] = None
     embedding: bool = False
     n_seq_max: int = 1
+    wide_prompt_rows: Optional[int] = None   # with a batch layout, prompt steps of more rows read it (None: 16)
 
 
 # How a step over several sequences exits (pyriver.h's pr_exit_params.batch_rule, in its order):

@@ -36,6 +36,8 @@ class NativeContext(Context):
         self.n_ctx = lib.pr_n_ctx(self.handle)
         self.n_seq_max = int(args.n_seq_max)
         self.n_batch = cp.n_batch
+        if args.wide_prompt_rows is not None:
+            self.set_wide_prompt_rows(args.wide_prompt_rows)
 
     @property
     def batch_invariant(self) -> bool:
@@ -43,6 +45,9 @@ class NativeContext(Context):
 
     def set_batch_invariant(self, on: bool) -> None:
         check(lib.pr_context_set_batch_invariant(self.handle, 1 if on else 0))
+
+    def set_wide_prompt_rows(self, n: int) -> None:
+        check(lib.pr_context_set_wide_prompt_rows(self.handle, int(n)))
 
     def set_exit(self, rule: ExitRule, batch_rule: str = "split") -> ExitRule:
         p = ffi.new("pr_exit_params *", lib.pr_exit_default_params())

@@ -1,6 +1,7 @@
 """batch_layout (pr_model_params.batch_layout; on by default in `pyriver serve`, run and chat): the
 CPU's repacked K-quant matrices are also read in the file's own layout by prompt steps of more than
-16 rows and any step of more than 64, where ggml's tiled kernel is faster than the repacked GEMM. The
+wide_prompt_rows rows (16 here; by default measured on the machine, pyriver.widerows) and any step
+of more than 64, where ggml's tiled kernel is faster than the repacked GEMM. The
 referee is llama.cpp itself: such a step has the bits of llama.cpp loaded without its extra buffer
 types (use_extra_bufts off, llama-server's --no-repack); a verify step (logits for every row) of 64
 rows or fewer, and a prompt of 16, those of llama.cpp as it loads by default."""
@@ -64,9 +65,9 @@ def _llama_cpp_rows(path, toks, repack: bool, every_row: bool = True) -> np.ndar
         eng.close()
 
 
-def _rows(path, toks, batch_layout: bool, every_row: bool = True) -> np.ndarray:
+def _rows(path, toks, batch_layout: bool, every_row: bool = True, wide_prompt_rows: int = 16) -> np.ndarray:
     with Llama(path, n_ctx=128, n_threads=2, n_threads_batch=2, verbose=False, river=None, lossless=False,
-               batch_layout=batch_layout) as llm:
+               batch_layout=batch_layout, wide_prompt_rows=wide_prompt_rows) as llm:
         assert llm.batch_layout == batch_layout   # every matrix is Q4_K: all get the second layout
         return llm.decode_logits(toks, logits_all=every_row)
 
@@ -100,6 +101,41 @@ def test_a_prompt_step_of_more_than_16_rows_is_wide(q4k_path, n):
 def test_a_prompt_of_16_rows_keeps_the_repacked_kernel(q4k_path):
     toks = _tokens(16)
     assert np.array_equal(_rows(q4k_path, toks, True, every_row=False), _llama_cpp_rows(q4k_path, toks, True, every_row=False))
+
+
+def test_a_prompt_reads_the_file_layout_above_the_contexts_threshold(q4k_path):
+    """wide_prompt_rows moves the prompt rule: 40 rows read the file's layout above 39, not at 40."""
+    toks = _tokens(40)
+    plain = _llama_cpp_rows(q4k_path, toks, False, every_row=False)
+    repacked = _llama_cpp_rows(q4k_path, toks, True, every_row=False)
+    assert np.array_equal(_rows(q4k_path, toks, True, every_row=False, wide_prompt_rows=39), plain)
+    assert np.array_equal(_rows(q4k_path, toks, True, every_row=False, wide_prompt_rows=40), repacked)
+
+
+def test_the_measured_threshold_is_cached_and_reaches_a_batch_context(q4k_path, tmp_cache, monkeypatch):
+    """Without wide_prompt_rows the Llama measures it once (pyriver.widerows) and a later Llama reads
+    the cache; the server's BatchDecoder context starts from the same context arguments."""
+    from pyriver import widerows
+    calls = []
+
+    def fake(llm, prompt, sizes=widerows.SIZES, repeats=widerows.REPEATS):
+        calls.append(len(prompt))
+        return {17: {"wide": [2.0], "one": [1.0]}, 24: {"wide": [1.5], "one": [1.0]},
+                32: {"wide": [1.0], "one": [1.5]}, 48: {"wide": [1.0], "one": [2.0]}}
+    monkeypatch.setattr(widerows, "measure", fake)
+    kw = dict(n_ctx=128, n_threads=2, n_threads_batch=2, verbose=False, river=None, lossless=False, batch_layout=True)
+    with Llama(q4k_path, **kw) as llm:
+        assert llm.wide_prompt_rows == 24 and llm._context_args.wide_prompt_rows == 24
+    with Llama(q4k_path, **kw) as llm:
+        assert llm.wide_prompt_rows == 24 and len(calls) == 1
+        toks = _tokens(24)   # at the threshold: the repacked layout, in a batch context too
+        from pyriver.batch import BatchDecoder
+        bd = BatchDecoder(llm, 2)
+        try:
+            row = bd._ectx.decode_batch(toks, [0] * 24, list(range(24)), [0] * 23 + [1], [1] * 24)
+        finally:
+            bd.close()
+    assert np.array_equal(row, _llama_cpp_rows(q4k_path, toks, True, every_row=False))
 
 
 def test_only_tiled_types_get_a_second_layout(smol_path):
