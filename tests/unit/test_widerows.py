@@ -1,0 +1,26 @@
+"""pyriver.widerows.threshold: from the prompt steps timed in both layouts, the largest size where
+the file's layout was slower (the fastest run of each: another process only ever adds time), else 16."""
+from __future__ import annotations
+
+from pyriver.widerows import DEFAULT, threshold
+
+
+def t(wide, one):
+    return {"wide": wide, "one": one}
+
+
+def test_every_size_faster_in_the_file_layout_keeps_the_default():
+    assert threshold({17: t([1.0], [2.0]), 24: t([1.0], [1.5]), 32: t([1.0], [1.1])}) == DEFAULT == 16
+
+
+def test_the_largest_slower_size_is_the_threshold():
+    # a Zen 3: slower at 17 and 24, faster at 32
+    assert threshold({17: t([0.74], [0.44]), 24: t([0.85], [0.73]), 32: t([0.72], [0.81])}) == 24
+    # a slower size above a faster one still counts: no prompt step at or under it reads the file's layout
+    assert threshold({17: t([0.9], [1.0]), 24: t([1.1], [1.0]), 32: t([0.9], [1.0])}) == 24
+
+
+def test_the_fastest_run_of_each_layout_decides():
+    # one slow repeat of the file's layout (another process) does not make it the slower one
+    assert threshold({17: t([3.0, 0.9, 0.95], [1.0, 1.0, 1.2])}) == DEFAULT
+    assert threshold({17: t([0.9, 1.1], [0.5, 2.0])}) == 17
