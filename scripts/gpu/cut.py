@@ -95,8 +95,8 @@ def sdist_tree(dest: Path) -> Path:
     cached = Path.home() / ".cache" / "pyriver" / "llama-server" / VERSION / "sdist"
     tars = sorted(cached.glob(f"llama_cpp_python-{VERSION}.tar.gz"))
     if not tars:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                        f"llama-cpp-python=={VERSION}", "-d", str(dest)], check=True)
+        from pyriver.tools.llama_server import sdist_download   # the one command (an sdist, its build deps as wheels)
+        subprocess.run(sdist_download(sys.executable, VERSION, dest), check=True)
         tars = sorted(dest.glob(f"llama_cpp_python-{VERSION}.tar.gz"))
     with tarfile.open(tars[0]) as t:
         t.extractall(dest, filter="data")

@@ -103,6 +103,8 @@ def run(Llama, path):
     out["logprobs"] = llm(PROMPT, max_tokens=6, temperature=0, logprobs=3)["choices"][0]["logprobs"]
     lp = llm(PROMPT, max_tokens=6, temperature=0, logprobs=3, echo=True)
     out["echo_logprobs"] = (lp["choices"][0]["text"], lp["choices"][0]["logprobs"])
+    out["echo_scores"] = np.array(llm.scores[: llm.n_tokens])   # the rows the echo call computed, their tokens
+    out["echo_ids"] = [int(t) for t in llm.input_ids[: llm.n_tokens]]
     chunks = [c["choices"][0] for c in llm("The sky is", max_tokens=6, temperature=0, logprobs=3, stream=True)]
     out["stream_logprobs"] = [(c["text"], c["logprobs"]) for c in chunks if c["text"]]
 
