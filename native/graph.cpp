@@ -85,9 +85,10 @@ static ggml_tensor * linear(ggml_context * ctx, const graph_shape & s, ggml_tens
 // Whether the products of x's rows read the matrices in the file's layout (model::wide_blocks):
 // prompts, where ggml's tiled kernel computes a step of the 1.5B Q4_K_M 1.15x (40 tokens) to 1.4x
 // (300) faster than the repacked GEMM on a Zen 4, from 17 rows; on a Zen 3 (AVX2 only) it is slower
-// up to about 40 rows, so the prompt threshold is the context's (pyriver.widerows measures it).
+// up to 24 to 32 rows, so the prompt threshold is the context's (pyriver.widerows measures it).
 // Not verify steps (logits for every row, at most 64 rows): from 21 rows the tiled kernel wins by 0
-// to 15% there, less than the measured cost table's noise, and a table that says long steps are cheap makes the draft length rule lose (docs/lossless.md).
+// to 15% there, less than the measured cost table's noise, and a table that says long steps are
+// cheap makes the draft length rule lose (docs/lossless.md).
 // Batch-invariant products are one row each.
 static bool wide(const model & m, const graph_shape & s, const ggml_tensor * x, const lane * ln) {
     if (m.wide_blocks.empty() || s.invariant) return false;

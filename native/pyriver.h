@@ -127,7 +127,7 @@ PR_API int32_t   pr_context_batch_invariant(const pr_context * ctx);
 PR_API pr_status pr_context_set_batch_invariant(pr_context * ctx, int32_t on);
 /* With batch_layout, prompt steps of more than n rows read the file's layout (16 until set; steps of
  * more than 64 rows always do). Where ggml's tiled kernel overtakes the repacked one depends on the CPU
- * (17 rows on a Zen 4, about 40 on a Zen 3): pyriver.widerows measures it once per machine. */
+ * (from 17 rows on a Zen 4, from 25 to 33 on a Zen 3): pyriver.widerows measures it once per machine. */
 PR_API pr_status pr_context_set_wide_prompt_rows(pr_context * ctx, int32_t n);
 
 /* Appends n tokens at the end of the cache and runs them. With logits_all, logits of every token

@@ -1,6 +1,7 @@
 """`pyriver serve --engine llama.cpp`: the batched server (several slots, continuous batching) on
 llama.cpp's own graphs. A real server process and the openai client; greedy texts equal
-llama_cpp.Llama's on the same file, with requests decoded together. On a recurrent/hybrid memory
+llama_cpp.Llama's on the same file, with requests decoded together (up to a tie of the reference's
+two best tokens, where a multi-row step's last bits may turn them). On a recurrent/hybrid memory
 (lfm2), which cannot be cut part-way, a slot's cache is reused whole or not at all."""
 from __future__ import annotations
 
@@ -19,15 +20,53 @@ N = 16
 ARGS = ("--engine", "llama.cpp", "--ctx", "256", "--threads", "2")
 
 
+# Requests decoded together compute multi-row steps, whose last bits are not a one-row step's on
+# every CPU (llama.cpp's own batch-mates change them too): a greedy text may part from the reference
+# only where the reference's two best tokens tie within TIE (seen on an AVX2-only CPU: a synthetic
+# Gemma 3's 13th token, 0.000105 apart).
+TIE = 1e-3
+
+
 def _reference(path):
-    """llama_cpp.Llama's greedy texts alone, by prompt, and its chat answer."""
-    ref = llama_cpp.Llama(path, n_ctx=256, n_threads=2, verbose=False)
+    """llama_cpp.Llama's greedy texts alone, by prompt, and its chat answer, each as (text, its tokens,
+    the gap between the two best log-probabilities at each)."""
+    ref = llama_cpp.Llama(path, n_ctx=256, n_threads=2, verbose=False, logits_all=True)
+
+    def gap(top):
+        v = sorted(top, reverse=True)
+        return v[0] - v[1] if len(v) > 1 else float("inf")
     try:
-        out = {p: ref(p, max_tokens=N, temperature=0.0)["choices"][0]["text"] for p in PROMPTS}
-        out["chat"] = ref.create_chat_completion(CHAT, max_tokens=N, temperature=0.0)["choices"][0]["message"]["content"]
+        out = {}
+        for p in PROMPTS:
+            r = ref(p, max_tokens=N, temperature=0.0, logprobs=2)["choices"][0]
+            out[p] = (r["text"], r["logprobs"]["tokens"], [gap(t.values()) for t in r["logprobs"]["top_logprobs"]])
+        c = ref.create_chat_completion(CHAT, max_tokens=N, temperature=0.0, logprobs=True, top_logprobs=2)
+        lp = c["choices"][0]["logprobs"]["content"]
+        out["chat"] = (c["choices"][0]["message"]["content"], [t["token"] for t in lp],
+                       [gap([x["logprob"] for x in t["top_logprobs"]]) for t in lp])
     finally:
         ref.close()
     return out
+
+
+def _agrees(text, want) -> bool:
+    """text is the reference's greedy text, or follows it up to a token where the reference's two best
+    tied within TIE."""
+    ref_text, tokens, gaps = want
+    if text == ref_text:
+        return True
+    done = ""
+    for t, g in zip(tokens, gaps):
+        if not text.startswith(done + t):
+            return g < TIE
+        done += t
+    return False
+
+
+def test_agrees_holds_texts_to_the_reference_up_to_a_tie():
+    want = ("a b c", ["a", " b", " c"], [0.5, 0.0001, 0.2])
+    assert _agrees("a b c", want) and _agrees("a b x", want) is False and _agrees("a x", want)
+    assert _agrees("x", want) is False and _agrees("a b c d", want) is False
 
 
 def _together(client, prompts):
@@ -47,11 +86,12 @@ def served(request, foreign_paths, smol_path):
 
 def test_concurrent_texts_equal_llama_cpp(served):
     _, s, client, want = served
-    assert _together(client, PROMPTS) == {p: want[p] for p in PROMPTS}
+    got = _together(client, PROMPTS)
+    assert all(_agrees(got[p], want[p]) for p in PROMPTS), (got, want)
     c = client.chat.completions.create(model="m", messages=CHAT, max_tokens=N, temperature=0.0)
-    assert c.choices[0].message.content == want["chat"]
+    assert c.choices[0].message.content == want["chat"][0]   # one request alone: one-row steps
     streamed = client.completions.create(model="m", prompt=PROMPTS[0], max_tokens=N, temperature=0.0, stream=True)
-    assert "".join(ch.choices[0].text for ch in streamed if ch.choices) == want[PROMPTS[0]]
+    assert "".join(ch.choices[0].text for ch in streamed if ch.choices) == want[PROMPTS[0]][0]
 
 
 def test_default_drafts_run_and_say_so(served):
@@ -96,9 +136,10 @@ def test_architectures_served_together(arch, foreign_paths, arch_paths):
     try:
         assert http("GET", s.url + "/river")[1]["engine"] == "llama.cpp"
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
-        assert _together(client, PROMPTS) == {p: want[p] for p in PROMPTS}
+        got = _together(client, PROMPTS)
+        assert all(_agrees(got[p], want[p]) for p in PROMPTS), (got, want)
         c = client.chat.completions.create(model="m", messages=CHAT, max_tokens=N, temperature=0.0)
-        assert c.choices[0].message.content == want["chat"]
+        assert c.choices[0].message.content == want["chat"][0]   # alone: one-row steps
     finally:
         s.close()
 
@@ -122,7 +163,8 @@ def test_lfm2_concurrent_texts_equal_llama_cpp(lfm2):
     path, s = lfm2
     want = _reference(path)
     client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
-    assert _together(client, PROMPTS[:2]) == {p: want[p] for p in PROMPTS[:2]}
+    got = _together(client, PROMPTS[:2])
+    assert all(_agrees(got[p], want[p]) for p in PROMPTS[:2]), (got, want)
     # default drafts are off on a memory that cannot be cut part-way (a rejected draft would run the
     # slot's tokens again)
     r = client.completions.create(model="m", prompt="a b c d a b c d a b c d a b", max_tokens=4, temperature=0.0)
