@@ -267,9 +267,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         if n is None:
             from .widerows import auto
             n = auto(self, self.tokenize(COST_PROMPT.encode()))
-        if n < 0:
-            raise ValueError(f"wide_prompt_rows must be >= 0, got {n}")
-        self._ectx.set_wide_prompt_rows(n)
+        self._ectx.set_wide_prompt_rows(n)   # a negative n: the native check's ValueError
         self._context_args = replace(self._context_args, wide_prompt_rows=int(n))
         self.wide_prompt_rows = int(n)
 

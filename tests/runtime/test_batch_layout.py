@@ -121,7 +121,7 @@ def test_the_measured_threshold_is_cached_and_reaches_a_batch_context(q4k_path, 
     def fake(llm, prompt, sizes=widerows.SIZES, repeats=widerows.REPEATS):
         calls.append(len(prompt))
         return {17: {"wide": [2.0], "one": [1.0]}, 24: {"wide": [1.5], "one": [1.0]},
-                32: {"wide": [1.0], "one": [1.5]}, 48: {"wide": [1.0], "one": [2.0]}}
+                32: {"wide": [1.0], "one": [1.5]}}
     monkeypatch.setattr(widerows, "measure", fake)
     kw = dict(n_ctx=128, n_threads=2, n_threads_batch=2, verbose=False, river=None, lossless=False, batch_layout=True)
     with Llama(q4k_path, **kw) as llm:
