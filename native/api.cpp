@@ -99,6 +99,27 @@ pr_status pr_gguf_check(const char * path) {
     return guarded([&] { pr::check_file(path); });
 }
 
+pr_status pr_gguf_meta(const char * path, const char * key, char * buf, size_t buf_size, size_t * needed) {
+    return guarded([&] {
+        if (needed) *needed = 0;
+        if (!key) pr::fail(PR_ERR_INVALID_ARG, "key is NULL");
+        const std::unique_ptr<pr::weight_file> f = pr::open_weight_file(path);   // the header, the tensors' bounds
+        std::string v;
+        if (!pr::meta_text(f->gguf, key, v)) pr::fail(PR_ERR_INVALID_ARG, "%s: no metadata value '%s'", path, key);
+        copy_text(v, buf, buf_size, needed);
+    });
+}
+
+pr_status pr_gguf_tensor_names(const char * path, char * buf, size_t buf_size, size_t * needed) {
+    return guarded([&] {
+        if (needed) *needed = 0;
+        const std::unique_ptr<pr::weight_file> f = pr::open_weight_file(path);
+        std::string s;
+        for (int64_t i = 0; i < gguf_get_n_tensors(f->gguf); i++) s += std::string(gguf_get_tensor_name(f->gguf, i)) + "\n";
+        copy_text(s, buf, buf_size, needed);
+    });
+}
+
 void pr_model_free(pr_model * model) {
     if (!model) return;
     pr::model * m = model->m;

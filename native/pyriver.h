@@ -101,6 +101,10 @@ PR_API void      pr_model_free(pr_model * model);
    would abort on it: the header and metadata parse, every tensor lies inside the file, and the
    tokenizer is one llama.cpp's vocabulary loader takes (an array of distinct strings). */
 PR_API pr_status pr_gguf_check(const char * path);
+/* A metadata value of a GGUF file as text, read without loading the model (pr_model_meta's form). */
+PR_API pr_status pr_gguf_meta(const char * path, const char * key, char * buf, size_t buf_size, size_t * needed);
+/* The tensor names of a GGUF file (this file only, not its other shards), one a line. */
+PR_API pr_status pr_gguf_tensor_names(const char * path, char * buf, size_t buf_size, size_t * needed);
 PR_API pr_status pr_model_get_info(const pr_model * model, pr_model_info * out);
 /* A metadata value of the GGUF as text (strings, numbers); PR_ERR_INVALID_ARG when absent. */
 PR_API pr_status pr_model_meta(const pr_model * model, const char * key, char * buf, size_t buf_size, size_t * needed);

@@ -94,3 +94,16 @@ def check_gguf(path: str) -> None:
     """ModelLoadError where llama.cpp would abort the process on the file (pr_gguf_check): called
     before any llama.cpp loader sees a file pyriver's own loader has not checked."""
     check(lib.pr_gguf_check(str(path).encode("utf-8")))
+
+
+def gguf_meta(path: str, key: str) -> str:
+    """A metadata value of a GGUF file as text (pr_gguf_meta), the model not loaded: ggml's parser,
+    fast where gguf-py's reader walks a 262k-token vocabulary in Python for seconds."""
+    return read_text(lambda buf, size, needed: lib.pr_gguf_meta(str(path).encode("utf-8"), key.encode("utf-8"),
+                                                                 buf, size, needed))
+
+
+def gguf_tensor_names(path: str) -> list:
+    """The tensor names of one GGUF file (pr_gguf_tensor_names), the model not loaded."""
+    return read_text(lambda buf, size, needed: lib.pr_gguf_tensor_names(str(path).encode("utf-8"), buf, size,
+                                                                        needed)).splitlines()

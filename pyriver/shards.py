@@ -16,9 +16,11 @@ def shard_name(prefix: str, i: int, n: int) -> str:
 def shard_paths(path: str) -> List[str]:
     """Every file of the model loaded from path, in order: [path] for a file that is not split (or
     not the first shard: llama.cpp loads no other)."""
-    import gguf
-    f = gguf.GGUFReader(path, "r").fields.get(SPLIT_COUNT)
-    n = int(f.contents()) if f is not None else 0
+    from . import native
+    try:
+        n = int(native.gguf_meta(path, SPLIT_COUNT))
+    except ValueError:   # no split.count: one file
+        n = 0
     tail = shard_name("", 0, n)
     if n <= 1 or not str(path).endswith(tail):
         return [str(path)]

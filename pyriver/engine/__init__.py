@@ -51,12 +51,11 @@ def check_file(path: str) -> None:
 def check_projector(model_path: str, mmproj_path: str) -> str:
     """ModelLoadError where a projector (mmproj) cannot serve the model, read from both files before
     anything loads (engine/mmproj.py); else the projector type."""
-    import gguf
+    from .. import native
     from . import mmproj
     try:
-        r = gguf.GGUFReader(model_path, "r")
-        arch = r.fields["general.architecture"].contents()
-        n_embd = int(r.fields[f"{arch}.embedding_length"].contents())
+        arch = native.gguf_meta(model_path, "general.architecture")
+        n_embd = int(native.gguf_meta(model_path, f"{arch}.embedding_length"))
     except Exception as e:   # the model's own load says more; the projector cannot be judged without it
         raise ModelLoadError(f"{model_path}: no embedding width to check the projector against: {e}") from None
     return mmproj.check(mmproj_path, n_embd)

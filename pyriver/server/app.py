@@ -141,7 +141,8 @@ class Server:
     def submit(self, f: Dict, toks: List[int], logprobs: Optional[int], sampler: Sampler, media=None) -> Request:
         return self.submit_request(toks, sampler, f["max_tokens"] or self.max_tokens(toks), logprobs,
                                    lora=f.get("lora"), id_slot=f.get("id_slot", -1) if f["n"] in (None, 1) else -1,
-                                   progress=bool(f["stream"] and f.get("return_progress")), media=media)
+                                   progress=bool(f["stream"] and f.get("return_progress")), media=media,
+                                   cache_prompt=f.get("cache_prompt", True))
 
     def max_tokens(self, toks: List[int]) -> int:
         """A request's token limit when it gives none: --n-predict, else the rest of the context
@@ -167,14 +168,16 @@ class Server:
         return rs
 
     def submit_request(self, toks: List[int], sampler: Sampler, max_tokens: int, logprobs: Optional[int],
-                       probs=None, lora=None, id_slot: int = -1, progress: bool = False, media=None) -> Request:
+                       probs=None, lora=None, id_slot: int = -1, progress: bool = False, media=None,
+                       cache_prompt: bool = True) -> Request:
         """lora: the request's `lora` field as sent (server/lora.py checks it: 400). id_slot:
         llama-server's, the slot that runs it (Scheduler.submit). progress: prompt progress reports.
-        media: a multimodal prompt's chunks by position (toks holds NULL_TOKEN there)."""
+        media: a multimodal prompt's chunks by position (toks holds NULL_TOKEN there). cache_prompt:
+        llama-server's, False runs the whole prompt again."""
         scales = lora_api.request_scales(self, lora)
         r = Request(prompt=toks, sampler=sampler, max_tokens=max_tokens, logprobs=logprobs, out=self.inbox.out(),
                     probs=probs, lora=scales, id_slot=-1 if id_slot is None else id_slot, progress=progress,
-                    media=media or {})
+                    media=media or {}, cache_prompt=cache_prompt)
         try:
             self.sched.submit(r)
         except QueueFull as e:

@@ -268,7 +268,8 @@ def parse_native(srv, raw: bytes) -> Dict[str, Any]:
             "return_tokens": bool(body.get("return_tokens")), "fields": body.get("response_fields") or [],
             "post": bool(body.get("post_sampling_probs")), "lora": body.get("lora"),
             "id_slot": body.get("id_slot", -1), "timings_per_token": bool(body.get("timings_per_token")),
-            "progress": bool(body.get("stream") and body.get("return_progress"))}
+            "progress": bool(body.get("stream") and body.get("return_progress")),
+            "cache_prompt": body.get("cache_prompt", True)}
 
 
 def _settings(srv, f: Dict, max_tokens: int) -> Dict[str, Any]:
@@ -304,7 +305,7 @@ class Native:
         sampler = srv.base_sampler(f["params"], f["seed"], f["bias"])
         self.r = srv.submit_request(toks, sampler, self.max_tokens, f["n_probs"] or None,
                                     post_sampling(sampler, f["n_probs"]) if f["post"] else None, f["lora"],
-                                    f["id_slot"], progress=f["progress"], media=media)
+                                    f["id_slot"], progress=f["progress"], media=media, cache_prompt=f["cache_prompt"])
         self.text = C.TextStream([s.encode("utf-8") for s in f["stops"] if s])
         self.stop_type, self.word, self.t_end, self.raw = "none", "", None, b""
 

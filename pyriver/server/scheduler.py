@@ -75,6 +75,9 @@ class Request:
     # a multimodal prompt's media chunks by their first position (engine.mtmd.Media); prompt holds
     # NULL_TOKEN there, one per position
     media: Dict[int, object] = field(default_factory=dict)
+    # llama-server's cache_prompt: False computes the whole prompt again, none of the slot's cache reused
+    # (a row computed alone may differ in its last bits from the same row in a prompt step)
+    cache_prompt: bool = True
 
     def cancel(self) -> None:
         """The client is gone or has what it wants (a stop string): the slot frees at the next step."""
@@ -298,18 +301,18 @@ class Scheduler:
         may come back to."""
         return max(free, key=lambda s: (self._reusable(s.cached, r.prompt) if s.lora == r.lora else 0, -s.last_start))
 
-    def _swap_prompt(self, s: Slot, prompt: List[int]) -> None:
+    def _swap_prompt(self, s: Slot, prompt: List[int], take: bool = True) -> None:
         """The prompt cache around a slot a request takes: the slot's prompt is saved where the request
-        would lose some of it, and the saved prompt that serves the request better than the slot's
-        own (PromptCache.take) is loaded in its place."""
+        would lose some of it, and (take) the saved prompt that serves the request better than the
+        slot's own (PromptCache.take) is loaded in its place."""
         n = self._reusable(s.cached, prompt)
-        if s.cached and n == len(s.cached):
+        if s.cached and n == len(s.cached) and take:
             return   # the request continues the slot's whole prompt
         if self.log:
             self.log("updating prompt cache")
         if s.cached and self.dec.pos(s.seq) == len(s.cached) and not self.prompt_cache.holds(s.cached, s.lora):
             self.prompt_cache.save(s.cached, self.dec.state_get(s.seq), s.lora)
-        found = self.prompt_cache.take(prompt, s.cached, whole=not self.partial_cuts, tag=s.lora)
+        found = self.prompt_cache.take(prompt, s.cached, whole=not self.partial_cuts, tag=s.lora) if take else None
         if found is not None:
             tokens, state = found
             try:
@@ -326,8 +329,8 @@ class Scheduler:
             self.dec.truncate(s.seq, 0)
             s.cached, s.lora = [], r.lora
         if self.prompt_cache is not None:
-            self._swap_prompt(s, r.prompt)
-        n = self._reusable(s.cached, r.prompt)
+            self._swap_prompt(s, r.prompt, take=r.cache_prompt)
+        n = self._reusable(s.cached, r.prompt) if r.cache_prompt else 0
         if not self.partial_cuts and n < self.dec.pos(s.seq):
             n = 0   # the cache holds more than s.cached says (a kept end token): it empties, no replay
         self.dec.truncate(s.seq, n)

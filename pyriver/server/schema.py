@@ -73,6 +73,8 @@ _COMMON = {
     "river_tokens": (lambda v: isinstance(v, bool), "a boolean", False),   # pyriver: exits per token (river_tokens.py)
     "lora": (lambda v: isinstance(v, list), "an array of {id, scale} objects", None),   # llama-server's (server/lora.py)
     "id_slot": (_int, "an integer", -1),   # llama-server's: the slot that runs the request (-1: any)
+    # llama-server's: false runs the whole prompt again instead of reusing the slot's cached prefix
+    "cache_prompt": (lambda v: isinstance(v, bool), "a boolean", True),
     # llama-server's: prompt progress reports in a stream (scheduler.Request.progress), the __verbose
     # field (server/verbose.py; default --verbose), backend sampling (pyriver samples on the host either way)
     "return_progress": (lambda v: isinstance(v, bool), "a boolean", False),

@@ -107,6 +107,24 @@ def test_chat_logprobs(server):
     assert r.choices[0].logprobs is None
 
 
+def test_cache_prompt_false_runs_the_whole_prompt(server):
+    """llama-server's cache_prompt: false computes the prompt again from its first token, none of the
+    slot's cache reused, so an identical request gives the first one's text bit for bit (reused, the
+    prompt's last token runs alone and may part in its last bits); true (the default) reuses it."""
+    body = {"prompt": PROMPT + " a city on the river", "n_predict": 6, "temperature": 0.0}
+    first = post(server, "/completion", dict(body, cache_prompt=False))[1]
+    reused = post(server, "/completion", body)[1]
+    assert reused["timings"]["cache_n"] == first["tokens_evaluated"] - 1 and reused["timings"]["prompt_n"] == 1
+    again = post(server, "/completion", dict(body, cache_prompt=False))[1]
+    assert again["timings"]["cache_n"] == 0 and again["timings"]["prompt_n"] == again["tokens_evaluated"]
+    assert again["content"] == first["content"]
+    code, oai = post(server, "/v1/completions", {"prompt": body["prompt"], "max_tokens": 6, "temperature": 0.0,
+                                                 "cache_prompt": False})
+    assert code == 200 and oai["choices"][0]["text"] == first["content"]
+    code, bad = post(server, "/v1/completions", {"prompt": PROMPT, "cache_prompt": "no"})
+    assert code == 400 and bad["error"]["param"] == "cache_prompt"
+
+
 def test_native_completion(server):
     want = post(server, "/v1/completions", {"prompt": PROMPT, "max_tokens": 10, "temperature": 0.0})[1]
     code, got = post(server, "/completion", {"prompt": PROMPT, "n_predict": 10, "temperature": 0.0,

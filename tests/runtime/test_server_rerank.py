@@ -118,7 +118,8 @@ def _llama_server_rerank(path, *flags):
 def test_llama_servers_scores(smol_path, server, want):
     """The same scores as llama-server's on this file, in this run: bit for bit with its -fa off
     (pyriver's default attention); its default (-fa auto: flash attention on the CPU) matches
-    pyriver's flash attention bit for bit and differs from the default by < 0.05 (0.035 measured)."""
+    pyriver's flash attention bit for bit and differs from the default by flash attention's rounding,
+    < 0.1 (measured: 0.035 on a Zen 4, 0.055 on a Zen 3 without AVX-512)."""
     ours = {r["index"]: r["relevance_score"] for r in
             http("POST", server.url + "/rerank", {"query": QUERY, "documents": DOCS})[1]["results"]}
     off, usage = _llama_server_rerank(smol_path, "-fa", "off")
@@ -126,4 +127,4 @@ def test_llama_servers_scores(smol_path, server, want):
     np.testing.assert_allclose([ours[i] for i in range(4)], [off[i] for i in range(4)], rtol=0, atol=1e-6)
     default, _ = _llama_server_rerank(smol_path)
     np.testing.assert_allclose(_scores(smol_path, flash_attn=True)[0], [default[i] for i in range(4)], rtol=0, atol=1e-6)
-    np.testing.assert_allclose([ours[i] for i in range(4)], [default[i] for i in range(4)], rtol=0, atol=0.05)
+    np.testing.assert_allclose([ours[i] for i in range(4)], [default[i] for i in range(4)], rtol=0, atol=0.1)

@@ -40,3 +40,21 @@ def test_debug_knobs_are_not_in_the_product_header():
                  "predict", "pr_place_layers", "pr_graph_input_reads"):
         assert not re.search(rf"\b{knob}\b", product), knob   # (exit_rule's "predicted" is the product's)
         assert hasattr(lib, knob) or knob in _cdef(_HERE.parent / "native" / HEADERS[1])
+
+
+def test_gguf_meta_and_tensor_names_read_a_file_without_loading_it(smol_path):
+    from pyriver import ModelLoadError
+    from pyriver.native import gguf_meta
+    assert gguf_meta(smol_path, "general.architecture") == "llama"
+    assert gguf_meta(smol_path, "llama.embedding_length") == "576"
+    with pytest.raises(ValueError, match="no metadata value 'llama.nope'"):
+        gguf_meta(smol_path, "llama.nope")
+    with pytest.raises(ModelLoadError, match="m.gguf"):
+        gguf_meta("/nonexistent/m.gguf", "general.architecture")
+    assert lib.pr_gguf_meta(smol_path.encode(), ffi.NULL, ffi.NULL, 0, ffi.NULL) != 0 and last_error() == "key is NULL"
+    from pyriver.native import gguf_tensor_names
+    names = gguf_tensor_names(smol_path)
+    assert names[0] == "token_embd.weight" and "output_norm.weight" in names and "blk.29.ffn_down.weight" in names
+    assert len(names) == len(set(names)) == 2 + 30 * 9   # SmolLM2: embeddings, final norm, 30 blocks of 9
+    with pytest.raises(ModelLoadError, match="m.gguf"):
+        gguf_tensor_names("/nonexistent/m.gguf")
