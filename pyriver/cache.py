@@ -27,10 +27,12 @@ def cache_dir() -> Path:
 
 
 def setting_key(llm, **what) -> str:
-    """The key of a measurement of llm's model file in its setting on this machine (the file's path,
-    size and mtime, threads, devices, batch invariance) and of what was measured (what)."""
+    """The key of a measurement of llm's model file in its setting on this machine (the file's real
+    path, size and mtime, threads, devices, batch invariance) and of what was measured (what). A link
+    to the file (a --models-dir entry) shares the file's measurement, so that the choices made from it
+    (the prompt layout's threshold: the bits of a prompt step) are the file's wherever it is named."""
     st = os.stat(llm.model_path)
-    ident = {"path": llm.model_path, "size": st.st_size, "mtime": int(st.st_mtime), "threads": llm.n_threads,
+    ident = {"path": os.path.realpath(llm.model_path), "size": st.st_size, "mtime": int(st.st_mtime), "threads": llm.n_threads,
              "threads_batch": llm.n_threads_batch, "devices": llm.devices(), "batch_invariant": llm.batch_invariant,
              **what}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]

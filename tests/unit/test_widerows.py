@@ -24,3 +24,19 @@ def test_the_fastest_run_of_each_layout_decides():
     # one slow repeat of the file's layout (another process) does not make it the slower one
     assert threshold({17: t([3.0, 0.9, 0.95], [1.0, 1.0, 1.2])}) == DEFAULT
     assert threshold({17: t([0.9, 1.1], [0.5, 2.0])}) == 17
+
+
+def test_a_link_to_the_model_shares_its_measurement(tmp_path):
+    """The threshold chooses a prompt step's layout (its bits): a model named through a link (a
+    --models-dir entry) must get the file's measurement, not a new one that may choose otherwise."""
+    from types import SimpleNamespace
+    from pyriver.cache import setting_key
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + bytes(60))
+    (tmp_path / "link.gguf").symlink_to(f)
+
+    def llm(path, threads=2):
+        return SimpleNamespace(model_path=str(path), n_threads=threads, n_threads_batch=threads,
+                               devices=lambda: ["CPU"], batch_invariant=False)
+    assert setting_key(llm(tmp_path / "link.gguf"), what="x") == setting_key(llm(f), what="x")
+    assert setting_key(llm(f, threads=4), what="x") != setting_key(llm(f), what="x")
