@@ -50,9 +50,9 @@ def rank_head(path: str, arch: str) -> bool:
     then takes a softmax (qwen3, qwen3vl). A classifier head (`cls.*` tensors: BERT-style rerankers,
     Qwen3-Reranker's `cls.output`) is refused: pyriver's graph does not build it, and scores
     without it would not be llama.cpp's."""
-    from . import native
+    from .engine import file_tensor_names
     from .shards import shard_paths
-    head = sorted(t for p in shard_paths(path) for t in native.gguf_tensor_names(p)   # every shard's
+    head = sorted(t for p in shard_paths(path) for t in file_tensor_names(p)   # every shard's
                   if t.split(".")[0] == "cls")
     if head:
         raise ValueError(f"pooling_type RANK (4): this model's classifier head ({', '.join(head)}) is not supported")

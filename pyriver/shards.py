@@ -16,9 +16,9 @@ def shard_name(prefix: str, i: int, n: int) -> str:
 def shard_paths(path: str) -> List[str]:
     """Every file of the model loaded from path, in order: [path] for a file that is not split (or
     not the first shard: llama.cpp loads no other)."""
-    from . import native
+    from .engine import file_meta
     try:
-        n = int(native.gguf_meta(path, SPLIT_COUNT))
+        n = int(file_meta(path, SPLIT_COUNT))
     except ValueError:   # no split.count: one file
         n = 0
     tail = shard_name("", 0, n)

@@ -48,14 +48,25 @@ def check_file(path: str) -> None:
     native.check_gguf(path)
 
 
+def file_meta(path: str, key: str) -> str:
+    """A metadata value of a GGUF file as text, the model not loaded (ValueError when absent)."""
+    from .. import native
+    return native.gguf_meta(path, key)
+
+
+def file_tensor_names(path: str) -> list:
+    """The tensor names of one GGUF file, the model not loaded."""
+    from .. import native
+    return native.gguf_tensor_names(path)
+
+
 def check_projector(model_path: str, mmproj_path: str) -> str:
     """ModelLoadError where a projector (mmproj) cannot serve the model, read from both files before
     anything loads (engine/mmproj.py); else the projector type."""
-    from .. import native
     from . import mmproj
     try:
-        arch = native.gguf_meta(model_path, "general.architecture")
-        n_embd = int(native.gguf_meta(model_path, f"{arch}.embedding_length"))
+        arch = file_meta(model_path, "general.architecture")
+        n_embd = int(file_meta(model_path, f"{arch}.embedding_length"))
     except Exception as e:   # the model's own load says more; the projector cannot be judged without it
         raise ModelLoadError(f"{model_path}: no embedding width to check the projector against: {e}") from None
     return mmproj.check(mmproj_path, n_embd)
@@ -74,4 +85,4 @@ def _llamacpp(path: str, args: ModelArgs) -> Engine:
 
 
 __all__ = ["BATCH_RULES", "Context", "ContextArgs", "Engine", "ENGINES", "EXIT_RULES", "ExitRule", "ModelArgs",
-           "check_exit_rule", "check_lora", "check_projector", "load"]
+           "check_exit_rule", "check_lora", "check_projector", "file_meta", "file_tensor_names", "load"]
