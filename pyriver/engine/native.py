@@ -17,8 +17,6 @@ from .base import BATCH_RULES, EXIT_RULES, Context, ContextArgs, Engine, ExitRul
 
 
 class NativeContext(Context):
-    can_batch_invariant = True
-
     def __init__(self, engine: "NativeEngine", args: ContextArgs):
         cp = ffi.new("pr_context_params *", lib.pr_context_default_params())
         cp.n_ctx = int(args.n_ctx)
@@ -27,6 +25,7 @@ class NativeContext(Context):
         cp.flash_attn = 1 if args.flash_attn else 0
         cp.batch_invariant = -1 if args.batch_invariant is None else (1 if args.batch_invariant else 0)
         cp.n_seq_max = int(args.n_seq_max)
+        self.can_batch_invariant = not args.flash_attn   # the native context refuses both together
         out = ffi.new("pr_context **")
         check(lib.pr_context_new(engine.model, cp, out))
         self.handle = out[0]

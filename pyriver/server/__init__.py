@@ -103,6 +103,10 @@ def parser() -> argparse.ArgumentParser:
                    "batch-mates, prompt chunks or prefix reuse (slower: docs/bench/default-cpu.md)")
     p.add_argument("--not-batch-invariant", action="store_true",
                    help="llama.cpp's multi-token kernels, as llama-server runs them (the default)")
+    p.add_argument("--flash-attn", "-fa", dest="flash_attn", nargs="?", const="on", default="auto",
+                   choices=("on", "off", "auto"),
+                   help="flash attention, llama-server's flag: auto (the default, as llama-server's) is on unless "
+                   "--batch-invariant, which needs it off")
     add_layout_arg(p)
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
     p.add_argument("--alias", "-a", default=None, help="the model's names, comma-separated: /v1/models reports the first "
@@ -159,6 +163,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-models-autoload", dest="models_autoload", action="store_false",
                    help="a request for a model not loaded is refused (POST /models/load loads it)")
     return p
+
+
+def flash_attn(setting: str, batch_invariant: bool) -> bool:
+    """-fa on|off|auto as Llama's flash_attn. auto is llama-server's default and on here as there
+    (ggml's CPU, CUDA and Metal backends have the op): a prompt's last token then gets the same
+    logits computed alone (a cached prompt) as in the whole prompt's step, as llama-server's do.
+    Batch invariance is built on the mul_mat + soft_max attention, so it turns auto off."""
+    if setting == "on" and batch_invariant:
+        raise ValueError("--batch-invariant needs flash attention off: leave out -fa on (or give -fa off)")
+    return setting == "on" or (setting == "auto" and not batch_invariant)
 
 
 def check_lossless_draft(a: argparse.Namespace) -> None:
@@ -228,6 +242,7 @@ def settings(a: argparse.Namespace) -> dict:
         raise ValueError("--batch-invariant and --not-batch-invariant exclude each other")
     if a.batch_invariant or a.not_batch_invariant:
         kw["batch_invariant"] = bool(a.batch_invariant)
+    kw["flash_attn"] = flash_attn(a.flash_attn, a.batch_invariant)
     kw.update(layout_kwargs(a))
     if a.reranking:   # as llama-server's: embeddings on, pooling RANK
         a.embedding, a.pooling = True, "rank"

@@ -228,7 +228,7 @@ class DraftModel(Drafter):
         super().__init__(spec)
         from ..llama import Llama
         self.p_min = spec["p_min"]
-        kw = {k: llama_kwargs[k] for k in ("batch_invariant",) if k in llama_kwargs}
+        kw = {k: llama_kwargs[k] for k in ("batch_invariant", "flash_attn") if k in llama_kwargs}
         self.llm = Llama(spec["model"], n_ctx=llm.n_ctx(), n_threads=threads, n_threads_batch=threads, verbose=False,
                          river=None, n_gpu_layers=spec["n_gpu_layers"], **kw)
         try:

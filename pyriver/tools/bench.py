@@ -58,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
                    help="--inprocess / --overhead: keep a token's hidden state on the device between graphs")
     b.add_argument("--predict", choices=["on", "off", "both"], default="off",
                    help="--inprocess: the first graph runs to the previous token's exit block")
-    b.add_argument("--flash-attn", action="store_true", help="flash attention, both engines")
+    b.add_argument("--flash-attn", action="store_true", help="flash attention, both engines (--serve, --spec-serve: every server; else off)")
     b.add_argument("--engine", choices=ENGINES, default="auto", help="what computes pyriver's side (its Llama, "
                    "--paired; its server, --serve): pyriver's graphs (native), llama.cpp's own (llama.cpp), or auto")
     b.add_argument("--batched", action="store_true",

@@ -28,7 +28,7 @@ TEXTS = [(p + " ") * r for r in (1, 2, 4) for p in PROMPTS]
 def start(model: str, threads: int, pooling: str, clients: int) -> List[_Server]:
     from .llama_server import ensure
     out = [_Server("pyriver", [sys.executable, "-m", "pyriver.server", model, "--embedding", "--pooling", pooling,
-                               "--threads", str(threads), "--ctx", "2048", "--parallel", str(clients),
+                               "--threads", str(threads), "--ctx", "2048", "--parallel", str(clients), "-fa", "off",
                                "--port", str(p := _port())], p)]
     out.append(_Server("llama-server", [str(ensure(threads)), "-m", model, "--embedding", "--pooling", pooling,
                                         "-t", str(threads), "-tb", str(threads), "-c", str(2048 * clients),

@@ -136,14 +136,21 @@ def gpu_flags(a) -> Dict[str, List[str]]:
             "llama_cpp.server": ["--n_gpu_layers", str(n)] if n else []}
 
 
-def batched_config(path: str, threads: int, slots: int, port: int, n_gpu_layers: int = 0) -> Dict:
+def attn_flags(a) -> List[str]:
+    """pyriver serve's and llama-server's attention for a bench (both spell it -fa): the bench's
+    --flash-attn, else off, the same for every server whatever each one's default."""
+    return ["-fa", "on" if getattr(a, "flash_attn", False) else "off"]
+
+
+def batched_config(path: str, threads: int, slots: int, port: int, n_gpu_layers: int = 0,
+                   flash_attn: bool = False) -> Dict:
     """server.py's -C config for the bench: the local GGUF (model.path, not from_pretrained: no hub), the
-    same slots, positions and threads as llama-server's --parallel slots, flash attention off as in the
+    same slots, positions, threads and attention (flash_attn: the bench's --flash-attn) as the
     others, and one 1024-position cache per sequence (kv_unified off), as llama-server's explicit
     --parallel N lays out -c 1024*N (server.py's default is one cache shared by all sequences)."""
     return {"server": {"host": "127.0.0.1", "port": port},
             "model": {"path": path, "alias": os.path.basename(path), "n_ctx": 1024 * slots, "n_seq_max": slots,
-                      "threads": threads, "threads_batch": threads, "flash_attn": False, "kv_unified": False,
+                      "threads": threads, "threads_batch": threads, "flash_attn": flash_attn, "kv_unified": False,
                       **({"n_gpu_layers": n_gpu_layers} if n_gpu_layers else {})}}
 
 
@@ -187,7 +194,8 @@ def batched_server(a, path: str) -> _Server:
     tmp = tempfile.mkdtemp(prefix="pyriver-batched-")
     cfg = Path(tmp) / "config.json"
     cfg.write_text(json.dumps(batched_config(path, a.threads, max(a.streams), p := _port(),
-                                                    getattr(a, "n_gpu_layers", 0) or 0), indent=1))
+                                                    getattr(a, "n_gpu_layers", 0) or 0,
+                                                    bool(getattr(a, "flash_attn", False))), indent=1))
     try:
         return _Server(BATCHED, [sys.executable, str(script), "-C", str(cfg)], p, tmp)
     except BaseException:
@@ -225,16 +233,18 @@ def servers(a, path: str) -> List[_Server]:
 
 
 def _start(a, path: str, out: List[_Server]) -> None:
-    # plain decoding, as llama-server runs without --spec-type (drafting: `pyriver bench --spec-serve`)
+    # plain decoding, as llama-server runs without --spec-type (drafting: `pyriver bench --spec-serve`);
+    # the bench's attention (--flash-attn, else off), as every server of this bench
     gpu = gpu_flags(a)
     base = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "1024",
-            "--parallel", str(max(a.streams)), "--no-lossless", "--engine", getattr(a, "engine", "auto"), *gpu["pyriver"],
+            "--parallel", str(max(a.streams)), "--no-lossless", *attn_flags(a), "--engine", getattr(a, "engine", "auto"), *gpu["pyriver"],
             "--metrics"]   # the river servers' exits are read from /metrics
     out.append(_Server("pyriver", base + ["--port", str(p := _port())], p))
     if a.not_batch_invariant:
         out.append(_Server("pyriver not batch-invariant", base + ["--not-batch-invariant", "--port", str(p := _port())], p))
     if getattr(a, "batch_invariant", False):
-        out.append(_Server("pyriver batch-invariant", base + ["--batch-invariant", "--port", str(p := _port())], p))
+        out.append(_Server("pyriver batch-invariant", base + ["--batch-invariant", "-fa", "off",   # its attention
+                                                                 "--port", str(p := _port())], p))
     if a.river:
         for rule in a.batch_rules:
             for er in getattr(a, "exit_rules", None) or ["checked"]:   # checked servers keep their names
@@ -247,7 +257,8 @@ def _start(a, path: str, out: List[_Server]) -> None:
     if a.competitor and not a.json_schema and not getattr(a, "chat", False):
         argv = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--n_threads", str(a.threads),
                 "--n_threads_batch", str(a.threads), "--n_ctx", "1024", "--interrupt_requests", "False",
-                *gpu["llama_cpp.server"], "--port", str(p := _port())]
+                *gpu["llama_cpp.server"], *(["--flash_attn", "True"] if getattr(a, "flash_attn", False) else []),
+                "--port", str(p := _port())]
         out.append(_Server("llama-cpp-python server", argv, p))
     # the batched example server takes no json_schema field either (it ignores it: unconstrained answers), and
     # its chat streams carry no usage (no stream_options.include_usage), which --chat's tok/s counts
@@ -255,11 +266,11 @@ def _start(a, path: str, out: List[_Server]) -> None:
         out.append(batched_server(a, path))
     if a.competitor:
         # llama.cpp's own batching server, as pyriver's: --parallel slots of 1024 positions each
-        # (-c is shared among slots), the same threads, flash attention off as in the others.
+        # (-c is shared among slots), the same threads and attention as the others.
         from .llama_server import ensure
         n = max(a.streams)
         argv = [str(ensure(a.threads)), "-m", path, "-t", str(a.threads), "-tb", str(a.threads), "-c", str(1024 * n),
-                "--parallel", str(n), "-fa", "off", *gpu["llama-server"], "--host", "127.0.0.1", "--port", str(p := _port())]
+                "--parallel", str(n), *attn_flags(a), *gpu["llama-server"], "--host", "127.0.0.1", "--port", str(p := _port())]
         out.append(_Server("llama-server", argv, p))
 
 

@@ -55,7 +55,7 @@ _BOOL = {"--offline", "--cont-batching", "--embedding", "--reranking", "--metric
          "--no-jinja", "--no-mmproj", "--no-cache-idle-slots", "--ui-mcp-proxy", "--backend_sampling"}
 # flags that change nothing a client can see of pyriver (speed knobs, llama-server's own switches)
 _DROP = {"--offline", "--cont-batching", "--batch-size", "--ubatch-size", "--swa-full",
-         "-fa", "--no-jinja", "--no-mmproj", "--n-gpu-layers"}
+         "--no-jinja", "--no-mmproj", "--n-gpu-layers"}
 _MODEL = {"--model", "--hf-repo", "--hf-file", "--model-url"}
 _MMPROJ = {"--mmproj", "--mmproj-url"}
 

@@ -21,7 +21,7 @@ import time
 from typing import Dict, List, Tuple
 
 from .prompts import PROMPTS, SERVE_EDIT_PROMPTS
-from .serve_bench import _get, _port, _Server, gpu_flags
+from .serve_bench import _get, _port, _Server, attn_flags, gpu_flags
 
 LLAMA_SPEC_TYPES = ("ngram-simple", "ngram-mod", "ngram-map-k")
 # pyriver's settings: name -> the command-line flags after the model
@@ -38,12 +38,12 @@ def configs(a, path: str) -> List[Tuple[str, List[str]]]:
     exe = str(ensure(a.threads))
     gpu = gpu_flags(a)
     ls = [exe, "-m", path, "-t", str(a.threads), "-tb", str(a.threads), "-c", str(2048 * n), "--parallel", str(n),
-          "-fa", "off", *gpu["llama-server"], "--host", "127.0.0.1"]
+          *attn_flags(a), *gpu["llama-server"], "--host", "127.0.0.1"]
     types = LLAMA_SPEC_TYPES if a.llama_spec_types is None else a.llama_spec_types
     out = [("llama-server", ls)] + [(f"llama-server {t}", ls + ["--spec-type", t]) for t in types]
     out += [(f"llama-server {extra}", ls + extra.split()) for extra in getattr(a, "llama_server_setting", None) or []]
     py = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "2048",
-          "--parallel", str(n), *gpu["pyriver"]]
+          "--parallel", str(n), *attn_flags(a), *gpu["pyriver"]]
     settings = dict(PYRIVER_SETTINGS)
     for extra in a.pyriver_setting or []:
         settings[f"pyriver {extra}"] = extra.split()

@@ -18,6 +18,8 @@ PROMPTS = ["Once upon a time, a river", "The capital of France is", "def fib(n):
 CHAT = [{"role": "user", "content": "Name three rivers."}]
 N = 16
 ARGS = ("--engine", "llama.cpp", "--ctx", "256", "--threads", "2")
+# the reference: llama_cpp.Llama with the servers' default attention (-fa auto: flash attention, as llama-server's)
+REF = dict(n_ctx=256, n_threads=2, verbose=False, flash_attn=True)
 
 
 # Requests decoded together compute multi-row steps, whose last bits are not a one-row step's on
@@ -30,7 +32,7 @@ TIE = 1e-3
 def _reference(path):
     """llama_cpp.Llama's greedy texts alone, by prompt, and its chat answer, each as (text, its tokens,
     the gap between the two best log-probabilities at each)."""
-    ref = llama_cpp.Llama(path, n_ctx=256, n_threads=2, verbose=False, logits_all=True)
+    ref = llama_cpp.Llama(path, **REF, logits_all=True)
 
     def gap(top):
         v = sorted(top, reverse=True)
@@ -177,7 +179,7 @@ def test_lfm2_slot_cache_is_reused_whole_or_not_at_all(lfm2):
     the slot that least recently started rather than on the one it shares a part with. Texts stay
     llama_cpp.Llama's."""
     path, s = lfm2
-    ref = llama_cpp.Llama(path, n_ctx=256, n_threads=2, verbose=False)
+    ref = llama_cpp.Llama(path, **REF)
     first = ref.tokenize(b"The river runs to the sea, and the sea")
     gen, cached = _complete(s, first)
     assert cached == 0 and len(gen) == N
@@ -200,7 +202,7 @@ def test_lfm2_slot_cache_is_reused_whole_or_not_at_all(lfm2):
 
 
 def _greedy_text(path, prompt):
-    ref = llama_cpp.Llama(path, n_ctx=256, n_threads=2, verbose=False)
+    ref = llama_cpp.Llama(path, **REF)
     try:
         return ref(prompt, max_tokens=N, temperature=0.0)["choices"][0]["text"]
     finally:
@@ -209,7 +211,7 @@ def _greedy_text(path, prompt):
 
 def _greedy_tokens(path, toks, n):
     """llama_cpp.Llama's greedy tokens after toks, on a fresh context."""
-    ref = llama_cpp.Llama(path, n_ctx=256, n_threads=2, verbose=False)
+    ref = llama_cpp.Llama(path, **REF)
     try:
         out = []
         for t in ref.generate(toks, temp=0.0):

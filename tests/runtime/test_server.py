@@ -88,18 +88,20 @@ def test_pyriver_serve_command():
     r = pyriver_cli("serve", "--help")
     assert r.returncode == 0
     for flag in ("--host", "--port", "--parallel", "--river", "--tau", "--api-key", "--batch-rule", "--queue",
-                 "--lossless", "--draft-max", "--not-batch-invariant", "--batch-invariant", "--no-batch-layout"):
+                 "--lossless", "--draft-max", "--not-batch-invariant", "--batch-invariant", "--no-batch-layout",
+                 "--flash-attn"):
         assert flag in r.stdout
     from pyriver.server import parser, settings
     plain = ["--no-lossless"]
     assert settings(parser().parse_args(plain + ["--not-batch-invariant"]))["llama_kwargs"] == \
-        {"river": None, "batch_invariant": False, "batch_layout": True}
+        {"river": None, "batch_invariant": False, "flash_attn": True, "batch_layout": True}
     assert settings(parser().parse_args(plain + ["--batch-invariant"]))["llama_kwargs"] == \
-        {"river": None, "batch_invariant": True, "batch_layout": True}
+        {"river": None, "batch_invariant": True, "flash_attn": False, "batch_layout": True}
     assert "batch_invariant" not in settings(parser().parse_args([]))["llama_kwargs"]   # Llama's default: not invariant
     # without flags: n-grams drafted by the measured cost; any River, drafter or embedding flag, or --no-lossless: none
     assert settings(parser().parse_args([]))["llama_kwargs"] == \
-        {"river": None, "lossless": True, "draft_model": "ngram", "draft_cost": "auto", "batch_layout": True}
+        {"river": None, "lossless": True, "draft_model": "ngram", "draft_cost": "auto", "flash_attn": True,
+         "batch_layout": True}
     for flags in (plain, ["--river", "q4_0"], ["--spec-type", "ngram-simple"], ["--embedding"]):
         assert "lossless" not in settings(parser().parse_args(flags))["llama_kwargs"]
     with pytest.raises(ValueError, match="exclude"):

@@ -32,7 +32,7 @@ def _parts(url):
 
 @pytest.fixture(scope="module")
 def llama_servers_answer(gemma_path):
-    p = llama_server("-m", gemma_path, "-c", "512", "-np", "1", "-t", "2", "-fa", "off")
+    p = llama_server("-m", gemma_path, "-c", "512", "-np", "1", "-t", "2")
     try:
         return _chat(p.url), _parts(p.url)
     finally:

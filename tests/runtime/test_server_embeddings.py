@@ -23,7 +23,9 @@ def server(smol_path):
 
 @pytest.fixture(scope="module")
 def want(smol_path):
-    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river=None, embedding=True, pooling_type=1) as llm:
+    """Llama's vectors with the server's default attention (-fa auto: flash attention, llama-server's)."""
+    with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, river=None, embedding=True, pooling_type=1,
+               flash_attn=True) as llm:
         toks = [llm.tokenize(t.encode(), special=True) for t in TEXTS]
         return llm.embed_tokens(toks, normalize=True), sum(map(len, toks))
 

@@ -65,7 +65,7 @@ def test_a_busy_slot_makes_its_request_wait_and_others_go_ahead(server):
 
 @pytest.mark.peer
 def test_id_slot_as_llama_server_answers(smol_path):
-    p = llama_server("-m", smol_path, "-c", "1024", "-np", "2", "-t", "2", "-fa", "off")
+    p = llama_server("-m", smol_path, "-c", "1024", "-np", "2", "-t", "2")
     try:
         theirs = _slots_named(p.url)
     finally:

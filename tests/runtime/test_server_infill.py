@@ -31,7 +31,7 @@ def _answers(url):
 
 @pytest.fixture(scope="module")
 def llama_servers_answers(qwen15_path):
-    p = llama_server("-m", qwen15_path, "-c", "4096", "-np", "1", "-t", "2", "-fa", "off")
+    p = llama_server("-m", qwen15_path, "-c", "4096", "-np", "1", "-t", "2")
     try:
         return _answers(p.url)
     finally:

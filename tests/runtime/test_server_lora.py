@@ -51,7 +51,7 @@ def _script(url):
 
 @pytest.fixture(scope="module")
 def peer(smol_path, smol_lora_path):
-    p = llama_server("-m", smol_path, "--lora", smol_lora_path, "-c", "512", "-np", "1", "-t", "2", "-fa", "off")
+    p = llama_server("-m", smol_path, "--lora", smol_lora_path, "-c", "512", "-np", "1", "-t", "2")
     try:
         return _script(p.url)
     finally:

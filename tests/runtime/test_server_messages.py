@@ -89,7 +89,7 @@ def test_bad_blocks_are_400(client):
 @pytest.mark.peer
 def test_plain_text_is_llama_server_s(client, smol_path):
     ours = client.messages.create(**PLAIN)
-    p = llama_server("-m", smol_path, "-c", "1024", "-np", "1", "-t", "2", "-fa", "off", "--temp", "0")
+    p = llama_server("-m", smol_path, "-c", "1024", "-np", "1", "-t", "2", "--temp", "0")
     try:
         theirs = anthropic.Anthropic(base_url=p.url, api_key="x", max_retries=0).messages.create(**PLAIN)
     finally:

@@ -1,7 +1,7 @@
 """`pyriver serve --mmproj`: images through libmtmd on the llama.cpp engine, on the local tinygemma3
 (pyriver.tools.synth_mmproj). Real server processes and the openai client: an image's greedy answer
-and tokens equal llama-server's on the same files and requests (its -fa off --swa-full: pyriver's
-attention and cache; -cram 0 on both, each request on a fresh slot); /completion's JSON prompt with
+and tokens equal llama-server's on the same files and requests (both at their default attention,
+flash attention; its --swa-full: pyriver's cache; -cram 0 on both, each request on a fresh slot); /completion's JSON prompt with
 multimodal_data; two image requests decoded together equal each alone; the --media-path rules;
 bad media and a server without a projector answer 400; a projector that does not fit stops the
 server at start."""
@@ -42,7 +42,7 @@ def _uri(name: str) -> str:
 def _start(paths, *flags, command=None):
     text, proj = paths
     args = ("-m", text, "--mmproj", proj, *ARGS, *flags)
-    return llama_server(*args, "-fa", "off", "--swa-full") if command == "llama" else ServerProcess(*args)
+    return llama_server(*args, "--swa-full") if command == "llama" else ServerProcess(*args)
 
 
 def _answers(url: str) -> list:

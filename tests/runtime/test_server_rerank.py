@@ -34,14 +34,17 @@ def _scores(path, flash_attn=False):
 
 @pytest.fixture(scope="module")
 def want(smol_path):
-    return _scores(smol_path)
+    """The server's scores: its default attention is flash attention (-fa auto, as llama-server's)."""
+    return _scores(smol_path, flash_attn=True)
 
 
-def test_scores_are_llama_cpps_rank_pooling(smol_path, want):
+@pytest.mark.parametrize("flash_attn", [False, True])
+def test_scores_are_llama_cpps_rank_pooling(smol_path, flash_attn):
     """llama.cpp's RANK on a causal model without a head reads the last position's row, as LAST does."""
     import llama_cpp
-    scores, toks = want
-    ref = llama_cpp.Llama(smol_path, embedding=True, pooling_type=3, n_ctx=512, n_threads=2, verbose=False)
+    scores, toks = _scores(smol_path, flash_attn)
+    ref = llama_cpp.Llama(smol_path, embedding=True, pooling_type=3, n_ctx=512, n_threads=2, verbose=False,
+                          flash_attn=flash_attn)
     try:
         theirs = [ref.embed(ref.detokenize(t).decode())[0] for t in toks]
         assert [len(ref.tokenize(ref.detokenize(t))) for t in toks] == [len(t) for t in toks]
@@ -116,15 +119,15 @@ def _llama_server_rerank(path, *flags):
 @pytest.mark.peer
 @pytest.mark.skipif(not llama_server.binary().is_file(), reason="llama-server is not built into the cache")
 def test_llama_servers_scores(smol_path, server, want):
-    """The same scores as llama-server's on this file, in this run: bit for bit with its -fa off
-    (pyriver's default attention); its default (-fa auto: flash attention on the CPU) matches
-    pyriver's flash attention bit for bit and differs from the default by flash attention's rounding,
-    < 0.1 (measured: 0.035 on a Zen 4, 0.055 on a Zen 3 without AVX-512)."""
+    """The same scores as llama-server's on this file, in this run: both servers' defaults (-fa auto:
+    flash attention on the CPU) bit for bit, and with -fa off llama-server's equal pyriver's Llama's
+    default attention bit for bit; the two attentions part by flash attention's rounding, < 0.1
+    (measured: 0.035 on a Zen 4, 0.055 on a Zen 3 without AVX-512)."""
     ours = {r["index"]: r["relevance_score"] for r in
             http("POST", server.url + "/rerank", {"query": QUERY, "documents": DOCS})[1]["results"]}
-    off, usage = _llama_server_rerank(smol_path, "-fa", "off")
+    default, usage = _llama_server_rerank(smol_path)
     assert usage["prompt_tokens"] == sum(map(len, want[1]))
-    np.testing.assert_allclose([ours[i] for i in range(4)], [off[i] for i in range(4)], rtol=0, atol=1e-6)
-    default, _ = _llama_server_rerank(smol_path)
-    np.testing.assert_allclose(_scores(smol_path, flash_attn=True)[0], [default[i] for i in range(4)], rtol=0, atol=1e-6)
-    np.testing.assert_allclose([ours[i] for i in range(4)], [default[i] for i in range(4)], rtol=0, atol=0.1)
+    np.testing.assert_allclose([ours[i] for i in range(4)], [default[i] for i in range(4)], rtol=0, atol=1e-6)
+    off, _ = _llama_server_rerank(smol_path, "-fa", "off")
+    np.testing.assert_allclose(_scores(smol_path)[0], [off[i] for i in range(4)], rtol=0, atol=1e-6)
+    np.testing.assert_allclose([ours[i] for i in range(4)], [off[i] for i in range(4)], rtol=0, atol=0.1)

@@ -77,3 +77,19 @@ def test_every_server_gets_the_bench_s_gpu_layers():
     assert gpu_flags(SimpleNamespace(n_gpu_layers=12))["llama-server"] == ["-ngl", "12"]
     assert "n_gpu_layers" not in batched_config("/m.gguf", 2, 4, 1)["model"]
     assert batched_config("/m.gguf", 2, 4, 1, n_gpu_layers=-1)["model"]["n_gpu_layers"] == -1
+
+
+def test_every_server_gets_the_bench_s_attention(monkeypatch):
+    # pyriver serve's default is flash attention (llama-server's -fa auto): the benches name the same
+    # attention for every server, the bench's --flash-attn, else off.
+    from types import SimpleNamespace
+
+    from pyriver.tools import llama_server, spec_serve
+    from pyriver.tools.serve_bench import batched_config
+    monkeypatch.setattr(llama_server, "ensure", lambda threads: "/bin/llama-server")
+    for fa, want in ((False, "off"), (True, "on")):
+        a = SimpleNamespace(streams=[1, 4], threads=2, n_gpu_layers=0, llama_spec_types=None, pyriver_setting=None,
+                            llama_server_setting=None, flash_attn=fa)
+        argvs = [argv for _, argv in spec_serve.configs(a, "/m.gguf")]
+        assert len(argvs) > 4 and all(argv[argv.index("-fa") + 1] == want for argv in argvs)
+        assert batched_config("/m.gguf", 2, 4, 1, flash_attn=fa)["model"]["flash_attn"] is fa
