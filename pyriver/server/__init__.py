@@ -167,8 +167,7 @@ def parser() -> argparse.ArgumentParser:
 
 def flash_attn(setting: str, batch_invariant: bool) -> bool:
     """-fa on|off|auto as Llama's flash_attn. auto is llama-server's default and on here as there
-    (ggml's CPU, CUDA and Metal backends have the op): a prompt's last token then gets the same
-    logits computed alone (a cached prompt) as in the whole prompt's step, as llama-server's do.
+    (ggml's CPU, CUDA and Metal backends have the op), so the two servers compute the same bits.
     Batch invariance is built on the mul_mat + soft_max attention, so it turns auto off."""
     if setting == "on" and batch_invariant:
         raise ValueError("--batch-invariant needs flash attention off: leave out -fa on (or give -fa off)")

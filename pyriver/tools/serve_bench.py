@@ -136,10 +136,12 @@ def gpu_flags(a) -> Dict[str, List[str]]:
             "llama_cpp.server": ["--n_gpu_layers", str(n)] if n else []}
 
 
-def attn_flags(a) -> List[str]:
-    """pyriver serve's and llama-server's attention for a bench (both spell it -fa): the bench's
-    --flash-attn, else off, the same for every server whatever each one's default."""
-    return ["-fa", "on" if getattr(a, "flash_attn", False) else "off"]
+def attn_flags(a) -> Dict[str, List[str]]:
+    """Each server's flags for the bench's attention (--flash-attn, else off), named for every server
+    whatever its own default (pyriver serve's and llama-server's is flash attention)."""
+    on = bool(getattr(a, "flash_attn", False))
+    return {"pyriver": ["-fa", "on" if on else "off"], "llama-server": ["-fa", "on" if on else "off"],
+            "llama_cpp.server": ["--flash_attn", str(on)]}
 
 
 def batched_config(path: str, threads: int, slots: int, port: int, n_gpu_layers: int = 0,
@@ -235,9 +237,9 @@ def servers(a, path: str) -> List[_Server]:
 def _start(a, path: str, out: List[_Server]) -> None:
     # plain decoding, as llama-server runs without --spec-type (drafting: `pyriver bench --spec-serve`);
     # the bench's attention (--flash-attn, else off), as every server of this bench
-    gpu = gpu_flags(a)
+    gpu, attn = gpu_flags(a), attn_flags(a)
     base = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "1024",
-            "--parallel", str(max(a.streams)), "--no-lossless", *attn_flags(a), "--engine", getattr(a, "engine", "auto"), *gpu["pyriver"],
+            "--parallel", str(max(a.streams)), "--no-lossless", *attn["pyriver"], "--engine", getattr(a, "engine", "auto"), *gpu["pyriver"],
             "--metrics"]   # the river servers' exits are read from /metrics
     out.append(_Server("pyriver", base + ["--port", str(p := _port())], p))
     if a.not_batch_invariant:
@@ -257,8 +259,7 @@ def _start(a, path: str, out: List[_Server]) -> None:
     if a.competitor and not a.json_schema and not getattr(a, "chat", False):
         argv = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--n_threads", str(a.threads),
                 "--n_threads_batch", str(a.threads), "--n_ctx", "1024", "--interrupt_requests", "False",
-                *gpu["llama_cpp.server"], *(["--flash_attn", "True"] if getattr(a, "flash_attn", False) else []),
-                "--port", str(p := _port())]
+                *gpu["llama_cpp.server"], *attn["llama_cpp.server"], "--port", str(p := _port())]
         out.append(_Server("llama-cpp-python server", argv, p))
     # the batched example server takes no json_schema field either (it ignores it: unconstrained answers), and
     # its chat streams carry no usage (no stream_options.include_usage), which --chat's tok/s counts
@@ -270,7 +271,7 @@ def _start(a, path: str, out: List[_Server]) -> None:
         from .llama_server import ensure
         n = max(a.streams)
         argv = [str(ensure(a.threads)), "-m", path, "-t", str(a.threads), "-tb", str(a.threads), "-c", str(1024 * n),
-                "--parallel", str(n), *attn_flags(a), *gpu["llama-server"], "--host", "127.0.0.1", "--port", str(p := _port())]
+                "--parallel", str(n), *attn["llama-server"], *gpu["llama-server"], "--host", "127.0.0.1", "--port", str(p := _port())]
         out.append(_Server("llama-server", argv, p))
 
 

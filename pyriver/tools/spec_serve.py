@@ -36,14 +36,14 @@ def configs(a, path: str) -> List[Tuple[str, List[str]]]:
     from .llama_server import ensure
     n = max(a.streams)
     exe = str(ensure(a.threads))
-    gpu = gpu_flags(a)
+    gpu, attn = gpu_flags(a), attn_flags(a)
     ls = [exe, "-m", path, "-t", str(a.threads), "-tb", str(a.threads), "-c", str(2048 * n), "--parallel", str(n),
-          *attn_flags(a), *gpu["llama-server"], "--host", "127.0.0.1"]
+          *attn["llama-server"], *gpu["llama-server"], "--host", "127.0.0.1"]
     types = LLAMA_SPEC_TYPES if a.llama_spec_types is None else a.llama_spec_types
     out = [("llama-server", ls)] + [(f"llama-server {t}", ls + ["--spec-type", t]) for t in types]
     out += [(f"llama-server {extra}", ls + extra.split()) for extra in getattr(a, "llama_server_setting", None) or []]
     py = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "2048",
-          "--parallel", str(n), *attn_flags(a), *gpu["pyriver"]]
+          "--parallel", str(n), *attn["pyriver"], *gpu["pyriver"]]
     settings = dict(PYRIVER_SETTINGS)
     for extra in a.pyriver_setting or []:
         settings[f"pyriver {extra}"] = extra.split()

@@ -85,7 +85,7 @@ def test_every_server_gets_the_bench_s_attention(monkeypatch):
     from types import SimpleNamespace
 
     from pyriver.tools import llama_server, spec_serve
-    from pyriver.tools.serve_bench import batched_config
+    from pyriver.tools.serve_bench import attn_flags, batched_config
     monkeypatch.setattr(llama_server, "ensure", lambda threads: "/bin/llama-server")
     for fa, want in ((False, "off"), (True, "on")):
         a = SimpleNamespace(streams=[1, 4], threads=2, n_gpu_layers=0, llama_spec_types=None, pyriver_setting=None,
@@ -93,3 +93,4 @@ def test_every_server_gets_the_bench_s_attention(monkeypatch):
         argvs = [argv for _, argv in spec_serve.configs(a, "/m.gguf")]
         assert len(argvs) > 4 and all(argv[argv.index("-fa") + 1] == want for argv in argvs)
         assert batched_config("/m.gguf", 2, 4, 1, flash_attn=fa)["model"]["flash_attn"] is fa
+        assert attn_flags(a)["llama_cpp.server"] == ["--flash_attn", str(fa)]
