@@ -15,10 +15,30 @@ def tensor_split(text: Optional[str]) -> Optional[List[float]]:
         raise ValueError(f"--tensor-split takes numbers separated by commas, got {text!r}") from None
 
 
+def add_flash_attn_arg(p: argparse.ArgumentParser) -> None:
+    """-fa/--flash-attn on|off|auto, llama.cpp's flag (llama-server's and llama-cli's), auto by default."""
+    p.add_argument("--flash-attn", "-fa", dest="flash_attn", nargs="?", const="on", default="auto",
+                   choices=("on", "off", "auto"),
+                   help="flash attention, llama.cpp's flag: auto (the default, as llama.cpp's) is on unless "
+                   "--batch-invariant, which needs it off")
+
+
+def flash_attn(setting: str, batch_invariant: bool) -> bool:
+    """-fa on|off|auto as Llama's flash_attn. auto is llama.cpp's default and on here as there
+    (ggml's CPU, CUDA and Metal backends have the op), so pyriver computes llama.cpp's bits.
+    Batch invariance is built on the mul_mat + soft_max attention, so it turns auto off."""
+    if setting == "on" and batch_invariant:
+        raise ValueError("--batch-invariant needs flash attention off: leave out -fa on (or give -fa off)")
+    return setting == "on" or (setting == "auto" and not batch_invariant)
+
+
 def device_kwargs(a) -> Dict:
     """Llama's (and llama.cpp's) n_gpu_layers, flash_attn and tensor_split from a command's
-    arguments (--n-gpu-layers, --flash-attn, --tensor-split; absent ones at their defaults)."""
-    kw = {"n_gpu_layers": getattr(a, "n_gpu_layers", 0), "flash_attn": bool(getattr(a, "flash_attn", False))}
+    arguments (--n-gpu-layers, -fa on|off|auto or the tools' --flash-attn, --tensor-split; absent
+    ones at Llama's defaults)."""
+    fa = getattr(a, "flash_attn", False)
+    fa = flash_attn(fa, bool(getattr(a, "batch_invariant", False))) if isinstance(fa, str) else bool(fa)
+    kw = {"n_gpu_layers": getattr(a, "n_gpu_layers", 0), "flash_attn": fa}
     split = tensor_split(getattr(a, "tensor_split", None))
     if split:
         kw["tensor_split"] = split

@@ -9,7 +9,7 @@ import sys
 from typing import Callable, List, Optional
 
 from . import models
-from .args import add_draft_args, add_layout_arg, device_kwargs, layout_kwargs, require_lossless
+from .args import add_draft_args, add_flash_attn_arg, add_layout_arg, device_kwargs, layout_kwargs, require_lossless
 
 # Tool commands: the module that parses and runs each (its main(argv)), and its line in --help.
 TOOLS = {
@@ -152,6 +152,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--draft-max", type=int, default=None, help="lossless: longest draft in tokens (default 2; 64 for "
                    "the default n-gram drafts)")
     add_draft_args(r)   # --draft river|ngram|both, --draft-cost default|FILE.json
+    add_flash_attn_arg(r)
     add_layout_arg(r)
     _add_river_args(r)
     r.set_defaults(fn=cmd_run)
@@ -172,6 +173,7 @@ def parser() -> argparse.ArgumentParser:
                    help="no drafts (by default n-grams draft where the measured cost says they pay; /lossless off)")
     c.add_argument("--batch-invariant", action="store_true",
                    help="a token's logits never depend on how it reached the cache (slower prompts; docs/determinism.md)")
+    add_flash_attn_arg(c)
     add_layout_arg(c)
     c.set_defaults(fn=cmd_chat)
 

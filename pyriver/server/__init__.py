@@ -9,7 +9,7 @@ import socket
 import sys
 from typing import List, Optional
 
-from ..args import add_draft_args, add_layout_arg, layout_kwargs, require_lossless
+from ..args import add_draft_args, add_flash_attn_arg, add_layout_arg, flash_attn, layout_kwargs, require_lossless
 from .prompt_cache import DEFAULT_MIB
 
 
@@ -103,10 +103,7 @@ def parser() -> argparse.ArgumentParser:
                    "batch-mates, prompt chunks or prefix reuse (slower: docs/bench/default-cpu.md)")
     p.add_argument("--not-batch-invariant", action="store_true",
                    help="llama.cpp's multi-token kernels, as llama-server runs them (the default)")
-    p.add_argument("--flash-attn", "-fa", dest="flash_attn", nargs="?", const="on", default="auto",
-                   choices=("on", "off", "auto"),
-                   help="flash attention, llama-server's flag: auto (the default, as llama-server's) is on unless "
-                   "--batch-invariant, which needs it off")
+    add_flash_attn_arg(p)
     add_layout_arg(p)
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
     p.add_argument("--alias", "-a", default=None, help="the model's names, comma-separated: /v1/models reports the first "
@@ -163,15 +160,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-models-autoload", dest="models_autoload", action="store_false",
                    help="a request for a model not loaded is refused (POST /models/load loads it)")
     return p
-
-
-def flash_attn(setting: str, batch_invariant: bool) -> bool:
-    """-fa on|off|auto as Llama's flash_attn. auto is llama-server's default and on here as there
-    (ggml's CPU, CUDA and Metal backends have the op), so the two servers compute the same bits.
-    Batch invariance is built on the mul_mat + soft_max attention, so it turns auto off."""
-    if setting == "on" and batch_invariant:
-        raise ValueError("--batch-invariant needs flash attention off: leave out -fa on (or give -fa off)")
-    return setting == "on" or (setting == "auto" and not batch_invariant)
 
 
 def check_lossless_draft(a: argparse.Namespace) -> None:
