@@ -1,5 +1,5 @@
 """One decode step of N sequences: pyriver's BatchDecoder against llama.cpp's llama_decode
-(n_seq_max N, a cache stream per sequence, flash attention off), same file, same threads, in one
+(n_seq_max N, a cache stream per sequence, flash attention off unless --flash-attn), same file, same threads, in one
 process, rounds interleaved; prints the median ms per step of each and their ratio (speed).
 
     python scripts/batch_step.py MODEL.gguf --seqs 4 [--steps 48 --rounds 3 --threads 2]
@@ -41,13 +41,13 @@ def ours(llm, prompts, steps):
         dec.close()
 
 
-def theirs(model, prompts, steps, threads):
+def theirs(model, prompts, steps, threads, flash=False):
     n = len(prompts)
     n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
     cp = llama_cpp.llama_context_default_params()
     cp.n_ctx, cp.n_batch, cp.n_seq_max = 1024 * n, 512, n
     cp.n_threads = cp.n_threads_batch = threads
-    cp.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cp.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
     cp.kv_unified = False
     ctx = llama_cpp.llama_init_from_model(model, cp)
     b = llama_cpp.llama_batch_init(512, 0, n)
@@ -89,12 +89,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--not-batch-invariant", action="store_true")
+    ap.add_argument("--flash-attn", action="store_true", help="flash attention in both engines (the servers' default)")
     ap.add_argument("--code-edit", action="store_true", help="the code-edit prompts of `pyriver bench --spec-serve` "
                     "(about 300 tokens each) instead of short ones")
     a = ap.parse_args()
     kw = {"batch_invariant": False} if a.not_batch_invariant else {}
     llm = Llama(a.model, n_ctx=1024 * a.seqs, n_threads=a.threads, n_threads_batch=a.threads,
-                verbose=False, river=None, **kw)
+                verbose=False, river=None, flash_attn=a.flash_attn, **kw)
     texts = [p for _, p in SERVE_EDIT_PROMPTS] if a.code_edit else PROMPTS
     prompts = [llm.tokenize(texts[i % len(texts)].encode()) for i in range(a.seqs)]
     llama_cpp.llama_backend_init()
@@ -103,12 +104,12 @@ def main() -> None:
         mine, ref = [], []
         for _ in range(a.rounds):   # interleaved: a slower moment of the machine hits both
             mine.append(statistics.median(ours(llm, prompts, a.steps)))
-            ref.append(statistics.median(theirs(model, prompts, a.steps, a.threads)))
+            ref.append(statistics.median(theirs(model, prompts, a.steps, a.threads, a.flash_attn)))
     finally:
         llama_cpp.llama_model_free(model)
         llm.close()
     m, r = statistics.median(mine), statistics.median(ref)
-    print(f"{a.seqs} sequences, batch_invariant={llm.batch_invariant}: pyriver {m * 1e3:.2f} ms/step, "
+    print(f"{a.seqs} sequences, batch_invariant={llm.batch_invariant}, flash_attn={a.flash_attn}: pyriver {m * 1e3:.2f} ms/step, "
           f"llama.cpp {r * 1e3:.2f} ms/step, speed {r / m:.3f}x "
           f"(rounds {[round(x * 1e3, 2) for x in mine]} vs {[round(x * 1e3, 2) for x in ref]})")
 

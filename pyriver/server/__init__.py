@@ -40,6 +40,9 @@ def parser() -> argparse.ArgumentParser:
                         "(--cache-ram), and with --kv-unified their rows are cleared (the default)")
     p.add_argument("--no-cache-idle-slots", dest="cache_idle_slots", action="store_false",
                    help="idle slots keep their rows and are saved only when a request takes them")
+    p.add_argument("--slot-prompt-similarity", "-sps", dest="slot_prompt_similarity", type=float, default=0.1,
+                   help="llama-server's: a request takes the free slot whose cache shares the largest part of its "
+                        "prompt if more than this part, else the least recently used slot (default 0.1; 0: always LRU)")
     p.add_argument("--engine", choices=("auto", "native", "llama.cpp"), default="auto",
                    help="what computes: pyriver's graphs (native, with River), llama.cpp's own (llama.cpp), or "
                         "native where pyriver builds the architecture (auto)")
@@ -248,7 +251,8 @@ def settings(a: argparse.Namespace) -> dict:
         raise ValueError(f"--slot-save-path: not a directory: {a.slot_save_path}")
     defaults = {k: v for k, v in (("temperature", a.temp), ("seed", a.seed if a.seed >= 0 else None)) if v is not None}
     return dict(model=a.model, n_ctx=a.ctx, threads=a.threads, parallel=a.parallel, queue=a.queue,
-                prompt_chunk=a.prompt_chunk, cache_ram=a.cache_ram, cache_idle_slots=a.cache_idle_slots, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias, tags=a.tags,
+                prompt_chunk=a.prompt_chunk, cache_ram=a.cache_ram, cache_idle_slots=a.cache_idle_slots,
+                slot_prompt_similarity=a.slot_prompt_similarity, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias, tags=a.tags,
                 verbose=a.verbose, spm_infill=a.spm_infill, webui=not a.no_webui, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
                 chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
                 reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,

@@ -71,6 +71,7 @@ class Server:
                                    prompt_chunk=s["prompt_chunk"], metrics=self.metrics, drafter=drafter,
                                    ctx_shift=s.get("ctx_shift", False), cache_ram_mib=s.get("cache_ram", DEFAULT_MIB),
                                    kv_pool=s.get("kv_pool"), cache_idle=s.get("cache_idle_slots", True),
+                                   slot_similarity=s.get("slot_prompt_similarity", 0.1),
                                    log=_log if s.get("verbose") else None,
                                    handoff=None if self.inbox is None else self.inbox.flush)
             if self.sched.log and self.sched.cache_idle:   # llama-server's debug line, as its test reads it

@@ -110,6 +110,7 @@ class Slot:
         self.drafts: List[int] = []    # lossless: this step's drafts and the distributions they came from
         self.qs: list = []
         self.last_start = 0            # when it last took a request (the scheduler's count of starts)
+        self.last_end = -1             # when its last request ended (the scheduler's count of ends; -1: never used)
         self.task: Optional[Request] = None   # the request it holds, else the last it held (/slots)
         self.lora: Tuple[float, ...] = ()     # the LoRA scales its cache was computed with
         self.media: Dict[int, object] = {}    # its request's media chunks by sequence position
@@ -120,7 +121,7 @@ class Scheduler:
                  prompt_chunk: Optional[int] = None,
                  metrics=None, drafter=None, ctx_shift: bool = False, handoff: Optional[Callable[[], None]] = None,
                  cache_ram_mib: int = DEFAULT_MIB, kv_pool: Optional[int] = None, cache_idle: bool = True,
-                 log: Optional[Callable[[str], None]] = None):
+                 slot_similarity: float = 0.1, log: Optional[Callable[[str], None]] = None):
         self.llm = llm
         self.log = log   # --verbose: llama-server's debug lines where pyriver does the same thing
         # llama-server's --kv-unified: the tokens all slots may hold together (each may grow to n_ctx); None: no pool
@@ -131,6 +132,9 @@ class Scheduler:
         # llama-server's --cache-idle-slots (needs the prompt cache): when a request starts, the idle slots'
         # prompts are saved to the prompt cache, and with --kv-unified their rows are cleared (room in the pool)
         self.cache_idle = cache_idle and self.prompt_cache is not None
+        # llama-server's --slot-prompt-similarity: the part of a prompt a free slot's cache must share to be chosen
+        self.slot_similarity = slot_similarity
+        self.n_ends = 0   # requests ended so far: a slot's last_end orders the least recently used
         # handoff: called before each native step and before the thread waits for work, so that what the
         # requests were handed since reaches them (the server's Inbox.flush: one wake-up of the event loop)
         self.handoff = handoff
@@ -286,7 +290,7 @@ class Scheduler:
                 free = [want]
             if r.lora is None:   # llama-server's: the adapters' scales when the request starts
                 r.lora = self.lora
-            self._start(self._slot_for(r, free), r)
+            self._start(*self._slot_for(r, free), r)
         self.waiting.extendleft(reversed(held))
 
     def _reusable(self, cached: List[int], prompt: List[int]) -> int:
@@ -295,16 +299,32 @@ class Scheduler:
         n = common_prefix(cached, prompt[:-1])
         return n if self.partial_cuts or n == len(cached) else 0
 
-    def _slot_for(self, r: Request, free: List[Slot]) -> Slot:
-        """The free slot whose cache holds most of the prompt under the request's LoRA configuration (as
-        llama-server picks one), else the least recently started, which keeps the caches other prompts
-        may come back to."""
-        return max(free, key=lambda s: (self._reusable(s.cached, r.prompt) if s.lora == r.lora else 0, -s.last_start))
+    def _slot_for(self, r: Request, free: List[Slot]) -> Tuple[Slot, bool]:
+        """llama-server's choice (get_available_slot): the free slot whose cache shares the largest part
+        of the prompt, where that part is over --slot-prompt-similarity, else the least recently used
+        (of equals the last: a fresh server starts on its last slot); and whether the prompt cache is
+        updated around it (the slot's prompt saved, a better one loaded): where the request keeps
+        less than half of the similar slot's cache, or the slot is the least recently used. A prompt
+        then keeps the cached prefix it keeps on llama-server, so its rows are computed in the same
+        steps, with the same bits. A cache computed under other LoRA scales serves no prompt."""
+        best, best_sim = None, 0.0
+        for s in free:
+            if s.cached and s.lora == r.lora and self.slot_similarity != 0.0:
+                sim = common_prefix(s.cached, r.prompt) / max(1, len(r.prompt))
+                if sim > best_sim and sim > self.slot_similarity:
+                    best, best_sim = s, sim
+        if best is not None:
+            return best, best_sim * len(r.prompt) / len(best.cached) < 0.5
+        lru = free[0]
+        for s in free[1:]:
+            if s.last_end <= lru.last_end:
+                lru = s
+        return lru, True
 
     def _swap_prompt(self, s: Slot, prompt: List[int], take: bool = True) -> None:
-        """The prompt cache around a slot a request takes: the slot's prompt is saved where the request
-        would lose some of it, and (take) the saved prompt that serves the request better than the
-        slot's own (PromptCache.take) is loaded in its place."""
+        """The prompt cache around a slot a request takes, where _slot_for says llama-server updates it:
+        the slot's prompt is saved where the request would lose some of it, and (take) the saved
+        prompt that serves the request better than the slot's own (PromptCache.take) is loaded in its place."""
         n = self._reusable(s.cached, prompt)
         if s.cached and n == len(s.cached) and take:
             return   # the request continues the slot's whole prompt
@@ -322,14 +342,15 @@ class Scheduler:
                 self.dec.truncate(s.seq, 0)
                 s.cached = []
 
-    def _start(self, s: Slot, r: Request) -> None:
+    def _start(self, s: Slot, update_cache: bool, r: Request) -> None:
         if s.lora != r.lora:   # rows computed under other adapters serve no prompt of this request
             if s.cached and self.prompt_cache is not None and self.dec.pos(s.seq) == len(s.cached):
                 self.prompt_cache.save(s.cached, self.dec.state_get(s.seq), s.lora)
             self.dec.truncate(s.seq, 0)
             s.cached, s.lora = [], r.lora
         if self.prompt_cache is not None:
-            self._swap_prompt(s, r.prompt, take=r.cache_prompt)
+            if update_cache:
+                self._swap_prompt(s, r.prompt, take=r.cache_prompt)
         n = self._reusable(s.cached, r.prompt) if r.cache_prompt else 0
         if not self.partial_cuts and n < self.dec.pos(s.seq):
             n = 0   # the cache holds more than s.cached says (a kept end token): it empties, no replay
@@ -377,6 +398,8 @@ class Scheduler:
         sees it so in /metrics."""
         r, s.req = s.req, None
         s.next_tok = None
+        s.last_end = self.n_ends
+        self.n_ends += 1
         try:
             if self.partial_cuts:
                 self.dec.truncate(s.seq, len(s.cached))
