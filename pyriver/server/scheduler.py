@@ -392,18 +392,19 @@ class Scheduler:
                 o.cached = []
 
     def _finish(self, s: Slot, reason: str) -> None:
-        """Ends the slot's request; its prompt stays cached for the next one (generated tokens do not:
-        under an exit rule they were computed as decode steps, not as a prompt computes them). The
-        slot is free and counted before the request hears it ended: a client that has its answer
-        sees it so in /metrics."""
+        """Ends the slot's request; its prompt and answer stay cached for the next one, as in
+        llama-server (a conversation's next turn continues both), unless the answer's rows were
+        computed under an exit rule: those are not full depth's, and only the prompt stays. The slot
+        is free and counted before the request hears it ended: a client that has its answer sees it
+        so in /metrics."""
         r, s.req = s.req, None
         s.next_tok = None
         s.last_end = self.n_ends
         self.n_ends += 1
         try:
-            if self.partial_cuts:
+            if self.partial_cuts and self.dec.exiting:
                 self.dec.truncate(s.seq, len(s.cached))
-            else:   # no cut (it would run the prompt again); without exits the generated tokens are reusable
+            else:   # full depth's rows (or a memory that cannot be cut): every token the cache holds is reusable
                 s.cached = s.history[:self.dec.pos(s.seq)]
             if self.metrics:
                 self.metrics.request_done(r, self.llm.info["n_layer"])

@@ -36,3 +36,33 @@ def test_requests_keep_the_cached_prefix_llama_server_keeps(smol_path):
     assert any(b[0] == 0 for _, b in seen[1:])   # a later prompt that llama-server computed whole
     for a, b in seen:
         assert a[2] == b[2] and abs(a[3] - b[3]) < 1e-3, (a, b)
+
+
+def _turns(url):
+    q1 = [{"role": "user", "content": "Name three rivers of Europe."}]
+    s1, r1 = http("POST", url + "/v1/chat/completions", {"messages": q1, "max_tokens": 24, "temperature": 0})
+    assert s1 == 200, r1
+    q2 = q1 + [r1["choices"][0]["message"], {"role": "user", "content": "Which is the longest?"}]
+    s2, r2 = http("POST", url + "/v1/chat/completions", {"messages": q2, "max_tokens": 4, "temperature": 0})
+    assert s2 == 200, r2
+    return r1["usage"], r2["timings"]["cache_n"]
+
+
+def test_a_next_turn_continues_the_answer_s_rows_as_on_llama_server(smol_path):
+    """The answer's rows stay with the prompt's (llama-server's slot keeps both), so a conversation's next
+    turn computes only its new message; under an exit rule the answer's rows are not full depth's and
+    only the prompt's stay."""
+    flags = ("--threads", "2", "--ctx", "1024", "--parallel", "1")
+    py, ls = ServerProcess(smol_path, *flags, "--no-lossless"), llama_server("-m", smol_path, "-t", "2", "-c", "1024", "--parallel", "1")
+    try:
+        (u1, ours), (_, theirs) = _turns(py.url), _turns(ls.url)
+    finally:
+        py.close()
+        ls.close()
+    assert ours == theirs and ours >= u1["prompt_tokens"] + u1["completion_tokens"] - 2, (ours, theirs, u1)
+    river = ServerProcess(smol_path, *flags, "--river", "q4_0", "--tau", "0.9")
+    try:
+        u1, cached = _turns(river.url)
+    finally:
+        river.close()
+    assert cached <= u1["prompt_tokens"]
