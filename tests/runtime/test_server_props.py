@@ -98,7 +98,7 @@ def test_slots_busy_while_a_request_runs_and_free_after(smol_path):
 def _ask(url: str, prompt: str):
     status, d = http("POST", url + "/completion", {"prompt": prompt, "n_predict": 6, "temperature": 0})
     assert status == 200, d
-    return d["content"], d["tokens_evaluated"], d["tokens_cached"]
+    return d["content"], d["tokens_evaluated"], d["tokens_cached"], d["tokens_predicted"]
 
 
 @pytest.mark.parametrize("engine", ["native", "llama.cpp"])
@@ -109,10 +109,11 @@ def test_a_slot_saved_to_a_file_comes_back(engine, smol_path, tmp_path):
     srv = _serve(smol_path, "--parallel", "1", "--cache-ram", "0", "--engine", engine, "--slot-save-path", str(files))
     try:
         url = srv.url
-        text, n_prompt, cached = _ask(url, PROMPT)
+        text, n_prompt, cached, n_gen = _ask(url, PROMPT)
         assert cached == 0
+        held = n_prompt + n_gen - 1   # prompt and answer, as llama-server's slot (the last token not computed yet)
         status, saved = http("POST", url + "/slots/0?action=save", {"filename": "river.bin"})
-        assert status == 200 and saved["n_saved"] == n_prompt and saved["id_slot"] == 0
+        assert status == 200 and saved["n_saved"] == held and saved["id_slot"] == 0
         assert (files / "river.bin").stat().st_size == saved["n_written"]
         for bad in ("../river.bin", "sub/river.bin", "..", "", "a:b", " river.bin", "river."):
             status, body = http("POST", url + "/slots/0?action=save", {"filename": bad})
@@ -127,15 +128,15 @@ def test_a_slot_saved_to_a_file_comes_back(engine, smol_path, tmp_path):
         for continued in (PROMPT + " Herons stand in the reeds.", PROMPT):
             _ask(url, OTHER)
             status, restored = http("POST", url + "/slots/0?action=restore", {"filename": "river.bin"})
-            assert status == 200 and restored["n_restored"] == n_prompt and restored["n_read"] == saved["n_written"]
-            again, n_again, cached = _ask(url, continued)
+            assert status == 200 and restored["n_restored"] == held and restored["n_read"] == saved["n_written"]
+            again, n_again, cached, _ = _ask(url, continued)
             if continued == PROMPT:
                 assert cached == n_prompt - 1 and again == text   # only the last token runs again, same answer
             else:   # a request that continues the restored prompt: all of it was cached
                 assert cached == n_prompt and n_again > n_prompt
 
         status, erased = http("POST", url + "/slots/0?action=erase")
-        assert status == 200 and erased == {"id_slot": 0, "n_erased": n_prompt}
+        assert status == 200 and erased == {"id_slot": 0, "n_erased": held}
         assert _ask(url, PROMPT)[2] == 0   # nothing left to reuse
 
         blob = (files / "river.bin").read_bytes()
