@@ -10,7 +10,7 @@ import sys
 from typing import List, Optional
 
 from ..args import add_draft_args, add_flash_attn_arg, add_layout_arg, flash_attn, layout_kwargs, require_lossless
-from .prompt_cache import DEFAULT_MIB
+from .prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY
 
 
 def parser() -> argparse.ArgumentParser:
@@ -40,9 +40,10 @@ def parser() -> argparse.ArgumentParser:
                         "(--cache-ram), and with --kv-unified their rows are cleared (the default)")
     p.add_argument("--no-cache-idle-slots", dest="cache_idle_slots", action="store_false",
                    help="idle slots keep their rows and are saved only when a request takes them")
-    p.add_argument("--slot-prompt-similarity", "-sps", dest="slot_prompt_similarity", type=float, default=0.1,
+    p.add_argument("--slot-prompt-similarity", "-sps", dest="slot_prompt_similarity", type=float, default=SLOT_SIMILARITY,
                    help="llama-server's: a request takes the free slot whose cache shares the largest part of its "
-                        "prompt if more than this part, else the least recently used slot (default 0.1; 0: always LRU)")
+                        "prompt if more than this part, else the least recently used slot "
+                        f"(default {SLOT_SIMILARITY}; 0: always LRU)")
     p.add_argument("--engine", choices=("auto", "native", "llama.cpp"), default="auto",
                    help="what computes: pyriver's graphs (native, with River), llama.cpp's own (llama.cpp), or "
                         "native where pyriver builds the architecture (auto)")

@@ -23,7 +23,7 @@ from ..sampling import Sampler
 from ..toolcall import ToolError
 from . import drafting, embeddings, gcp, infill, messages, multimodal, props, rerank, responses
 from . import builtin_template, llamacpp_api as L, lora as lora_api, openai_api
-from .prompt_cache import DEFAULT_MIB
+from .prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY
 from .cors import CORS
 from .inbox import Inbox
 from .metrics import Metrics
@@ -71,7 +71,7 @@ class Server:
                                    prompt_chunk=s["prompt_chunk"], metrics=self.metrics, drafter=drafter,
                                    ctx_shift=s.get("ctx_shift", False), cache_ram_mib=s.get("cache_ram", DEFAULT_MIB),
                                    kv_pool=s.get("kv_pool"), cache_idle=s.get("cache_idle_slots", True),
-                                   slot_similarity=s.get("slot_prompt_similarity", 0.1),
+                                   slot_similarity=s.get("slot_prompt_similarity", SLOT_SIMILARITY),
                                    log=_log if s.get("verbose") else None,
                                    handoff=None if self.inbox is None else self.inbox.flush)
             if self.sched.log and self.sched.cache_idle:   # llama-server's debug line, as its test reads it

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Hashable, List, Optional, Tuple
 
 DEFAULT_MIB = 8192   # llama-server's --cache-ram default
+SLOT_SIMILARITY = 0.1   # llama-server's --slot-prompt-similarity default (Scheduler._slot_for)
 
 
 def common_prefix(a: List[int], b: List[int]) -> int:

@@ -28,7 +28,7 @@ from ..grammar import GrammarError
 from ..logprobs import entry as logprob_entry
 from ..sampling import Sampler
 from . import drafting
-from .prompt_cache import DEFAULT_MIB, PromptCache, common_prefix
+from .prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY, PromptCache, common_prefix
 
 
 # Prompt tokens per slot and step beside decoding slots, unless the scheduler is given a number: a
@@ -121,7 +121,7 @@ class Scheduler:
                  prompt_chunk: Optional[int] = None,
                  metrics=None, drafter=None, ctx_shift: bool = False, handoff: Optional[Callable[[], None]] = None,
                  cache_ram_mib: int = DEFAULT_MIB, kv_pool: Optional[int] = None, cache_idle: bool = True,
-                 slot_similarity: float = 0.1, log: Optional[Callable[[str], None]] = None):
+                 slot_similarity: float = SLOT_SIMILARITY, log: Optional[Callable[[str], None]] = None):
         self.llm = llm
         self.log = log   # --verbose: llama-server's debug lines where pyriver does the same thing
         # llama-server's --kv-unified: the tokens all slots may hold together (each may grow to n_ctx); None: no pool
@@ -348,9 +348,8 @@ class Scheduler:
                 self.prompt_cache.save(s.cached, self.dec.state_get(s.seq), s.lora)
             self.dec.truncate(s.seq, 0)
             s.cached, s.lora = [], r.lora
-        if self.prompt_cache is not None:
-            if update_cache:
-                self._swap_prompt(s, r.prompt, take=r.cache_prompt)
+        if self.prompt_cache is not None and update_cache:
+            self._swap_prompt(s, r.prompt, take=r.cache_prompt)
         n = self._reusable(s.cached, r.prompt) if r.cache_prompt else 0
         if not self.partial_cuts and n < self.dec.pos(s.seq):
             n = 0   # the cache holds more than s.cached says (a kept end token): it empties, no replay
