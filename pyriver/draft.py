@@ -4,7 +4,7 @@ lookup (SuffixLookup) and llama-cpp-python's prompt lookup rule (PromptLookupDec
 llama-cpp-python's own `LlamaPromptLookupDecoding`."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List, Tuple
 
 import numpy as np
 
@@ -67,35 +67,43 @@ class SuffixLookup:
         self.match_size = 0
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
-        out, self.match_size = suffix_lookup(input_ids, self.max_ngram_size, self.num_pred_tokens)
+        return np.asarray(self.propose(np.asarray(input_ids).reshape(-1).tolist()), dtype=np.intc)
+
+    def propose(self, tokens: List[int]) -> List[int]:
+        """The proposal for a list of token ids, as a list: what the server's batch step and lossless
+        mode call each step (no arrays: right after a model step the caches are cold, and a pure
+        Python scan then costs a fifth of the numpy calls that did the same, measured in docs/lossless.md)."""
+        out, self.match_size = suffix_lookup(tokens, self.max_ngram_size, self.num_pred_tokens)
         return out
 
     def __repr__(self) -> str:
         return f"SuffixLookup(max_ngram_size={self.max_ngram_size}, num_pred_tokens={self.num_pred_tokens})"
 
 
-def suffix_lookup(input_ids: np.ndarray, max_ngram_size: int, num_pred_tokens: int):
+def suffix_lookup(tokens: List[int], max_ngram_size: int, num_pred_tokens: int) -> Tuple[List[int], int]:
     """(the tokens after the most recent earlier occurrence of the text's longest repeated suffix
     of at most max_ngram_size tokens, at most num_pred_tokens of them; that suffix's length, 0: none)."""
-    ids = np.asarray(input_ids).reshape(-1)
-    n = ids.size
+    ids = tokens if isinstance(tokens, list) else np.asarray(tokens).reshape(-1).tolist()
+    n = len(ids)
     if n < 2:
-        return np.empty(0, dtype=np.intc), 0
-    ends = np.flatnonzero(ids[:n - 1] == ids[n - 1])   # where an earlier copy of the suffix would end
-    if ends.size == 0:
-        return np.empty(0, dtype=np.intc), 0
-    length = np.ones(ends.size, dtype=np.int64)
-    alive = np.ones(ends.size, dtype=bool)
-    for t in range(1, max_ngram_size):   # grow every candidate's match backwards while it holds
-        at = ends - t
-        alive &= at >= 0
-        alive[alive] = ids[at[alive]] == ids[n - 1 - t]
-        if not alive.any():
-            break
-        length += alive
-    best = int(length.max())
-    end = int(ends[np.flatnonzero(length == best)[-1]])   # the most recent of the longest
-    return ids[end + 1:end + 1 + num_pred_tokens].astype(np.intc), best
+        return [], 0
+    last, ends, e = ids[-1], [], -1
+    try:   # where an earlier copy of the suffix would end (list.index: the scan in C)
+        while True:
+            e = ids.index(last, e + 1, n - 1)
+            ends.append(e)
+    except ValueError:
+        pass
+    best, end = 0, -1
+    for e in reversed(ends):   # the most recent first: of equal matches it is kept
+        m = 1
+        while m < max_ngram_size and m <= e and ids[e - m] == ids[n - 1 - m]:
+            m += 1
+        if m > best:
+            best, end = m, e
+            if m == max_ngram_size:
+                break
+    return (ids[end + 1:end + 1 + num_pred_tokens], best) if best else ([], 0)
 
 
 class NgramOrRiver:
@@ -111,12 +119,23 @@ class NgramOrRiver:
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         return self.ngram(input_ids, **kwargs)
 
+    def propose(self, tokens: List[int]) -> List[int]:
+        return proposal(self.ngram, tokens)
+
     @property
     def match_size(self) -> int:
         return getattr(self.ngram, "match_size", 0)
 
     def __repr__(self) -> str:
         return f"NgramOrRiver({self.ngram!r})"
+
+
+def proposal(draft_model, tokens: List[int]) -> List[int]:
+    """A draft model's proposal for a list of token ids, as a list: its propose() where it has one
+    (pyriver's drafters), else its llama-cpp-python call on an array."""
+    if hasattr(draft_model, "propose"):
+        return draft_model.propose(tokens)
+    return np.asarray(draft_model(np.asarray(tokens, dtype=np.intc)), dtype=np.int64).reshape(-1).tolist()
 
 
 DRAFTERS = ("river", "ngram", "both")

@@ -27,6 +27,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from .draft import proposal
 from .draftlen import DraftCost, DraftLength
 from .logprobs import entry as logprob_entry
 from .sampling import Sampler
@@ -97,12 +98,12 @@ def new_stats(source: str, length: str = "grow/shrink") -> Dict:
     return {"draft": source, "drafted": 0, "accepted": 0, "verify_steps": 0, "draft_exits": [], "draft_length": length}
 
 
-def cut_proposal(draft_model, prop: np.ndarray, cap: int, dl: Optional[DraftLength] = None):
+def cut_proposal(draft_model, prop: List[int], cap: int, dl: Optional[DraftLength] = None):
     """A draft model's proposal (one sequence's) cut to at most cap tokens, or with dl to its choice
     by cost, under the key "ngram<n>" (n: the drafter's match length, if it says); returns (drafts,
     key). The server's slots choose together (draftlen.choose_together)."""
     key = proposal_key(draft_model)
-    return (prop[:cap] if dl is None else prop[:dl.choose(key, min(cap, prop.size))]), key
+    return (prop[:cap] if dl is None else prop[:dl.choose(key, min(cap, len(prop)))]), key
 
 
 def proposal_key(draft_model) -> str:
@@ -218,13 +219,13 @@ class Speculator:
         if dl is None and k <= 0 or dl is not None and room <= 0:
             return [], [], None, None
         if self.draft_model is not None:
-            prop = np.asarray(self.draft_model(np.asarray(seq, dtype=np.intc)), dtype=np.int64).reshape(-1)
-            bad = prop[(prop < 0) | (prop >= llm.n_vocab())]
-            if bad.size:
+            prop = proposal(self.draft_model, seq)
+            bad = [t for t in prop if t < 0 or t >= llm.n_vocab()]
+            if bad:
                 raise ValueError(f"draft_model proposed token id {int(bad[0])}, out of range [0, {llm.n_vocab()})")
-            if prop.size or not self.river_fallback:
+            if prop or not self.river_fallback:
                 prop, key = cut_proposal(self.draft_model, prop, k if dl is None else room, dl)
-                return [int(t) for t in prop], [None] * prop.size, "ngram", key
+                return [int(t) for t in prop], [None] * len(prop), "ngram", key
         if dl is not None:
             k = dl.choose("river", room)
             if k <= 0:

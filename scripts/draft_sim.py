@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from pyriver.draft import PromptLookupDecoding, SuffixLookup, suffix_lookup
+from pyriver.draft import PromptLookupDecoding, SuffixLookup, proposal, suffix_lookup
 from pyriver.draftlen import DEFAULT_COST, DraftCost, DraftLength
 from pyriver.lossless import cut_proposal
 from pyriver.server.drafting import lookup
@@ -73,8 +73,7 @@ def by_cost(make_drafter, cost: DraftCost, draft_max: int = 64):
         return {"dl": DraftLength(cost, draft_max), "dm": make_drafter(), "key": None}
 
     def draft(st, h):
-        prop = np.asarray(st["dm"](np.asarray(h, dtype=np.intc)), dtype=np.int64)
-        d, st["key"] = cut_proposal(st["dm"], prop, draft_max, st["dl"])
+        d, st["key"] = cut_proposal(st["dm"], proposal(st["dm"], list(h)), draft_max, st["dl"])
         return [int(t) for t in d]
 
     def update(st, n, k):

@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..batch import BatchDecoder, Feed
+from ..draft import proposal
 from ..draftlen import DraftLength, choose_together
 from ..lossless import proposal_key
 
@@ -194,16 +195,16 @@ class LlamaDrafter(Drafter):
     def propose(self, want):
         props = {}
         for seq, (hist, limit) in want.items():
-            prop = np.asarray(self.model(np.asarray(hist, dtype=np.intc)), dtype=np.int64).reshape(-1)
-            if ((prop < 0) | (prop >= self.n_vocab)).any():   # a draft model's bad token: no drafts this step
-                prop = prop[:0]
+            prop = proposal(self.model, hist)
+            if any(t < 0 or t >= self.n_vocab for t in prop):   # a draft model's bad token: no drafts this step
+                prop = []
             self.keys[seq] = proposal_key(self.model)
             props[seq] = prop[:max(limit, 0)]
         if self.cost is not None:
             # the decoding slots verify in one step: their draft lengths are chosen together, by the
             # whole step's expected tokens per cost
             seqs = list(props)
-            ks = choose_together([(self.dls[q], self.keys[q], props[q].size) for q in seqs], self.cost)
+            ks = choose_together([(self.dls[q], self.keys[q], len(props[q])) for q in seqs], self.cost)
             props = {q: props[q][:k] for q, k in zip(seqs, ks)}
         return {seq: [int(t) for t in prop] for seq, prop in props.items()}
 

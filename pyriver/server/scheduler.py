@@ -468,7 +468,8 @@ class Scheduler:
             self._finish(s, f"error: grammar: {e}")
             return 0
         kept = len(out) - 1
-        self.dec.truncate(s.seq, self.dec.pos(s.seq) - len(s.drafts) + kept)
+        if kept < len(s.drafts):   # the rejected drafts' rows (each engine call costs a GIL hand-over)
+            self.dec.truncate(s.seq, self.dec.pos(s.seq) - len(s.drafts) + kept)
         lossless.count_step(s.req.lossless, len(s.drafts), kept, "river" if self.drafter is None else self.drafter.kind)
         if s.dl is not None:
             s.dl.update("river", len(s.drafts), kept)

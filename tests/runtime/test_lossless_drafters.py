@@ -8,7 +8,7 @@ import pytest
 
 from helpers import model_path
 from pyriver import Llama
-from pyriver.draft import SuffixLookup, NgramOrRiver, PromptLookupDecoding, drafter
+from pyriver.draft import SuffixLookup, NgramOrRiver, PromptLookupDecoding, drafter, proposal
 from pyriver.draftlen import DEFAULT_COST, DraftCost, DraftLength
 from pyriver.sampling import Sampler, SamplingParams
 
@@ -55,6 +55,30 @@ def test_suffix_lookup_takes_the_longest_most_recent_match():
     assert list(d(np.array([7, 3, 1, 8, 3, 2, 3]))) == [2, 3] and d.match_size == 1   # the most recent of equals
     assert d(np.array([5, 6, 7])).size == 0 and d.match_size == 0
     assert SuffixLookup(max_ngram_size=2)(np.array([1, 2, 3, 1, 2, 3])).size and SuffixLookup(2).match_size == 0
+
+
+def test_drafters_propose_lists_as_their_calls_do():
+    # the server and lossless mode ask for lists (pyriver.draft.proposal): the same tokens as a call
+    d = SuffixLookup(max_ngram_size=8, num_pred_tokens=3)
+    assert d.propose([1, 2, 3, 4, 9, 2, 3, 4, 5, 1, 2, 3]) == [4, 9, 2] and d.match_size == 3
+    assert d.propose([7, 3, 1, 8, 3, 2, 3]) == [2, 3] and d.match_size == 1
+    assert d.propose([5, 6, 7]) == [] and d.match_size == 0
+    both = NgramOrRiver(SuffixLookup(max_ngram_size=8, num_pred_tokens=3))
+    assert proposal(both, [1, 2, 3, 4, 9, 2, 3, 4, 5, 1, 2, 3]) == [4, 9, 2] and both.match_size == 3
+    foreign = PromptLookupDecoding(max_ngram_size=3, num_pred_tokens=4)   # no propose(): called on an array
+    got = proposal(foreign, [5, 1, 2, 3, 9, 7, 1, 2, 3])
+    assert got == [9, 7, 1, 2] and all(type(t) is int for t in got) and foreign.match_size == 3
+    rng = np.random.default_rng(0)
+    for _ in range(300):   # repetitive texts, against the rule written out: longest suffix, most recent copy
+        ids = rng.integers(0, 4, int(rng.integers(2, 60))).tolist()
+        n, want = len(ids), ([], 0)
+        for m in range(min(5, n - 1), 0, -1):
+            ends = [e for e in range(m - 1, n - 1) if ids[e - m + 1:e + 1] == ids[n - m:]]
+            if ends:
+                want = (ids[ends[-1] + 1:ends[-1] + 7], m)
+                break
+        a, b = SuffixLookup(5, 6), SuffixLookup(5, 6)
+        assert (a.propose(ids), a.match_size) == want == (list(b(np.array(ids))), b.match_size)
 
 
 def test_ngram_match_size():
