@@ -225,7 +225,7 @@ class Speculator:
                 raise ValueError(f"draft_model proposed token id {int(bad[0])}, out of range [0, {llm.n_vocab()})")
             if prop or not self.river_fallback:
                 prop, key = cut_proposal(self.draft_model, prop, k if dl is None else room, dl)
-                return [int(t) for t in prop], [None] * len(prop), "ngram", key
+                return prop, [None] * len(prop), "ngram", key
         if dl is not None:
             k = dl.choose("river", room)
             if k <= 0:

@@ -25,7 +25,7 @@ from . import drafting, embeddings, gcp, infill, messages, multimodal, props, re
 from . import builtin_template, llamacpp_api as L, lora as lora_api, openai_api
 from .prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY
 from .cors import CORS
-from .inbox import Inbox
+from .inbox import Inbox, hold
 from .metrics import Metrics
 from .scheduler import QueueFull, Request, Scheduler
 from .schema import APIError
@@ -143,7 +143,7 @@ class Server:
         return self.submit_request(toks, sampler, f["max_tokens"] or self.max_tokens(toks), logprobs,
                                    lora=f.get("lora"), id_slot=f.get("id_slot", -1) if f["n"] in (None, 1) else -1,
                                    progress=bool(f["stream"] and f.get("return_progress")), media=media,
-                                   cache_prompt=f.get("cache_prompt", True))
+                                   cache_prompt=f.get("cache_prompt", True), stream=f["stream"], stops=f["stops"])
 
     def max_tokens(self, toks: List[int]) -> int:
         """A request's token limit when it gives none: --n-predict, else the rest of the context
@@ -170,15 +170,18 @@ class Server:
 
     def submit_request(self, toks: List[int], sampler: Sampler, max_tokens: int, logprobs: Optional[int],
                        probs=None, lora=None, id_slot: int = -1, progress: bool = False, media=None,
-                       cache_prompt: bool = True) -> Request:
+                       cache_prompt: bool = True, stream: bool = True, stops=()) -> Request:
         """lora: the request's `lora` field as sent (server/lora.py checks it: 400). id_slot:
         llama-server's, the slot that runs it (Scheduler.submit). progress: prompt progress reports.
         media: a multimodal prompt's chunks by position (toks holds NULL_TOKEN there). cache_prompt:
-        llama-server's, False runs the whole prompt again."""
+        llama-server's, False runs the whole prompt again. stream False with no stop strings of the
+        caller's (stops): its tokens reach the loop in batches (inbox.hold)."""
         scales = lora_api.request_scales(self, lora)
         r = Request(prompt=toks, sampler=sampler, max_tokens=max_tokens, logprobs=logprobs, out=self.inbox.out(),
                     probs=probs, lora=scales, id_slot=-1 if id_slot is None else id_slot, progress=progress,
                     media=media or {}, cache_prompt=cache_prompt)
+        if not stream:
+            hold(r.out, stops)
         try:
             self.sched.submit(r)
         except QueueFull as e:

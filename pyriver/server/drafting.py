@@ -206,7 +206,7 @@ class LlamaDrafter(Drafter):
             seqs = list(props)
             ks = choose_together([(self.dls[q], self.keys[q], len(props[q])) for q in seqs], self.cost)
             props = {q: props[q][:k] for q, k in zip(seqs, ks)}
-        return {seq: [int(t) for t in prop] for seq, prop in props.items()}
+        return props   # lists of ints (draft.proposal)
 
     def decide(self, seq: int, rows: np.ndarray, drafts: List[int], hist: Sequence[int], sampler, is_eog):
         out = super().decide(seq, rows, drafts, hist, sampler, is_eog)

@@ -100,7 +100,7 @@ def hold(out, user_stops) -> None:
     """A non-streamed request's Request.out: its tokens reach the loop HOLD at a time unless the
     caller gave stop strings (a chat template's end-of-turn text, which its special token ends
     first, is not one)."""
-    if isinstance(out, Out) and not any(user_stops or ()):
+    if not any(user_stops or ()):
         out.batch = HOLD
 
 

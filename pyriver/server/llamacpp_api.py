@@ -20,7 +20,6 @@ from .. import completion as C
 from ..sampling import SamplingParams
 from . import multimodal, streams
 from .disconnect import or_cancel
-from .inbox import hold
 from .schema import APIError, end_error, json_object
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF   # what llama-server reports for "a random seed"
@@ -306,9 +305,8 @@ class Native:
         sampler = srv.base_sampler(f["params"], f["seed"], f["bias"])
         self.r = srv.submit_request(toks, sampler, self.max_tokens, f["n_probs"] or None,
                                     post_sampling(sampler, f["n_probs"]) if f["post"] else None, f["lora"],
-                                    f["id_slot"], progress=f["progress"], media=media, cache_prompt=f["cache_prompt"])
-        if not f["stream"]:
-            hold(self.r.out, f["stops"])
+                                    f["id_slot"], progress=f["progress"], media=media, cache_prompt=f["cache_prompt"],
+                                    stream=f["stream"], stops=f["stops"])
         self.text = C.TextStream([s.encode("utf-8") for s in f["stops"] if s])
         self.stop_type, self.word, self.t_end, self.raw = "none", "", None, b""
 

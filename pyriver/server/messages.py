@@ -25,7 +25,6 @@ from .. import chat
 from ..toolcall import DeltaStream
 from . import multimodal, streams
 from .disconnect import or_cancel
-from .inbox import hold
 from .schema import CHAT, APIError, json_object, parse
 
 DEFAULT_MAX_TOKENS = 4096   # Anthropic requires max_tokens; a request without it gets this
@@ -259,8 +258,6 @@ async def _handle(srv, req: HTTPRequest, app_chat):
                 "stop_reason": stop_reason, "stop_sequence": stop_sequence, "usage": _usage(r)}
 
     if not f["stream"]:
-        hold(r.out, f["stops"])
-
         async def collect():
             parts, finish = [], "length"
             async for text, fin in app_chat.events(r, [], ev):

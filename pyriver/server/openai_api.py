@@ -20,7 +20,6 @@ from ..structured import ChatPlan, request_grammar
 from ..toolcall import DeltaStream
 from . import llamacpp_api as L, multimodal, streams, verbose
 from .disconnect import or_cancel
-from .inbox import hold
 from .river_tokens import TokenExits
 from .scheduler import Request
 from .schema import CHAT, COMPLETION, APIError, end_error, parse
@@ -114,8 +113,6 @@ def routes(srv, guarded) -> list:
         if f["stream"]:
             return _sse(_completion_chunks(srv, r, f, toks, cid, created, model), r, srv, req)
         evs = [Events(ri, f["stops"]) for ri in rs]
-        for ri in rs:
-            hold(ri.out, f["stops"])
         choices = []
         for i, (ri, (text, finish)) in enumerate(zip(rs, await or_cancel(req, rs, _collect_all(rs, f["stops"], evs)))):
             lp = None
@@ -159,8 +156,6 @@ def routes(srv, guarded) -> list:
         if f["stream"]:
             return _sse(_chat_chunks(srv, r, f, toks, stops, cid, created, model, plan), r, srv, req)
         evs = [Events(ri, stops) for ri in rs]
-        for ri in rs:
-            hold(ri.out, f["stops"])
         texts = await or_cancel(req, rs, _collect_all(rs, stops, evs))
         choices = []
         for i, (ri, (text, finish)) in enumerate(zip(rs, texts)):

@@ -23,7 +23,6 @@ from starlette.routing import Route
 from . import llamacpp_api as L
 from . import streams
 from .disconnect import or_cancel
-from .inbox import hold
 from .schema import CHAT, APIError, json_object, parse
 
 
@@ -139,7 +138,6 @@ async def _handle(srv, req: HTTPRequest, app_chat):
     rid, mid, created, model = "resp_" + secrets.token_hex(16), "msg_" + secrets.token_hex(16), int(time.time()), \
         f["model"] or srv.model_id
     if not f["stream"]:
-        hold(r.out, f["stops"])
         text, _ = await or_cancel(req, [r], app_chat.collect(r, stops))
         return JSONResponse(_response(rid, mid, model, text, r, created))
 
