@@ -157,18 +157,26 @@ class NgramSimple(Drafter):
 
 
 def lookup(hist: Sequence[int], n: int, m: int) -> List[int]:
-    toks = np.asarray(hist[:-1], dtype=np.int64)
-    cur = toks.size
+    """NgramSimple's draft from hist (the newest token last): the up to m tokens after the most recent
+    earlier occurrence (starting at index 1 or later, ending before the newest token) of hist's last n
+    tokens; none when fewer than n follow it. A scan of the list (list.index finds the candidates in
+    C): a numpy array of the history costs more than the search right after a model step."""
+    ids = hist if isinstance(hist, list) else list(hist)
+    cur = len(ids) - 1   # the tokens searched: all but the newest
     if cur <= n + m + 1:
         return []
-    pattern = np.asarray(hist[-n:], dtype=np.int64)
-    win = np.lib.stride_tricks.sliding_window_view(toks[1:cur - 1], n)   # starts 1 .. cur-n-1
-    hits = np.flatnonzero((win == pattern).all(axis=1))
-    if hits.size == 0:
-        return []
-    j = int(hits[-1]) + 1
-    copy = min(m, cur - (j + n))
-    return [] if copy < n else [int(t) for t in toks[j + n:j + n + copy]]
+    pattern, first, starts, j = ids[-n:], ids[-n], [], 0
+    try:   # every start 1 .. cur - n - 1 of a window holding the pattern's first token
+        while True:
+            j = ids.index(first, j + 1, cur - n)
+            starts.append(j)
+    except ValueError:
+        pass
+    for j in reversed(starts):   # the most recent first
+        if ids[j:j + n] == pattern:
+            copy = min(m, cur - (j + n))
+            return [] if copy < n else ids[j + n:j + n + copy]
+    return []
 
 
 class LlamaDrafter(Drafter):
