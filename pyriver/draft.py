@@ -80,6 +80,18 @@ class SuffixLookup:
         return f"SuffixLookup(max_ngram_size={self.max_ngram_size}, num_pred_tokens={self.num_pred_tokens})"
 
 
+def occurrences(ids: List[int], tok: int, start: int, stop: int) -> List[int]:
+    """The positions of tok in ids[start:stop], in order: list.index does the scan in C (the n-gram
+    lookups' candidates; a numpy array of the text costs more right after a model step)."""
+    out, i = [], start - 1
+    try:
+        while True:
+            i = ids.index(tok, i + 1, stop)
+            out.append(i)
+    except ValueError:
+        return out
+
+
 def suffix_lookup(tokens: List[int], max_ngram_size: int, num_pred_tokens: int) -> Tuple[List[int], int]:
     """(the tokens after the most recent earlier occurrence of the text's longest repeated suffix
     of at most max_ngram_size tokens, at most num_pred_tokens of them; that suffix's length, 0: none)."""
@@ -87,15 +99,9 @@ def suffix_lookup(tokens: List[int], max_ngram_size: int, num_pred_tokens: int) 
     n = len(ids)
     if n < 2:
         return [], 0
-    last, ends, e = ids[-1], [], -1
-    try:   # where an earlier copy of the suffix would end (list.index: the scan in C)
-        while True:
-            e = ids.index(last, e + 1, n - 1)
-            ends.append(e)
-    except ValueError:
-        pass
     best, end = 0, -1
-    for e in reversed(ends):   # the most recent first: of equal matches it is kept
+    # where an earlier copy of the suffix would end, the most recent first: of equal matches it is kept
+    for e in reversed(occurrences(ids, ids[-1], 0, n - 1)):
         m = 1
         while m < max_ngram_size and m <= e and ids[e - m] == ids[n - 1 - m]:
             m += 1

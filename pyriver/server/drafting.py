@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..batch import BatchDecoder, Feed
-from ..draft import proposal
+from ..draft import occurrences, proposal
 from ..draftlen import DraftLength, choose_together
 from ..lossless import proposal_key
 
@@ -159,20 +159,13 @@ class NgramSimple(Drafter):
 def lookup(hist: Sequence[int], n: int, m: int) -> List[int]:
     """NgramSimple's draft from hist (the newest token last): the up to m tokens after the most recent
     earlier occurrence (starting at index 1 or later, ending before the newest token) of hist's last n
-    tokens; none when fewer than n follow it. A scan of the list (list.index finds the candidates in
-    C): a numpy array of the history costs more than the search right after a model step."""
+    tokens; none when fewer than n follow it (candidates by draft.occurrences)."""
     ids = hist if isinstance(hist, list) else list(hist)
     cur = len(ids) - 1   # the tokens searched: all but the newest
     if cur <= n + m + 1:
         return []
-    pattern, first, starts, j = ids[-n:], ids[-n], [], 0
-    try:   # every start 1 .. cur - n - 1 of a window holding the pattern's first token
-        while True:
-            j = ids.index(first, j + 1, cur - n)
-            starts.append(j)
-    except ValueError:
-        pass
-    for j in reversed(starts):   # the most recent first
+    pattern = ids[-n:]
+    for j in reversed(occurrences(ids, pattern[0], 1, cur - n)):   # window starts 1 .. cur - n - 1, most recent first
         if ids[j:j + n] == pattern:
             copy = min(m, cur - (j + n))
             return [] if copy < n else ids[j + n:j + n + copy]
