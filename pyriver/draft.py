@@ -55,9 +55,10 @@ class SuffixLookup:
     suffix of the text, up to max_ngram_size tokens, that occurred earlier, at its most recent
     occurrence (llama-server's ngram-simple searches backwards too); the up to num_pred_tokens
     tokens that followed it are the proposal. Unlike a fixed n-gram it drafts as soon as one token
-    matches and says how long the match was (match_size): lossless mode's draft length by cost
-    learns how often drafts of each match length are kept (a long match is a long, likely draft:
-    a stretch of the prompt the answer copies) and cuts the proposal where more would not pay."""
+    matches and says how long the match was (match_size) and where (match_end): lossless mode's
+    draft length by cost learns how often drafts of each match length and place are kept (a long
+    match is a long, likely draft: a stretch of the prompt the answer copies; a match in the answer
+    itself is a weaker one) and cuts the proposal where more would not pay."""
 
     def __init__(self, max_ngram_size: int = 32, num_pred_tokens: int = 64):
         if max_ngram_size < 1 or num_pred_tokens < 1:
@@ -65,6 +66,7 @@ class SuffixLookup:
         self.max_ngram_size = int(max_ngram_size)
         self.num_pred_tokens = int(num_pred_tokens)
         self.match_size = 0
+        self.match_end = -1   # the index of the last token of the earlier occurrence matched (-1: none)
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs: Any) -> np.ndarray:
         return np.asarray(self.propose(np.asarray(input_ids).reshape(-1).tolist()), dtype=np.intc)
@@ -73,7 +75,7 @@ class SuffixLookup:
         """The proposal for a list of token ids, as a list: what the server's batch step and lossless
         mode call each step (no arrays: right after a model step the caches are cold, and a pure
         Python scan then costs a fifth of the numpy calls that did the same, measured in docs/lossless.md)."""
-        out, self.match_size = suffix_lookup(tokens, self.max_ngram_size, self.num_pred_tokens)
+        out, self.match_size, self.match_end = _suffix_match(tokens, self.max_ngram_size, self.num_pred_tokens)
         return out
 
     def __repr__(self) -> str:
@@ -95,10 +97,15 @@ def occurrences(ids: List[int], tok: int, start: int, stop: int) -> List[int]:
 def suffix_lookup(tokens: List[int], max_ngram_size: int, num_pred_tokens: int) -> Tuple[List[int], int]:
     """(the tokens after the most recent earlier occurrence of the text's longest repeated suffix
     of at most max_ngram_size tokens, at most num_pred_tokens of them; that suffix's length, 0: none)."""
+    return _suffix_match(tokens, max_ngram_size, num_pred_tokens)[:2]
+
+
+def _suffix_match(tokens: List[int], max_ngram_size: int, num_pred_tokens: int) -> Tuple[List[int], int, int]:
+    """suffix_lookup's proposal and match length, and the index of the matched occurrence's last token (-1: none)."""
     ids = tokens if isinstance(tokens, list) else np.asarray(tokens).reshape(-1).tolist()
     n = len(ids)
     if n < 2:
-        return [], 0
+        return [], 0, -1
     best, end = 0, -1
     # where an earlier copy of the suffix would end, the most recent first: of equal matches it is kept
     for e in reversed(occurrences(ids, ids[-1], 0, n - 1)):
@@ -109,7 +116,7 @@ def suffix_lookup(tokens: List[int], max_ngram_size: int, num_pred_tokens: int) 
             best, end = m, e
             if m == max_ngram_size:
                 break
-    return (ids[end + 1:end + 1 + num_pred_tokens], best) if best else ([], 0)
+    return (ids[end + 1:end + 1 + num_pred_tokens], best, end) if best else ([], 0, -1)
 
 
 class NgramOrRiver:
@@ -131,6 +138,10 @@ class NgramOrRiver:
     @property
     def match_size(self) -> int:
         return getattr(self.ngram, "match_size", 0)
+
+    @property
+    def match_end(self) -> int:
+        return getattr(self.ngram, "match_end", -1)
 
     def __repr__(self) -> str:
         return f"NgramOrRiver({self.ngram!r})"

@@ -110,33 +110,47 @@ PRIOR_WEIGHT = 8.0
 NGRAM_BUCKETS = (1, 2, 3, 4, 6, 9, 16)
 
 
+def _ngram(source: str) -> Optional[Tuple[str, int]]:
+    """("ngram" or "repeat", n) of an n-gram source's key with its match length n; None otherwise."""
+    for kind in ("ngram", "repeat"):
+        if source.startswith(kind) and source[len(kind):].isdigit():
+            return kind, int(source[len(kind):])
+    return None
+
+
 def prior(source: str) -> Tuple[float, float]:
     """(p1, a) before a generation has seen a draft of source: the chance the first draft is kept,
-    and that each next one is kept once the one before was. An n-gram match of n tokens: both
-    n / (n + 1) (a long match is a stretch the answer copies: on the 1.5B's code edits a match of 9
-    or more keeps its first draft 93% of the time and then about 20 tokens, a match of one token
-    23% and 1; the form and weight were chosen on those answers by scripts/draft_sim.py); a river
+    and that each next one is kept once the one before was. An n-gram match of n tokens in the
+    prompt ("ngram<n>"): both n / (n + 1) (a long match is a stretch the answer copies: on the
+    1.5B's code edits a match of 9 or more keeps its first draft 93% of the time and then about 20
+    tokens, a match of one token 23% and 1; the form and weight were chosen on those answers by
+    scripts/draft_sim.py); one in the generated text ("repeat<n>": the answer repeating itself)
+    p1 (n - 1) / n and a n / (n + 1) (a match of 3 keeps its first draft about half the time there,
+    85% in the prompt, on the code edits of the 1.5B and SmolLM2 alike: docs/lossless.md); a river
     draft 0.75 and 0.75; a draft model that says nothing 0.5."""
     if source == "river":
         return 0.75, 0.75
-    if source.startswith("ngram") and source[5:].isdigit():
-        n = float(source[5:])
-        return n / (n + 1.0), n / (n + 1.0)
+    ng = _ngram(source)
+    if ng is not None:
+        kind, n = ng
+        a = n / (n + 1.0)
+        return ((n - 1.0) / n if kind == "repeat" else a), a
     return 0.5, 0.5
 
 
 def bucket(source: str) -> str:
-    """The key an n-gram source's counts are pooled under (ngram<n>: the bucket's shortest n)."""
-    if source.startswith("ngram") and source[5:].isdigit():
-        n = int(source[5:])
-        return "ngram" + str(max(b for b in NGRAM_BUCKETS if b <= max(n, 1)))
+    """The key an n-gram source's counts are pooled under (ngram<n> / repeat<n>: the bucket's shortest n)."""
+    ng = _ngram(source)
+    if ng is not None:
+        kind, n = ng
+        return kind + str(max(b for b in NGRAM_BUCKETS if b <= max(n, 1)))
     return source
 
 
 class DraftLength:
     """What a generation has learned of each draft source and the draft length it buys. A source
-    is "river", "ngram" or "ngram<n>" (an n-gram drafter that says the length n of its match,
-    pooled by bucket). Two chances per source, each a Beta count from its prior: p1, that the
+    is "river", "ngram", "ngram<n>" (an n-gram drafter that says the length n of its match,
+    pooled by bucket) or "repeat<n>" (the same, its match in the generated text). Two chances per source, each a Beta count from its prior: p1, that the
     first draft is kept, and a, that a draft is kept once the one before it was (copied code is
     kept in long runs, so a is high where p1 may not be). A step of k drafts then emits
     1 + p1 (1 + a + ... + a^(k-1)) tokens on average, at the cost of a verify step of k + 1 tokens

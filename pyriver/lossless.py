@@ -98,17 +98,23 @@ def new_stats(source: str, length: str = "grow/shrink") -> Dict:
     return {"draft": source, "drafted": 0, "accepted": 0, "verify_steps": 0, "draft_exits": [], "draft_length": length}
 
 
-def cut_proposal(draft_model, prop: List[int], cap: int, dl: Optional[DraftLength] = None):
+def cut_proposal(draft_model, prop: List[int], cap: int, dl: Optional[DraftLength] = None,
+                 n_prompt: Optional[int] = None):
     """A draft model's proposal (one sequence's) cut to at most cap tokens, or with dl to its choice
-    by cost, under the key "ngram<n>" (n: the drafter's match length, if it says); returns (drafts,
-    key). The server's slots choose together (draftlen.choose_together)."""
-    key = proposal_key(draft_model)
+    by cost, under proposal_key's key; returns (drafts, key). The server's slots choose together
+    (draftlen.choose_together)."""
+    key = proposal_key(draft_model, n_prompt)
     return (prop[:cap] if dl is None else prop[:dl.choose(key, min(cap, len(prop)))]), key
 
 
-def proposal_key(draft_model) -> str:
-    """The key of a draft model's last proposal in a DraftLength: "ngram<n>" (n: its match length, if it says)."""
+def proposal_key(draft_model, n_prompt: Optional[int] = None) -> str:
+    """The key of a draft model's last proposal in a DraftLength: "ngram<n>" (n: its match length, if
+    it says), "repeat<n>" where the match it copies lies in the generated text (its match_end at or
+    after n_prompt, the generation's prompt length): the answer repeating itself, whose drafts are
+    kept less often than a copy of the prompt's (draftlen.prior)."""
     n = getattr(draft_model, "match_size", 0)
+    if n and n_prompt is not None and getattr(draft_model, "match_end", -1) >= n_prompt:
+        return f"repeat{n}"
     return f"ngram{n or ''}"
 
 
@@ -180,7 +186,7 @@ class Speculator:
                             t1, t0 = t0, time.perf_counter()
                             st["prompt_s"] += t0 - t1
                         room = min(max_new.n - emitted, llm.n_ctx() - len(seq))
-                        ready, n_drafted = self._step(llm, seq, sampler, min(k, room - 1), ls, dl, room - 1)
+                        ready, n_drafted = self._step(llm, seq, sampler, min(k, room - 1), ls, dl, room - 1, n_prompt)
                         k = next_draft_len(k, n_drafted, len(ready) - 1, self.draft_max)
                         st["decode_tokens"] += len(ready)
                         st["decode_s"] += time.perf_counter() - t0
@@ -197,12 +203,13 @@ class Speculator:
                     return
 
     def _step(self, llm, seq: List[int], sampler: Sampler, k: int, ls: Dict,
-              dl: Optional[DraftLength] = None, room: int = 0):
+              dl: Optional[DraftLength] = None, room: int = 0, n_prompt: Optional[int] = None):
         """One draft-and-verify step (the cache holds seq[:-1]; seq[-1] has not run). Returns the
         decided tokens with the logits that chose each, and how many tokens were drafted. With dl
-        the draft length is dl's choice (at most room), else k."""
+        the draft length is dl's choice (at most room), else k. n_prompt: where the generated text
+        begins (proposal_key)."""
         n0 = len(seq) - 1
-        drafts, qs, source, key = self._draft(llm, seq, sampler, k, ls, dl, room)
+        drafts, qs, source, key = self._draft(llm, seq, sampler, k, ls, dl, room, n_prompt)
         rows = llm.decode_logits([seq[-1]] + drafts, logits_all=True, prompt=True)   # full depth
         out = decide(rows, drafts, qs, seq, sampler, self.rule)
         m = len(out) - 1   # drafts kept
@@ -213,7 +220,7 @@ class Speculator:
         return out, len(drafts)
 
     def _draft(self, llm, seq: List[int], sampler: Sampler, k: int, ls: Dict,
-               dl: Optional[DraftLength] = None, room: int = 0):
+               dl: Optional[DraftLength] = None, room: int = 0, n_prompt: Optional[int] = None):
         """Up to k drafted tokens (dl's choice with dl), the distribution each was drawn from (None:
         deterministic), their source ("ngram", "river"; None: no draft) and dl's key for them."""
         if dl is None and k <= 0 or dl is not None and room <= 0:
@@ -224,7 +231,7 @@ class Speculator:
             if bad:
                 raise ValueError(f"draft_model proposed token id {int(bad[0])}, out of range [0, {llm.n_vocab()})")
             if prop or not self.river_fallback:
-                prop, key = cut_proposal(self.draft_model, prop, k if dl is None else room, dl)
+                prop, key = cut_proposal(self.draft_model, prop, k if dl is None else room, dl, n_prompt)
                 return prop, [None] * len(prop), "ngram", key
         if dl is not None:
             k = dl.choose("river", room)

@@ -70,10 +70,11 @@ def fixed(n: int, m: int):
 def by_cost(make_drafter, cost: DraftCost, draft_max: int = 64):
     """pyriver's rule: a drafter's proposal cut by DraftLength (lossless mode's and the server's)."""
     def start():
-        return {"dl": DraftLength(cost, draft_max), "dm": make_drafter(), "key": None}
+        return {"dl": DraftLength(cost, draft_max), "dm": make_drafter(), "key": None, "n_prompt": None}
 
     def draft(st, h):
-        d, st["key"] = cut_proposal(st["dm"], proposal(st["dm"], list(h)), draft_max, st["dl"])
+        st["n_prompt"] = len(h) if st["n_prompt"] is None else st["n_prompt"]   # the first call sees the prompt alone
+        d, st["key"] = cut_proposal(st["dm"], proposal(st["dm"], list(h)), draft_max, st["dl"], st["n_prompt"])
         return [int(t) for t in d]
 
     def update(st, n, k):

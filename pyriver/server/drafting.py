@@ -112,7 +112,8 @@ class Drafter:
         self.synth = None if rates is None else [r / q if q > 0 else 0.0 for r, q in zip(rates, [1.0] + rates)]
         self.rngs: Dict[int, np.random.Generator] = {}
 
-    def start(self, seq: int, sampler) -> None:
+    def start(self, seq: int, sampler, n_prompt: int) -> None:
+        """A request takes slot seq: its sampler, and its prompt's length (the slot's tokens before it generated)."""
         if self.synth is not None:   # the request's seed, without drawing from its sampler
             ss = getattr(sampler.rng.bit_generator, "seed_seq", None) or sampler.rng.bit_generator._seed_seq
             self.rngs[seq] = np.random.default_rng(ss.spawn(1)[0])
@@ -189,9 +190,11 @@ class LlamaDrafter(Drafter):
         self.length = "fixed" if self.cost is None else "by cost"
         self.dls: Dict[int, Optional[DraftLength]] = {}
         self.keys: Dict[int, str] = {}
+        self.n_prompt: Dict[int, int] = {}
 
-    def start(self, seq: int, sampler) -> None:
+    def start(self, seq: int, sampler, n_prompt: int) -> None:
         self.dls[seq] = None if self.cost is None else DraftLength(self.cost, self.n_max)
+        self.n_prompt[seq] = n_prompt
 
     def propose(self, want):
         props = {}
@@ -199,7 +202,7 @@ class LlamaDrafter(Drafter):
             prop = proposal(self.model, hist)
             if any(t < 0 or t >= self.n_vocab for t in prop):   # a draft model's bad token: no drafts this step
                 prop = []
-            self.keys[seq] = proposal_key(self.model)
+            self.keys[seq] = proposal_key(self.model, self.n_prompt.get(seq))
             props[seq] = prop[:max(limit, 0)]
         if self.cost is not None:
             # the decoding slots verify in one step: their draft lengths are chosen together, by the

@@ -372,7 +372,7 @@ class Scheduler:
             r.lossless = lossless.new_stats("river", lossless.length_rule(self.spec.cost))
         if self.drafter is not None:
             r.lossless = lossless.new_stats(self.drafter.source, self.drafter.length)
-            self.drafter.start(s.seq, r.sampler)
+            self.drafter.start(s.seq, r.sampler, len(r.prompt))
         if self.cache_idle:
             self._cache_idle()
 

@@ -1,0 +1,55 @@
+"""Where an n-gram match lies decides its key: a copy of the prompt ("ngram<n>") or the answer
+repeating itself ("repeat<n>", kept less often: a lower prior), in Llama's lossless mode and the
+server's slots alike."""
+from types import SimpleNamespace
+
+from pyriver.draft import NgramOrRiver, SuffixLookup
+from pyriver.draftlen import DraftCost, DraftLength, bucket, prior
+from pyriver.lossless import Speculator, proposal_key
+from pyriver.server.drafting import LlamaDrafter
+
+# SmolLM2's automatic table on the 2-core EPYC (this session's costcurve.measure, 2 threads)
+SMOL = DraftCost({1: 1.0, 2: 1.70, 3: 2.46, 4: 2.56, 6: 3.71, 8: 4.59, 12: 6.83, 16: 8.52, 24: 13.54,
+                  32: 16.34, 48: 24.37, 64: 31.77}, 0.77)
+TEXT = [5, 1, 2, 3, 9, 7, 1, 2, 3]   # the last three tokens occurred before, ending at index 3
+
+
+def test_the_match_says_where_it_ends_and_the_key_where_it_lies():
+    d = SuffixLookup()
+    assert d.propose(TEXT) == [9, 7, 1, 2, 3] and (d.match_size, d.match_end) == (3, 3)
+    assert proposal_key(d, n_prompt=4) == "ngram3"     # the earlier occurrence is the prompt's
+    assert proposal_key(d, n_prompt=3) == "repeat3"    # ... its last token generated: a repeat
+    assert proposal_key(d) == "ngram3"                 # no prompt length: as before, the prompt's
+    assert d.propose([5, 6, 7]) == [] and d.match_end == -1 and proposal_key(d, 0) == "ngram"
+    both = NgramOrRiver(d)
+    both.propose(TEXT)
+    assert both.match_end == 3 and proposal_key(both, 2) == "repeat3"
+
+
+def test_a_repeat_is_trusted_less_than_a_copy_of_the_prompt():
+    for n in (1, 2, 3, 5, 9, 20):
+        (p_copy, a_copy), (p_rep, a_rep) = prior(f"ngram{n}"), prior(f"repeat{n}")
+        assert p_rep < p_copy and a_rep == a_copy
+    assert bucket("repeat5") == "repeat4" and bucket("ngram5") == "ngram4" and bucket("repeat40") == "repeat16"
+    dl = DraftLength(SMOL, draft_max=64)
+    assert dl.choose("ngram3", cap=8) > 0 and dl.choose("repeat3", cap=8) == 0
+    for _ in range(6):
+        dl.update("repeat3", 3, 3)                     # repeats that are kept: learned per place
+    assert dl.choose("repeat3", cap=8) > 0 and dl.chances("ngram3") == DraftLength(SMOL, 64).chances("ngram3")
+
+
+def test_llama_and_the_server_key_by_their_prompt_length():
+    # Llama's lossless step: the generation's prompt length reaches the key
+    spec = Speculator(SuffixLookup(), draft_max=8, cost=SMOL)
+    llm = SimpleNamespace(n_vocab=lambda: 100)
+    dl = DraftLength(SMOL, 8)
+    *_, key = spec._draft(llm, list(TEXT), None, 8, {}, dl, 8, n_prompt=3)
+    assert key == "repeat3"
+    *_, key = spec._draft(llm, list(TEXT), None, 8, {}, dl, 8, n_prompt=4)
+    assert key == "ngram3"
+    # the server: each slot's prompt length, given when its request starts
+    drafter = LlamaDrafter(SimpleNamespace(draft_max=8, draft_model=SuffixLookup(), cost=SMOL, source="SuffixLookup"), 100)
+    drafter.start(0, None, 3)
+    drafter.start(1, None, 4)
+    drafter.propose({0: (list(TEXT), 8), 1: (list(TEXT), 8)})
+    assert drafter.keys == {0: "repeat3", 1: "ngram3"}
