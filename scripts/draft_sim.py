@@ -5,9 +5,14 @@ simulation, so a draft policy (drafter, draft length rule, priors) is compared i
 how pyriver.draftlen's priors were chosen, and the oracle (a policy that knows how many drafts will
 be kept) bounds what any length rule can reach with a drafter and a cost curve.
 
-    python scripts/draft_sim.py record MODEL answers.json        # greedy answers to SERVE_EDIT_PROMPTS + chat
-    python scripts/draft_sim.py run answers.json verify-cost.json   # a `pyriver bench --verify-cost --json` file
+    python scripts/draft_sim.py record MODEL answers.json [other]  # greedy answers to SERVE_EDIT_PROMPTS + chat
+                                                                    # (other: CODE_EDIT_PROMPTS, code, math, prose)
+    python scripts/draft_sim.py run answers.json verify-cost.json   # `pyriver bench --verify-cost --json`'s or the auto table
     python scripts/draft_sim.py hazard answers.json MODEL           # where the code edits' copied runs end
+    python scripts/draft_sim.py places answers.json                 # first drafts kept by match length and place
+
+`run` also replays the server's slots verifying together (choose_together), the answers of a kind
+in groups of 4, as the benchmark's 4 streams send them.
 """
 from __future__ import annotations
 
@@ -18,17 +23,19 @@ import sys
 import numpy as np
 
 from pyriver.draft import PromptLookupDecoding, SuffixLookup, proposal, suffix_lookup
-from pyriver.draftlen import DEFAULT_COST, DraftCost, DraftLength
-from pyriver.lossless import cut_proposal
+from pyriver.draftlen import DEFAULT_COST, DraftCost, DraftLength, choose_together
+from pyriver.lossless import cut_proposal, proposal_key
 from pyriver.server.drafting import lookup
 
 
-def record(model: str, out: str) -> None:
+def record(model: str, out: str, other: bool = False) -> None:
     from pyriver import Llama, models
-    from pyriver.tools.prompts import PROMPTS, SERVE_EDIT_PROMPTS
+    from pyriver.tools.prompts import CODE_EDIT_PROMPTS, PROMPTS, SERVE_EDIT_PROMPTS
     llm = Llama(str(models.resolve(model)), n_ctx=2048, verbose=False, river=None, logits_all=True)
     items = []
-    for kind, p in SERVE_EDIT_PROMPTS + [x for x in PROMPTS if x[0] == "chat"][:6]:
+    prompts = (SERVE_EDIT_PROMPTS + [x for x in PROMPTS if x[0] == "chat"][:6] if not other else
+               [("code-edit", p) for _, p in CODE_EDIT_PROMPTS] + [x for x in PROMPTS if x[0] != "chat"])
+    for kind, p in prompts:
         r = llm.create_chat_completion([{"role": "user", "content": p}], max_tokens=256, temperature=0,
                                        logprobs=True, top_logprobs=2)
         n = r["usage"]["prompt_tokens"]
@@ -40,8 +47,10 @@ def record(model: str, out: str) -> None:
 
 
 def cost_table(path: str) -> DraftCost:
-    k = json.load(open(path))["k"]
-    return DraftCost({int(n): v["decode_steps"] for n, v in k.items()}, DEFAULT_COST.river_draft)
+    """A `pyriver bench --verify-cost --json` file's table, or the automatic one's (`<cache>/verify-cost/`)."""
+    d = json.load(open(path))
+    steps = d["steps"] if "steps" in d else {n: v["decode_steps"] for n, v in d["k"].items()}
+    return DraftCost({int(n): float(c) for n, c in steps.items()}, DEFAULT_COST.river_draft)
 
 
 def simulate(items, policy, cost: DraftCost):
@@ -62,19 +71,75 @@ def simulate(items, policy, cost: DraftCost):
     return out
 
 
+def together(items, cost: DraftCost, slots: int = 4, places: bool = True):
+    """{kind: [decode-only speed over plain decoding, one per group]}: the answers of a kind in groups
+    of slots (overlapping by half), each group's sequences drafting and verifying in one step as the
+    server's slots do (SuffixLookup, choose_together; a finished answer leaves the step)."""
+    def run(group, drafts):
+        pos, spent = [0] * len(group), 0.0
+        dls, dms = [DraftLength(cost, 64) for _ in group], [SuffixLookup() for _ in group]
+        while True:
+            act = [q for q in range(len(group)) if pos[q] < len(group[q]["answer"])]
+            if not act:
+                return spent
+            props, keys = {}, {}
+            for q in act:
+                props[q] = proposal(dms[q], group[q]["prompt"] + group[q]["answer"][:pos[q]]) if drafts else []
+                keys[q] = proposal_key(dms[q], len(group[q]["prompt"]) if places else None)
+            ks = choose_together([(dls[q], keys[q], len(props[q])) for q in act], cost) if drafts else [0] * len(act)
+            spent += cost.interp(len(act) + sum(ks))
+            for q, k in zip(act, ks):
+                ans, d, kept = group[q]["answer"], props[q][:k], 0
+                while kept < k and pos[q] + kept < len(ans) and d[kept] == ans[pos[q] + kept]:
+                    kept += 1
+                if k:
+                    dls[q].update(keys[q], k, kept)
+                pos[q] += kept + 1
+    out = {}
+    for kind in sorted({it["kind"] for it in items}):
+        its = [it for it in items if it["kind"] == kind]
+        for i in range(0, max(1, len(its) - slots + 1), max(1, slots // 2)):
+            g = its[i:i + slots]
+            out.setdefault(kind, []).append(run(g, False) / run(g, True))
+    return out
+
+
+def places(items) -> None:
+    """How often SuffixLookup's first draft is kept, and how many of its first 8 drafts, by the match's
+    length and place: in the prompt (P) or in the generated text (A: the answer repeating itself)."""
+    edges, tab = (1, 2, 3, 4, 6, 9, 16), {}
+    for it in items:
+        prompt, ans = it["prompt"], it["answer"]
+        dm = SuffixLookup()
+        for i in range(len(ans)):
+            d = dm.propose(prompt + ans[:i])
+            if not d:
+                continue
+            kept = 0
+            while kept < len(d) and i + kept < len(ans) and d[kept] == ans[i + kept]:
+                kept += 1
+            key = (it["kind"], max(e for e in edges if e <= dm.match_size), "A" if dm.match_end >= len(prompt) else "P")
+            t = tab.setdefault(key, [0, 0, 0])
+            t[0], t[1], t[2] = t[0] + 1, t[1] + (kept > 0), t[2] + min(kept, 8)
+    for (kind, n, where), (c, first, k8) in sorted(tab.items()):
+        print(f"{kind:<10} match >= {n:<3} {where}  proposals {c:<5} first kept {first / c:.2f}  of 8 kept {k8 / c:.2f}")
+
+
 def fixed(n: int, m: int):
     """llama-server's ngram-simple: the last n tokens looked up, up to m drafted, all verified."""
     return {"start": lambda: None, "draft": lambda st, h: lookup(h, n, m), "update": lambda *a: None}
 
 
-def by_cost(make_drafter, cost: DraftCost, draft_max: int = 64):
-    """pyriver's rule: a drafter's proposal cut by DraftLength (lossless mode's and the server's)."""
+def by_cost(make_drafter, cost: DraftCost, draft_max: int = 64, places: bool = True):
+    """pyriver's rule: a drafter's proposal cut by DraftLength (lossless mode's and the server's);
+    places=False keys every match as the prompt's (the rule before repeats had their own key)."""
     def start():
         return {"dl": DraftLength(cost, draft_max), "dm": make_drafter(), "key": None, "n_prompt": None}
 
     def draft(st, h):
         st["n_prompt"] = len(h) if st["n_prompt"] is None else st["n_prompt"]   # the first call sees the prompt alone
-        d, st["key"] = cut_proposal(st["dm"], proposal(st["dm"], list(h)), draft_max, st["dl"], st["n_prompt"])
+        d, st["key"] = cut_proposal(st["dm"], proposal(st["dm"], list(h)), draft_max, st["dl"],
+                                    st["n_prompt"] if places else None)
         return [int(t) for t in d]
 
     def update(st, n, k):
@@ -239,18 +304,23 @@ def hazard(items, model: str) -> None:
 
 def main(argv):
     if argv[0] == "record":
-        return record(argv[1], argv[2])
+        return record(argv[1], argv[2], argv[3:] == ["other"])
     if argv[0] == "hazard":
         return hazard(json.load(open(argv[1])), argv[2])
+    if argv[0] == "places":
+        return places(json.load(open(argv[1])))
     items, cost = json.load(open(argv[1])), cost_table(argv[2])
     rows = {"llama-server ngram-simple (12, 48)": simulate(items, fixed(12, 48), cost),
             "prompt lookup (2, 10), DEFAULT_COST k<=8": simulate(items, by_cost(PromptLookupDecoding, DEFAULT_COST, 8), cost),
             "SuffixLookup, this cost curve (pyriver)": simulate(items, by_cost(SuffixLookup, cost), cost),
+            "  the same, every match as the prompt's": simulate(items, by_cost(SuffixLookup, cost, places=False), cost),
             "EditLookup, this cost curve (tried)": simulate(items, by_cost_edit(cost), cost),
-            "oracle (knows what is kept)": oracle(items, cost)}
+            "oracle (knows what is kept)": oracle(items, cost),
+            "SuffixLookup, 4 slots together (pyriver)": together(items, cost),
+            "  the same, every match as the prompt's ": together(items, cost, places=False)}
     for name, res in rows.items():
-        print(f"{name:<42}" + "  ".join(f"{k}: {statistics.median(v):.2f}x ({min(v):.2f}..{max(v):.2f})"
-                                         for k, v in res.items()))
+        print(f"{name:<42}" + "  ".join(f"{k}: {statistics.median(v):.3f}x mean {statistics.mean(v):.3f} "
+                                         f"({min(v):.2f}..{max(v):.2f})" for k, v in res.items()))
         if "-v" in argv:
             print(" " * 42 + " ".join(f"{x:.2f}" for x in res.get("code-edit", [])))
 
