@@ -150,12 +150,12 @@ def bucket(source: str) -> str:
 class DraftLength:
     """What a generation has learned of each draft source and the draft length it buys. A source
     is "river", "ngram", "ngram<n>" (an n-gram drafter that says the length n of its match,
-    pooled by bucket) or "repeat<n>" (the same, its match in the generated text). Two chances per source, each a Beta count from its prior: p1, that the
-    first draft is kept, and a, that a draft is kept once the one before it was (copied code is
-    kept in long runs, so a is high where p1 may not be). A step of k drafts then emits
-    1 + p1 (1 + a + ... + a^(k-1)) tokens on average, at the cost of a verify step of k + 1 tokens
-    (DraftCost: the measured curve, not monotone per token) plus k river drafts where the source
-    is the river. Each choice first moves the counts back toward the prior by MEMORY, so a source
+    pooled by bucket) or "repeat<n>" (the same, its match in the generated text). Two chances per
+    source, each a Beta count from its prior: p1, that the first draft is kept, and a, that a
+    draft is kept once the one before it was (copied code is kept in long runs, so a is high where
+    p1 may not be). A step of k drafts then emits 1 + p1 (1 + a + ... + a^(k-1)) tokens on
+    average, at the cost of a verify step of k + 1 tokens (DraftCost: the measured curve, not
+    monotone per token) plus k river drafts where the source is the river. Each choice first moves the counts back toward the prior by MEMORY, so a source
     whose drafts stopped paying (k = 0: nothing more to learn from) is tried again a few steps later."""
 
     def __init__(self, cost: DraftCost, draft_max: int, memory: float = MEMORY):
