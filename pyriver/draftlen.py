@@ -110,7 +110,7 @@ PRIOR_WEIGHT = 8.0
 NGRAM_BUCKETS = (1, 2, 3, 4, 6, 9, 16)
 
 
-def _ngram(source: str) -> Optional[Tuple[str, int]]:
+def parse_ngram(source: str) -> Optional[Tuple[str, int]]:
     """("ngram" or "repeat", n) of an n-gram source's key with its match length n; None otherwise."""
     for kind in ("ngram", "repeat"):
         if source.startswith(kind) and source[len(kind):].isdigit():
@@ -130,7 +130,7 @@ def prior(source: str) -> Tuple[float, float]:
     draft 0.75 and 0.75; a draft model that says nothing 0.5."""
     if source == "river":
         return 0.75, 0.75
-    ng = _ngram(source)
+    ng = parse_ngram(source)
     if ng is not None:
         kind, n = ng
         a = n / (n + 1.0)
@@ -140,7 +140,7 @@ def prior(source: str) -> Tuple[float, float]:
 
 def bucket(source: str) -> str:
     """The key an n-gram source's counts are pooled under (ngram<n> / repeat<n>: the bucket's shortest n)."""
-    ng = _ngram(source)
+    ng = parse_ngram(source)
     if ng is not None:
         kind, n = ng
         return kind + str(max(b for b in NGRAM_BUCKETS if b <= max(n, 1)))
@@ -155,8 +155,9 @@ class DraftLength:
     draft is kept once the one before it was (copied code is kept in long runs, so a is high where
     p1 may not be). A step of k drafts then emits 1 + p1 (1 + a + ... + a^(k-1)) tokens on
     average, at the cost of a verify step of k + 1 tokens (DraftCost: the measured curve, not
-    monotone per token) plus k river drafts where the source is the river. Each choice first moves the counts back toward the prior by MEMORY, so a source
-    whose drafts stopped paying (k = 0: nothing more to learn from) is tried again a few steps later."""
+    monotone per token) plus k river drafts where the source is the river. Each choice first moves
+    the counts back toward the prior by MEMORY, so a source whose drafts stopped paying (k = 0:
+    nothing more to learn from) is tried again a few steps later."""
 
     def __init__(self, cost: DraftCost, draft_max: int, memory: float = MEMORY):
         self.cost = cost

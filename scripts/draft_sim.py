@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 from pyriver.draft import PromptLookupDecoding, SuffixLookup, proposal, suffix_lookup
-from pyriver.draftlen import DEFAULT_COST, DraftCost, DraftLength, choose_together
+from pyriver.draftlen import DEFAULT_COST, DraftCost, DraftLength, bucket, choose_together, parse_ngram
 from pyriver.lossless import cut_proposal, proposal_key
 from pyriver.server.drafting import lookup
 
@@ -53,6 +53,14 @@ def cost_table(path: str) -> DraftCost:
     return DraftCost({int(n): float(c) for n, c in steps.items()}, DEFAULT_COST.river_draft)
 
 
+def n_kept(drafts, ans, i: int) -> int:
+    """How many of drafts the answer keeps from its position i on (the prefix that matches)."""
+    kept = 0
+    while kept < len(drafts) and i + kept < len(ans) and drafts[kept] == ans[i + kept]:
+        kept += 1
+    return kept
+
+
 def simulate(items, policy, cost: DraftCost):
     """{kind: [decode-only speed over plain decoding, one per answer]}."""
     out = {}
@@ -61,9 +69,7 @@ def simulate(items, policy, cost: DraftCost):
         i, spent, state = 0, 0.0, policy["start"]()
         while i < len(ans):
             d = policy["draft"](state, prompt + ans[:i])
-            kept = 0
-            while kept < len(d) and i + kept < len(ans) and d[kept] == ans[i + kept]:
-                kept += 1
+            kept = n_kept(d, ans, i)
             policy["update"](state, len(d), kept)
             spent += cost.interp(len(d) + 1)
             i += kept + 1
@@ -89,9 +95,7 @@ def together(items, cost: DraftCost, slots: int = 4, places: bool = True):
             ks = choose_together([(dls[q], keys[q], len(props[q])) for q in act], cost) if drafts else [0] * len(act)
             spent += cost.interp(len(act) + sum(ks))
             for q, k in zip(act, ks):
-                ans, d, kept = group[q]["answer"], props[q][:k], 0
-                while kept < k and pos[q] + kept < len(ans) and d[kept] == ans[pos[q] + kept]:
-                    kept += 1
+                kept = n_kept(props[q][:k], group[q]["answer"], pos[q])
                 if k:
                     dls[q].update(keys[q], k, kept)
                 pos[q] += kept + 1
@@ -107,7 +111,7 @@ def together(items, cost: DraftCost, slots: int = 4, places: bool = True):
 def places(items) -> None:
     """How often SuffixLookup's first draft is kept, and how many of its first 8 drafts, by the match's
     length and place: in the prompt (P) or in the generated text (A: the answer repeating itself)."""
-    edges, tab = (1, 2, 3, 4, 6, 9, 16), {}
+    tab = {}
     for it in items:
         prompt, ans = it["prompt"], it["answer"]
         dm = SuffixLookup()
@@ -115,11 +119,9 @@ def places(items) -> None:
             d = dm.propose(prompt + ans[:i])
             if not d:
                 continue
-            kept = 0
-            while kept < len(d) and i + kept < len(ans) and d[kept] == ans[i + kept]:
-                kept += 1
-            key = (it["kind"], max(e for e in edges if e <= dm.match_size), "A" if dm.match_end >= len(prompt) else "P")
-            t = tab.setdefault(key, [0, 0, 0])
+            kept = n_kept(d, ans, i)
+            place, n = parse_ngram(bucket(proposal_key(dm, len(prompt))))   # pooled as the rule pools them
+            t = tab.setdefault((it["kind"], n, "A" if place == "repeat" else "P"), [0, 0, 0])
             t[0], t[1], t[2] = t[0] + 1, t[1] + (kept > 0), t[2] + min(kept, 8)
     for (kind, n, where), (c, first, k8) in sorted(tab.items()):
         print(f"{kind:<10} match >= {n:<3} {where}  proposals {c:<5} first kept {first / c:.2f}  of 8 kept {k8 / c:.2f}")
@@ -248,9 +250,7 @@ def oracle(items, cost: DraftCost):
         i, spent = 0, 0.0
         while i < len(ans):
             d, _ = suffix_lookup(np.array(prompt + ans[:i]), 32, 64)
-            kept = 0
-            while kept < len(d) and i + kept < len(ans) and d[kept] == ans[i + kept]:
-                kept += 1
+            kept = n_kept(d, ans, i)
             best, rate = 0, 1.0 / cost.interp(1)
             for k in range(1, len(d) + 1):
                 c = cost.step(k + 1)
@@ -280,9 +280,7 @@ def hazard(items, model: str) -> None:
             d, m = suffix_lookup(np.array(h), 256, 64)
             if not len(d):
                 continue
-            kept = 0
-            while kept < len(d) and i + kept < len(ans) and d[kept] == ans[i + kept]:
-                kept += 1
+            kept = n_kept(d, ans, i)
             if m >= 16 and i and "margin" in it:
                 g = margin.setdefault(it["margin"][i - 1] >= 5.0, [0, 0])
                 g[0], g[1] = g[0] + 1, g[1] + (kept >= 16)
