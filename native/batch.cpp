@@ -127,6 +127,14 @@ static void fill_lane(const context & c, const std::vector<step_group> & groups,
         }
     }
     ln.n_outputs = (int) f.out_ids.size();
+    // Under flash attention the one-token groups attend over one n_kv, the longest, as llama.cpp's
+    // streams do, so that attention_runs joins them into one product (no per-sequence split of the
+    // cache rows across threads, no concatenation); the rows past a sequence's own are masked.
+    if (!c.kv->v_trans) {
+        int n_kv = 0;
+        for (const seq_group & g : ln.groups) if (g.n_tokens == 1) n_kv = std::max(n_kv, g.n_kv);
+        for (seq_group & g : ln.groups) if (g.n_tokens == 1) g.n_kv = n_kv;
+    }
 }
 
 // A head graph's logits rows into the step's rows (logits: n_outputs x nv, by batch output row).

@@ -156,10 +156,11 @@ static ggml_tensor * attn_weights(ggml_context * ctx, ggml_tensor * kk, ggml_ten
 }
 
 // The attention of n_seq one-token groups of consecutive sequences with the same n_kv (a decode
-// step of several slots) in one product each for KQ and KQV, the sequences in dimension 3: the
-// regions lie n_rows apart, so one 4-d view takes them all. Per sequence it is the one-query
-// product a group of its own computes (the same kernel and order, so the same bits), with a
-// graph of a few nodes a layer instead of a few per sequence.
+// step of several slots) in one product each for KQ and KQV, or one flash attention, the
+// sequences in dimension 3: the regions lie n_rows apart, so one 4-d view takes them all. Per
+// sequence it is the one-query product a group of its own computes (the same kernel and order, so
+// the same bits; but ggml's flash attention splits a lone query's rows across threads from 512 on,
+// so there a joined row has llama.cpp's bits of several streams), with a few nodes a layer.
 static ggml_tensor * run_attention(ggml_context * ctx, const model & m, const kv_cache & kv, const seq_group & g,
                                    int n_seq, int t0, ggml_tensor * q, ggml_tensor * k_all, ggml_tensor * v_all,
                                    ggml_tensor * mask, float scale, float cap) {
@@ -169,6 +170,12 @@ static ggml_tensor * run_attention(ggml_context * ctx, const model & m, const kv
     const int64_t base = kv.row(g.seq, 0), stride = kv.row(g.seq + 1, 0) - base, rows = kv.v[0]->ne[0];
     ggml_tensor * qq = ggml_view_4d(ctx, q, hd, 1, hp.n_head, n_seq, q->nb[2], q->nb[1], q->nb[2], q->nb[2] * t0);
     ggml_tensor * kk = ggml_view_4d(ctx, k_all, hd, n_kv, hp.n_head_kv, n_seq, es * E, es * hd, es * E * stride, es * E * base);
+    if (!kv.v_trans) {   // flash attention: V laid out as K, one product over the sequences (llama.cpp's streams)
+        ggml_tensor * vv = ggml_view_4d(ctx, v_all, hd, n_kv, hp.n_head_kv, n_seq, es * E, es * hd, es * E * stride, es * E * base);
+        ggml_tensor * o = ggml_flash_attn_ext(ctx, qq, kk, vv, mask, scale, 0.0f, cap);   // [hd, n_head, 1, n_seq]
+        ggml_prec_set_acc(o, GGML_PREC_F32);
+        return ggml_reshape_2d(ctx, o, hd * hp.n_head, n_seq);
+    }
     ggml_tensor * kq = attn_weights(ctx, kk, qq, mask, scale, cap);                     // [n_kv, 1, n_head, n_seq]
     ggml_tensor * vv = ggml_view_4d(ctx, v_all, n_kv, hd, hp.n_head_kv, n_seq, es * rows, es * rows * hd, es * stride, es * base);
     return ggml_reshape_2d(ctx, ggml_mul_mat(ctx, vv, kq), hd * hp.n_head, n_seq);           // [hd, 1, n_head, n_seq]
@@ -334,7 +341,7 @@ static ggml_tensor * mask_view(ggml_context * ctx, ggml_tensor * mask, const seq
 }
 
 // The lane's groups as attention products: one-token groups of consecutive sequences with the same
-// n_kv join into one (a transposed V lets one 4-d view take their regions).
+// n_kv join into one (under flash attention fill_lane gives them one n_kv).
 static void attention_runs(ggml_context * ctx, const kv_cache & kv, const graph_shape & s,
                            const std::vector<seq_group> & groups, graph_inputs & in) {
     int t0 = 0;
@@ -342,7 +349,7 @@ static void attention_runs(ggml_context * ctx, const kv_cache & kv, const graph_
     for (size_t i = 0; i < groups.size();) {
         const seq_group & g = groups[i];
         size_t n = 1;
-        while (kv.v_trans && g.n_tokens == 1 && i + n < groups.size() && groups[i + n].n_tokens == 1 &&
+        while (g.n_tokens == 1 && i + n < groups.size() && groups[i + n].n_tokens == 1 &&
                groups[i + n].n_kv == g.n_kv && groups[i + n].seq == g.seq + (int) n) {
             n++;
         }

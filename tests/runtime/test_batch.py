@@ -183,3 +183,35 @@ def test_split_rule_gives_each_sequence_its_river_result_alone(smol_path, river)
         assert [t for t, _ in together] == [t for t, _ in alone]
         # neither runs the last token when max_tokens ends it
         assert [ex for _, ex in together] == [ex for _, ex in alone]
+
+
+def test_sequences_of_different_lengths_attend_together_as_alone(smol_path):
+    """Flash attention: one-token decode rows of sequences whose caches end in different 256-row
+    blocks attend over one common length in one product, as llama.cpp's streams (batch.cpp). The
+    rows past the short sequence's own are masked and never read: with the cache filled with NaN
+    first, its logits are finite and equal its logits decoded alone bit for bit (both one query over
+    whole rows). The long one picks the token its decode step alone picks after the same prompt step
+    (its logits differ by the products' row counts, one row against two); it runs on a clean cache,
+    since ggml's multi-token flash attention of its prompt reads a NaN past its end (a poisoned cache
+    only)."""
+    with Llama(smol_path, n_ctx=1024, n_threads=2, verbose=False, river=None, flash_attn=True) as llm:
+        short = llm.tokenize(PROMPTS[0].encode())
+        long = llm.tokenize((" ".join(PROMPTS) * 8).encode())[:300]
+        assert len(short) < 255 < len(long)
+        got = []
+        for fill, seqs in ((float("nan"), (0, 1)), (None, (0, 1)), (None, (1,))):
+            dec = BatchDecoder(llm, 2)
+            try:
+                if fill is not None:
+                    debug.kv_fill(dec, fill)
+                dec.step([Feed(0, short, prompt=True), Feed(1, long, prompt=True)])
+                got.append(dec.step([Feed(q, [7]) for q in seqs]))
+            finally:
+                dec.close()
+        llm.reset()
+        llm.decode_logits(short, prompt=True)
+        alone = llm.decode_logits([7])[-1]
+        assert np.array_equal(got[0][0][0], alone)
+        assert np.array_equal(got[1][0][0], alone)
+        together, by_itself = got[1][1][0], got[2][1][0]
+        assert np.isfinite(together).all() and int(np.argmax(together)) == int(np.argmax(by_itself))
