@@ -108,6 +108,14 @@ class ServerProcess:
             time.sleep(0.05)
         raise TimeoutError(f"/health never answered {want}")
 
+    def exited(self, timeout: float = 180.0):
+        """(exit status, output) of a server expected to stop on its own (a model it cannot load)."""
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"the server did not exit within {timeout} s") from None
+        return self.proc.returncode, out or ""
+
     def rss_kb(self) -> int:
         with open(f"/proc/{self.proc.pid}/status") as f:
             return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))

@@ -321,6 +321,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"pyriver serve: error: {e}", file=sys.stderr)
         return 2
     from .app import Server, build_app
+    srv = None   # the one model's server (not the router's)
     try:
         if s["models_dir"] is not None or s["models_preset"] is not None:
             from .router import Router
@@ -346,8 +347,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     level = "info" if a.verbose else "warning"
     hosts = [h.strip() for h in a.host.split(",") if h.strip()]
     if len(hosts) <= 1:
-        uvicorn.run(app, host=a.host, port=a.port, log_level=level)
-        return 0
+        server = uvicorn.Server(uvicorn.Config(app, host=a.host, port=a.port, log_level=level))
+        return _serve(server, srv)
     # several addresses (llama-server's --host A,B): one socket each, one server
     socks = []
     try:
@@ -360,5 +361,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     except OSError as e:
         print(f"pyriver serve: error: cannot listen on {h}:{a.port}: {e}", file=sys.stderr)
         return 1
-    uvicorn.Server(uvicorn.Config(app, log_level=level)).run(sockets=socks)
-    return 0
+    return _serve(uvicorn.Server(uvicorn.Config(app, log_level=level)), srv, sockets=socks)
+
+
+def _serve(server, srv, sockets=None) -> int:
+    """Runs the uvicorn server to its end; its exit status. A model that cannot load at start-up
+    stops it with the reason and status 1, as llama-server exits (\"exiting due to model loading
+    error\"): a server that could never answer does not stay up."""
+    if srv is not None:
+        def failed():
+            print(f"pyriver serve: error: failed to load the model: {srv.error}", file=sys.stderr, flush=True)
+            server.should_exit = True
+        srv.on_load_error = failed
+    server.run(sockets=sockets)
+    if not server.started:   # it could not listen (uvicorn.run's STARTUP_FAILURE)
+        return 3
+    return 1 if srv is not None and srv.llm is None and srv.error is not None else 0

@@ -9,7 +9,7 @@ import contextlib
 import hmac
 import sys
 import threading
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -50,6 +50,7 @@ class Server:
         self.inbox: Optional[Inbox] = None   # made on the event loop, at start-up
         self.streams = Sessions()            # conversation streams (X-Conversation-Id)
         self.projector = None                # --mmproj: the model's engine.mtmd.Projector (multimodal.py)
+        self.on_load_error: Optional[Callable[[], None]] = None   # told when the start-up load fails
 
     def load(self) -> None:
         try:
@@ -243,8 +244,15 @@ def build_app(srv: Server) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        # The model loads while the server listens: /health is 503 until it is ready.
-        threading.Thread(target=start(srv), name="pyriver-load", daemon=True).start()
+        # The model loads while the server listens: /health is 503 until it is ready. Where it cannot
+        # load, on_load_error is told (pyriver serve stops then, as llama-server exits).
+        run = start(srv)
+
+        def load():
+            run()
+            if srv.error is not None and srv.on_load_error is not None:
+                srv.on_load_error()
+        threading.Thread(target=load, name="pyriver-load", daemon=True).start()
         yield
         stop(srv)
         close(srv)
