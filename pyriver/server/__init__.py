@@ -373,7 +373,10 @@ def _serve(server, srv, sockets=None) -> int:
             print(f"pyriver serve: error: failed to load the model: {srv.error}", file=sys.stderr, flush=True)
             server.should_exit = True
         srv.on_load_error = failed
-    server.run(sockets=sockets)
+    try:
+        server.run(sockets=sockets)
+    except KeyboardInterrupt:   # uvicorn re-raises the Ctrl-C it shut down on (uvicorn.run swallows it)
+        pass
     if not server.started:   # it could not listen (uvicorn.run's STARTUP_FAILURE)
         return 3
     return 1 if srv is not None and srv.llm is None and srv.error is not None else 0

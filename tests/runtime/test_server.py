@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import threading
 import time
 
@@ -213,6 +214,17 @@ def test_health_and_metrics(server, smol_path):
         assert code == 1 and "failed to load the model" in out and "not found" in out, (code, out)
     finally:
         bad.close()
+
+
+def test_ctrl_c_stops_the_server_cleanly(smol_path):
+    """Ctrl-C (SIGINT) shuts pyriver serve down with status 0, as llama-server, not a traceback."""
+    s = ServerProcess(smol_path, "--parallel", "1")
+    try:
+        s.proc.send_signal(signal.SIGINT)
+        code, out = s.exited(60)
+        assert code == 0 and "Traceback" not in out, (code, out)
+    finally:
+        s.close()
 
 
 def _wait_metric(s, name, value):
