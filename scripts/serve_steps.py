@@ -14,8 +14,6 @@ draft length rule (pyriver.draftlen) buys drafts at a price the server does not 
 from __future__ import annotations
 
 import argparse
-import json
-import socket
 import statistics
 import threading
 import time
@@ -27,7 +25,8 @@ from pyriver.server import parser, settings
 from pyriver.server import app as A
 from pyriver.server import scheduler as S
 from pyriver.tools.prompts import PROMPTS, SERVE_EDIT_PROMPTS
-from pyriver.tools.serve_bench import _get
+from pyriver.tools.serve_bench import _port
+from pyriver.tools.spec_serve import run_group   # the bench's own groups, so the two measure alike
 
 LOG = []   # (config, rows, slots, drafts, prompt rows, seconds)
 RUN = {"name": None}
@@ -48,12 +47,6 @@ def _logged(self, feeds):
 S.Scheduler._run_step = _logged
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def serve(model: str, flags, streams: int, threads: int):
     """A loaded server behind uvicorn on a free port: (url, uvicorn server, its thread, Server)."""
     a = parser().parse_args([model, "--threads", str(threads), "--ctx", "4096", "--parallel", str(streams)] + flags)
@@ -68,25 +61,6 @@ def serve(model: str, flags, streams: int, threads: int):
             raise RuntimeError(srv.error)
         time.sleep(0.05)
     return f"http://127.0.0.1:{u.config.port}", u, th, srv
-
-
-def group(url: str, prompts, n: int):
-    """The prompts as concurrent greedy chat requests: (wall seconds, completion tokens)."""
-    toks = [0] * len(prompts)
-
-    def ask(i):
-        status, text = _get(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": prompts[i]}],
-                                                           "max_tokens": n, "temperature": 0.0})
-        if status != 200:
-            raise RuntimeError(f"{status}: {text}")
-        toks[i] = json.loads(text)["usage"]["completion_tokens"]
-    th = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
-    t0 = time.perf_counter()
-    for t in th:
-        t.start()
-    for t in th:
-        t.join()
-    return time.perf_counter() - t0, sum(toks)
 
 
 def main() -> None:
@@ -112,14 +86,15 @@ def main() -> None:
                 if name == "default" and srv.sched.drafter is not None and srv.sched.drafter.cost is not None:
                     table = srv.sched.drafter.cost
                 RUN["name"] = None
-                group(url, ["Hi"], 4)   # warm-up, not logged
+                run_group(url, ["Hi"], 4)   # warm-up, not logged
                 RUN["name"] = f"{name}:{r}"
-                wall, toks = group(url, prompts, a.gen_tokens)
+                g = run_group(url, prompts, a.gen_tokens)
             finally:
                 u.should_exit = True
                 th.join()   # the app's lifespan stops the scheduler and closes the model
             steps = [x for x in LOG if x[0] == RUN["name"]]
-            print(f"repeat {r} {name:8s} wall {wall:7.2f} s  {toks} tokens  {toks / wall:6.2f} tok/s  {len(steps)} steps  "
+            toks = sum(g["tokens"])
+            print(f"repeat {r} {name:8s} wall {toks / g['tok_s']:7.2f} s  {toks} tokens  {g['tok_s']:6.2f} tok/s  {len(steps)} steps  "
                   f"engine {sum(x[5] for x in steps):7.2f} s", flush=True)
     print(f"\ndecode steps by rows (no prompt rows): median ms, over the 1-row median; the default's table"
           f"{'' if table is None else ' ' + repr(table.points)}")

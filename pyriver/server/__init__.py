@@ -368,9 +368,11 @@ def _serve(server, srv, sockets=None) -> int:
     """Runs the uvicorn server to its end; its exit status. A model that cannot load at start-up
     stops it with the reason and status 1, as llama-server exits (\"exiting due to model loading
     error\"): a server that could never answer does not stay up."""
+    status = [0]
     if srv is not None:
         def failed():
             print(f"pyriver serve: error: failed to load the model: {srv.error}", file=sys.stderr, flush=True)
+            status[0] = 1
             server.should_exit = True
         srv.on_load_error = failed
     try:
@@ -379,4 +381,4 @@ def _serve(server, srv, sockets=None) -> int:
         pass
     if not server.started:   # it could not listen (uvicorn.run's STARTUP_FAILURE)
         return 3
-    return 1 if srv is not None and srv.llm is None and srv.error is not None else 0
+    return status[0]
