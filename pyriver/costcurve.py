@@ -9,13 +9,19 @@ Q4_K_M's step of 8 tokens costs 7.1 single steps and its step of 16 only 7.6 (gg
 kernels pay from about 16 rows on), so where a draft of 9 is worth taking a draft of 15 is cheaper
 per kept token (docs/lossless.md, "The verify cost curve"). Verify steps of these sizes (logits
 for every row) never read batch_layout's second layout (native: a prompt step or more than 64 rows),
-so one table serves both settings."""
+so one table serves both settings.
+
+Every row of a step attends over the whole cache, so a long step's cost over a single step's grows
+with the context: on the 1.5B Q4_K_M (Xeon, flash attention) a step of 32 rows costs 6.0 single
+steps after 144 tokens, 7.3 after 1152 and 8.7 after 2016. The automatic table is measured at two
+contexts, the cost prompt and FAR times it, and read at each step's context (DraftCost.at)."""
 from __future__ import annotations
 
 import json
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Dict, List
 
 from .atomic import write_text
@@ -25,8 +31,12 @@ from .draftlen import DraftCost, DEFAULT_COST
 # The step sizes the automatic table measures: every size to 4, then the kernels' steps (16, 32, 48,
 # 64) and a point between each; a size not measured is never taken (DraftCost.step).
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-SCHEMA = "pyriver.verify_cost/1"
+SCHEMA = "pyriver.verify_cost/2"
 REPEATS = 3
+# The far context: the cost prompt this many times over (1152 tokens on the 1.5B), where it fits. Far
+# from the near one, so that a step's growth is read over a long distance (a single step grows by
+# about 5% there: measured at 576 tokens, the noise of a repeat was as large as the growth).
+FAR = 8
 
 
 def _time(fn) -> float:
@@ -62,33 +72,55 @@ def measure(llm, sizes, repeats: int, prompt: List[int]) -> Dict[int, Dict[str, 
     return out
 
 
+def fastest_single(res: Dict[int, Dict[str, List[float]]]) -> float:
+    """The fastest single step of a measurement, seconds."""
+    return min(min(r["single_s"]) for r in res.values())
+
+
 def table(res: Dict[int, Dict[str, List[float]]]) -> Dict[int, float]:
     """{n: the fastest n-token step over the fastest single step}, the single step itself 1. The
     fastest, not the median: another process on the machine only ever adds time (and a ggml thread
     pool whose cores are taken loses far more on a multi-token step than on a single one)."""
-    one = min(min(r["single_s"]) for r in res.values())
+    one = fastest_single(res)
     t = {n: min(r["multi_s"]) / one for n, r in res.items()}
     t[1] = 1.0
     return t
 
 
+def to_json(cost: DraftCost, model: str, threads: int) -> str:
+    return json.dumps({"schema": SCHEMA, "model": model, "threads": threads, **cost.to_dict()})
+
+
+def read(path) -> DraftCost:
+    """An automatic table's file (to_json), with DEFAULT_COST's river draft."""
+    d = json.loads(Path(path).read_text())
+    if d.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: not a {SCHEMA} table")
+    return DraftCost.from_dict({**d, "river_draft": DEFAULT_COST.river_draft})
+
+
 def auto(llm, prompt: List[int]) -> DraftCost:
     """The verify cost table of llm's model and setting: from the cache, else measured now (REPEATS
-    of SIZES: about 12 s on the 1.5B Q4_K_M, 1 s on SmolLM2) and cached; the river draft's cost is
-    DEFAULT_COST's. A model whose context cannot hold the largest step gets the sizes that fit."""
-    path = cache_dir() / "verify-cost" / f"{setting_key(llm, sizes=list(SIZES))}.json"
+    of SIZES after the prompt and after FAR times it: about 40 s on the 1.5B Q4_K_M on 2 cores, once)
+    and cached; the river draft's cost is DEFAULT_COST's. A model whose context cannot hold the
+    largest step gets the sizes that fit, and one table where the far context does not fit."""
+    path = cache_dir() / "verify-cost" / f"{setting_key(llm, sizes=list(SIZES), schema=SCHEMA)}.json"
     try:
-        d = json.loads(path.read_text())
-        return DraftCost({int(n): c for n, c in d["steps"].items()}, DEFAULT_COST.river_draft)
+        return read(path)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    prompt = prompt[:max(1, llm.n_ctx() // 2)]   # a small context: a shorter text, the sizes that fit after it
-    sizes = [n for n in SIZES if len(prompt) + n <= llm.n_ctx()]
+    near = prompt[:max(1, llm.n_ctx() // 2)]   # a small context: a shorter text, the sizes that fit after it
+    sizes = [n for n in SIZES if len(near) + n <= llm.n_ctx()]
+    far = (prompt * FAR)[:llm.n_ctx() - max(sizes)]
     if llm.verbose:
         print(f"pyriver: measuring the verify cost of {len(sizes)} step sizes for lossless drafts (once)",
               file=sys.stderr)
-    t = table(measure(llm, sizes, REPEATS, prompt))
+    res = measure(llm, sizes, REPEATS, near)
+    cost = DraftCost(table(res), DEFAULT_COST.river_draft)
+    if len(far) >= 2 * len(near):
+        res_far = measure(llm, sizes, REPEATS, far)
+        cost = DraftCost(cost.points, cost.river_draft, len(near),
+                         (len(far), table(res_far), fastest_single(res_far) / fastest_single(res)))
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps({"schema": SCHEMA, "model": llm.model_path, "threads": llm.n_threads,
-                                 "steps": {str(n): c for n, c in t.items()}}))
-    return DraftCost(t, DEFAULT_COST.river_draft)
+    write_text(path, to_json(cost, llm.model_path, llm.n_threads))
+    return cost

@@ -11,6 +11,18 @@ import json
 from typing import Dict, List, Optional, Tuple
 
 
+# ggml's CPU flash attention runs a product of this many queries or more on its tiled kernel and one
+# of fewer a query at a time (ggml-cpu/ops.cpp, GGML_FA_TILE_Q). A table's step is one sequence, so
+# its 64 rows are one tiled product; a server step of 64 rows over several sequences attends in
+# groups of fewer and costs what the sizes below 64 say (SmolLM2 after 324 tokens: 64 rows of one
+# sequence 287 ms, 61 of one and three single rows 541 ms, 48 of one 402 ms).
+FA_TILE = 64
+
+# How far past its far context a two-context table still grows, in distances between the two
+# (the 1.5B's automatic table, 144 and 1152 tokens: to about 8200).
+MAX_FAR = 8.0
+
+
 class DraftCost:
     """What a lossless step costs, in single decode steps: the cost of one full-depth step of n
     tokens with logits for every row (`pyriver bench --verify-cost` measures it), and of one river
@@ -19,9 +31,16 @@ class DraftCost:
     pyriver.costcurve); a step of a size between them is not taken. The table is kept as measured:
     a longer step can cost less than a shorter one (ggml's multi-token kernels pay from about 16
     rows on), and the draft length rule then drafts the longer. Beyond the table a step's cost grows
-    by the table's mean increment."""
+    by the table's mean increment.
 
-    def __init__(self, verify, river_draft: float):
+    A table measured at two contexts (the tokens the cache holds before the step: context, and
+    far's (context, verify, single) with single the far context's single step in this one's) is
+    read at the context of each choice (at): every row of a step attends over the whole context,
+    so a long step's cost over a single step's grows with it (the 1.5B Q4_K_M's 32 rows: 6.0
+    single steps at 144 tokens, 7.3 at 1152, 8.7 at 2016; docs/lossless.md). Between and beyond
+    the two, each step's seconds are linear in the context (to MAX_FAR times the distance)."""
+
+    def __init__(self, verify, river_draft: float, context: Optional[int] = None, far=None):
         pts = ({int(n): float(c) for n, c in verify.items()} if isinstance(verify, dict)
                else {i + 1: float(c) for i, c in enumerate(verify)})
         if 1 not in pts or any(not c > 0 for c in pts.values()) or any(n < 1 for n in pts):
@@ -31,14 +50,43 @@ class DraftCost:
         self.points = dict(sorted(pts.items()))
         self.river_draft = float(river_draft)
         self._last = max(self.points)
+        self.context, self.far, self._at, self._small = None, None, {}, None
+        if far is not None:
+            c1, v1, single = far
+            v1 = {int(n): float(c) for n, c in v1.items()}
+            if context is None or not 0 <= int(context) < int(c1) or not float(single) > 0 or 1 not in v1 \
+                    or any(not c > 0 for c in v1.values()):
+                raise ValueError(f"a far table needs 0 <= context < its context, a positive single step and "
+                                 f"positive costs with a step of 1 token, got context {context}, far {far}")
+            self.context, self.far = int(context), (int(c1), v1, float(single))
+
+    def at(self, context: Optional[int]) -> "DraftCost":
+        """The table at a context (the tokens the cache holds before the step): itself where it was
+        measured at one context; None: the table as measured (the near context)."""
+        if self.far is None or context is None:
+            return self
+        c0, (c1, v1, single) = self.context, self.far
+        t = min(max((context - c0) / (c1 - c0), 0.0), MAX_FAR)
+        key = round(t * 32)   # a step of 1/32 of the distance: one table per few tokens of context
+        got = self._at.get(key)
+        if got is None:
+            t = key / 32
+            q = max(single, 1.0)   # a longer context never makes a single step cheaper (a noisy far measurement can)
+            one = 1.0 + (q - 1.0) * t
+            got = self._at[key] = DraftCost({n: (c + (v1[n] * q - c) * t) / one for n, c in self.points.items()
+                                             if n in v1}, self.river_draft)
+        return got
 
     @property
     def verify(self) -> List[float]:
         """The costs of the sizes measured, in order."""
         return list(self.points.values())
 
-    def step(self, n_verify: int) -> Optional[float]:
-        """The cost of a step of n_verify tokens; None where the table skips that size."""
+    def step(self, n_verify: int, largest: Optional[int] = None) -> Optional[float]:
+        """The cost of a step of n_verify tokens; None where the table skips that size. largest: the
+        rows of the step's largest sequence where it holds several (FA_TILE)."""
+        if largest is not None and largest < FA_TILE <= n_verify:
+            return self._below_tile().step(n_verify)
         p = self.points
         if n_verify in p:
             return p[n_verify]
@@ -47,8 +95,15 @@ class DraftCost:
         inc = (p[self._last] - p[1]) / (self._last - 1) if self._last > 1 else p[1]
         return p[self._last] + inc * (n_verify - self._last)
 
-    def interp(self, n_verify: int) -> float:
-        """step(n_verify), linear between the measured sizes around it where the table skips it."""
+    def _below_tile(self) -> "DraftCost":
+        if self._small is None:
+            self._small = DraftCost({n: c for n, c in self.points.items() if n < FA_TILE}, self.river_draft)
+        return self._small
+
+    def interp(self, n_verify: int, largest: Optional[int] = None) -> float:
+        """step(n_verify, largest), linear between the measured sizes around it where the table skips it."""
+        if largest is not None and largest < FA_TILE <= n_verify:
+            return self._below_tile().interp(n_verify)
         c = self.step(n_verify)
         if c is not None:
             return c
@@ -57,12 +112,25 @@ class DraftCost:
         return self.points[lo] + (self.points[hi] - self.points[lo]) * (n_verify - lo) / (hi - lo)
 
     def __repr__(self) -> str:
-        return f"DraftCost(verify={self.points}, river_draft={self.river_draft})"
+        far = "" if self.far is None else f", context={self.context}, far={self.far}"
+        return f"DraftCost(verify={self.points}, river_draft={self.river_draft}{far})"
 
     def to_dict(self) -> Dict:
         dense = list(self.points) == list(range(1, self._last + 1))
-        return {"verify": self.verify if dense else {str(n): c for n, c in self.points.items()},
-                "river_draft": self.river_draft}
+        d = {"verify": self.verify if dense else {str(n): c for n, c in self.points.items()},
+             "river_draft": self.river_draft}
+        if self.far is not None:
+            c1, v1, single = self.far
+            d.update(context=self.context, far={"context": c1, "verify": {str(n): c for n, c in v1.items()},
+                                                "single": single})
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Dict) -> "DraftCost":
+        """to_dict's inverse (a calibration's draft_cost)."""
+        far = d.get("far")
+        return cls(d["verify"], d["river_draft"], d.get("context"),
+                   None if far is None else (far["context"], far["verify"], far["single"]))
 
 
 # Measured on the 2-core EPYC (docs/lossless.md, verify cost): Qwen2.5-Coder-1.5B requantized to
@@ -95,8 +163,8 @@ def parse_cost(spec):
     or the path of a `pyriver bench --verify-cost --json` file (its table, with DEFAULT_COST's river draft)."""
     if spec is None or isinstance(spec, DraftCost) or spec == AUTO:
         return spec
-    if isinstance(spec, dict) and set(spec) == {"verify", "river_draft"}:
-        return DraftCost(spec["verify"], spec["river_draft"])
+    if isinstance(spec, dict) and {"verify", "river_draft"} <= set(spec) <= {"verify", "river_draft", "context", "far"}:
+        return DraftCost.from_dict(spec)
     if isinstance(spec, str):
         return DEFAULT_COST if spec == "default" else DraftCost(verify_table(spec), DEFAULT_COST.river_draft)
     raise TypeError(f"draft_cost must be None, 'default', 'auto', a verify-cost JSON path or a DraftCost, got {spec!r}")
@@ -189,20 +257,21 @@ class DraftLength:
         c, p = self._get(key), self._prior_counts(key)
         self.counts[key] = [pv + self.memory * (cv - pv) for cv, pv in zip(c, p)]
 
-    def choose(self, source: str, cap: Optional[int] = None, others: int = 0) -> int:
+    def choose(self, source: str, cap: Optional[int] = None, others: int = 0, context: Optional[int] = None) -> int:
         """The k in 0..min(draft_max, cap) with the most expected tokens per cost. others: the rows
         the same step computes for other sequences (the server's other decoding slots, a token each):
         drafts then pay only where the whole step's tokens per cost rise, since their rows slow the
-        others' tokens too."""
+        others' tokens too. context: the tokens the cache holds before the step (DraftCost.at)."""
         self._forget(bucket(source))
         p1, a = self.chances(source)
-        per_draft = self.cost.river_draft if source == "river" else 0.0
+        cost = self.cost.at(context)
+        per_draft = cost.river_draft if source == "river" else 0.0
         top = self.draft_max if cap is None else min(self.draft_max, cap)
-        best, best_rate, expect, run = 0, (1.0 + others) / self.cost.interp(1 + others), 1.0 + others, p1
+        best, best_rate, expect, run = 0, (1.0 + others) / cost.interp(1 + others), 1.0 + others, p1
         for k in range(1, top + 1):
             expect += run   # the k-th draft is kept with p1 * a^(k-1)
             run *= a
-            step = self.cost.step(others + k + 1)
+            step = cost.step(others + k + 1, k + 1 if others else None)
             if step is None:
                 continue
             rate = expect / (step + k * per_draft)
@@ -234,22 +303,27 @@ class DraftLength:
         c[3] += 1.0 if n_kept < n_drafted else 0.0
 
 
-def choose_together(picks: List[Tuple["DraftLength", str, int]], cost: DraftCost, rows: Optional[int] = None) -> List[int]:
+def choose_together(picks: List[Tuple["DraftLength", str, int]], cost: DraftCost, rows: Optional[int] = None,
+                    context: Optional[int] = None) -> List[int]:
     """The draft lengths of several sequences that verify in one step (the server's decoding slots),
     chosen together: picks holds each one's (DraftLength, source, cap) for free drafts (n-grams);
     rows: the step's rows without drafts (default one a sequence). For each total of drafts the best
     split takes the largest expected gains across the sequences (each one's gains fall with its
     length, so that is each one's shortest drafts first); the total is the one with the most
     expected tokens per the cost of the whole step. Choosing each sequence alone against the others'
-    single rows (choose(others)) lets every one of them claim the same cheap rows."""
+    single rows (choose(others)) lets every one of them claim the same cheap rows. context: the
+    longest of the sequences' contexts (DraftCost.at: one-token rows attend over the longest)."""
     rows = len(picks) if rows is None else rows
+    cost = cost.at(context)
     ranked = sorted(((g, i) for i, (dl, src, cap) in enumerate(picks) for g in dl.gains(src, cap)),
                     key=lambda gi: -gi[0])
     expect = float(len(picks))
     best, best_rate = 0, expect / cost.interp(max(rows, 1))
-    for d, (g, _) in enumerate(ranked, 1):
+    ks = [0] * len(picks)
+    for d, (g, i) in enumerate(ranked, 1):
         expect += g
-        c = cost.step(rows + d)
+        ks[i] += 1
+        c = cost.step(rows + d, 1 + max(ks) if rows > 1 else None)   # several sequences: FA_TILE
         if c is not None and expect / c > best_rate + 1e-12:
             best, best_rate = d, expect / c
     ks = [0] * len(picks)

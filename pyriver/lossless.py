@@ -99,12 +99,12 @@ def new_stats(source: str, length: str = "grow/shrink") -> Dict:
 
 
 def cut_proposal(draft_model, prop: List[int], cap: int, dl: Optional[DraftLength] = None,
-                 n_prompt: Optional[int] = None):
+                 n_prompt: Optional[int] = None, context: Optional[int] = None):
     """A draft model's proposal (one sequence's) cut to at most cap tokens, or with dl to its choice
-    by cost, under proposal_key's key; returns (drafts, key). The server's slots choose together
-    (draftlen.choose_together)."""
+    by cost at context (the tokens the cache holds before the step), under proposal_key's key;
+    returns (drafts, key). The server's slots choose together (draftlen.choose_together)."""
     key = proposal_key(draft_model, n_prompt)
-    return (prop[:cap] if dl is None else prop[:dl.choose(key, min(cap, len(prop)))]), key
+    return (prop[:cap] if dl is None else prop[:dl.choose(key, min(cap, len(prop)), context=context)]), key
 
 
 def proposal_key(draft_model, n_prompt: Optional[int] = None) -> str:
@@ -231,10 +231,10 @@ class Speculator:
             if bad:
                 raise ValueError(f"draft_model proposed token id {int(bad[0])}, out of range [0, {llm.n_vocab()})")
             if prop or not self.river_fallback:
-                prop, key = cut_proposal(self.draft_model, prop, k if dl is None else room, dl, n_prompt)
+                prop, key = cut_proposal(self.draft_model, prop, k if dl is None else room, dl, n_prompt, len(seq) - 1)
                 return prop, [None] * len(prop), "ngram", key
         if dl is not None:
-            k = dl.choose("river", room)
+            k = dl.choose("river", room, context=len(seq) - 1)
             if k <= 0:
                 return [], [], "river", "river"
         drafts, qs = self._river_draft(llm, seq, sampler, k, ls)

@@ -22,6 +22,7 @@ import sys
 
 import numpy as np
 
+from pyriver import costcurve
 from pyriver.draft import PromptLookupDecoding, SuffixLookup, proposal, suffix_lookup
 from pyriver.draftlen import DEFAULT_COST, DraftCost, DraftLength, bucket, choose_together, parse_ngram
 from pyriver.lossless import cut_proposal, proposal_key
@@ -47,8 +48,11 @@ def record(model: str, out: str, other: bool = False) -> None:
 
 
 def cost_table(path: str) -> DraftCost:
-    """A `pyriver bench --verify-cost --json` file's table, or the automatic one's (`<cache>/verify-cost/`)."""
+    """A `pyriver bench --verify-cost --json` file's table, or the automatic one's (`<cache>/verify-cost/`:
+    read at each step's context where it was measured at two)."""
     d = json.load(open(path))
+    if d.get("schema") == costcurve.SCHEMA:
+        return costcurve.read(path)
     steps = d["steps"] if "steps" in d else {n: v["decode_steps"] for n, v in d["k"].items()}
     return DraftCost({int(n): float(c) for n, c in steps.items()}, DEFAULT_COST.river_draft)
 
@@ -71,7 +75,7 @@ def simulate(items, policy, cost: DraftCost):
             d = policy["draft"](state, prompt + ans[:i])
             kept = n_kept(d, ans, i)
             policy["update"](state, len(d), kept)
-            spent += cost.interp(len(d) + 1)
+            spent += cost.at(len(prompt) + i).interp(len(d) + 1)
             i += kept + 1
         out.setdefault(it["kind"], []).append(len(ans) / spent)
     return out
@@ -92,8 +96,10 @@ def together(items, cost: DraftCost, slots: int = 4, places: bool = True):
             for q in act:
                 props[q] = proposal(dms[q], group[q]["prompt"] + group[q]["answer"][:pos[q]]) if drafts else []
                 keys[q] = proposal_key(dms[q], len(group[q]["prompt"]) if places else None)
-            ks = choose_together([(dls[q], keys[q], len(props[q])) for q in act], cost) if drafts else [0] * len(act)
-            spent += cost.interp(len(act) + sum(ks))
+            context = max(len(group[q]["prompt"]) + pos[q] for q in act)
+            ks = (choose_together([(dls[q], keys[q], len(props[q])) for q in act], cost, context=context) if drafts
+                  else [0] * len(act))
+            spent += cost.at(context).interp(len(act) + sum(ks), 1 + max(ks) if len(act) > 1 else None)
             for q, k in zip(act, ks):
                 kept = n_kept(props[q][:k], group[q]["answer"], pos[q])
                 if k:
@@ -141,7 +147,7 @@ def by_cost(make_drafter, cost: DraftCost, draft_max: int = 64, places: bool = T
     def draft(st, h):
         st["n_prompt"] = len(h) if st["n_prompt"] is None else st["n_prompt"]   # the first call sees the prompt alone
         d, st["key"] = cut_proposal(st["dm"], proposal(st["dm"], list(h)), draft_max, st["dl"],
-                                    st["n_prompt"] if places else None)
+                                    st["n_prompt"] if places else None, len(h) - 1)
         return [int(t) for t in d]
 
     def update(st, n, k):
@@ -251,12 +257,13 @@ def oracle(items, cost: DraftCost):
         while i < len(ans):
             d, _ = suffix_lookup(np.array(prompt + ans[:i]), 32, 64)
             kept = n_kept(d, ans, i)
-            best, rate = 0, 1.0 / cost.interp(1)
+            at = cost.at(len(prompt) + i)
+            best, rate = 0, 1.0 / at.interp(1)
             for k in range(1, len(d) + 1):
-                c = cost.step(k + 1)
+                c = at.step(k + 1)
                 if c is not None and (min(k, kept) + 1) / c > rate:
                     best, rate = k, (min(k, kept) + 1) / c
-            spent += cost.interp(best + 1)
+            spent += at.interp(best + 1)
             i += min(best, kept) + 1
         out.setdefault(it["kind"], []).append(len(ans) / spent)
     return out

@@ -28,19 +28,20 @@ from pyriver.tools.prompts import PROMPTS, SERVE_EDIT_PROMPTS
 from pyriver.tools.serve_bench import _port
 from pyriver.tools.spec_serve import run_group   # the bench's own groups, so the two measure alike
 
-LOG = []   # (config, rows, slots, drafts, prompt rows, seconds)
+LOG = []   # (config, rows, slots, drafts, prompt rows, seconds, context: the longest decoding slot's cache)
 RUN = {"name": None}
 _run_step = S.Scheduler._run_step
 
 
 def _logged(self, feeds):
+    dec = [f for f in feeds if f.all_logits or not f.prompt]
+    context = max((self.dec.pos(f.seq) for f in dec), default=0)
     t = time.perf_counter()
     res = _run_step(self, feeds)
     dt = time.perf_counter() - t
-    dec = [f for f in feeds if f.all_logits or not f.prompt]
     LOG.append((RUN["name"], sum(len(f.tokens) for f in feeds), len(dec),
                 sum(len(f.tokens) - 1 for f in dec if f.all_logits),
-                sum(len(f.tokens) for f in feeds if f.prompt and not f.all_logits), dt))
+                sum(len(f.tokens) for f in feeds if f.prompt and not f.all_logits), dt, context))
     return res
 
 
@@ -96,20 +97,24 @@ def main() -> None:
             toks = sum(g["tokens"])
             print(f"repeat {r} {name:8s} wall {toks / g['tok_s']:7.2f} s  {toks} tokens  {g['tok_s']:6.2f} tok/s  {len(steps)} steps  "
                   f"engine {sum(x[5] for x in steps):7.2f} s", flush=True)
-    print(f"\ndecode steps by rows (no prompt rows): median ms, over the 1-row median; the default's table"
-          f"{'' if table is None else ' ' + repr(table.points)}")
+    print(f"\ndecode steps by rows (no prompt rows): median ms, over the 1-row median; the default's table "
+          f"at each step's context (median){'' if table is None else ' ' + repr(table)}")
     for name in configs:
-        by = {}
+        by, tabs, ctxs = {}, {}, {}
         for x in LOG:
             if x[0] is not None and x[0].startswith(name + ":") and x[4] == 0:
                 by.setdefault(x[1], []).append(x[5] * 1e3)
+                ctxs.setdefault(x[1], []).append(x[6])
+                if table is not None:
+                    tabs.setdefault(x[1], []).append(table.at(x[6]).interp(x[1]) / table.at(x[6]).interp(1))
         one = statistics.median(by[1]) if 1 in by else None
         print(name)
         for rows in sorted(by):
             ms = statistics.median(by[rows])
             rel = f"{ms / one:5.2f}" if one else "    -"
-            tab = "-" if table is None else f"{table.interp(rows):5.2f}"
-            print(f"  {rows:3d} rows  {len(by[rows]):4d} steps  {ms:8.1f} ms  measured {rel}  table {tab}")
+            tab = "-" if table is None else f"{statistics.median(tabs[rows]):5.2f}"
+            print(f"  {rows:3d} rows  {len(by[rows]):4d} steps  {ms:8.1f} ms  context {statistics.median(ctxs[rows]):6.0f}  "
+                  f"measured {rel}  table {tab}")
 
 
 if __name__ == "__main__":

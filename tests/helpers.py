@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pyriver.draftlen import DraftCost
+
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
 
@@ -243,3 +245,16 @@ def interrupted_at(fn, line, call) -> bool:
     finally:
         sys.settrace(None)
     return tracer.fired
+
+
+
+class RecordingCost(DraftCost):
+    """A verify cost table that notes the contexts it is read at (seen)."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.seen = []
+
+    def at(self, context):
+        self.seen.append(context)
+        return super().at(context)

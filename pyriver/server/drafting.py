@@ -208,7 +208,8 @@ class LlamaDrafter(Drafter):
             # the decoding slots verify in one step: their draft lengths are chosen together, by the
             # whole step's expected tokens per cost
             seqs = list(props)
-            ks = choose_together([(self.dls[q], self.keys[q], len(props[q])) for q in seqs], self.cost)
+            context = max((len(hist) - 1 for hist, _ in want.values()), default=0)   # the step's longest
+            ks = choose_together([(self.dls[q], self.keys[q], len(props[q])) for q in seqs], self.cost, context=context)
             props = {q: props[q][:k] for q, k in zip(seqs, ks)}
         return props   # lists of ints (draft.proposal)
 

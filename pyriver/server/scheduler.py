@@ -416,12 +416,13 @@ class Scheduler:
         under the exit rule; their rows are cut again, the verify step rewrites them."""
         decoding = [s for s in self.slots if self._in_step(s) and s.next_tok is not None and not s.pending]
         share = max(1, self.dec.n_batch // len(self.slots)) - 1
+        context = max((self.dec.pos(s.seq) for s in decoding), default=0)   # the step's longest
         limit = {}
         for s in decoding:
             s.drafts, s.qs = [], []
             room = min(s.req.max_tokens - s.req.n_generated, self.n_ctx - len(s.history))
             cap = min(room - 1, share)
-            limit[s.seq] = min(s.k, cap) if s.dl is None else s.dl.choose("river", cap, len(decoding) - 1)
+            limit[s.seq] = min(s.k, cap) if s.dl is None else s.dl.choose("river", cap, len(decoding) - 1, context)
         active = [s for s in decoding if limit[s.seq] > 0]
         n0 = {s.seq: self.dec.pos(s.seq) for s in active}
         while active:

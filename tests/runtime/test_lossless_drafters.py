@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import model_path
+from helpers import RecordingCost, model_path
 from pyriver import Llama
 from pyriver.draft import SuffixLookup, NgramOrRiver, PromptLookupDecoding, drafter, proposal
 from pyriver.draftlen import DEFAULT_COST, DraftCost, DraftLength
@@ -164,3 +164,33 @@ def test_llama_takes_drafter_and_cost_at_construction(request):
         ls = llm.river_stats()["lossless"]
         assert ls["draft"] == "SuffixLookup" and ls["draft_length"] == "by cost"
         assert set(ls["by_source"]) == {"ngram"} and ls["by_source"]["ngram"]["drafted"] > 0
+
+
+def test_lossless_reads_the_cost_at_each_steps_context(request):
+    """Llama's lossless mode chooses each draft length at the context of its step (DraftCost.at)."""
+    cost = RecordingCost([1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7], 0.0, 10, (100, {n: 1.0 + 0.2 * (n - 1) for n in range(1, 9)}, 1.1))
+    with Llama(model_path(request, "smol"), n_ctx=256, n_threads=2, verbose=False, river=None, lossless=True,
+               draft_model="ngram", draft_cost=cost) as llm:
+        n = len(llm.tokenize(CODE.encode()))
+        llm(CODE, max_tokens=24, temperature=0)
+    assert cost.seen and cost.seen[0] == n   # the prompt and the first token in the cache
+    assert cost.seen == sorted(cost.seen) and cost.seen[-1] > n
+
+
+def test_the_automatic_table_is_measured_at_two_contexts_once(request, tmp_cache, monkeypatch):
+    from pyriver import costcurve
+    from pyriver.llama import COST_PROMPT
+    with Llama(model_path(request, "mha"), n_ctx=2048, n_threads=2, verbose=False, river=None) as llm:
+        prompt = llm.tokenize(COST_PROMPT.encode())
+        c = costcurve.auto(llm, prompt)
+        assert c.context == len(prompt) and c.far[0] == costcurve.FAR * len(prompt)
+        assert set(c.points) == set(c.far[1]) == set(costcurve.SIZES)
+
+        def measure(*a):
+            raise AssertionError("measured again")
+        monkeypatch.setattr(costcurve, "measure", measure)
+        assert costcurve.auto(llm, prompt).to_dict() == c.to_dict()   # read from the cache
+    monkeypatch.undo()
+    with Llama(model_path(request, "mha"), n_ctx=256, n_threads=2, verbose=False, river=None) as llm:
+        c = costcurve.auto(llm, llm.tokenize(COST_PROMPT.encode()))
+        assert c.far is None and max(c.points) <= 128   # no room for a far context: one table
