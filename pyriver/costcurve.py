@@ -12,7 +12,7 @@ for every row) never read batch_layout's second layout (native: a prompt step or
 so one table serves both settings.
 
 Every row of a step attends over the whole cache, so a long step's cost over a single step's grows
-with the context: on the 1.5B Q4_K_M (Xeon, flash attention) a step of 32 rows costs 6.0 single
+with the context: on the 1.5B Q4_K_M (Xeon, flash attention) a step of 32 rows costs 6.3 single
 steps after 144 tokens, 7.3 after 1152 and 8.7 after 2016. The automatic table is measured at two
 contexts, the cost prompt and FAR times it, and read at each step's context (DraftCost.at)."""
 from __future__ import annotations

@@ -36,7 +36,7 @@ class DraftCost:
     A table measured at two contexts (the tokens the cache holds before the step: context, and
     far's (context, verify, single) with single the far context's single step in this one's) is
     read at the context of each choice (at): every row of a step attends over the whole context,
-    so a long step's cost over a single step's grows with it (the 1.5B Q4_K_M's 32 rows: 6.0
+    so a long step's cost over a single step's grows with it (the 1.5B Q4_K_M's 32 rows: 6.3
     single steps at 144 tokens, 7.3 at 1152, 8.7 at 2016; docs/lossless.md). Between and beyond
     the two, each step's seconds are linear in the context (to MAX_FAR times the distance)."""
 

@@ -70,7 +70,7 @@ def _cost(a, s: Dict, mn: int) -> Optional[DraftCost]:
     if a.draft_cost is None:
         return None
     river = a.draft_cost.river_draft if s["draft"] == "ngram" else river_draft_cost(s["llm"], a.draft_tau, mn)
-    return DraftCost(a.draft_cost.verify, river)
+    return DraftCost.from_dict({**a.draft_cost.to_dict(), "river_draft": river})   # its sizes and contexts kept
 
 
 def measure_lossless(a, model_path: str) -> List[Dict]:
