@@ -85,7 +85,7 @@ class DraftCost:
     def step(self, n_verify: int, largest: Optional[int] = None) -> Optional[float]:
         """The cost of a step of n_verify tokens; None where the table skips that size. largest: the
         rows of the step's largest sequence where it holds several (FA_TILE)."""
-        if largest is not None and largest < FA_TILE <= n_verify:
+        if self._split(n_verify, largest):
             return self._below_tile().step(n_verify)
         p = self.points
         if n_verify in p:
@@ -95,6 +95,11 @@ class DraftCost:
         inc = (p[self._last] - p[1]) / (self._last - 1) if self._last > 1 else p[1]
         return p[self._last] + inc * (n_verify - self._last)
 
+    @staticmethod
+    def _split(n_verify: int, largest: Optional[int]) -> bool:
+        """Whether a step of n_verify rows over several sequences has no tiled flash-attention product."""
+        return largest is not None and largest < FA_TILE <= n_verify
+
     def _below_tile(self) -> "DraftCost":
         if self._small is None:
             self._small = DraftCost({n: c for n, c in self.points.items() if n < FA_TILE}, self.river_draft)
@@ -102,7 +107,7 @@ class DraftCost:
 
     def interp(self, n_verify: int, largest: Optional[int] = None) -> float:
         """step(n_verify, largest), linear between the measured sizes around it where the table skips it."""
-        if largest is not None and largest < FA_TILE <= n_verify:
+        if self._split(n_verify, largest):
             return self._below_tile().interp(n_verify)
         c = self.step(n_verify)
         if c is not None:
@@ -319,11 +324,12 @@ def choose_together(picks: List[Tuple["DraftLength", str, int]], cost: DraftCost
                     key=lambda gi: -gi[0])
     expect = float(len(picks))
     best, best_rate = 0, expect / cost.interp(max(rows, 1))
-    ks = [0] * len(picks)
+    grown, largest = [1] * len(picks), 1   # each sequence's rows as the drafts are added, the most of them
     for d, (g, i) in enumerate(ranked, 1):
         expect += g
-        ks[i] += 1
-        c = cost.step(rows + d, 1 + max(ks) if rows > 1 else None)   # several sequences: FA_TILE
+        grown[i] += 1
+        largest = max(largest, grown[i])
+        c = cost.step(rows + d, largest if rows > 1 else None)   # several sequences: FA_TILE
         if c is not None and expect / c > best_rate + 1e-12:
             best, best_rate = d, expect / c
     ks = [0] * len(picks)

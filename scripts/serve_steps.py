@@ -106,7 +106,7 @@ def main() -> None:
                 by.setdefault(x[1], []).append(x[5] * 1e3)
                 ctxs.setdefault(x[1], []).append(x[6])
                 if table is not None:
-                    tabs.setdefault(x[1], []).append(table.at(x[6]).interp(x[1]) / table.at(x[6]).interp(1))
+                    tabs.setdefault(x[1], []).append(table.at(x[6]).interp(x[1]))   # in single steps at that context
         one = statistics.median(by[1]) if 1 in by else None
         print(name)
         for rows in sorted(by):

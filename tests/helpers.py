@@ -247,7 +247,6 @@ def interrupted_at(fn, line, call) -> bool:
     return tracer.fired
 
 
-
 class RecordingCost(DraftCost):
     """A verify cost table that notes the contexts it is read at (seen)."""
 
