@@ -31,8 +31,16 @@ from .draftlen import DraftCost, DEFAULT_COST
 # The step sizes the automatic table measures: every size to 4, then the kernels' steps (16, 32, 48,
 # 64) and a point between each; a size not measured is never taken (DraftCost.step).
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-SCHEMA = "pyriver.verify_cost/2"
+SCHEMA = "pyriver.verify_cost/3"
+# Repeats of each size. Each step is timed between two single steps and read as its ratio to them,
+# the median over the repeats: on a shared 2-core machine the speed moves between repeats (single
+# steps of 12 to 14 ms within a minute), so the fastest step of a size over the fastest single one
+# (schema 2) read SmolLM2's 2-row step at 1.51 to 1.89 single steps in five measurements, where
+# interleaved pairs read 1.66 and the server's own steps 1.70 (docs/lossless.md). The small sizes,
+# where drafting one or two tokens or none turns on a few percent (a chat's drafts), are cheap and
+# get SMALL_REPEATS: 42 s on the 1.5B Q4_K_M (5 repeats of every size: 73 s).
 REPEATS = 3
+SMALL, SMALL_REPEATS = 8, 5
 # The far context: the cost prompt this many times over (1152 tokens on the 1.5B), where it fits. Far
 # from the near one, so that a step's growth is read over a long distance (a single step grows by
 # about 5% there: measured at 576 tokens, the noise of a repeat was as large as the growth).
@@ -45,46 +53,52 @@ def _time(fn) -> float:
     return time.perf_counter() - t0
 
 
-def measure(llm, sizes, repeats: int, prompt: List[int]) -> Dict[int, Dict[str, List[float]]]:
-    """Per size n: seconds of one n-token verify step after prompt, and its ratio to a single decode
-    step timed in the same repeat (the median of three); the cache is cut back to the prompt after
-    each and emptied at the end. llm: a pyriver Llama with an empty cache."""
+def measure(llm, sizes, repeats: int, prompt: List[int], small_repeats: int = 0) -> Dict[int, Dict[str, List[float]]]:
+    """Per size n > 1: seconds of each n-token verify step after prompt and its ratio to the mean of
+    the single decode steps timed just before and after it (each pass times single, n1, single, n2,
+    single, ...), one per pass: repeats passes over every size, then passes over the sizes up to
+    SMALL to small_repeats in all; under 1 the single steps' seconds. The cache is cut back to the
+    prompt after each step and emptied at the end. llm: a pyriver Llama with an empty cache."""
     n0 = len(prompt)
     llm.decode_logits(prompt, prompt=True)
     toks = (prompt * (1 + max(sizes) // len(prompt)))[:max(sizes)]   # any tokens: the cost does not depend on which
-    out: Dict[int, Dict[str, List[float]]] = {n: {"multi_s": [], "single_s": [], "ratio": []} for n in sizes}
+
+    def step(n: int) -> float:
+        t = _time(lambda: llm.decode_logits(toks[:n], logits_all=True, prompt=True) if n > 1
+                  else llm.decode_logits(toks[:1]))
+        llm._truncate(n0)
+        return t
+
+    multi = [n for n in sizes if n > 1]
+    passes = [multi] * repeats + [[n for n in multi if n <= SMALL]] * max(0, small_repeats - repeats)
+    out: Dict[int, Dict[str, List[float]]] = {n: {"multi_s": [], "ratio": []} for n in multi}
+    out[1] = {"single_s": []}
     try:
-        for _ in range(repeats):
-            singles = []
-            for _ in range(3):
-                singles.append(_time(lambda: llm.decode_logits(toks[:1])))
-                llm._truncate(n0)
-            one = statistics.median(singles)
-            for n in sizes:
-                m = _time(lambda: llm.decode_logits(toks[:n], logits_all=True, prompt=True))
-                llm._truncate(n0)
+        for ns in passes:
+            before = step(1)
+            out[1]["single_s"].append(before)
+            for n in ns:
+                m, after = step(n), step(1)
                 out[n]["multi_s"].append(m)
-                out[n]["single_s"].append(one)
-                out[n]["ratio"].append(m / one)
+                out[n]["ratio"].append(m / ((before + after) / 2))
+                out[1]["single_s"].append(after)
+                before = after
     finally:
         llm.reset()
         llm._truncate(0)
     return out
 
 
-def fastest_single(res: Dict[int, Dict[str, List[float]]]) -> float:
-    """The fastest single step of a measurement, seconds."""
-    return min(min(r["single_s"]) for r in res.values())
+def single(res: Dict[int, Dict[str, List[float]]]) -> float:
+    """The median single step of a measurement, seconds."""
+    return statistics.median(res[1]["single_s"])
 
 
 def table(res: Dict[int, Dict[str, List[float]]]) -> Dict[int, float]:
-    """{n: the fastest n-token step over the fastest single step}, the single step itself 1. The
-    fastest, not the median: another process on the machine only ever adds time (and a ggml thread
-    pool whose cores are taken loses far more on a multi-token step than on a single one)."""
-    one = fastest_single(res)
-    t = {n: min(r["multi_s"]) / one for n, r in res.items()}
+    """{n: the median of the n-token step's ratios to the single steps beside it}, the single step itself 1."""
+    t = {n: statistics.median(r["ratio"]) for n, r in res.items() if n > 1}
     t[1] = 1.0
-    return t
+    return dict(sorted(t.items()))
 
 
 def to_json(cost: DraftCost, model: str, threads: int) -> str:
@@ -101,10 +115,11 @@ def read(path) -> DraftCost:
 
 def auto(llm, prompt: List[int]) -> DraftCost:
     """The verify cost table of llm's model and setting: from the cache, else measured now (REPEATS
-    of SIZES after the prompt and after FAR times it: about 40 s on the 1.5B Q4_K_M on 2 cores, once)
+    of SIZES, SMALL_REPEATS of the small ones, after the prompt and after FAR times it: about 40 s on
+    the 1.5B Q4_K_M on 2 cores, once)
     and cached; the river draft's cost is DEFAULT_COST's. A model whose context cannot hold the
     largest step gets the sizes that fit, and one table where the far context does not fit."""
-    path = cache_dir() / "verify-cost" / f"{setting_key(llm, sizes=list(SIZES), schema=SCHEMA)}.json"
+    path = cache_dir() / "verify-cost" / f"{setting_key(llm, sizes=list(SIZES), schema=SCHEMA, repeats=[REPEATS, SMALL, SMALL_REPEATS])}.json"
     try:
         return read(path)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -115,12 +130,12 @@ def auto(llm, prompt: List[int]) -> DraftCost:
     if llm.verbose:
         print(f"pyriver: measuring the verify cost of {len(sizes)} step sizes for lossless drafts (once)",
               file=sys.stderr)
-    res = measure(llm, sizes, REPEATS, near)
+    res = measure(llm, sizes, REPEATS, near, SMALL_REPEATS)
     cost = DraftCost(table(res), DEFAULT_COST.river_draft)
     if len(far) >= 2 * len(near):
-        res_far = measure(llm, sizes, REPEATS, far)
+        res_far = measure(llm, sizes, REPEATS, far, SMALL_REPEATS)
         cost = DraftCost(cost.points, cost.river_draft, len(near),
-                         (len(far), table(res_far), fastest_single(res_far) / fastest_single(res)))
+                         (len(far), table(res_far), single(res_far) / single(res)))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, to_json(cost, llm.model_path, llm.n_threads))
     return cost

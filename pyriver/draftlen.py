@@ -8,6 +8,8 @@ context that is not batch-invariant, depends only on the call (each generation s
 from __future__ import annotations
 
 import json
+from functools import lru_cache
+from operator import itemgetter
 from typing import Dict, List, Optional, Tuple
 
 
@@ -50,7 +52,7 @@ class DraftCost:
         self.points = dict(sorted(pts.items()))
         self.river_draft = float(river_draft)
         self._last = max(self.points)
-        self.context, self.far, self._at, self._small = None, None, {}, None
+        self.context, self.far, self._at, self._small, self._floors = None, None, {}, None, {}
         if far is not None:
             c1, v1, single = far
             v1 = {int(n): float(c) for n, c in v1.items()}
@@ -92,8 +94,26 @@ class DraftCost:
             return p[n_verify]
         if n_verify < self._last:
             return None
-        inc = (p[self._last] - p[1]) / (self._last - 1) if self._last > 1 else p[1]
-        return p[self._last] + inc * (n_verify - self._last)
+        return p[self._last] + self._inc() * (n_verify - self._last)
+
+    def _inc(self) -> float:
+        """A row's cost beyond the table: the table's mean increment."""
+        p = self.points
+        return (p[self._last] - p[1]) / (self._last - 1) if self._last > 1 else p[1]
+
+    def floor(self, n_verify: int) -> float:
+        """The least a step of n_verify rows or more costs, priced either way (FA_TILE): where even
+        that cannot pay for the drafts left, the length rules stop looking."""
+        got = self._floors.get(n_verify)
+        if got is None:
+            got = self._floors[n_verify] = min(self._least(n_verify), self._below_tile()._least(max(n_verify, FA_TILE)))
+        return got
+
+    def _least(self, n_verify: int) -> float:
+        if self._inc() < 0:   # a table cheaper at its end than at one row: no bound
+            return 0.0
+        tail = self.points[self._last] + self._inc() * max(0, n_verify - self._last)   # grows from there on
+        return min([c for n, c in self.points.items() if n >= n_verify] + [tail])
 
     @staticmethod
     def _split(n_verify: int, largest: Optional[int]) -> bool:
@@ -191,26 +211,34 @@ def parse_ngram(source: str) -> Optional[Tuple[str, int]]:
     return None
 
 
+# The chance that an n-gram proposal's first draft is kept, by the match's bucket (NGRAM_BUCKETS)
+# and place: a copy of the prompt ("ngram") or the answer repeating itself ("repeat"). Measured
+# (`python scripts/draft_sim.py places`) on held-out greedy answers, not the benchmark's: the 1.5B
+# Q4_K_M and SmolLM2 on the 6 CODE_EDIT_PROMPTS and the code, math and prose PROMPTS (4,666
+# proposals). The form n / (n + 1) it replaces read a match of one token at 0.5 (measured 0.16) and
+# a repeat of 3 at 0.67 (0.52): chat's short matches, drafted at a loss (docs/lossless.md).
+FIRST_KEPT = {"ngram": {1: 0.16, 2: 0.52, 3: 0.59, 4: 0.90, 6: 0.92, 9: 0.93, 16: 0.98},
+              "repeat": {1: 0.21, 2: 0.42, 3: 0.52, 4: 0.72, 6: 0.74, 9: 0.91, 16: 0.98}}
+
+
 def prior(source: str) -> Tuple[float, float]:
     """(p1, a) before a generation has seen a draft of source: the chance the first draft is kept,
-    and that each next one is kept once the one before was. An n-gram match of n tokens in the
-    prompt ("ngram<n>"): both n / (n + 1) (a long match is a stretch the answer copies: on the
-    1.5B's code edits a match of 9 or more keeps its first draft 93% of the time and then about 20
-    tokens, a match of one token 23% and 1; the form and weight were chosen on those answers by
-    scripts/draft_sim.py); one in the generated text ("repeat<n>": the answer repeating itself)
-    p1 (n - 1) / n and a n / (n + 1) (a match of 3 keeps its first draft about half the time there,
-    85% in the prompt, on the code edits of the 1.5B and SmolLM2 alike: docs/lossless.md); a river
-    draft 0.75 and 0.75; a draft model that says nothing 0.5."""
+    and that each next one is kept once the one before was. An n-gram match of n tokens (in the
+    prompt, "ngram<n>", or in the generated text, "repeat<n>"): p1 as measured for its bucket and
+    place (FIRST_KEPT), a = n / (n + 1) (a long match is a stretch the answer copies; the form the
+    replays chose, scripts/draft_sim.py: the measured next-draft rates, 0.56 to 0.98, draft long runs
+    that end at the edits and replay 5 to 10% slower); a river draft 0.75 and 0.75; a draft model
+    that says nothing 0.5."""
     if source == "river":
         return 0.75, 0.75
     ng = parse_ngram(source)
     if ng is not None:
         kind, n = ng
-        a = n / (n + 1.0)
-        return ((n - 1.0) / n if kind == "repeat" else a), a
+        return FIRST_KEPT[kind][max(b for b in NGRAM_BUCKETS if b <= max(n, 1))], n / (n + 1.0)
     return 0.5, 0.5
 
 
+@lru_cache(maxsize=None)
 def bucket(source: str) -> str:
     """The key an n-gram source's counts are pooled under (ngram<n> / repeat<n>: the bucket's shortest n)."""
     ng = parse_ngram(source)
@@ -237,6 +265,7 @@ class DraftLength:
         self.draft_max = int(draft_max)
         self.memory = float(memory)
         self.counts: Dict[str, List[float]] = {}   # key -> [first kept, first rejected, next kept, next rejected]
+        self._priors: Dict[str, List[float]] = {}  # key -> its prior's counts
 
     @staticmethod
     def _prior_counts(key: str) -> List[float]:
@@ -259,8 +288,11 @@ class DraftLength:
         return self.chances(source)[1]
 
     def _forget(self, key: str) -> None:
-        c, p = self._get(key), self._prior_counts(key)
-        self.counts[key] = [pv + self.memory * (cv - pv) for cv, pv in zip(c, p)]
+        c, p, m = self._get(key), self._priors.get(key), self.memory
+        if p is None:   # counts set from outside
+            p = self._priors[key] = self._prior_counts(key)
+        self.counts[key] = [p[0] + m * (c[0] - p[0]), p[1] + m * (c[1] - p[1]), p[2] + m * (c[2] - p[2]),
+                            p[3] + m * (c[3] - p[3])]
 
     def choose(self, source: str, cap: Optional[int] = None, others: int = 0, context: Optional[int] = None) -> int:
         """The k in 0..min(draft_max, cap) with the most expected tokens per cost. others: the rows
@@ -274,6 +306,10 @@ class DraftLength:
         top = self.draft_max if cap is None else min(self.draft_max, cap)
         best, best_rate, expect, run = 0, (1.0 + others) / cost.interp(1 + others), 1.0 + others, p1
         for k in range(1, top + 1):
+            # no longer draft can pay where all the drafts left, kept, at the cheapest step that holds
+            # them, would not: the answer is exact, and a chat's steps skip the scan (the server's step loop)
+            if expect + run * (top - k + 1) <= (best_rate + 1e-12) * (cost.floor(others + k + 1) + k * per_draft):
+                break
             expect += run   # the k-th draft is kept with p1 * a^(k-1)
             run *= a
             step = cost.step(others + k + 1, k + 1 if others else None)
@@ -288,13 +324,13 @@ class DraftLength:
         """What each of up to min(draft_max, cap) free drafts (no per-draft cost: n-grams) adds to a
         step's expected tokens: p1, p1 a, p1 a^2, ... (non-increasing). Moves the counts toward the
         prior first, as choose does: call one of the two once per step."""
+        return _series(*self.lead(source, cap))
+
+    def lead(self, source: str, cap: int) -> Tuple[float, float, int]:
+        """(p1, a, the drafts up to min(draft_max, cap)) of source, the counts moved toward the prior
+        first (what gains lists)."""
         self._forget(bucket(source))
-        p1, a = self.chances(source)
-        out, run = [], p1
-        for _ in range(max(0, min(self.draft_max, cap))):
-            out.append(run)
-            run *= a
-        return out
+        return (*self.chances(source), max(0, min(self.draft_max, cap)))
 
     def update(self, source: str, n_drafted: int, n_kept: int) -> None:
         if n_drafted <= 0:
@@ -306,6 +342,15 @@ class DraftLength:
         c[0] += 1.0
         c[2] += n_kept - 1
         c[3] += 1.0 if n_kept < n_drafted else 0.0
+
+
+def _series(p1: float, a: float, n: int) -> List[float]:
+    """p1, p1 a, p1 a^2, ...: n terms."""
+    out, run = [], p1
+    for _ in range(n):
+        out.append(run)
+        run *= a
+    return out
 
 
 def choose_together(picks: List[Tuple["DraftLength", str, int]], cost: DraftCost, rows: Optional[int] = None,
@@ -320,12 +365,25 @@ def choose_together(picks: List[Tuple["DraftLength", str, int]], cost: DraftCost
     longest of the sequences' contexts (DraftCost.at: one-token rows attend over the longest)."""
     rows = len(picks) if rows is None else rows
     cost = cost.at(context)
-    ranked = sorted(((g, i) for i, (dl, src, cap) in enumerate(picks) for g in dl.gains(src, cap)),
-                    key=lambda gi: -gi[0])
+    leads = [dl.lead(src, cap) for dl, src, cap in picks]
     expect = float(len(picks))
     best, best_rate = 0, expect / cost.interp(max(rows, 1))
+    # where even every draft kept, at the cheapest step of one row more, would not pay, none is
+    # ranked (most of a chat's steps: the step loop's Python runs on caches the model step left cold)
+    most = sum(p1 * n if a >= 1.0 else p1 * (1.0 - a ** n) / (1.0 - a) for p1, a, n in leads)
+    if expect + most <= (best_rate + 1e-12) * cost.floor(rows + 1):
+        return [0] * len(picks)
+    gains = [_series(*lead) for lead in leads]
+    ranked = [(g, i) for i, gs in enumerate(gains) for g in gs]
+    if len(picks) > 1:   # one sequence's gains are in order already
+        ranked.sort(key=itemgetter(0), reverse=True)   # stable: equal gains in sequence order
     grown, largest = [1] * len(picks), 1   # each sequence's rows as the drafts are added, the most of them
+    left = sum(map(sum, gains))
     for d, (g, i) in enumerate(ranked, 1):
+        # no larger total can pay where every gain left, at the cheapest step that holds them, would not
+        if expect + left <= (best_rate + 1e-12) * cost.floor(rows + d):
+            break
+        left -= g
         expect += g
         grown[i] += 1
         largest = max(largest, grown[i])

@@ -126,6 +126,8 @@ class Drafter:
         """What a verify step emits (as pyriver.lossless.decide): rows are the target's logits of
         the newest token and each draft. Each position is sampled as without drafts; a draft is
         kept while it is the sampled token (synthetic mode: by chance, never an end token)."""
+        if not drafts:   # a plain step (most of a chat's): no copy of the history
+            return [(sampler.sample(rows[0], hist), rows[0])]
         hist = list(hist)
         out = []
         for i, d in enumerate(drafts):
