@@ -214,7 +214,7 @@ def parse_ngram(source: str) -> Optional[Tuple[str, int]]:
 # The chance that an n-gram proposal's first draft is kept, by the match's bucket (NGRAM_BUCKETS)
 # and place: a copy of the prompt ("ngram") or the answer repeating itself ("repeat"). Measured
 # (`python scripts/draft_sim.py places`) on held-out greedy answers, not the benchmark's: the 1.5B
-# Q4_K_M and SmolLM2 on the 6 CODE_EDIT_PROMPTS and the code, math and prose PROMPTS (4,666
+# Q4_K_M and SmolLM2 on the 6 CODE_EDIT_PROMPTS and the code, math and prose PROMPTS (4,665
 # proposals). The form n / (n + 1) it replaces read a match of one token at 0.5 (measured 0.16) and
 # a repeat of 3 at 0.67 (0.52): chat's short matches, drafted at a loss (docs/lossless.md).
 FIRST_KEPT = {"ngram": {1: 0.16, 2: 0.52, 3: 0.59, 4: 0.90, 6: 0.92, 9: 0.93, 16: 0.98},

@@ -9,7 +9,7 @@ be kept) bounds what any length rule can reach with a drafter and a cost curve.
                                                                     # (other: CODE_EDIT_PROMPTS, code, math, prose)
     python scripts/draft_sim.py run answers.json verify-cost.json   # `pyriver bench --verify-cost --json`'s or the auto table
     python scripts/draft_sim.py hazard answers.json MODEL           # where the code edits' copied runs end
-    python scripts/draft_sim.py places answers.json                 # first drafts kept by match length and place
+    python scripts/draft_sim.py places answers.json [more.json]     # first drafts kept by match length and place
 
 `run` also replays the server's slots verifying together (choose_together), the answers of a kind
 in groups of 4, as the benchmark's 4 streams send them.
@@ -116,8 +116,10 @@ def together(items, cost: DraftCost, slots: int = 4, places: bool = True):
 
 def places(items) -> None:
     """How often SuffixLookup's first draft is kept, and how many of its first 8 drafts, by the match's
-    length and place: in the prompt (P) or in the generated text (A: the answer repeating itself)."""
-    tab = {}
+    length and place: in the prompt (P) or in the generated text (A: the answer repeating itself);
+    then the first-draft rate pooled over every kind, as pyriver.draftlen.FIRST_KEPT holds it (measured
+    on held-out answers: `places other-1.5b.json other-smollm2.json`, answers recorded with `other`)."""
+    tab, pooled = {}, {}
     for it in items:
         prompt, ans = it["prompt"], it["answer"]
         dm = SuffixLookup()
@@ -127,10 +129,14 @@ def places(items) -> None:
                 continue
             kept = n_kept(d, ans, i)
             place, n = parse_ngram(bucket(proposal_key(dm, len(prompt))))   # pooled as the rule pools them
-            t = tab.setdefault((it["kind"], n, "A" if place == "repeat" else "P"), [0, 0, 0])
-            t[0], t[1], t[2] = t[0] + 1, t[1] + (kept > 0), t[2] + min(kept, 8)
+            for t in (tab.setdefault((it["kind"], n, "A" if place == "repeat" else "P"), [0, 0, 0]),
+                      pooled.setdefault((place, n), [0, 0, 0])):
+                t[0], t[1], t[2] = t[0] + 1, t[1] + (kept > 0), t[2] + min(kept, 8)
     for (kind, n, where), (c, first, k8) in sorted(tab.items()):
         print(f"{kind:<10} match >= {n:<3} {where}  proposals {c:<5} first kept {first / c:.2f}  of 8 kept {k8 / c:.2f}")
+    for place in ("ngram", "repeat"):
+        print(f"first kept, every kind, {place}: " + ", ".join(f"{n}: {first / c:.2f} ({c})" for (p, n), (c, first, _)
+                                                               in sorted(pooled.items()) if p == place))
 
 
 def fixed(n: int, m: int):
@@ -313,7 +319,7 @@ def main(argv):
     if argv[0] == "hazard":
         return hazard(json.load(open(argv[1])), argv[2])
     if argv[0] == "places":
-        return places(json.load(open(argv[1])))
+        return places([it for path in argv[1:] for it in json.load(open(path))])
     items, cost = json.load(open(argv[1])), cost_table(argv[2])
     rows = {"llama-server ngram-simple (12, 48)": simulate(items, fixed(12, 48), cost),
             "prompt lookup (2, 10), DEFAULT_COST k<=8": simulate(items, by_cost(PromptLookupDecoding, DEFAULT_COST, 8), cost),

@@ -202,7 +202,7 @@ class LlamaDrafter(Drafter):
         props = {}
         for seq, (hist, limit) in want.items():
             prop = proposal(self.model, hist)
-            if any(t < 0 or t >= self.n_vocab for t in prop):   # a draft model's bad token: no drafts this step
+            if prop and (min(prop) < 0 or max(prop) >= self.n_vocab):   # a draft model's bad token: no drafts this step
                 prop = []
             self.keys[seq] = proposal_key(self.model, self.n_prompt.get(seq))
             props[seq] = prop[:max(limit, 0)]
