@@ -115,7 +115,7 @@ def read(path) -> DraftCost:
 
 def auto(llm, prompt: List[int]) -> DraftCost:
     """The verify cost table of llm's model and setting: from the cache, else measured now (REPEATS
-    of SIZES, SMALL_REPEATS of the small ones, after the prompt and after FAR times it: about 40 s on
+    of SIZES, SMALL_REPEATS of the small ones, after the prompt and after FAR times it: about 50 s on
     the 1.5B Q4_K_M on 2 cores, once)
     and cached; the river draft's cost is DEFAULT_COST's. A model whose context cannot hold the
     largest step gets the sizes that fit, and one table where the far context does not fit."""
