@@ -54,34 +54,32 @@ def _time(fn) -> float:
 
 
 def measure(llm, sizes, repeats: int, prompt: List[int], small_repeats: int = 0) -> Dict[int, Dict[str, List[float]]]:
-    """Per size n > 1: seconds of each n-token verify step after prompt and its ratio to the mean of
-    the single decode steps timed just before and after it (each pass times single, n1, single, n2,
-    single, ...), one per pass: repeats passes over every size, then passes over the sizes up to
-    SMALL to small_repeats in all; under 1 the single steps' seconds. The cache is cut back to the
-    prompt after each step and emptied at the end. llm: a pyriver Llama with an empty cache."""
+    """Per size n: seconds of each n-token verify step after prompt (logits for every row), the mean
+    of the single decode steps timed just before and after it (each pass times single, n1, single,
+    n2, single, ...) and the ratio of the two, one per pass: repeats passes over every size, then
+    passes over the sizes up to SMALL to small_repeats in all. The cache is cut back to the prompt
+    after each step and emptied at the end. llm: a pyriver Llama with an empty cache."""
     n0 = len(prompt)
     llm.decode_logits(prompt, prompt=True)
     toks = (prompt * (1 + max(sizes) // len(prompt)))[:max(sizes)]   # any tokens: the cost does not depend on which
 
-    def step(n: int) -> float:
-        t = _time(lambda: llm.decode_logits(toks[:n], logits_all=True, prompt=True) if n > 1
+    def step(n: int, verify: bool = True) -> float:
+        t = _time(lambda: llm.decode_logits(toks[:n], logits_all=True, prompt=True) if verify
                   else llm.decode_logits(toks[:1]))
         llm._truncate(n0)
         return t
 
-    multi = [n for n in sizes if n > 1]
-    passes = [multi] * repeats + [[n for n in multi if n <= SMALL]] * max(0, small_repeats - repeats)
-    out: Dict[int, Dict[str, List[float]]] = {n: {"multi_s": [], "ratio": []} for n in multi}
-    out[1] = {"single_s": []}
+    passes = [list(sizes)] * repeats + [[n for n in sizes if n <= SMALL]] * max(0, small_repeats - repeats)
+    out: Dict[int, Dict[str, List[float]]] = {n: {"multi_s": [], "single_s": [], "ratio": []} for n in sizes}
     try:
         for ns in passes:
-            before = step(1)
-            out[1]["single_s"].append(before)
+            before = step(1, verify=False)
             for n in ns:
-                m, after = step(n), step(1)
+                m, after = step(n), step(1, verify=False)
+                one = (before + after) / 2
                 out[n]["multi_s"].append(m)
-                out[n]["ratio"].append(m / ((before + after) / 2))
-                out[1]["single_s"].append(after)
+                out[n]["single_s"].append(one)
+                out[n]["ratio"].append(m / one)
                 before = after
     finally:
         llm.reset()
@@ -91,13 +89,13 @@ def measure(llm, sizes, repeats: int, prompt: List[int], small_repeats: int = 0)
 
 def single(res: Dict[int, Dict[str, List[float]]]) -> float:
     """The median single step of a measurement, seconds."""
-    return statistics.median(res[1]["single_s"])
+    return statistics.median(s for r in res.values() for s in r["single_s"])
 
 
 def table(res: Dict[int, Dict[str, List[float]]]) -> Dict[int, float]:
     """{n: the median of the n-token step's ratios to the single steps beside it}, the single step itself 1."""
     t = {n: statistics.median(r["ratio"]) for n, r in res.items() if n > 1}
-    t[1] = 1.0
+    t[1] = 1.0   # the unit (a 1-token verify step is a decode step's cost)
     return dict(sorted(t.items()))
 
 

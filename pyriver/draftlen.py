@@ -226,9 +226,9 @@ def prior(source: str) -> Tuple[float, float]:
     and that each next one is kept once the one before was. An n-gram match of n tokens (in the
     prompt, "ngram<n>", or in the generated text, "repeat<n>"): p1 as measured for its bucket and
     place (FIRST_KEPT), a = n / (n + 1) (a long match is a stretch the answer copies; the form the
-    replays chose, scripts/draft_sim.py: the measured next-draft rates, 0.56 to 0.98, draft long runs
-    that end at the edits and replay 5 to 10% slower); a river draft 0.75 and 0.75; a draft model
-    that says nothing 0.5."""
+    replays chose, scripts/draft_sim.py: the measured next-draft rates, 0.56 to 0.98, draft long
+    runs that end at the edits and replay 4 to 11% slower on code edits); a river draft 0.75 and
+    0.75; a draft model that says nothing 0.5."""
     if source == "river":
         return 0.75, 0.75
     ng = parse_ngram(source)
