@@ -38,7 +38,8 @@ SCHEMA = "pyriver.verify_cost/3"
 # (schema 2) read SmolLM2's 2-row step at 1.51 to 1.89 single steps in five measurements, where
 # interleaved pairs read 1.66 and the server's own steps 1.70 (docs/lossless.md). The small sizes,
 # where drafting one or two tokens or none turns on a few percent (a chat's drafts), are cheap and
-# get SMALL_REPEATS: 42 s on the 1.5B Q4_K_M (5 repeats of every size: 73 s).
+# get SMALL_REPEATS: 52 s on the 1.5B Q4_K_M's first start on the Xeon (5 repeats of every size:
+# 73 s).
 REPEATS = 3
 SMALL, SMALL_REPEATS = 8, 5
 # The far context: the cost prompt this many times over (1152 tokens on the 1.5B), where it fits. Far

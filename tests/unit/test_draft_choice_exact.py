@@ -3,7 +3,7 @@ choices as the full scan, on random tables and counts; and the priors of short n
 measured on held-out answers, keep a chat's one-token matches from drafting."""
 import random
 
-from pyriver.draftlen import FA_TILE, DraftCost, DraftLength, choose_together, prior
+from pyriver.draftlen import FA_TILE, DraftCost, DraftLength, bucket, choose_together, prior
 
 SIZES = [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
 KEYS = ["ngram1", "ngram2", "ngram3", "ngram5", "ngram9", "ngram20", "repeat1", "repeat3", "repeat7", "repeat16", "river"]
@@ -26,7 +26,7 @@ def _learned(rng, cost):
 
 def _scan_choose(dl, source, cap, others):
     """choose without stopping: every k's rate."""
-    dl._forget(dl_bucket(source))
+    dl._forget(bucket(source))
     p1, a = dl.chances(source)
     cost = dl.cost
     per = cost.river_draft if source == "river" else 0.0
@@ -38,11 +38,6 @@ def _scan_choose(dl, source, cap, others):
         if step is not None and expect / (step + k * per) > best_rate + 1e-12:
             best, best_rate = k, expect / (step + k * per)
     return best
-
-
-def dl_bucket(source):
-    from pyriver.draftlen import bucket
-    return bucket(source)
 
 
 def _scan_together(picks, cost):
