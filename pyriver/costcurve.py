@@ -41,7 +41,7 @@ SCHEMA = "pyriver.verify_cost/3"
 # get SMALL_REPEATS: 52 s on the 1.5B Q4_K_M's first start on the Xeon (5 repeats of every size:
 # 73 s).
 REPEATS = 3
-SMALL, SMALL_REPEATS = 8, 5
+SMALL, SMALL_REPEATS = 4, 9
 # The far context: the cost prompt this many times over (1152 tokens on the 1.5B), where it fits. Far
 # from the near one, so that a step's growth is read over a long distance (a single step grows by
 # about 5% there: measured at 576 tokens, the noise of a repeat was as large as the growth).
@@ -70,7 +70,12 @@ def measure(llm, sizes, repeats: int, prompt: List[int], small_repeats: int = 0)
         llm._truncate(n0)
         return t
 
-    passes = [list(sizes)] * repeats + [[n for n in sizes if n <= SMALL]] * max(0, small_repeats - repeats)
+    # the passes over the small sizes alone between those over every size, so that a spell of other
+    # load on the machine falls on a few of each size's passes, not on all of the small sizes'
+    small = [n for n in sizes if n <= SMALL]
+    total = max(repeats, small_repeats)
+    every = {round(i * total / repeats) for i in range(repeats)} if repeats else set()
+    passes = [list(sizes) if i in every else small for i in range(total)]
     out: Dict[int, Dict[str, List[float]]] = {n: {"multi_s": [], "single_s": [], "ratio": []} for n in sizes}
     try:
         for ns in passes:

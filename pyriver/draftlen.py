@@ -7,10 +7,10 @@ The choice reads token counts only (never the clock): a call's k sequence, hence
 context that is not batch-invariant, depends only on the call (each generation starts afresh)."""
 from __future__ import annotations
 
+import heapq
 import json
 from functools import lru_cache
-from operator import itemgetter
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 
 # ggml's CPU flash attention runs a product of this many queries or more on its tiled kernel and one
@@ -52,7 +52,7 @@ class DraftCost:
         self.points = dict(sorted(pts.items()))
         self.river_draft = float(river_draft)
         self._last = max(self.points)
-        self.context, self.far, self._at, self._small, self._floors = None, None, {}, None, {}
+        self.context, self.far, self._at, self._small, self._floors, self._plain = None, None, {}, None, {}, {}
         if far is not None:
             c1, v1, single = far
             v1 = {int(n): float(c) for n, c in v1.items()}
@@ -107,6 +107,16 @@ class DraftCost:
         got = self._floors.get(n_verify)
         if got is None:
             got = self._floors[n_verify] = min(self._least(n_verify), self._below_tile()._least(max(n_verify, FA_TILE)))
+        return got
+
+    def plain(self, seqs: int, rows: int) -> Tuple[float, float]:
+        """(the tokens per cost of a step without drafts: seqs tokens over rows, and the expected
+        tokens a step of one row more must beat to pay, at the least it could cost: floor) for
+        choose_together, kept per table (most of a chat's steps ask only this)."""
+        got = self._plain.get((seqs, rows))
+        if got is None:
+            rate = seqs / self.interp(max(rows, 1))
+            got = self._plain[seqs, rows] = (rate, (rate + 1e-12) * self.floor(rows + 1))
         return got
 
     def _least(self, n_verify: int) -> float:
@@ -248,6 +258,20 @@ def bucket(source: str) -> str:
     return source
 
 
+@lru_cache(maxsize=None)
+def _prior_counts(key: str) -> Tuple[float, float, float, float]:
+    """A key's prior as Beta counts: [first kept, first rejected, next kept, next rejected] (PRIOR_WEIGHT)."""
+    p1, a = prior(key)
+    w = PRIOR_WEIGHT
+    return w * p1, w * (1.0 - p1), w * a, w * (1.0 - a)
+
+
+@lru_cache(maxsize=None)
+def _chances(c: Tuple[float, float, float, float]) -> Tuple[float, float]:
+    """(p1, a) of a key's prior counts."""
+    return c[0] / (c[0] + c[1]), c[2] / (c[2] + c[3])
+
+
 class DraftLength:
     """What a generation has learned of each draft source and the draft length it buys. A source
     is "river", "ngram", "ngram<n>" (an n-gram drafter that says the length n of its match,
@@ -264,19 +288,15 @@ class DraftLength:
         self.cost = cost
         self.draft_max = int(draft_max)
         self.memory = float(memory)
-        self.counts: Dict[str, List[float]] = {}   # key -> [first kept, first rejected, next kept, next rejected]
-        self._priors: Dict[str, List[float]] = {}  # key -> its prior's counts
-
-    @staticmethod
-    def _prior_counts(key: str) -> List[float]:
-        p1, a = prior(key)
-        w = PRIOR_WEIGHT
-        return [w * p1, w * (1.0 - p1), w * a, w * (1.0 - a)]
+        # key -> [first kept, first rejected, next kept, next rejected]; the prior's tuple until a draft of key
+        self.counts: Dict[str, Sequence[float]] = {}
+        self._short: Dict[Tuple[int, DraftCost], Optional[int]] = {}   # shortest()'s answers
 
     def _get(self, key: str) -> List[float]:
-        if key not in self.counts:
-            self.counts[key] = self._prior_counts(key)
-        return self.counts[key]
+        c = self.counts.get(key)
+        if c is None:
+            c = self.counts[key] = _prior_counts(key)   # a tuple while nothing was learned: forgetting skips it
+        return c
 
     def chances(self, source: str) -> Tuple[float, float]:
         """(p1, a) of source now."""
@@ -288,9 +308,10 @@ class DraftLength:
         return self.chances(source)[1]
 
     def _forget(self, key: str) -> None:
-        c, p, m = self._get(key), self._priors.get(key), self.memory
-        if p is None:   # counts set from outside
-            p = self._priors[key] = self._prior_counts(key)
+        c = self._get(key)
+        if type(c) is tuple:   # the prior itself (most of a chat's keys): nothing to forget
+            return
+        p, m = _prior_counts(key), self.memory
         self.counts[key] = [p[0] + m * (c[0] - p[0]), p[1] + m * (c[1] - p[1]), p[2] + m * (c[2] - p[2]),
                             p[3] + m * (c[3] - p[3])]
 
@@ -329,13 +350,40 @@ class DraftLength:
     def lead(self, source: str, cap: int) -> Tuple[float, float, int]:
         """(p1, a, the drafts up to min(draft_max, cap)) of source, the counts moved toward the prior
         first (what gains lists)."""
-        self._forget(bucket(source))
-        return (*self.chances(source), max(0, min(self.draft_max, cap)))
+        key = bucket(source)
+        self._forget(key)
+        c = self._get(key)
+        p1, a = _chances(c) if type(c) is tuple else (c[0] / (c[0] + c[1]), c[2] / (c[2] + c[3]))
+        return p1, a, max(0, min(self.draft_max, cap))
+
+    def shortest(self, cap: int, context: Optional[int] = None) -> Optional[int]:
+        """The shortest n-gram match (in the prompt or in the answer) whose proposal, up to cap tokens,
+        a sequence verifying alone may draft (choose_together of one at context), or whose key has
+        learned (its choice would forget: skipping it would change later choices); None: none up to
+        the longest. A proposal of a shorter match is cut to nothing, whatever the counts say of the
+        rest: the server skips it (LlamaDrafter.skip). Kept per table and cap until a key first learns."""
+        cap = max(0, min(self.draft_max, cap))
+        tab = self.cost.at(context)
+        got = self._short.get((cap, tab), False)
+        if got is False:
+            got = None
+            for b in NGRAM_BUCKETS:
+                keys = (f"ngram{b}", f"repeat{b}")
+                if any(type(self.counts.get(k, ())) is list for k in keys) or \
+                        any(choose_together([(self, k, cap)], tab)[0] for k in keys):
+                    got = b
+                    break
+            self._short[cap, tab] = got
+        return got
 
     def update(self, source: str, n_drafted: int, n_kept: int) -> None:
         if n_drafted <= 0:
             return
-        c = self._get(bucket(source))
+        key = bucket(source)
+        c = self._get(key)
+        if type(c) is tuple:   # the first draft of key: its own counts from here on
+            c = self.counts[key] = list(c)
+            self._short.clear()
         if n_kept == 0:
             c[1] += 1.0
             return
@@ -367,30 +415,49 @@ def choose_together(picks: List[Tuple["DraftLength", str, int]], cost: DraftCost
     cost = cost.at(context)
     leads = [dl.lead(src, cap) for dl, src, cap in picks]
     expect = float(len(picks))
-    best, best_rate = 0, expect / cost.interp(max(rows, 1))
+    best_rate, bar = cost.plain(len(picks), rows)
     # where even every draft kept, at the cheapest step of one row more, would not pay, none is
     # ranked (most of a chat's steps: the step loop's Python runs on caches the model step left cold)
-    most = sum(p1 * n if a >= 1.0 else p1 * (1.0 - a ** n) / (1.0 - a) for p1, a, n in leads)
-    if expect + most <= (best_rate + 1e-12) * cost.floor(rows + 1):
+    most = 0.0
+    for p1, a, n in leads:
+        most += p1 * n if a >= 1.0 else p1 * (1.0 - a ** n) / (1.0 - a)
+    if expect + most <= bar:
         return [0] * len(picks)
-    gains = [_series(*lead) for lead in leads]
-    ranked = [(g, i) for i, gs in enumerate(gains) for g in gs]
-    if len(picks) > 1:   # one sequence's gains are in order already
-        ranked.sort(key=itemgetter(0), reverse=True)   # stable: equal gains in sequence order
+    best, left, taken = 0, most, []   # taken: the sequence of each gain added, in rank order
     grown, largest = [1] * len(picks), 1   # each sequence's rows as the drafts are added, the most of them
-    left = sum(map(sum, gains))
-    for d, (g, i) in enumerate(ranked, 1):
+    for d, (g, i) in enumerate(_ranked(leads), 1):
         # no larger total can pay where every gain left, at the cheapest step that holds them, would not
         if expect + left <= (best_rate + 1e-12) * cost.floor(rows + d):
             break
         left -= g
         expect += g
+        taken.append(i)
         grown[i] += 1
         largest = max(largest, grown[i])
         c = cost.step(rows + d, largest if rows > 1 else None)   # several sequences: FA_TILE
         if c is not None and expect / c > best_rate + 1e-12:
             best, best_rate = d, expect / c
     ks = [0] * len(picks)
-    for _, i in ranked[:best]:
+    for i in taken[:best]:
         ks[i] += 1
     return ks
+
+
+def _gains(p1: float, a: float, n: int, i: int):
+    """Sequence i's gains (_series), each with i, made as they are asked for (a step reads a few of up to 64)."""
+    run = p1
+    for _ in range(n):
+        yield run, i
+        run *= a
+
+
+def _ranked(leads: List[Tuple[float, float, int]]):
+    """Every sequence's gains, largest first; equal gains in sequence order (each sequence's gains fall
+    with its length, so this is a merge, made lazily)."""
+    if len(leads) == 1:
+        return _gains(*leads[0], 0)
+    return heapq.merge(*(_gains(*lead, i) for i, lead in enumerate(leads)), key=_neg_gain)
+
+
+def _neg_gain(item: Tuple[float, int]) -> float:
+    return -item[0]

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..batch import BatchDecoder, Feed
-from ..draft import occurrences, proposal
+from ..draft import SuffixLookup, occurrences, proposal
 from ..draftlen import DraftLength, choose_together
 from ..lossless import proposal_key
 
@@ -126,8 +126,6 @@ class Drafter:
         """What a verify step emits (as pyriver.lossless.decide): rows are the target's logits of
         the newest token and each draft. Each position is sampled as without drafts; a draft is
         kept while it is the sampled token (synthetic mode: by chance, never an end token)."""
-        if not drafts:   # a plain step (most of a chat's): no copy of the history
-            return [(sampler.sample(rows[0], hist), rows[0])]
         hist = list(hist)
         out = []
         for i, d in enumerate(drafts):
@@ -175,6 +173,10 @@ def lookup(hist: Sequence[int], n: int, m: int) -> List[int]:
     return []
 
 
+# The most tokens a slot skips proposals for after one (its table could change beyond: checked at both ends).
+SKIP_MAX = 8
+
+
 class LlamaDrafter(Drafter):
     """The served Llama's own draft model in lossless mode (`--lossless --lossless-draft ngram`:
     pyriver.draft's n-gram prompt lookup; any callable with llama-cpp-python's draft-model
@@ -193,27 +195,70 @@ class LlamaDrafter(Drafter):
         self.dls: Dict[int, Optional[DraftLength]] = {}
         self.keys: Dict[int, str] = {}
         self.n_prompt: Dict[int, int] = {}
+        # a slot decoding alone: its token counts (after its last proposal, up to) where it skips proposals
+        self.skips: Dict[int, Tuple[int, int]] = {}
+        self.suffix = type(self.model) is SuffixLookup and self.cost is not None
 
     def start(self, seq: int, sampler, n_prompt: int) -> None:
         self.dls[seq] = None if self.cost is None else DraftLength(self.cost, self.n_max)
         self.n_prompt[seq] = n_prompt
+        self.skips.pop(seq, None)
 
     def propose(self, want):
-        props = {}
+        if self.suffix and len(want) == 1:
+            seq, (hist, limit) = next(iter(want.items()))
+            return {seq: self._alone(seq, hist, limit)}
+        model, keys, n_prompt = self.model, self.keys, self.n_prompt
+        props, context = {}, 0
         for seq, (hist, limit) in want.items():
-            prop = proposal(self.model, hist)
-            if prop and (min(prop) < 0 or max(prop) >= self.n_vocab):   # a draft model's bad token: no drafts this step
-                prop = []
-            self.keys[seq] = proposal_key(self.model, self.n_prompt.get(seq))
-            props[seq] = prop[:max(limit, 0)]
-        if self.cost is not None:
+            prop = proposal(model, hist)
+            if prop:
+                if min(prop) < 0 or max(prop) >= self.n_vocab:   # a draft model's bad token: no drafts this step
+                    prop = []
+                elif len(prop) > limit:
+                    prop = prop[:max(limit, 0)]
+            keys[seq] = proposal_key(model, n_prompt.get(seq))
+            props[seq] = prop
+            context = max(context, len(hist) - 1)   # the step's longest
+            self.skips.pop(seq, None)   # slots decoding together choose together: no window holds
+        if self.cost is not None and props:
             # the decoding slots verify in one step: their draft lengths are chosen together, by the
             # whole step's expected tokens per cost
-            seqs = list(props)
-            context = max((len(hist) - 1 for hist, _ in want.values()), default=0)   # the step's longest
-            ks = choose_together([(self.dls[q], self.keys[q], len(props[q])) for q in seqs], self.cost, context=context)
-            props = {q: props[q][:k] for q, k in zip(seqs, ks)}
+            ks = choose_together([(self.dls[q], keys[q], len(p)) for q, p in props.items()], self.cost, context=context)
+            props = {q: p[:k] if k else [] for (q, p), k in zip(props.items(), ks)}
         return props   # lists of ints (draft.proposal)
+
+    def _alone(self, seq: int, hist: Sequence[int], limit: int) -> List[int]:
+        """The drafts of a slot decoding alone with the suffix lookup (its own tokens: no vocabulary
+        check), as choose_together of one would cut them, with less Python on most of a chat's steps
+        (each step's Python runs on caches the model step left cold: 70 us where it takes 25 in a loop).
+        A suffix match grows by at most one token per token added (the text's last m tokens occurring
+        earlier means its m - 1 before the newest did), and no match shorter than
+        DraftLength.shortest is drafted: after a proposal of a match of m tokens, the next
+        shortest - m - 1 tokens skip the proposal (at most SKIP_MAX, on one table: DraftCost.at
+        changes with the context in one direction, so it is checked at the window's ends; the cap
+        only falls as max_tokens draws near), and a proposal whose match is shorter is not chosen
+        over. The same drafts as choose_together on every step."""
+        n = len(hist)
+        lo, hi = self.skips.get(seq, (0, 0))
+        if lo < n < hi:
+            return []
+        model, dl = self.model, self.dls[seq]
+        prop = proposal(model, hist)
+        m = model.match_size
+        shortest = dl.shortest(limit, n - 1)
+        if shortest is None or m < shortest:
+            end = n + min(SKIP_MAX, SKIP_MAX if shortest is None else shortest - m)
+            if end > n + 1 and self.cost.at(end - 2) is self.cost.at(n - 1):
+                self.skips[seq] = (n, end)
+            else:
+                self.skips.pop(seq, None)
+            return []
+        self.skips.pop(seq, None)
+        key = self.keys[seq] = proposal_key(model, self.n_prompt.get(seq))
+        prop = prop[:max(limit, 0)]
+        k = choose_together([(dl, key, len(prop))], self.cost, context=n - 1)[0]
+        return prop[:k] if k else []
 
     def decide(self, seq: int, rows: np.ndarray, drafts: List[int], hist: Sequence[int], sampler, is_eog):
         out = super().decide(seq, rows, drafts, hist, sampler, is_eog)

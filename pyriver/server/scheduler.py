@@ -460,6 +460,15 @@ class Scheduler:
 
     def _verify(self, s: Slot, rows) -> int:
         """Lossless: emits what the verify step decides for slot s; returns the tokens emitted."""
+        if not s.drafts and self.drafter is not None:   # no drafts (most of a chat's steps): a plain step's work
+            try:
+                tok = s.req.sampler.sample(rows[0], s.history)
+            except GrammarError as e:
+                self._finish(s, f"error: grammar: {e}")
+                return 0
+            lossless.count_step(s.req.lossless, 0, 0, self.drafter.kind)
+            self._emit(s, tok, rows[0])
+            return 1
         try:
             if self.drafter is not None:
                 out = self.drafter.decide(s.seq, rows, s.drafts, s.history, s.req.sampler, self.llm.vocab.is_eog)
