@@ -27,7 +27,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from .draft import proposal
+from .draft import SuffixLookup, proposal
 from .draftlen import DraftCost, DraftLength
 from .logprobs import entry as logprob_entry
 from .sampling import Sampler
@@ -226,10 +226,16 @@ class Speculator:
         if dl is None and k <= 0 or dl is not None and room <= 0:
             return [], [], None, None
         if self.draft_model is not None:
+            # the suffix lookup's proposals no draft could come of: skipped, or not chosen over (most of a chat's)
+            short = dl is not None and type(self.draft_model) is SuffixLookup
+            if short and dl.skipping(len(seq), room):
+                return [], [], "ngram", None
             prop = proposal(self.draft_model, seq)
             bad = [t for t in prop if t < 0 or t >= llm.n_vocab()]
             if bad:
                 raise ValueError(f"draft_model proposed token id {int(bad[0])}, out of range [0, {llm.n_vocab()})")
+            if short and dl.cut_short(len(seq), room, self.draft_model.match_size):
+                return [], [], "ngram", None
             if prop or not self.river_fallback:
                 prop, key = cut_proposal(self.draft_model, prop, k if dl is None else room, dl, n_prompt, len(seq) - 1)
                 return prop, [None] * len(prop), "ngram", key

@@ -173,10 +173,6 @@ def lookup(hist: Sequence[int], n: int, m: int) -> List[int]:
     return []
 
 
-# The most tokens a slot skips proposals for after one (its table could change beyond: checked at both ends).
-SKIP_MAX = 8
-
-
 class LlamaDrafter(Drafter):
     """The served Llama's own draft model in lossless mode (`--lossless --lossless-draft ngram`:
     pyriver.draft's n-gram prompt lookup; any callable with llama-cpp-python's draft-model
@@ -195,14 +191,11 @@ class LlamaDrafter(Drafter):
         self.dls: Dict[int, Optional[DraftLength]] = {}
         self.keys: Dict[int, str] = {}
         self.n_prompt: Dict[int, int] = {}
-        # a slot decoding alone: its token counts (after its last proposal, up to) where it skips proposals
-        self.skips: Dict[int, Tuple[int, int]] = {}
         self.suffix = type(self.model) is SuffixLookup and self.cost is not None
 
     def start(self, seq: int, sampler, n_prompt: int) -> None:
         self.dls[seq] = None if self.cost is None else DraftLength(self.cost, self.n_max)
         self.n_prompt[seq] = n_prompt
-        self.skips.pop(seq, None)
 
     def propose(self, want):
         if self.suffix and len(want) == 1:
@@ -220,7 +213,8 @@ class LlamaDrafter(Drafter):
             keys[seq] = proposal_key(model, n_prompt.get(seq))
             props[seq] = prop
             context = max(context, len(hist) - 1)   # the step's longest
-            self.skips.pop(seq, None)   # slots decoding together choose together: no window holds
+            if self.suffix:
+                self.dls[seq].no_window()   # slots decoding together choose together
         if self.cost is not None and props:
             # the decoding slots verify in one step: their draft lengths are chosen together, by the
             # whole step's expected tokens per cost
@@ -230,31 +224,16 @@ class LlamaDrafter(Drafter):
 
     def _alone(self, seq: int, hist: Sequence[int], limit: int) -> List[int]:
         """The drafts of a slot decoding alone with the suffix lookup (its own tokens: no vocabulary
-        check), as choose_together of one would cut them, with less Python on most of a chat's steps
-        (each step's Python runs on caches the model step left cold: 70 us where it takes 25 in a loop).
-        A suffix match grows by at most one token per token added (the text's last m tokens occurring
-        earlier means its m - 1 before the newest did), and no match shorter than
-        DraftLength.shortest is drafted: after a proposal of a match of m tokens, the next
-        shortest - m - 1 tokens skip the proposal (at most SKIP_MAX, on one table: DraftCost.at
-        changes with the context in one direction, so it is checked at the window's ends; the cap
-        only falls as max_tokens draws near), and a proposal whose match is shorter is not chosen
-        over. The same drafts as choose_together on every step."""
-        n = len(hist)
-        lo, hi = self.skips.get(seq, (0, 0))
-        if lo < n < hi:
+        check), as choose_together of one cuts them, with less Python on most of a chat's steps (each
+        step's Python runs on caches the model step left cold: 70 us where a loop takes 25): the
+        proposals no draft could come of are skipped, or not chosen over (DraftLength.cut_short)."""
+        n, dl = len(hist), self.dls[seq]
+        if dl.skipping(n, limit):
             return []
-        model, dl = self.model, self.dls[seq]
+        model = self.model
         prop = proposal(model, hist)
-        m = model.match_size
-        shortest = dl.shortest(limit, n - 1)
-        if shortest is None or m < shortest:
-            end = n + min(SKIP_MAX, SKIP_MAX if shortest is None else shortest - m)
-            if end > n + 1 and self.cost.at(end - 2) is self.cost.at(n - 1):
-                self.skips[seq] = (n, end)
-            else:
-                self.skips.pop(seq, None)
+        if dl.cut_short(n, limit, model.match_size):
             return []
-        self.skips.pop(seq, None)
         key = self.keys[seq] = proposal_key(model, self.n_prompt.get(seq))
         prop = prop[:max(limit, 0)]
         k = choose_together([(dl, key, len(prop))], self.cost, context=n - 1)[0]

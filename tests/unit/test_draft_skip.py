@@ -1,11 +1,13 @@
-"""A server slot decoding alone skips the n-gram proposal where no draft could be chosen (a suffix
-match grows by at most a token a step, and matches shorter than DraftLength.shortest are never
-drafted): the same drafts as proposing and choosing every step, with far fewer proposals."""
+"""A server slot decoding alone, and Llama's lossless mode, skip the n-gram proposal where no draft
+could be chosen (a suffix match grows by at most a token a step, and matches shorter than
+DraftLength.shortest are never drafted: DraftLength.cut_short): the same drafts as proposing and
+choosing every step, with far fewer proposals."""
 import random
 import types
 
 from pyriver.draft import SuffixLookup, proposal, suffix_lookup
 from pyriver.draftlen import DraftCost, DraftLength, NGRAM_BUCKETS, choose_together
+from pyriver.lossless import Speculator
 from pyriver.server import drafting
 from pyriver.server.drafting import LlamaDrafter
 
@@ -104,3 +106,45 @@ def test_suffix_match_grows_by_one():
             assert m <= last + 1
         last = m
         text.append(t)
+
+
+class Lookup(SuffixLookup):
+    """The suffix lookup under another type: Llama's lossless mode proposes and chooses every step."""
+
+
+def _generate(cost, prompt, answer, model, max_tokens):
+    """Llama's lossless mode's drafts (Speculator._draft) over answer, kept while they match it, and
+    the proposals made."""
+    calls = []
+    propose = model.propose
+    model.propose = lambda toks: calls.append(1) or propose(toks)
+    spec = Speculator(draft_model=model, draft_max=64, cost=cost)
+    llm = types.SimpleNamespace(n_vocab=lambda: 1000)
+    dl = DraftLength(cost, 64)
+    seq, out, i = list(prompt), [], 0
+    while i < min(len(answer), max_tokens):
+        room = max_tokens - i - 1
+        drafts, _, source, key = spec._draft(llm, seq, None, 64, {}, dl, room, len(prompt))
+        kept = 0
+        while kept < len(drafts) and i + 1 + kept < len(answer) and drafts[kept] == answer[i + 1 + kept]:
+            kept += 1
+        dl.update(key, len(drafts), kept)
+        out.append((tuple(drafts), source))
+        seq.extend(answer[i:i + 1 + kept])
+        i += 1 + kept
+    return out, len(calls)
+
+
+def test_llama_lossless_same_drafts_fewer_proposals():
+    rng = random.Random(11)
+    skipped = 0
+    for case in range(8):
+        prompt, answer = _text(rng)
+        for cost in TABLES:
+            max_tokens = rng.choice([len(answer), 300])
+            ref, ref_calls = _generate(cost, prompt, answer, Lookup(), max_tokens)
+            got, calls = _generate(cost, prompt, answer, SuffixLookup(), max_tokens)
+            assert got == ref, (case, cost)
+            assert ref_calls >= len(ref) - 1   # every step but a last one without room proposes
+            skipped += len(got) - calls
+    assert skipped > 500
