@@ -38,8 +38,9 @@ SCHEMA = "pyriver.verify_cost/3"
 # (schema 2) read SmolLM2's 2-row step at 1.51 to 1.89 single steps in five measurements, where
 # interleaved pairs read 1.66 and the server's own steps 1.70 (docs/lossless.md). The small sizes,
 # where drafting one or two tokens or none turns on a few percent (a chat's drafts), are cheap and
-# get SMALL_REPEATS: 52 s on the 1.5B Q4_K_M's first start on the Xeon (5 repeats of every size:
-# 73 s).
+# get SMALL_REPEATS, spread between the full passes (one cached table read SmolLM2's 2-row step at
+# 1.55 with 5 of them, where 15 passes read 1.67 to 1.68 three times): 53 s on the 1.5B Q4_K_M's
+# first start on the Xeon, 25 s on SmolLM2.
 REPEATS = 3
 SMALL, SMALL_REPEATS = 4, 9
 # The far context: the cost prompt this many times over (1152 tokens on the 1.5B), where it fits. Far
