@@ -298,7 +298,7 @@ class DraftLength:
         self._short: Dict[Tuple[int, DraftCost], Optional[int]] = {}   # shortest()'s answers
         self._window = NO_WINDOW   # cut_short's (token count after, up to, cap) of skipped proposals
 
-    def _get(self, key: str) -> List[float]:
+    def _get(self, key: str) -> Sequence[float]:
         c = self.counts.get(key)
         if c is None:
             c = self.counts[key] = _prior_counts(key)   # a tuple while nothing was learned: forgetting skips it
@@ -367,7 +367,7 @@ class DraftLength:
         a sequence verifying alone may draft (choose_together of one at context), or whose key has
         learned (its choice would forget: skipping it would change later choices); None: none up to
         the longest. A proposal of a shorter match is cut to nothing, whatever the counts say of the
-        rest: the server skips it (LlamaDrafter.skip). Kept per table and cap until a key first learns."""
+        rest (cut_short). Kept per table and cap until a key first learns."""
         cap = max(0, min(self.draft_max, cap))
         tab = self.cost.at(context)
         got = self._short.get((cap, tab), False)
@@ -397,7 +397,8 @@ class DraftLength:
         too: a suffix match grows by at most one token per token added (the text's last m tokens
         occurring earlier means its m - 1 before the newest did), so the next shortest - match - 1
         counts skip it (at most SKIP_MAX, over one table: DraftCost.at changes with the context in one
-        direction, so it is checked at the window's ends; a larger cap than this one's ends it). Most of a chat's steps then do no proposal and no choice (SmolLM2's 6 chats: 385 of 573)."""
+        direction, so it is checked at the window's ends; a larger cap than this one's ends it). Most
+        of a chat's steps then do no proposal and no choice (SmolLM2's 6 chats: 385 of 573)."""
         shortest = self.shortest(cap, n - 1)
         if shortest is not None and match >= shortest:
             self._window = NO_WINDOW
