@@ -58,9 +58,9 @@ def _time(fn) -> float:
 def measure(llm, sizes, repeats: int, prompt: List[int], small_repeats: int = 0) -> Dict[int, Dict[str, List[float]]]:
     """Per size n: seconds of each n-token verify step after prompt (logits for every row), the mean
     of the single decode steps timed just before and after it (each pass times single, n1, single,
-    n2, single, ...) and the ratio of the two, one per pass: repeats passes over every size, then
-    passes over the sizes up to SMALL to small_repeats in all. The cache is cut back to the prompt
-    after each step and emptied at the end. llm: a pyriver Llama with an empty cache."""
+    n2, single, ...) and the ratio of the two, one per pass: repeats passes over every size, and
+    passes over the sizes up to SMALL alone between them, to small_repeats in all. The cache is cut
+    back to the prompt after each step and emptied at the end. llm: a pyriver Llama with an empty cache."""
     n0 = len(prompt)
     llm.decode_logits(prompt, prompt=True)
     toks = (prompt * (1 + max(sizes) // len(prompt)))[:max(sizes)]   # any tokens: the cost does not depend on which

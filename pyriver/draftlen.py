@@ -271,9 +271,8 @@ def _prior_counts(key: str) -> Tuple[float, float, float, float]:
     return w * p1, w * (1.0 - p1), w * a, w * (1.0 - a)
 
 
-@lru_cache(maxsize=None)
-def _chances(c: Tuple[float, float, float, float]) -> Tuple[float, float]:
-    """(p1, a) of a key's prior counts."""
+def _chances(c: Sequence[float]) -> Tuple[float, float]:
+    """(p1, a) of a key's counts."""
     return c[0] / (c[0] + c[1]), c[2] / (c[2] + c[3])
 
 
@@ -306,8 +305,7 @@ class DraftLength:
 
     def chances(self, source: str) -> Tuple[float, float]:
         """(p1, a) of source now."""
-        c = self._get(bucket(source))
-        return c[0] / (c[0] + c[1]), c[2] / (c[2] + c[3])
+        return _chances(self._get(bucket(source)))
 
     def acceptance(self, source: str) -> float:
         """The chance that a draft is kept given the ones before it were (a)."""
@@ -358,8 +356,7 @@ class DraftLength:
         first (what gains lists)."""
         key = bucket(source)
         self._forget(key)
-        c = self._get(key)
-        p1, a = _chances(c) if type(c) is tuple else (c[0] / (c[0] + c[1]), c[2] / (c[2] + c[3]))
+        p1, a = _chances(self._get(key))
         return p1, a, max(0, min(self.draft_max, cap))
 
     def shortest(self, cap: int, context: Optional[int] = None) -> Optional[int]:

@@ -461,10 +461,8 @@ class Scheduler:
     def _verify(self, s: Slot, rows) -> int:
         """Lossless: emits what the verify step decides for slot s; returns the tokens emitted."""
         if not s.drafts and self.drafter is not None:   # no drafts (most of a chat's steps): a plain step's work
-            try:
-                tok = s.req.sampler.sample(rows[0], s.history)
-            except GrammarError as e:
-                self._finish(s, f"error: grammar: {e}")
+            tok = self._pick(s, rows[0])
+            if tok is None:
                 return 0
             lossless.count_step(s.req.lossless, 0, 0, self.drafter.kind)
             self._emit(s, tok, rows[0])
@@ -627,12 +625,18 @@ class Scheduler:
         return res
 
     def _sample(self, s: Slot, logits) -> None:
+        tok = self._pick(s, logits)
+        if tok is not None:
+            self._emit(s, tok, logits)
+
+    def _pick(self, s: Slot, logits) -> Optional[int]:
+        """The request's sampler's token from logits; None where its grammar reached a dead end (the
+        request alone ends)."""
         try:
-            tok = s.req.sampler.sample(logits, s.history)
-        except GrammarError as e:   # this request's grammar reached a dead end: it alone ends
+            return s.req.sampler.sample(logits, s.history)
+        except GrammarError as e:
             self._finish(s, f"error: grammar: {e}")
-            return
-        self._emit(s, tok, logits)
+            return None
 
     def _emit(self, s: Slot, tok: int, logits) -> None:
         """Hands token tok (chosen from logits) to the request, or ends it."""
