@@ -4,6 +4,7 @@
 #include "gguf_meta.h"
 #include "placement.h"
 #include "pyriver_debug.h"
+#include "q4_1_gemm.h"
 #include "river.h"
 #include "rpc.h"
 
@@ -469,6 +470,8 @@ int32_t pr_exit_observed(const pr_context * ctx, int32_t * out, int32_t n_max) {
 // ---- pyriver_debug.h -----------------------------------------------------------------------
 
 int32_t pr_model_joined(const pr_model * model) { return live(model, "model") ? model->m->n_joined : 0; }
+int32_t pr_debug_tiled_q4_1(int32_t on) { return pr::q4_1_gemm_switch(on); }
+int64_t pr_debug_tiled_q4_1_runs(void) { return pr::q4_1_gemm_runs(); }
 
 int64_t pr_graph_runs(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->n_graph_runs : 0; }
 

@@ -2,7 +2,7 @@
 pyriver's own tests and benchmarks measure or provoke, not part of the product API."""
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from ..native import check, ffi, lib
 from .native import NativeEngine
@@ -47,6 +47,18 @@ def exit_forecasts(llm_or_batch):
 def joined(llm) -> int:
     """Matrices the Llama's model joined at load (Q/K/V and gate/up of its CPU blocks)."""
     return int(lib.pr_model_joined(_native(llm, "model")))
+
+
+def tiled_q4_1(on: Optional[bool] = None) -> bool:
+    """The tiled Q4_1 product of several tokens (native/q4_1_gemm.h) in graphs built from now on
+    (a context made after the call): on, off, or None to ask. Returns whether graphs use it (the
+    switch, and the probe that found ggml's bits on this CPU)."""
+    return bool(lib.pr_debug_tiled_q4_1(-1 if on is None else int(bool(on))))
+
+
+def tiled_q4_1_runs() -> int:
+    """Products the tiled Q4_1 kernel computed in this process."""
+    return int(lib.pr_debug_tiled_q4_1_runs())
 
 
 def kv_fill(llm, value: float) -> None:
