@@ -8,8 +8,9 @@ import platform
 import numpy as np
 import pytest
 
-from helpers import RIVER_PROMPT
+from helpers import ARCH_SPECS, RIVER_PROMPT
 from pyriver import Llama, debug
+from pyriver.tools.quantize import quantize
 
 
 def _avx2() -> bool:
@@ -29,12 +30,12 @@ pytestmark = pytest.mark.skipif(not _avx2(), reason="the tiled Q4_1 kernel is x8
 STEPS = (60, 2, 3, 8, 9, 17)
 
 
-def _steps(path: str, on: bool):
+def _steps(path: str, on: bool, **kw):
     """Logits of every row of each step in STEPS with the switch on or off, and the products the
     kernel computed meanwhile."""
     debug.tiled_q4_1(on)
     try:
-        with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=None) as llm:
+        with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=None, **kw) as llm:
             toks = (llm.tokenize(RIVER_PROMPT, add_bos=True) * 40)[:sum(STEPS)]
             runs, out, at = debug.tiled_q4_1_runs(), [], 0
             for n in STEPS:
@@ -58,5 +59,19 @@ def test_multi_token_steps_have_ggmls_bits(smol_path):
     assert runs_off == 0
     assert runs_on >= len(STEPS) * 7 * 30 // 2   # SmolLM2: 30 blocks of 7 matrices (some joined)
     for n, a, b in zip(STEPS, tiled, plain):
-        assert a.shape == b.shape == (n, 49152)
+        assert a.shape == (n, 49152)
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), n
+
+
+@pytest.mark.parametrize("name", sorted(ARCH_SPECS))
+def test_every_architecture_in_q4_1(arch_paths, tmp_path, name):
+    """Each architecture's synthetic file with every matrix in Q4_1 (its output head too): its own
+    graph's projections (fused or joined Q/K/V, biases, norms, experts beside them) through the
+    kernel, the bits of ggml's product, and the graph's node budget holding the extra node."""
+    path = str(quantize(arch_paths[name], tmp_path / f"{name}.q4_1.gguf", "q4_1", pure=True))
+    tiled, runs_on = _steps(path, True)
+    plain, runs_off = _steps(path, False)
+    assert runs_off == 0 and runs_on >= len(STEPS) * ARCH_SPECS[name]["n_layer"]
+    for n, a, b in zip(STEPS, tiled, plain):
+        assert a.shape[0] == n
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), n
