@@ -3,7 +3,7 @@
 // interleaved), and whether every output's bits agree (DIFF where not).
 //
 //   SP=$(python -c "import llama_cpp, os; print(os.path.dirname(os.path.dirname(llama_cpp.__file__)))")
-//   g++ -O2 -std=c++17 scripts/q4_1_rows.cpp -I$SP/include -L$SP/llama_cpp/lib -lggml -lggml-base
+//   g++ -O3 -std=c++17 scripts/q4_1_rows.cpp -I$SP/include -L$SP/llama_cpp/lib -lggml -lggml-base
 //       -lggml-cpu -Wl,-rpath,$SP/llama_cpp/lib -o /tmp/q4_1_rows      (one line)
 //   /tmp/q4_1_rows 576 1536 2     # K M THREADS (SmolLM2's gate/up: 576 x 1536)
 #include "../native/q4_1_gemm.cpp"
