@@ -147,12 +147,15 @@ std::unique_ptr<weight_file> open_weight_file(const char * path) {
     return f;
 }
 
-// ggml's CPU_REPACK buffer type, if this CPU backend has one.
-static ggml_backend_buffer_type_t cpu_repack_buft(ggml_backend_dev_t cpu) {
+ggml_backend_buffer_type_t * cpu_extra_bufts(ggml_backend_dev_t cpu) {
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(cpu);
     auto get = (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
-    if (!get) return nullptr;
-    for (ggml_backend_buffer_type_t * b = get(cpu); b && *b; ++b) {
+    return get ? get(cpu) : nullptr;
+}
+
+// ggml's CPU_REPACK buffer type, if this CPU backend has one.
+static ggml_backend_buffer_type_t cpu_repack_buft(ggml_backend_dev_t cpu) {
+    for (ggml_backend_buffer_type_t * b = cpu_extra_bufts(cpu); b && *b; ++b) {
         if (strcmp(ggml_backend_buft_name(*b), "CPU_REPACK") == 0) return *b;
     }
     return nullptr;

@@ -71,6 +71,9 @@ ggml_backend_buffer_t alloc_tensors(ggml_backend_buffer_type_t buft, const std::
 // Whether the CPU computes mul_mat with w by the kernel it uses for each of parts (stacking rows
 // must not move a matrix into or out of ggml's repacked layout: the sums would change order).
 bool same_cpu_kernel(ggml_backend_dev_t cpu, ggml_tensor * w, const std::vector<const ggml_tensor *> & parts);
+// The CPU backend's extra buffer types (CPU_REPACK, AMX...: layouts of their own), null-terminated;
+// nullptr where it has none.
+ggml_backend_buffer_type_t * cpu_extra_bufts(ggml_backend_dev_t cpu);
 
 // Binds each tensor to memory on the device dev_of(t) returns: the CPU reads the mapping in
 // place (use_mmap) or a copy; other devices get an uploaded copy. CPU tensors for which

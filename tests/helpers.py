@@ -3,6 +3,7 @@ pyriver.tools.engine, the `pyriver` command as a subprocess, and the GPU placeme
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -15,6 +16,17 @@ from pyriver.draftlen import DraftCost
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
+
+
+def x86_cpu_has(*flags: str) -> bool:
+    """Whether this is an x86-64 CPU whose /proc/cpuinfo lists every one of flags (False elsewhere)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(flags) <= set(f.read().split())
+    except OSError:
+        return False
 
 # Synthetic llama shapes for parity: multi-head, grouped-query with a separate head, and a
 # deeper narrow one with linear RoPE scaling.

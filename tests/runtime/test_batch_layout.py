@@ -7,31 +7,21 @@ types (use_extra_bufts off, llama-server's --no-repack); a verify step (logits f
 rows or fewer, and a prompt of 16, those of llama.cpp as it loads by default."""
 from __future__ import annotations
 
-import platform
-
 import numpy as np
 import pytest
 
 import llama_cpp
 import llama_cpp.llama_cpp as llama_low
 
+from helpers import x86_cpu_has
 from pyriver import Llama
 from pyriver.tools import synth
 from pyriver.tools.engine import LlamaCppEngine
 from pyriver.tools.quantize import quantize
 
 
-def _tiled_cpu() -> bool:
-    """ggml's tiled kernel is built for x86 with AVX2 (or AVX-512)."""
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return False
-    try:
-        return " avx2" in open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _tiled_cpu(), reason="ggml's tiled kernel is x86 AVX2/AVX-512 only")
+# ggml's tiled kernel is built for x86 with AVX2 (or AVX-512)
+pytestmark = pytest.mark.skipif(not x86_cpu_has("avx2"), reason="ggml's tiled kernel is x86 AVX2/AVX-512 only")
 
 
 @pytest.fixture(scope="module")

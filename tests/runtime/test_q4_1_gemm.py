@@ -3,28 +3,15 @@ several tokens go through it, with the bits of ggml's own product, so the switch
 (test_parity holds those steps to llama.cpp's)."""
 from __future__ import annotations
 
-import platform
-
 import numpy as np
 import pytest
 
-from helpers import ARCH_SPECS, RIVER_PROMPT
+from helpers import ARCH_SPECS, RIVER_PROMPT, x86_cpu_has
 from pyriver import Llama, debug
 from pyriver.tools.quantize import quantize
 
 
-def _avx2() -> bool:
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = set(f.read().split())
-    except OSError:
-        return False
-    return {"avx2", "fma", "f16c"} <= flags
-
-
-pytestmark = pytest.mark.skipif(not _avx2(), reason="the tiled Q4_1 kernel is x86 AVX2's")
+pytestmark = pytest.mark.skipif(not x86_cpu_has("avx2", "fma", "f16c"), reason="the tiled Q4_1 kernel is x86 AVX2's")
 
 # A prompt step, then verify-like steps: one tile group of columns and less, one and more than one
 STEPS = (60, 2, 3, 8, 9, 17)
