@@ -4,11 +4,12 @@
 #include "gguf_meta.h"
 #include "placement.h"
 #include "pyriver_debug.h"
-#include "q4_1_gemm.h"
 #include "river.h"
 #include "rpc.h"
+#include "tiled_gemm.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -470,8 +471,25 @@ int32_t pr_exit_observed(const pr_context * ctx, int32_t * out, int32_t n_max) {
 // ---- pyriver_debug.h -----------------------------------------------------------------------
 
 int32_t pr_model_joined(const pr_model * model) { return live(model, "model") ? model->m->n_joined : 0; }
-int32_t pr_debug_tiled_q4_1(int32_t on) { return pr::q4_1_gemm_switch(on); }
-int64_t pr_debug_tiled_q4_1_runs(void) { return pr::q4_1_gemm_runs(); }
+// A ggml type by its name ("q4_1", "q6_K": any case); GGML_TYPE_COUNT for none.
+static ggml_type type_named(const char * name) {
+    for (int t = 0; name && t < GGML_TYPE_COUNT; t++) {
+        const char * n = ggml_type_name((ggml_type) t);
+        size_t i = 0;
+        while (n && n[i] && name[i] && std::tolower((unsigned char) n[i]) == std::tolower((unsigned char) name[i])) i++;
+        if (n && !n[i] && !name[i]) return (ggml_type) t;
+    }
+    return GGML_TYPE_COUNT;
+}
+
+int32_t pr_debug_tiled_gemm(const char * type, int32_t on) {
+    const ggml_type t = type_named(type);
+    return t == GGML_TYPE_COUNT ? 0 : pr::tiled_gemm_switch(t, on);
+}
+int64_t pr_debug_tiled_gemm_runs(const char * type) {
+    const ggml_type t = type_named(type);
+    return t == GGML_TYPE_COUNT ? 0 : pr::tiled_gemm_runs(t);
+}
 
 int64_t pr_graph_runs(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->n_graph_runs : 0; }
 

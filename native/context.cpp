@@ -1,6 +1,6 @@
 #include "context.h"
 #include "placement.h"
-#include "q4_1_gemm.h"
+#include "tiled_gemm.h"
 #include "river.h"
 
 #include <algorithm>
@@ -39,7 +39,7 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     }
     cpu = ggml_backend_dev_init(m->cpu_dev, nullptr);
     if (!cpu) fail(PR_ERR_BACKEND, "cannot start the CPU backend");
-    q4_1_gemm_probe(cpu);
+    tiled_gemm_probe(cpu);
     backends.push_back(cpu);
     for (ggml_backend_t b : backends) {
         if (b != cpu && !host_buft) host_buft = ggml_backend_dev_host_buffer_type(ggml_backend_get_device(b));

@@ -1,5 +1,5 @@
 #include "graph.h"
-#include "q4_1_gemm.h"
+#include "tiled_gemm.h"
 #include "river.h"
 
 #include <algorithm>
@@ -71,11 +71,11 @@ static ggml_tensor * add_bias(ggml_context * ctx, ggml_tensor * x, ggml_tensor *
 // the same token in a step of one, and a near tie could turn. With token_products every product of
 // a multi-token step is made of one-column products (the tokens in dimension 2 or 3), the kernel
 // a single-token step uses: a token's logits no longer depend on the step it was computed in.
-// A Q4_1 matrix's product of several tokens goes through q4_1_gemm where it applies: each output
-// has the bits of a one-token product, so it is batch invariant as well.
+// A Q4_1 matrix's product of several tokens, and a Q6_K matrix's of 2 to 7, go through tiled_gemm
+// where it applies: each output has the bits of a one-token product, so it is batch invariant as well.
 static ggml_tensor * linear(ggml_context * ctx, const graph_shape & s, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b) {
     const int64_t T = x->ne[1];
-    ggml_tensor * y = T > 1 ? q4_1_gemm(ctx, w, x) : nullptr;
+    ggml_tensor * y = T > 1 ? tiled_gemm(ctx, w, x) : nullptr;
     if (!y && s.invariant && T > 1) {
         y = ggml_mul_mat(ctx, w, ggml_reshape_3d(ctx, x, x->ne[0], 1, T));
         y = ggml_reshape_2d(ctx, y, y->ne[0], T);

@@ -1,26 +1,16 @@
-#include "q4_1_gemm.h"
-#include "weights.h"
+// The tiled Q4_1 kernel (tiled_kernels.h): 8 weight rows by up to 8 columns a tile, each output
+// with the arithmetic of ggml's x86 ggml_vec_dot_q4_1_q8_1.
+#include "tiled_kernels.h"
+#include "tiled_x86.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
-#include <random>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define PR_Q4_1_X86 1
-#endif
+namespace pr::tiled {
 
-namespace pr {
-
-static std::atomic<bool> probe_ok{false};
-static std::atomic<bool> switched_on{true};
-static std::atomic<int64_t> n_runs{0};
-
-#ifdef PR_Q4_1_X86
+#ifdef PR_TILED_X86
 
 // ggml's blocks (ggml-common.h): 32 weights as d * q + m, q in 0..15 (two per byte, low nibbles
 // first); 32 activations as d * q, s = d * sum(q).
@@ -28,20 +18,10 @@ struct block_q4_1 { uint16_t d, m; uint8_t qs[16]; };
 struct block_q8_1 { uint16_t d, s; int8_t qs[32]; };
 static_assert(sizeof(block_q4_1) == 20 && sizeof(block_q8_1) == 36, "ggml's block layout");
 
-#define PR_AVX2 __attribute__((target("avx2,fma,f16c")))
-
 // The steps of ggml's ggml_vec_dot_q4_1_q8_1 (ggml-cpu/arch/x86/quants.c), one output each:
 // acc = fma(d_x * d_y, float(lanes of sum(q_x * q_y) over 4 bytes), acc) block by block, summs +=
 // m_x * s_y (exact in float: two halves' product), then hsum(acc) + summs. The integer sums are
 // exact whichever instructions make them.
-PR_AVX2 static inline float hsum_float_8(__m256 x) {
-    __m128 res = _mm256_extractf128_ps(x, 1);
-    res = _mm_add_ps(res, _mm256_castps256_ps128(x));
-    res = _mm_add_ps(res, _mm_movehl_ps(res, res));
-    res = _mm_add_ss(res, _mm_movehdup_ps(res));
-    return _mm_cvtss_f32(res);
-}
-
 PR_AVX2 static inline __m256i nibbles(const uint8_t * qs) {
     const __m128i t = _mm_loadu_si128((const __m128i *) qs);
     return _mm256_and_si256(_mm256_set1_epi8(0xF), _mm256_set_m128i(_mm_srli_epi16(t, 4), t));
@@ -142,7 +122,7 @@ PR_AVX2 static void rows(const ggml_tensor * w, const std::vector<column_group> 
 // dst = w * xq (xq: x quantized to Q8_1 by ggml's CPU copy, as its own product quantizes it).
 // Each thread takes a range of weight rows for every column; the columns' scales are converted by
 // each thread for itself (N * K / 32 values, nothing beside the product).
-PR_AVX2 static void compute(ggml_tensor * dst, int ith, int nth, void *) {
+PR_AVX2 void q4_1_compute(ggml_tensor * dst, int ith, int nth, void *) {
     const ggml_tensor * w = dst->src[0];
     const ggml_tensor * xq = dst->src[1];
     const int nb = (int) (w->ne[0] / 32);
@@ -169,117 +149,19 @@ PR_AVX2 static void compute(ggml_tensor * dst, int ith, int nth, void *) {
         g.d = d;
         g.s = s;
     }
-    if (ith == 0) n_runs++;
     rows<8>(w, groups, dst, ith, nth);   // 8 rows a tile: 1.42x ggml at 2 columns, 1.74x at 8 (docs/lossless.md)
 }
 
-static bool cpu_has_avx2() {
+bool q4_1_cpu_ok() {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
-#endif  // PR_Q4_1_X86
-
-// The tiled product of w and x (x quantized first), built whatever the probe said.
-static ggml_tensor * build(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
-#ifdef PR_Q4_1_X86
-    ggml_tensor * xq = ggml_cpy(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_Q8_1, x->ne[0], x->ne[1]));
-    ggml_tensor * args[2] = {w, xq};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, 2, compute, GGML_N_TASKS_MAX, nullptr);
 #else
-    (void) ctx; (void) w; (void) x;
-    return nullptr;
-#endif
-}
 
-// Random weights and rows (odd sizes: a partial tile of rows, a partial group of columns), both
-// products on the CPU backend, every output's bits compared.
-static bool probe(ggml_backend_t cpu) {
-#ifdef PR_Q4_1_X86
-    if (!cpu_has_avx2()) return false;
-    const int K = 96, M = 13, N = 11;
-    ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead() * 2, nullptr, true};
-    ggml_context * ctx = ggml_init(ip);
-    if (!ctx) return false;
-    ggml_tensor * w = ggml_new_tensor_2d(ctx, GGML_TYPE_Q4_1, K, M);
-    ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, N);
-    ggml_tensor * ref = ggml_mul_mat(ctx, w, x);
-    ggml_tensor * got = build(ctx, w, x);
-    ggml_cgraph * gf = ggml_new_graph(ctx);
-    ggml_build_forward_expand(gf, ref);
-    ggml_build_forward_expand(gf, got);
-    bool same = false;
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, cpu);
-    if (buf) {
-        std::mt19937 rng(7);
-        std::normal_distribution<float> nd(0.0f, 1.0f);
-        std::vector<float> wf((size_t) K * M), xf((size_t) K * N);
-        for (float & v : wf) v = nd(rng) * 0.1f;
-        for (float & v : xf) v = nd(rng);
-        std::vector<uint8_t> wq(ggml_nbytes(w));
-        ggml_quantize_chunk(GGML_TYPE_Q4_1, wf.data(), wq.data(), 0, M, K, nullptr);
-        ggml_backend_tensor_set(w, wq.data(), 0, wq.size());
-        ggml_backend_tensor_set(x, xf.data(), 0, xf.size() * sizeof(float));
-        if (ggml_backend_graph_compute(cpu, gf) == GGML_STATUS_SUCCESS) {
-            std::vector<float> a((size_t) M * N), b((size_t) M * N);
-            ggml_backend_tensor_get(ref, a.data(), 0, a.size() * sizeof(float));
-            ggml_backend_tensor_get(got, b.data(), 0, b.size() * sizeof(float));
-            same = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-        }
-        ggml_backend_buffer_free(buf);
-    }
-    ggml_free(ctx);
-    return same;
-#else
-    (void) cpu;
-    return false;
-#endif
-}
+bool q4_1_cpu_ok() { return false; }
+void q4_1_compute(ggml_tensor *, int, int, void *) {}
 
-void q4_1_gemm_probe(ggml_backend_t cpu) {
-    static std::once_flag once;
-    std::call_once(once, [cpu] { probe_ok = probe(cpu); });
-}
+#endif  // PR_TILED_X86
 
-int64_t q4_1_gemm_runs() { return n_runs; }
-
-int q4_1_gemm_switch(int on) {
-    if (on >= 0) switched_on = on != 0;
-    return switched_on && probe_ok;
-}
-
-// A buffer that holds w in the file's layout on the host: not one of the CPU's extra buffer types
-// (repacked, AMX), whose layouts are their own.
-static bool plain_host(const ggml_tensor * w) {
-    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-    if (!cpu || !w->buffer || !ggml_backend_buffer_is_host(w->buffer)) return false;
-    ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(w->buffer);
-    for (ggml_backend_buffer_type_t * b = cpu_extra_bufts(cpu); b && *b; ++b) {
-        if (*b == buft) return false;
-    }
-    return true;
-}
-
-// Whether a GPU is registered: its backend takes a CPU matrix's product of 32 rows or more (the
-// scheduler's op offload), and a custom op would keep it on the CPU.
-static bool gpu_registered() {
-    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
-        const enum ggml_backend_dev_type t = ggml_backend_dev_type(ggml_backend_dev_get(i));
-        if (t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU) return true;
-    }
-    return false;
-}
-
-ggml_tensor * q4_1_gemm(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
-    static const bool offloads = gpu_registered();
-    if (!switched_on || !probe_ok || (offloads && x->ne[1] >= 32)) return nullptr;
-    if (w->type != GGML_TYPE_Q4_1 || ggml_n_dims(w) != 2 || w->ne[0] % 32 != 0 || !ggml_is_contiguous(w)) return nullptr;
-    if (x->type != GGML_TYPE_F32 || x->ne[1] < 2 || x->ne[2] != 1 || x->ne[3] != 1 || x->ne[0] != w->ne[0] ||
-        !ggml_is_contiguous(x)) {
-        return nullptr;
-    }
-    if (!plain_host(w)) return nullptr;
-    return build(ctx, w, x);
-}
-
-}  // namespace pr
+}  // namespace pr::tiled

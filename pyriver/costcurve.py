@@ -27,7 +27,7 @@ from typing import Dict, List
 from .atomic import write_text
 from .cache import cache_dir, setting_key
 from .draftlen import DraftCost, DEFAULT_COST
-from .engine.debug import tiled_q4_1
+from .engine.debug import tiled_in_use
 
 # The step sizes the automatic table measures: every size to 4, then the kernels' steps (16, 32, 48,
 # 64) and a point between each; a size not measured is never taken (DraftCost.step).
@@ -125,9 +125,10 @@ def auto(llm, prompt: List[int]) -> DraftCost:
     the 1.5B Q4_K_M on 2 cores, once)
     and cached; the river draft's cost is DEFAULT_COST's. A model whose context cannot hold the
     largest step gets the sizes that fit, and one table where the far context does not fit."""
-    # the tiled Q4_1 product makes SmolLM2's multi-token steps 1.2x to 1.4x cheaper: a table is its own
+    # the tiled products make SmolLM2's multi-token steps 1.2x to 1.4x cheaper, the 1.5B's of 2 to 7
+    # rows cheaper still: a table is its kernels' own
     key = setting_key(llm, sizes=list(SIZES), schema=SCHEMA, repeats=[REPEATS, SMALL, SMALL_REPEATS],
-                      q4_1_tiled=tiled_q4_1())
+                      tiled=tiled_in_use())
     path = cache_dir() / "verify-cost" / f"{key}.json"
     try:
         return read(path)

@@ -49,16 +49,27 @@ def joined(llm) -> int:
     return int(lib.pr_model_joined(_native(llm, "model")))
 
 
-def tiled_q4_1(on: Optional[bool] = None) -> bool:
-    """The tiled Q4_1 product of several tokens (native/q4_1_gemm.h) in graphs built from now on
-    (a context made after the call): on, off, or None to ask. Returns whether graphs use it (the
-    switch, and the probe that found ggml's bits on this CPU)."""
-    return bool(lib.pr_debug_tiled_q4_1(-1 if on is None else int(bool(on))))
+TILED_TYPES = ("q4_1", "q6_K")
 
 
-def tiled_q4_1_runs() -> int:
-    """Products the tiled Q4_1 kernel computed in this process."""
-    return int(lib.pr_debug_tiled_q4_1_runs())
+def tiled_gemm(type: str, on: Optional[bool] = None) -> bool:
+    """The tiled product of several tokens (native/tiled_gemm.h) of the matrices of a type (one of
+    TILED_TYPES) in graphs built from now on (a context made after the call): on, off, or None to
+    ask. Returns whether graphs use it (the switch, and the probe that found ggml's bits on this CPU)."""
+    if type not in TILED_TYPES:
+        raise ValueError(f"tiled_gemm: no tiled kernel for {type!r} (one of {TILED_TYPES})")
+    return bool(lib.pr_debug_tiled_gemm(type.encode(), -1 if on is None else int(bool(on))))
+
+
+def tiled_gemm_runs(type: str) -> int:
+    """Products the tiled kernel of a type computed in this process."""
+    return int(lib.pr_debug_tiled_gemm_runs(type.encode()))
+
+
+def tiled_in_use() -> str:
+    """The types whose tiled kernels graphs built from now on use ("q4_1,q6_K"; a cost table
+    measured with other kernels is not this setting's)."""
+    return ",".join(t for t in TILED_TYPES if tiled_gemm(t))
 
 
 def kv_fill(llm, value: float) -> None:

@@ -1,0 +1,191 @@
+// The tiled Q6_K kernel (tiled_kernels.h): one weight row by up to 8 columns a tile, the row's
+// superblock unpacked once for all its columns, each output with the arithmetic of ggml's x86
+// ggml_vec_dot_q6_K_q8_K (its AVX2 loop, which every x86 build with AVX2 runs): per superblock 8
+// int32 lanes, lane l the scaled sums of bytes 4l..4l+3 of its 32-byte vectors (exact in any order
+// and any instructions, no pair sum can saturate: 63 * 128 * 2 < 2^15) less 32 times the scaled
+// bsums (madd of bsums and scales, shifted by 5), then acc = fma(d_y * d_x, float(lanes), acc) and
+// the same horizontal sum. With AVX-512 two of ggml's vectors go in one register (lanes 8..15 added
+// to 0..7 at the superblock's end) and VNNI's dpwssd adds the scaled pairs in one instruction.
+#include "tiled_kernels.h"
+#include "tiled_x86.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace pr::tiled {
+
+#ifdef PR_TILED_X86
+
+// ggml's blocks (ggml-common.h): 256 weights as d * scale[16-weight group] * (q - 32), q the 4 low
+// bits in ql and 2 high bits in qh; 256 activations as d * q with bsums the sums of 16.
+struct block_q6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; };
+struct block_q8_K { float d; int8_t qs[256]; int16_t bsums[16]; };
+static_assert(sizeof(block_q6_K) == 210 && sizeof(block_q8_K) == 292, "ggml's block layout");
+
+
+static constexpr int COLS = 8;   // columns a tile
+
+// 32 * (bsums . scales) in ggml's lanes: what the -32 offset of every weight takes from the sums.
+PR_AVX2 static inline __m256i offset(const block_q8_K & y, __m256i scales_16) {
+    return _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *) y.bsums), scales_16), 5);
+}
+
+// One weight row times C columns, AVX2: a half superblock's four vectors and scales at a time.
+template <int C>
+PR_AVX2 static void row_avx2(int nb, const block_q6_K * x, const block_q8_K * const * y, float * out, int64_t ldo) {
+    __m256 acc[C];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
+    for (int i = 0; i < nb; i++) {
+        const block_q6_K & b = x[i];
+        __m256i sumi[C];
+        for (int c = 0; c < C; c++) sumi[c] = _mm256_setzero_si256();
+        for (int j = 0; j < 2; j++) {
+            const __m256i b1 = _mm256_loadu_si256((const __m256i *) (b.ql + 64 * j));
+            const __m256i b2 = _mm256_loadu_si256((const __m256i *) (b.ql + 64 * j + 32));
+            const __m256i bh = _mm256_loadu_si256((const __m256i *) (b.qh + 32 * j));
+            __m256i q[4], s[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(b1, m15), _mm256_slli_epi16(_mm256_and_si256(bh, m3), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(b2, m15), _mm256_slli_epi16(_mm256_and_si256(bh, _mm256_set1_epi8(12)), 2));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m15), _mm256_and_si256(bh, _mm256_set1_epi8(48)));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m15),
+                                   _mm256_srli_epi16(_mm256_and_si256(bh, _mm256_set1_epi8(-64)), 2));
+            for (int k = 0; k < 4; k++) {   // ggml's get_scale_shuffle(4j + k): 8 bytes of one scale, 8 of the next
+                const int is = 4 * j + k;
+                s[k] = _mm256_cvtepi8_epi16(_mm_set_epi64x(0x0101010101010101LL * (uint8_t) b.scales[2 * is + 1],
+                                                           0x0101010101010101LL * (uint8_t) b.scales[2 * is]));
+            }
+            for (int c = 0; c < C; c++) {
+                const int8_t * q8 = y[c][i].qs + 128 * j;
+                for (int k = 0; k < 4; k++) {
+                    const __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *) (q8 + 32 * k)));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(s[k], p));
+                }
+            }
+        }
+        const __m256i scales_16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) b.scales));
+        const float dx = _cvtsh_ss(b.d);
+        for (int c = 0; c < C; c++) {
+            const __m256i lanes = _mm256_sub_epi32(sumi[c], offset(y[c][i], scales_16));
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y[c][i].d * dx), _mm256_cvtepi32_ps(lanes), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) out[c * ldo] = hsum_float_8(acc[c]);
+}
+
+// The AVX-512 loop's constants, per 512-bit register: the high bits of each half superblock are
+// (qh & 3) << 4 | (qh & 12) << 2 for [q4_0 | q4_1] and (qh & 48) | (qh & 192) >> 2 for [q4_2 | q4_3];
+// register k's scales are scale 4k .. 4k + 3, each over 16 bytes (8 int16 pairs).
+static const struct avx512_consts {
+    alignas(64) int8_t mask_a[64], mask_b[64];
+    alignas(64) int16_t shift_a[32], shift_b[32], pick[4][32];
+    avx512_consts() {
+        for (int e = 0; e < 64; e++) {
+            mask_a[e] = e < 32 ? 3 : 12;
+            mask_b[e] = (int8_t) (e < 32 ? 48 : 192);
+        }
+        for (int e = 0; e < 32; e++) {
+            shift_a[e] = e < 16 ? 4 : 2;
+            shift_b[e] = e < 16 ? 0 : 2;
+            for (int k = 0; k < 4; k++) pick[k][e] = (int16_t) (4 * k + e / 8);
+        }
+    }
+} consts;
+
+// One weight row times C columns, AVX-512: register k holds ggml's vectors 2k and 2k + 1 of the
+// superblock ([q4_0 | q4_1] and [q4_2 | q4_3] of each half), its int16 scales beside it.
+template <int C>
+PR_AVX512 static void row_avx512(int nb, const block_q6_K * x, const block_q8_K * const * y, float * out, int64_t ldo) {
+    __m256 acc[C];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    const __m512i m15 = _mm512_set1_epi8(15);
+    const __m512i mask_a = _mm512_load_si512(consts.mask_a), shift_a = _mm512_load_si512(consts.shift_a);
+    const __m512i mask_b = _mm512_load_si512(consts.mask_b), shift_b = _mm512_load_si512(consts.shift_b);
+    __m512i pick[4];
+    for (int k = 0; k < 4; k++) pick[k] = _mm512_load_si512(consts.pick[k]);
+    for (int i = 0; i < nb; i++) {
+        const block_q6_K & b = x[i];
+        const __m256i scales_16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) b.scales));
+        const __m512i sc = _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(0xFFFF, b.scales));   // 16 scales, 16 zeros
+        __m512i q[4], s[4];
+        for (int j = 0; j < 2; j++) {
+            const __m512i ql = _mm512_loadu_si512(b.ql + 64 * j);
+            const __m512i qh = _mm512_maskz_broadcast_i64x4(0xFF, _mm256_loadu_si256((const __m256i *) (b.qh + 32 * j)));
+            q[2 * j] = _mm512_or_si512(_mm512_and_si512(ql, m15), _mm512_sllv_epi16(_mm512_and_si512(qh, mask_a), shift_a));
+            q[2 * j + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m15),
+                                           _mm512_srlv_epi16(_mm512_and_si512(qh, mask_b), shift_b));
+            s[2 * j] = _mm512_permutexvar_epi16(pick[2 * j], sc);
+            s[2 * j + 1] = _mm512_permutexvar_epi16(pick[2 * j + 1], sc);
+        }
+        const float dx = _cvtsh_ss(b.d);
+        for (int c = 0; c < C; c++) {
+            __m512i sumi = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) {
+                const __m512i p = _mm512_maddubs_epi16(q[k], _mm512_loadu_si512(y[c][i].qs + 64 * k));
+                sumi = _mm512_dpwssd_epi32(sumi, p, s[k]);
+            }
+            __m256i lanes = _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xF, sumi, 0), _mm512_maskz_extracti64x4_epi64(0xF, sumi, 1));
+            lanes = _mm256_sub_epi32(lanes, offset(y[c][i], scales_16));
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y[c][i].d * dx), _mm256_cvtepi32_ps(lanes), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) out[c * ldo] = hsum_float_8(acc[c]);
+}
+
+using row_fn = void (*)(int, const block_q6_K *, const block_q8_K * const *, float *, int64_t);
+
+template <template <int> class K>
+static row_fn pick_cols(int n) {
+    switch (n) {
+    case 8: return K<8>::f;
+    case 7: return K<7>::f;
+    case 6: return K<6>::f;
+    case 5: return K<5>::f;
+    case 4: return K<4>::f;
+    case 3: return K<3>::f;
+    case 2: return K<2>::f;
+    default: return K<1>::f;
+    }
+}
+template <int C> struct avx2_cols { static constexpr row_fn f = row_avx2<C>; };
+template <int C> struct avx512_cols { static constexpr row_fn f = row_avx512<C>; };
+
+static bool cpu_has_avx512() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
+bool q6_k_cpu_ok() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+// dst = w * xq (xq: x quantized to Q8_K by ggml's CPU copy, as its own product quantizes it). Each
+// thread takes a range of weight rows for every group of COLS columns.
+void q6_k_compute(ggml_tensor * dst, int ith, int nth, void *) {
+    static const bool wide = cpu_has_avx512();
+    const ggml_tensor * w = dst->src[0];
+    const ggml_tensor * xq = dst->src[1];
+    const int nb = (int) (w->ne[0] / 256);
+    const int64_t M = w->ne[1], N = xq->ne[1];
+    const int64_t r0 = M * ith / nth, r1 = M * (ith + 1) / nth;
+    const int64_t ldo = dst->nb[1] / (int64_t) sizeof(float);
+    for (int64_t c0 = 0; c0 < N; c0 += COLS) {
+        const int n = (int) std::min<int64_t>(COLS, N - c0);
+        const block_q8_K * y[COLS];
+        for (int c = 0; c < COLS; c++) y[c] = (const block_q8_K *) ((const char *) xq->data + std::min<int64_t>(c0 + c, N - 1) * xq->nb[1]);
+        const row_fn f = wide ? pick_cols<avx512_cols>(n) : pick_cols<avx2_cols>(n);
+        float * base = (float *) dst->data + c0 * ldo;
+        for (int64_t r = r0; r < r1; r++) f(nb, (const block_q6_K *) ((const char *) w->data + r * w->nb[1]), y, base + r, ldo);
+    }
+}
+
+#else
+
+bool q6_k_cpu_ok() { return false; }
+void q6_k_compute(ggml_tensor *, int, int, void *) {}
+
+#endif  // PR_TILED_X86
+
+}  // namespace pr::tiled

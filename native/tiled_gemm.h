@@ -1,0 +1,33 @@
+// A quantized matrix times several tokens on the CPU, in tiles, where ggml computes each output as
+// its own dot product: Q4_1 (no multi-row kernel on x86: no tinyBLAS case, no repack) and Q6_K under
+// 8 rows (its tiled K-quant kernel starts at 8). A step of k tokens then cost k times a token's
+// products. The kernels (tiled_kernels.h) reuse each unpacked weight block for several rows and keep
+// ggml's arithmetic per output (its x86 dot-product loop: the same lanes, the same order), so their
+// bits are ggml's, and a probe at the first context checks that they are.
+#pragma once
+
+#include <ggml.h>
+#include <ggml-backend.h>
+
+#include <cstdint>
+
+namespace pr {
+
+// Once per process, on the CPU backend: for each kernel, whether it gives ggml's bits here (the CPU
+// has its instructions, and the ggml in use agrees on a random probe). Until then none is used.
+void tiled_gemm_probe(ggml_backend_t cpu);
+
+// w * x through a tiled kernel where one applies: w a 2-D matrix of a kernel's type in a plain CPU
+// buffer (the file's layout), x contiguous F32 rows, two or more of them and no more than ggml's
+// per-output path takes (fewer than 32 where a GPU is registered: from 32 ggml's scheduler gives the
+// product to the GPU), the probe passed and the debug switch on. Else nullptr (use ggml_mul_mat).
+ggml_tensor * tiled_gemm(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x);
+
+// The debug switch of type's kernel (pr_debug_tiled_gemm): -1 asks; 0 or 1 sets it for graphs built
+// from then on. Returns whether graphs built from then on use it (the switch and the probe); 0 for a
+// type without a kernel.
+int tiled_gemm_switch(ggml_type type, int on);
+// Products type's kernel computed in this process (the probe's included).
+int64_t tiled_gemm_runs(ggml_type type);
+
+}  // namespace pr

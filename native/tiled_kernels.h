@@ -1,0 +1,17 @@
+// The tiled kernels behind tiled_gemm.h, each a ggml custom op: dst (F32, M x N) = w * xq, with xq
+// the rows quantized by ggml's CPU copy to the type ggml's own product quantizes them to.
+#pragma once
+
+#include <ggml.h>
+
+namespace pr::tiled {
+
+// Q4_1 times Q8_1 rows (q4_1_gemm.cpp): an x86 CPU with AVX2, FMA and F16C.
+bool q4_1_cpu_ok();
+void q4_1_compute(ggml_tensor * dst, int ith, int nth, void * userdata);
+
+// Q6_K times Q8_K rows (q6_k_gemm.cpp): AVX2, FMA and F16C; AVX-512 (BW, VL, VNNI) where present.
+bool q6_k_cpu_ok();
+void q6_k_compute(ggml_tensor * dst, int ith, int nth, void * userdata);
+
+}  // namespace pr::tiled

@@ -1,0 +1,94 @@
+"""The tiled products (native/tiled_gemm.h): on an x86 CPU with AVX2, a Q4_1 file's steps of several
+tokens and a Q6_K matrix's steps of 2 to 7 go through them, with the bits of ggml's own product, so
+the switch changes no logit (test_parity holds those steps to llama.cpp's)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers import ARCH_SPECS, RIVER_PROMPT, x86_cpu_has
+from pyriver import Llama, debug
+from pyriver.tools.quantize import quantize
+
+
+pytestmark = pytest.mark.skipif(not x86_cpu_has("avx2", "fma", "f16c"), reason="the tiled kernels are x86 AVX2's")
+
+# A prompt step, then verify-like steps: one tile group of columns and less, one and more than one
+STEPS = (60, 2, 3, 8, 9, 17)
+# Q6_K: the kernel takes 2 to 7 rows (ggml's tiled K-quant kernel from 8, its own bits); 8 and the
+# prompt step stay ggml's
+Q6_K_STEPS = (60, 2, 3, 4, 5, 6, 7, 8)
+
+
+def _steps(path: str, type: str, on: bool, steps=STEPS, **kw):
+    """Logits of every row of each step in steps with type's switch on or off, and the products its
+    kernel computed meanwhile."""
+    debug.tiled_gemm(type, on)
+    try:
+        with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=None, **kw) as llm:
+            toks = (llm.tokenize(RIVER_PROMPT, add_bos=True) * 40)[:sum(steps)]
+            runs, out, at = debug.tiled_gemm_runs(type), [], 0
+            for n in steps:
+                out.append(np.array(llm.decode_logits(toks[at:at + n], logits_all=True)))
+                at += n
+            return out, debug.tiled_gemm_runs(type) - runs
+    finally:
+        debug.tiled_gemm(type, True)
+
+
+def _same(steps, a_steps, b_steps, n_vocab=None):
+    for n, a, b in zip(steps, a_steps, b_steps):
+        assert a.shape[0] == n and (n_vocab is None or a.shape[1] == n_vocab)
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), n
+
+
+def test_the_probes_find_ggmls_bits_here(smol_path):
+    """Each kernel's own products against ggml's on random rows (the most rows it takes, a partial
+    group of columns for Q4_1, and two): on this CPU they agree, so graphs use them."""
+    with Llama(smol_path, n_ctx=64, verbose=False, river=None):
+        assert debug.tiled_gemm("q4_1") and debug.tiled_gemm("q6_K")
+        assert debug.tiled_in_use() == "q4_1,q6_K"
+    with pytest.raises(ValueError, match="no tiled kernel"):
+        debug.tiled_gemm("q8_0")
+
+
+def test_multi_token_steps_have_ggmls_bits(smol_path):
+    tiled, runs_on = _steps(smol_path, "q4_1", True)
+    plain, runs_off = _steps(smol_path, "q4_1", False)
+    assert runs_off == 0
+    assert runs_on >= len(STEPS) * 7 * 30 // 2   # SmolLM2: 30 blocks of 7 matrices (some joined)
+    _same(STEPS, tiled, plain, 49152)
+
+
+@pytest.mark.parametrize("name", sorted(ARCH_SPECS))
+def test_every_architecture_in_q4_1(arch_paths, tmp_path, name):
+    """Each architecture's synthetic file with every matrix in Q4_1 (its output head too): its own
+    graph's projections (fused or joined Q/K/V, biases, norms, experts beside them) through the
+    kernel, the bits of ggml's product, and the graph's node budget holding the extra node."""
+    path = str(quantize(arch_paths[name], tmp_path / f"{name}.q4_1.gguf", "q4_1", pure=True))
+    tiled, runs_on = _steps(path, "q4_1", True)
+    plain, runs_off = _steps(path, "q4_1", False)
+    assert runs_off == 0 and runs_on >= len(STEPS) * ARCH_SPECS[name]["n_layer"]
+    _same(STEPS, tiled, plain)
+
+
+def test_q6_k_everywhere(synth_paths, tmp_path):
+    """A file with every matrix in Q6_K (rows of 256 and 512 weights; its own output head): steps of 2
+    to 7 tokens through the kernel with ggml's bits, one of 8 and the prompt through ggml's."""
+    path = str(quantize(synth_paths["gqa_untied"], tmp_path / "q6_k.gguf", "q6_k", pure=True))
+    tiled, runs_on = _steps(path, "q6_K", True, Q6_K_STEPS)
+    plain, runs_off = _steps(path, "q6_K", False, Q6_K_STEPS)
+    assert runs_off == 0
+    assert runs_on == 6 * (3 * 4 + 1)   # six steps of 2..7 rows: 3 blocks of Q/K/V (joined), O, gate/up (joined), down; the head
+    _same(Q6_K_STEPS, tiled, plain)
+
+
+@pytest.mark.parametrize("model", ["gemma", "qwen15"])
+def test_q6_k_in_q4_k_m_files(request, model):
+    """The real Q4_K_M files' Q6_K matrices (Gemma 3's FFN down halves; the 1.5B's, its V and its
+    output head of 151,936 rows) in steps of 2 to 7 tokens: the bits of ggml's product."""
+    path = request.getfixturevalue(f"{model}_path")
+    tiled, runs_on = _steps(path, "q6_K", True, Q6_K_STEPS)
+    plain, runs_off = _steps(path, "q6_K", False, Q6_K_STEPS)
+    assert runs_off == 0 and runs_on > 0
+    _same(Q6_K_STEPS, tiled, plain)
