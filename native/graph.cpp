@@ -73,9 +73,10 @@ static ggml_tensor * add_bias(ggml_context * ctx, ggml_tensor * x, ggml_tensor *
 // a single-token step uses: a token's logits no longer depend on the step it was computed in.
 // A Q4_1 matrix's product of several tokens, and a Q6_K matrix's of 2 to 7, go through tiled_gemm
 // where it applies: each output has the bits of a one-token product, so it is batch invariant as well.
+// A Q6_K product of 8 to 24 tokens has the bits of ggml's tiled kernel there: not in such a step.
 static ggml_tensor * linear(ggml_context * ctx, const graph_shape & s, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b) {
     const int64_t T = x->ne[1];
-    ggml_tensor * y = T > 1 ? tiled_gemm(ctx, w, x) : nullptr;
+    ggml_tensor * y = T > 1 ? tiled_gemm(ctx, w, x, s.invariant) : nullptr;
     if (!y && s.invariant && T > 1) {
         y = ggml_mul_mat(ctx, w, ggml_reshape_3d(ctx, x, x->ne[0], 1, T));
         y = ggml_reshape_2d(ctx, y, y->ne[0], T);

@@ -47,10 +47,10 @@ PR_API pr_status pr_place_layers(int32_t n_layer, int32_t n_gpu_layers, int32_t 
 /* Matrices the model joined at load (Q/K/V, gate/up of a CPU block: one product instead of several). */
 PR_API int32_t   pr_model_joined(const pr_model * model);
 /* The tiled product of several tokens (tiled_gemm.h) of matrices of a type ("q4_1", "q6_K") in
- * graphs built from now on: on 1, off 0, -1 only asks. Returns whether it is used (the switch, and a
- * probe that found ggml's bits); 0 for a type without a kernel. */
+ * graphs built from now on: on 1, off 0, -1 only asks. Returns how many of the type's kernels are used
+ * (the switch, and probes that found ggml's bits; Q6_K has one for 2 to 7 rows, one for 8 to 24). */
 PR_API int32_t   pr_debug_tiled_gemm(const char * type, int32_t on);
-/* Products the tiled kernel of a type computed in this process. */
+/* Products the tiled kernels of a type computed in this process. */
 PR_API int64_t   pr_debug_tiled_gemm_runs(const char * type);
 /* CDEF END */
 

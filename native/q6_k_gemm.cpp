@@ -23,22 +23,78 @@ struct block_q8_K { float d; int8_t qs[256]; int16_t bsums[16]; };
 static_assert(sizeof(block_q6_K) == 210 && sizeof(block_q8_K) == 292, "ggml's block layout");
 
 
-static constexpr int COLS = 8;   // columns a tile
+// Columns a tile: 8 in the AVX2 body (16 registers), 16 in the AVX-512 one (32): a weight row is
+// unpacked, and read from memory, once for every 16 rows of a step (the 1.5B's output head: 151,936
+// rows of 1536, 190 MB; 16 rows 25 ms where two groups of 8 took 36).
+static constexpr int COLS_AVX2 = 8, COLS_AVX512 = 16, COLS = 16;
 
 // 32 * (bsums . scales) in ggml's lanes: what the -32 offset of every weight takes from the sums.
 PR_AVX2 static inline __m256i offset(const block_q8_K & y, __m256i scales_16) {
     return _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *) y.bsums), scales_16), 5);
 }
 
+// How an output adds up its superblocks: as the ggml product whose bits it keeps.
+//  DOT: ggml_vec_dot_q6_K_q8_K (ggml's product of 1 to 7 rows): 8 float lanes an output,
+//    acc = fma(d_y * d_x, float(lanes), acc), then hsum_float_8.
+//  TILED_FUSED, TILED_SPLIT: ggml's tiled K-quant kernel (8 rows or more; ggml-cpu/tiled), which sums
+//    a superblock exactly (s, an int32) and adds the superblocks in order from 0: acc = fma(d_x *
+//    float(s), d_y, acc) where the compiler fused the last product and sum (its AVX2 body says fma;
+//    its AVX-512 VNNI body says acc + (float(s) * d_x) * d_y, which GCC fuses, its default being
+//    -ffp-contract=fast), acc + round((float(s) * d_x) * d_y) where not. The probe finds which.
+enum sum_kind { DOT, TILED_FUSED, TILED_SPLIT };
+
+// Each of 8 vectors' lanes summed, vector c's sum in lane c (exact: integers).
+PR_AVX2 static inline __m256i column_sums(const __m256i * v) {
+    const __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+// Superblock i's lanes of a group of N <= 8 columns (y: the group's first) added to their outputs'
+// sums: acc[c] for column c for DOT, else acc[0] with column c in lane c. lanes: room for 8.
+template <int N, sum_kind K>
+PR_AVX2 static inline void add_group(__m256i * lanes, float dx, const block_q8_K * const * y, int i, __m256 * acc) {
+    if constexpr (K == DOT) {
+        for (int c = 0; c < N; c++) acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y[c][i].d * dx), _mm256_cvtepi32_ps(lanes[c]), acc[c]);
+    } else {
+        for (int c = N; c < 8; c++) lanes[c] = _mm256_setzero_si256();
+        const __m256 s = _mm256_cvtepi32_ps(column_sums(lanes));
+        alignas(32) float d[8];
+        for (int c = 0; c < 8; c++) d[c] = y[std::min(c, N - 1)][i].d;
+        const __m256 dy = _mm256_load_ps(d);
+        if constexpr (K == TILED_FUSED) {
+            acc[0] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dx), s), dy, acc[0]);
+        } else {
+            __m256 p = _mm256_mul_ps(_mm256_mul_ps(s, _mm256_set1_ps(dx)), dy);
+#if defined(__GNUC__)
+            __asm__("" : "+x"(p));   // the product rounded: no contraction into an fma with the sum
+#endif
+            acc[0] = _mm256_add_ps(acc[0], p);
+        }
+    }
+}
+
+template <int C, sum_kind K>
+PR_AVX2 static inline void store(const __m256 * acc, float * out, int64_t ldo) {
+    if constexpr (K == DOT) {
+        for (int c = 0; c < C; c++) out[c * ldo] = hsum_float_8(acc[c]);
+    } else {
+        alignas(32) float v[16];
+        for (int g = 0; g < (C + 7) / 8; g++) _mm256_store_ps(v + 8 * g, acc[g]);
+        for (int c = 0; c < C; c++) out[c * ldo] = v[c];
+    }
+}
+
 // One weight row times C columns, AVX2: a half superblock's four vectors and scales at a time.
-template <int C>
+template <int C, sum_kind K>
 PR_AVX2 static void row_avx2(int nb, const block_q6_K * x, const block_q8_K * const * y, float * out, int64_t ldo) {
     __m256 acc[C];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
     for (int i = 0; i < nb; i++) {
         const block_q6_K & b = x[i];
-        __m256i sumi[C];
+        __m256i sumi[8];
         for (int c = 0; c < C; c++) sumi[c] = _mm256_setzero_si256();
         for (int j = 0; j < 2; j++) {
             const __m256i b1 = _mm256_loadu_si256((const __m256i *) (b.ql + 64 * j));
@@ -64,13 +120,10 @@ PR_AVX2 static void row_avx2(int nb, const block_q6_K * x, const block_q8_K * co
             }
         }
         const __m256i scales_16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) b.scales));
-        const float dx = _cvtsh_ss(b.d);
-        for (int c = 0; c < C; c++) {
-            const __m256i lanes = _mm256_sub_epi32(sumi[c], offset(y[c][i], scales_16));
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y[c][i].d * dx), _mm256_cvtepi32_ps(lanes), acc[c]);
-        }
+        for (int c = 0; c < C; c++) sumi[c] = _mm256_sub_epi32(sumi[c], offset(y[c][i], scales_16));
+        add_group<C, K>(sumi, _cvtsh_ss(b.d), y, i, acc);
     }
-    for (int c = 0; c < C; c++) out[c * ldo] = hsum_float_8(acc[c]);
+    store<C, K>(acc, out, ldo);
 }
 
 // The AVX-512 loop's constants, per 512-bit register: the high bits of each half superblock are
@@ -92,9 +145,26 @@ static const struct avx512_consts {
     }
 } consts;
 
+// Superblock i of a weight row (q, s: its unpacked registers) times a group of N <= 8 columns.
+template <int N, sum_kind K>
+PR_AVX512 static inline void group_avx512(const __m512i * q, const __m512i * s, __m256i scales_16, float dx,
+                                          const block_q8_K * const * y, int i, __m256 * acc) {
+    __m256i lanes[8];
+    for (int c = 0; c < N; c++) {
+        __m512i sumi = _mm512_setzero_si512();
+        for (int k = 0; k < 4; k++) {
+            const __m512i p = _mm512_maddubs_epi16(q[k], _mm512_loadu_si512(y[c][i].qs + 64 * k));
+            sumi = _mm512_dpwssd_epi32(sumi, p, s[k]);
+        }
+        lanes[c] = _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xF, sumi, 0), _mm512_maskz_extracti64x4_epi64(0xF, sumi, 1));
+        lanes[c] = _mm256_sub_epi32(lanes[c], offset(y[c][i], scales_16));
+    }
+    add_group<N, K>(lanes, dx, y, i, acc);
+}
+
 // One weight row times C columns, AVX-512: register k holds ggml's vectors 2k and 2k + 1 of the
 // superblock ([q4_0 | q4_1] and [q4_2 | q4_3] of each half), its int16 scales beside it.
-template <int C>
+template <int C, sum_kind K>
 PR_AVX512 static void row_avx512(int nb, const block_q6_K * x, const block_q8_K * const * y, float * out, int64_t ldo) {
     __m256 acc[C];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
@@ -118,37 +188,24 @@ PR_AVX512 static void row_avx512(int nb, const block_q6_K * x, const block_q8_K 
             s[2 * j + 1] = _mm512_permutexvar_epi16(pick[2 * j + 1], sc);
         }
         const float dx = _cvtsh_ss(b.d);
-        for (int c = 0; c < C; c++) {
-            __m512i sumi = _mm512_setzero_si512();
-            for (int k = 0; k < 4; k++) {
-                const __m512i p = _mm512_maddubs_epi16(q[k], _mm512_loadu_si512(y[c][i].qs + 64 * k));
-                sumi = _mm512_dpwssd_epi32(sumi, p, s[k]);
-            }
-            __m256i lanes = _mm256_add_epi32(_mm512_maskz_extracti64x4_epi64(0xF, sumi, 0), _mm512_maskz_extracti64x4_epi64(0xF, sumi, 1));
-            lanes = _mm256_sub_epi32(lanes, offset(y[c][i], scales_16));
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y[c][i].d * dx), _mm256_cvtepi32_ps(lanes), acc[c]);
-        }
+        group_avx512<std::min(C, 8), K>(q, s, scales_16, dx, y, i, acc);
+        if constexpr (C > 8) group_avx512<C - 8, K>(q, s, scales_16, dx, y + 8, i, K == DOT ? acc + 8 : acc + 1);
     }
-    for (int c = 0; c < C; c++) out[c * ldo] = hsum_float_8(acc[c]);
+    store<C, K>(acc, out, ldo);
 }
 
 using row_fn = void (*)(int, const block_q6_K *, const block_q8_K * const *, float *, int64_t);
 
-template <template <int> class K>
+template <template <int, sum_kind> class F, sum_kind K, int C = 16>
 static row_fn pick_cols(int n) {
-    switch (n) {
-    case 8: return K<8>::f;
-    case 7: return K<7>::f;
-    case 6: return K<6>::f;
-    case 5: return K<5>::f;
-    case 4: return K<4>::f;
-    case 3: return K<3>::f;
-    case 2: return K<2>::f;
-    default: return K<1>::f;
+    if constexpr (C == 1) {
+        return F<1, K>::f;
+    } else {
+        return n >= C ? F<C, K>::f : pick_cols<F, K, C - 1>(n);
     }
 }
-template <int C> struct avx2_cols { static constexpr row_fn f = row_avx2<C>; };
-template <int C> struct avx512_cols { static constexpr row_fn f = row_avx512<C>; };
+template <int C, sum_kind K> struct avx2_cols { static constexpr row_fn f = row_avx2<C, K>; };
+template <int C, sum_kind K> struct avx512_cols { static constexpr row_fn f = row_avx512<C, K>; };
 
 static bool cpu_has_avx512() {
     __builtin_cpu_init();
@@ -162,8 +219,9 @@ bool q6_k_cpu_ok() {
 }
 
 // dst = w * xq (xq: x quantized to Q8_K by ggml's CPU copy, as its own product quantizes it). Each
-// thread takes a range of weight rows for every group of COLS columns.
-void q6_k_compute(ggml_tensor * dst, int ith, int nth, void *) {
+// thread takes a range of weight rows for every group of columns.
+template <sum_kind K>
+static void compute(ggml_tensor * dst, int ith, int nth) {
     static const bool wide = cpu_has_avx512();
     const ggml_tensor * w = dst->src[0];
     const ggml_tensor * xq = dst->src[1];
@@ -171,20 +229,27 @@ void q6_k_compute(ggml_tensor * dst, int ith, int nth, void *) {
     const int64_t M = w->ne[1], N = xq->ne[1];
     const int64_t r0 = M * ith / nth, r1 = M * (ith + 1) / nth;
     const int64_t ldo = dst->nb[1] / (int64_t) sizeof(float);
-    for (int64_t c0 = 0; c0 < N; c0 += COLS) {
-        const int n = (int) std::min<int64_t>(COLS, N - c0);
+    const int cols = wide ? COLS_AVX512 : COLS_AVX2;
+    for (int64_t c0 = 0; c0 < N; c0 += cols) {
+        const int n = (int) std::min<int64_t>(cols, N - c0);
         const block_q8_K * y[COLS];
         for (int c = 0; c < COLS; c++) y[c] = (const block_q8_K *) ((const char *) xq->data + std::min<int64_t>(c0 + c, N - 1) * xq->nb[1]);
-        const row_fn f = wide ? pick_cols<avx512_cols>(n) : pick_cols<avx2_cols>(n);
+        const row_fn f = wide ? pick_cols<avx512_cols, K, COLS_AVX512>(n) : pick_cols<avx2_cols, K, COLS_AVX2>(n);
         float * base = (float *) dst->data + c0 * ldo;
         for (int64_t r = r0; r < r1; r++) f(nb, (const block_q6_K *) ((const char *) w->data + r * w->nb[1]), y, base + r, ldo);
     }
 }
 
+void q6_k_compute(ggml_tensor * dst, int ith, int nth, void *) { compute<DOT>(dst, ith, nth); }
+void q6_k_tiled_fused_compute(ggml_tensor * dst, int ith, int nth, void *) { compute<TILED_FUSED>(dst, ith, nth); }
+void q6_k_tiled_split_compute(ggml_tensor * dst, int ith, int nth, void *) { compute<TILED_SPLIT>(dst, ith, nth); }
+
 #else
 
 bool q6_k_cpu_ok() { return false; }
 void q6_k_compute(ggml_tensor *, int, int, void *) {}
+void q6_k_tiled_fused_compute(ggml_tensor *, int, int, void *) {}
+void q6_k_tiled_split_compute(ggml_tensor *, int, int, void *) {}
 
 #endif  // PR_TILED_X86
 

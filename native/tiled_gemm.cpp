@@ -2,7 +2,9 @@
 #include "tiled_kernels.h"
 #include "weights.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -13,24 +15,32 @@ namespace pr {
 namespace {
 
 struct kernel {
-    ggml_type w, x;      // the matrix's type; the rows' (what ggml's own product quantizes them to)
-    int64_t most_rows;   // the most rows ggml's product computes output by output (0: any)
+    ggml_type w, x;                  // the matrix's type; the rows' (what ggml's own product quantizes them to)
+    int64_t min_rows, max_rows;      // the rows it takes (ggml's product of as many has the bits it keeps)
+    bool one_row_bits;               // those are a one-row product's bits: a batch-invariant step may take it
     bool (*cpu_ok)();
-    ggml_custom_op_t compute;
-    std::atomic<bool> probe_ok{false}, on{true};
+    ggml_custom_op_t candidates[2];  // the arithmetic of ggml's product as built one way or another: the
+                                     // probe keeps the first whose bits are ggml's (null: none more)
+    std::atomic<ggml_custom_op_t> compute{nullptr};   // what the probe kept
+    std::atomic<bool> on{true};
     std::atomic<int64_t> runs{0};
 };
 
-// Q6_K: from 8 rows ggml's tiled K-quant kernel (ggml-cpu/tiled/tiled.cpp, ggml_tiled_min_batch) sums
-// in another order.
+// Q6_K: under 8 rows ggml computes each output as its own dot product; from 8 its tiled K-quant kernel
+// (ggml-cpu/tiled/tiled.cpp, ggml_tiled_min_batch) sums each superblock exactly and adds them in order,
+// with an fma or (built without contraction) a rounded product and a sum. Up to 24 rows tiles of one weight row by 8 or 16 columns beat
+// it (scripts/tiled_rows.cpp: 1.08x to 2.7x on the 1.5B's matrices); at 32 not on all.
 kernel kernels[] = {
-    {GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, 0, tiled::q4_1_cpu_ok, tiled::q4_1_compute},
-    {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 7, tiled::q6_k_cpu_ok, tiled::q6_k_compute},
+    {GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, 2, INT64_MAX, true, tiled::q4_1_cpu_ok, {tiled::q4_1_compute, nullptr}},
+    {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 2, 7, true, tiled::q6_k_cpu_ok, {tiled::q6_k_compute, nullptr}},
+    {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 8, 24, false, tiled::q6_k_cpu_ok,
+     {tiled::q6_k_tiled_fused_compute, tiled::q6_k_tiled_split_compute}},
 };
 
-kernel * find(ggml_type type) {
+// The kernel of a type that takes this many rows.
+kernel * find(ggml_type type, int64_t rows) {
     for (kernel & k : kernels) {
-        if (k.w == type) return &k;
+        if (k.w == type && k.min_rows <= rows && rows <= k.max_rows) return &k;
     }
     return nullptr;
 }
@@ -38,7 +48,7 @@ kernel * find(ggml_type type) {
 void run(ggml_tensor * dst, int ith, int nth, void * userdata) {
     kernel * k = (kernel *) userdata;
     if (ith == 0) k->runs++;
-    k->compute(dst, ith, nth, nullptr);
+    k->compute.load()(dst, ith, nth, nullptr);
 }
 
 // The tiled product of w and x (x quantized first by ggml's CPU copy), built whatever the probe said.
@@ -48,13 +58,12 @@ ggml_tensor * build(ggml_context * ctx, kernel & k, ggml_tensor * w, ggml_tensor
     return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, 2, run, GGML_N_TASKS_MAX, &k);
 }
 
-// Random weights (three blocks a row, 13 rows) times the most rows the kernel takes (up to 11: a
-// partial group of columns) and two rows, both products on the CPU backend, every output's bits
-// compared with ggml's.
-bool probe(ggml_backend_t cpu, kernel & k) {
-    if (!k.cpu_ok()) return false;
+// Random weights (three blocks a row, 13 rows) times the fewest and the most rows the kernel takes
+// (at most 17: a partial group of columns, and ggml's tiled kernel past its 16-row band), every
+// output's bits compared with ggml's product on the CPU backend.
+bool same_bits(ggml_backend_t cpu, kernel & k) {
     const int64_t K = 3 * ggml_blck_size(k.w), M = 13;
-    const int64_t sizes[2] = {k.most_rows ? k.most_rows : 11, 2};
+    const int64_t sizes[2] = {k.min_rows, std::min<int64_t>(k.max_rows, 17)};
     ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead() * 2, nullptr, true};
     ggml_context * ctx = ggml_init(ip);
     if (!ctx) return false;
@@ -98,6 +107,17 @@ bool probe(ggml_backend_t cpu, kernel & k) {
     return same;
 }
 
+// The first candidate with ggml's bits here, or none.
+void probe(ggml_backend_t cpu, kernel & k) {
+    if (!k.cpu_ok()) return;
+    for (ggml_custom_op_t c : k.candidates) {
+        if (!c) break;
+        k.compute = c;
+        if (same_bits(cpu, k)) return;
+    }
+    k.compute = nullptr;
+}
+
 // A buffer that holds w in the file's layout on the host: not one of the CPU's extra buffer types
 // (repacked, AMX), whose layouts are their own.
 bool plain_host(const ggml_tensor * w) {
@@ -125,28 +145,33 @@ bool gpu_registered() {
 void tiled_gemm_probe(ggml_backend_t cpu) {
     static std::once_flag once;
     std::call_once(once, [cpu] {
-        for (kernel & k : kernels) k.probe_ok = probe(cpu, k);
+        for (kernel & k : kernels) probe(cpu, k);
     });
 }
 
 int64_t tiled_gemm_runs(ggml_type type) {
-    kernel * k = find(type);
-    return k ? k->runs.load() : 0;
+    int64_t n = 0;
+    for (const kernel & k : kernels) {
+        if (k.w == type) n += k.runs;
+    }
+    return n;
 }
 
 int tiled_gemm_switch(ggml_type type, int on) {
-    kernel * k = find(type);
-    if (!k) return 0;
-    if (on >= 0) k->on = on != 0;
-    return k->on && k->probe_ok;
+    int used = 0;
+    for (kernel & k : kernels) {
+        if (k.w != type) continue;
+        if (on >= 0) k.on = on != 0;
+        used += k.on && k.compute != nullptr;
+    }
+    return used;
 }
 
-ggml_tensor * tiled_gemm(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x) {
+ggml_tensor * tiled_gemm(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, bool batch_invariant) {
     static const bool offloads = gpu_registered();
-    kernel * k = find(w->type);
-    if (!k || !k->on || !k->probe_ok) return nullptr;
     const int64_t rows = x->ne[1];
-    if (rows < 2 || (k->most_rows && rows > k->most_rows) || (offloads && rows >= 32)) return nullptr;
+    kernel * k = find(w->type, rows);
+    if (!k || !k->on || !k->compute || (batch_invariant && !k->one_row_bits) || (offloads && rows >= 32)) return nullptr;
     if (ggml_n_dims(w) != 2 || w->ne[0] % ggml_blck_size(w->type) != 0 || !ggml_is_contiguous(w)) return nullptr;
     if (x->type != GGML_TYPE_F32 || x->ne[2] != 1 || x->ne[3] != 1 || x->ne[0] != w->ne[0] || !ggml_is_contiguous(x)) {
         return nullptr;

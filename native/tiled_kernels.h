@@ -11,7 +11,11 @@ bool q4_1_cpu_ok();
 void q4_1_compute(ggml_tensor * dst, int ith, int nth, void * userdata);
 
 // Q6_K times Q8_K rows (q6_k_gemm.cpp): AVX2, FMA and F16C; AVX-512 (BW, VL, VNNI) where present.
+// Each output with the bits of ggml's product of 1 to 7 rows (its dot product: q6_k_compute) or of
+// 8 or more (its tiled kernel, its last product and sum fused or not, as its compiler built it).
 bool q6_k_cpu_ok();
 void q6_k_compute(ggml_tensor * dst, int ith, int nth, void * userdata);
+void q6_k_tiled_fused_compute(ggml_tensor * dst, int ith, int nth, void * userdata);
+void q6_k_tiled_split_compute(ggml_tensor * dst, int ith, int nth, void * userdata);
 
 }  // namespace pr::tiled

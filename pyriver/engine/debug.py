@@ -52,13 +52,14 @@ def joined(llm) -> int:
 TILED_TYPES = ("q4_1", "q6_K")
 
 
-def tiled_gemm(type: str, on: Optional[bool] = None) -> bool:
-    """The tiled product of several tokens (native/tiled_gemm.h) of the matrices of a type (one of
+def tiled_gemm(type: str, on: Optional[bool] = None) -> int:
+    """The tiled products of several tokens (native/tiled_gemm.h) of the matrices of a type (one of
     TILED_TYPES) in graphs built from now on (a context made after the call): on, off, or None to
-    ask. Returns whether graphs use it (the switch, and the probe that found ggml's bits on this CPU)."""
+    ask. Returns how many of the type's kernels graphs use (the switch, and the probes that found
+    ggml's bits on this CPU): Q4_1 has one, Q6_K one for 2 to 7 rows and one for 8 to 24."""
     if type not in TILED_TYPES:
         raise ValueError(f"tiled_gemm: no tiled kernel for {type!r} (one of {TILED_TYPES})")
-    return bool(lib.pr_debug_tiled_gemm(type.encode(), -1 if on is None else int(bool(on))))
+    return int(lib.pr_debug_tiled_gemm(type.encode(), -1 if on is None else int(bool(on))))
 
 
 def tiled_gemm_runs(type: str) -> int:
@@ -67,9 +68,9 @@ def tiled_gemm_runs(type: str) -> int:
 
 
 def tiled_in_use() -> str:
-    """The types whose tiled kernels graphs built from now on use ("q4_1,q6_K"; a cost table
+    """The tiled kernels graphs built from now on use, by type ("q4_1:1,q6_K:2"; a cost table
     measured with other kernels is not this setting's)."""
-    return ",".join(t for t in TILED_TYPES if tiled_gemm(t))
+    return ",".join(f"{t}:{n}" for t in TILED_TYPES for n in [tiled_gemm(t)] if n)
 
 
 def kv_fill(llm, value: float) -> None:

@@ -1,6 +1,7 @@
 """The tiled products (native/tiled_gemm.h): on an x86 CPU with AVX2, a Q4_1 file's steps of several
-tokens and a Q6_K matrix's steps of 2 to 7 go through them, with the bits of ggml's own product, so
-the switch changes no logit (test_parity holds those steps to llama.cpp's)."""
+tokens and a Q6_K matrix's steps of 2 to 24 go through them, with the bits of ggml's own product (its
+dot product under 8 rows, its tiled kernel from 8), so the switch changes no logit (test_parity holds
+those steps to llama.cpp's)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,9 +16,11 @@ pytestmark = pytest.mark.skipif(not x86_cpu_has("avx2", "fma", "f16c"), reason="
 
 # A prompt step, then verify-like steps: one tile group of columns and less, one and more than one
 STEPS = (60, 2, 3, 8, 9, 17)
-# Q6_K: the kernel takes 2 to 7 rows (ggml's tiled K-quant kernel from 8, its own bits); 8 and the
+# Q6_K: one kernel takes 2 to 7 rows (ggml's dot product's bits), one 8 to 24 (its tiled kernel's: to
+# 16 rows one band, from 17 its standard path; 9 and 17 partial groups of columns); 25 rows and the
 # prompt step stay ggml's
-Q6_K_STEPS = (60, 2, 3, 4, 5, 6, 7, 8)
+Q6_K_STEPS = (60, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 24, 25)
+Q6_K_TILED = sum(2 <= n <= 24 for n in Q6_K_STEPS)
 
 
 def _steps(path: str, type: str, on: bool, steps=STEPS, **kw):
@@ -46,8 +49,8 @@ def test_the_probes_find_ggmls_bits_here(smol_path):
     """Each kernel's own products against ggml's on random rows (the most rows it takes, a partial
     group of columns for Q4_1, and two): on this CPU they agree, so graphs use them."""
     with Llama(smol_path, n_ctx=64, verbose=False, river=None):
-        assert debug.tiled_gemm("q4_1") and debug.tiled_gemm("q6_K")
-        assert debug.tiled_in_use() == "q4_1,q6_K"
+        assert debug.tiled_gemm("q4_1") == 1 and debug.tiled_gemm("q6_K") == 2
+        assert debug.tiled_in_use() == "q4_1:1,q6_K:2"
     with pytest.raises(ValueError, match="no tiled kernel"):
         debug.tiled_gemm("q8_0")
 
@@ -74,21 +77,37 @@ def test_every_architecture_in_q4_1(arch_paths, tmp_path, name):
 
 def test_q6_k_everywhere(synth_paths, tmp_path):
     """A file with every matrix in Q6_K (rows of 256 and 512 weights; its own output head): steps of 2
-    to 7 tokens through the kernel with ggml's bits, one of 8 and the prompt through ggml's."""
+    to 24 tokens through the kernels with ggml's bits, one of 25 and the prompt through ggml's."""
     path = str(quantize(synth_paths["gqa_untied"], tmp_path / "q6_k.gguf", "q6_k", pure=True))
     tiled, runs_on = _steps(path, "q6_K", True, Q6_K_STEPS)
     plain, runs_off = _steps(path, "q6_K", False, Q6_K_STEPS)
     assert runs_off == 0
-    assert runs_on == 6 * (3 * 4 + 1)   # six steps of 2..7 rows: 3 blocks of Q/K/V (joined), O, gate/up (joined), down; the head
+    assert runs_on == Q6_K_TILED * (3 * 4 + 1)   # a step: 3 blocks of Q/K/V (joined), O, gate/up (joined), down; the head
     _same(Q6_K_STEPS, tiled, plain)
 
 
-@pytest.mark.parametrize("model", ["gemma", "qwen15"])
-def test_q6_k_in_q4_k_m_files(request, model):
+@pytest.mark.parametrize("model, matrices", [("gemma", 9), ("qwen15", 29)])
+def test_q6_k_in_q4_k_m_files(request, model, matrices):
     """The real Q4_K_M files' Q6_K matrices (Gemma 3's FFN down halves; the 1.5B's, its V and its
-    output head of 151,936 rows) in steps of 2 to 7 tokens: the bits of ggml's product."""
+    output head of 151,936 rows) in steps of 2 to 25 tokens: the bits of ggml's product."""
     path = request.getfixturevalue(f"{model}_path")
     tiled, runs_on = _steps(path, "q6_K", True, Q6_K_STEPS)
     plain, runs_off = _steps(path, "q6_K", False, Q6_K_STEPS)
-    assert runs_off == 0 and runs_on > 0
+    assert runs_off == 0 and runs_on == Q6_K_TILED * matrices   # Q6_K matrices a step (the 1.5B's: 14 + 14 + its head)
     _same(Q6_K_STEPS, tiled, plain)
+
+
+def test_q6_k_batch_invariant(synth_paths, tmp_path):
+    """In a batch-invariant context a step of 12 tokens of an all-Q6_K file has every row's bits of
+    12 one-token steps: the 2-to-7-row kernel's sums are a one-row product's, the 8-to-16-row one's
+    (ggml's tiled kernel's) are not, and such a step does not take it."""
+    path = str(quantize(synth_paths["gqa_untied"], tmp_path / "q6_k.gguf", "q6_k", pure=True))
+    with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=None, batch_invariant=True) as llm:
+        toks = (llm.tokenize(RIVER_PROMPT, add_bos=True) * 4)[:20]
+        llm.decode_logits(toks[:8], prompt=True)
+        runs = debug.tiled_gemm_runs("q6_K")
+        step = np.array(llm.decode_logits(toks[8:20], logits_all=True))
+        assert debug.tiled_gemm_runs("q6_K") == runs   # 12 rows: one-row products, not the tiled kernel
+        llm._truncate(8)
+        singles = [np.array(llm.decode_logits([t])).reshape(-1) for t in toks[8:20]]
+        assert np.array_equal(step.view(np.uint32), np.array(singles).view(np.uint32))
