@@ -218,11 +218,24 @@ bool q6_k_cpu_ok() {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 
+#ifndef PR_Q6_K_AVX2_ONLY
+#define PR_Q6_K_AVX2_ONLY 0   // 1: the AVX2 body on an AVX-512 CPU too (scripts/tiled_rows.cpp measures it)
+#endif
+static bool use_avx512() {
+    static const bool wide = !PR_Q6_K_AVX2_ONLY && cpu_has_avx512();
+    return wide;
+}
+
+// The most rows the tiled-sum kernel takes: its AVX2 body's tiles of 8 columns read a weight row
+// twice from 9 rows on and lose to ggml from 12 (8960 x 1536: 1.37x at 8 rows, 1.09x at 9, 0.92x at
+// 12); the AVX-512 body's tiles of 16 beat it to 24 rows.
+int q6_k_tiled_max_rows() { return use_avx512() ? 24 : 8; }
+
 // dst = w * xq (xq: x quantized to Q8_K by ggml's CPU copy, as its own product quantizes it). Each
 // thread takes a range of weight rows for every group of columns.
 template <sum_kind K>
 static void compute(ggml_tensor * dst, int ith, int nth) {
-    static const bool wide = cpu_has_avx512();
+    const bool wide = use_avx512();
     const ggml_tensor * w = dst->src[0];
     const ggml_tensor * xq = dst->src[1];
     const int nb = (int) (w->ne[0] / 256);
@@ -247,6 +260,7 @@ void q6_k_tiled_split_compute(ggml_tensor * dst, int ith, int nth, void *) { com
 #else
 
 bool q6_k_cpu_ok() { return false; }
+int q6_k_tiled_max_rows() { return 0; }
 void q6_k_compute(ggml_tensor *, int, int, void *) {}
 void q6_k_tiled_fused_compute(ggml_tensor *, int, int, void *) {}
 void q6_k_tiled_split_compute(ggml_tensor *, int, int, void *) {}

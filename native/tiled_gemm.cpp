@@ -17,6 +17,7 @@ namespace {
 struct kernel {
     ggml_type w, x;                  // the matrix's type; the rows' (what ggml's own product quantizes them to)
     int64_t min_rows, max_rows;      // the rows it takes (ggml's product of as many has the bits it keeps)
+    int (*most_rows)();              // where set, the most rows on this CPU (max_rows at most)
     bool one_row_bits;               // those are a one-row product's bits: a batch-invariant step may take it
     bool (*cpu_ok)();
     ggml_custom_op_t candidates[2];  // the arithmetic of ggml's product as built one way or another: the
@@ -28,12 +29,13 @@ struct kernel {
 
 // Q6_K: under 8 rows ggml computes each output as its own dot product; from 8 its tiled K-quant kernel
 // (ggml-cpu/tiled/tiled.cpp, ggml_tiled_min_batch) sums each superblock exactly and adds them in order,
-// with an fma or (built without contraction) a rounded product and a sum. Up to 24 rows tiles of one weight row by 8 or 16 columns beat
-// it (scripts/tiled_rows.cpp: 1.08x to 2.7x on the 1.5B's matrices); at 32 not on all.
+// with an fma or (built without contraction) a rounded product and a sum. Up to 24 rows tiles of one
+// weight row by 16 columns beat it (AVX-512; scripts/tiled_rows.cpp: 1.08x to 2.7x on the 1.5B's
+// matrices), at 32 not on all; tiles of 8 (AVX2) to 8 rows (q6_k_tiled_max_rows).
 kernel kernels[] = {
-    {GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, 2, INT64_MAX, true, tiled::q4_1_cpu_ok, {tiled::q4_1_compute, nullptr}},
-    {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 2, 7, true, tiled::q6_k_cpu_ok, {tiled::q6_k_compute, nullptr}},
-    {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 8, 24, false, tiled::q6_k_cpu_ok,
+    {GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, 2, INT64_MAX, nullptr, true, tiled::q4_1_cpu_ok, {tiled::q4_1_compute, nullptr}},
+    {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 2, 7, nullptr, true, tiled::q6_k_cpu_ok, {tiled::q6_k_compute, nullptr}},
+    {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 8, 24, tiled::q6_k_tiled_max_rows, false, tiled::q6_k_cpu_ok,
      {tiled::q6_k_tiled_fused_compute, tiled::q6_k_tiled_split_compute}},
 };
 
@@ -110,6 +112,8 @@ bool same_bits(ggml_backend_t cpu, kernel & k) {
 // The first candidate with ggml's bits here, or none.
 void probe(ggml_backend_t cpu, kernel & k) {
     if (!k.cpu_ok()) return;
+    if (k.most_rows) k.max_rows = std::min<int64_t>(k.max_rows, k.most_rows());
+    if (k.max_rows < k.min_rows) return;
     for (ggml_custom_op_t c : k.candidates) {
         if (!c) break;
         k.compute = c;

@@ -14,6 +14,7 @@ void q4_1_compute(ggml_tensor * dst, int ith, int nth, void * userdata);
 // Each output with the bits of ggml's product of 1 to 7 rows (its dot product: q6_k_compute) or of
 // 8 or more (its tiled kernel, its last product and sum fused or not, as its compiler built it).
 bool q6_k_cpu_ok();
+int q6_k_tiled_max_rows();   // the tiled-sum kernels' most rows on this CPU (past them ggml's own is faster)
 void q6_k_compute(ggml_tensor * dst, int ith, int nth, void * userdata);
 void q6_k_tiled_fused_compute(ggml_tensor * dst, int ith, int nth, void * userdata);
 void q6_k_tiled_split_compute(ggml_tensor * dst, int ith, int nth, void * userdata);

@@ -9,6 +9,7 @@
 //       -lggml-cpu -Wl,-rpath,$SP/llama_cpp/lib -o /tmp/tiled_rows      (one line)
 //   /tmp/tiled_rows q4_1 576 1536 2     # TYPE K M THREADS (SmolLM2's gate/up: 576 x 1536)
 //   /tmp/tiled_rows q6_K 8960 1536 2    # the 1.5B's FFN down; 1536 151936: its output head
+//   (-DPR_Q6_K_AVX2_ONLY=1: the Q6_K kernel's AVX2 body, as on a CPU without AVX-512)
 #include "../native/q4_1_gemm.cpp"
 #include "../native/q6_k_gemm.cpp"
 

@@ -1,7 +1,7 @@
 """The tiled products (native/tiled_gemm.h): on an x86 CPU with AVX2, a Q4_1 file's steps of several
-tokens and a Q6_K matrix's steps of 2 to 24 go through them, with the bits of ggml's own product (its
-dot product under 8 rows, its tiled kernel from 8), so the switch changes no logit (test_parity holds
-those steps to llama.cpp's)."""
+tokens and a Q6_K matrix's steps of 2 to 24 (2 to 8 without AVX-512) go through them, with the bits of
+ggml's own product (its dot product under 8 rows, its tiled kernel from 8), so the switch changes no
+logit (test_parity holds those steps to llama.cpp's)."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,11 +16,12 @@ pytestmark = pytest.mark.skipif(not x86_cpu_has("avx2", "fma", "f16c"), reason="
 
 # A prompt step, then verify-like steps: one tile group of columns and less, one and more than one
 STEPS = (60, 2, 3, 8, 9, 17)
-# Q6_K: one kernel takes 2 to 7 rows (ggml's dot product's bits), one 8 to 24 (its tiled kernel's: to
-# 16 rows one band, from 17 its standard path; 9 and 17 partial groups of columns); 25 rows and the
-# prompt step stay ggml's
+# Q6_K: one kernel takes 2 to 7 rows (ggml's dot product's bits), one 8 to 24 with AVX-512 VNNI, 8
+# without (its tiled kernel's: to 16 rows one band, from 17 its standard path; 9 and 17 partial groups
+# of columns); 25 rows and the prompt step stay ggml's
 Q6_K_STEPS = (60, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 24, 25)
-Q6_K_TILED = sum(2 <= n <= 24 for n in Q6_K_STEPS)
+Q6_K_MOST = 24 if x86_cpu_has("avx512f", "avx512bw", "avx512vl", "avx512_vnni") else 8
+Q6_K_TILED = sum(2 <= n <= Q6_K_MOST for n in Q6_K_STEPS)
 
 
 def _steps(path: str, type: str, on: bool, steps=STEPS, **kw):
