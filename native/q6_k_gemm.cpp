@@ -25,7 +25,7 @@ static_assert(sizeof(block_q6_K) == 210 && sizeof(block_q8_K) == 292, "ggml's bl
 
 // Columns a tile: 8 in the AVX2 body (16 registers), 16 in the AVX-512 one (32): a weight row is
 // unpacked, and read from memory, once for every 16 rows of a step (the 1.5B's output head: 151,936
-// rows of 1536, 190 MB; 16 rows 25 ms where two groups of 8 took 36).
+// rows of 1536, 190 MB; 16 rows 27 ms where two groups of 8 took 36).
 static constexpr int COLS_AVX2 = 8, COLS_AVX512 = 16, COLS = 16;
 
 // 32 * (bsums . scales) in ggml's lanes: what the -32 offset of every weight takes from the sums.
