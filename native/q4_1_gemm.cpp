@@ -152,10 +152,7 @@ PR_AVX2 void q4_1_compute(ggml_tensor * dst, int ith, int nth, void *) {
     rows<8>(w, groups, dst, ith, nth);   // 8 rows a tile: 1.42x ggml at 2 columns, 1.74x at 8 (docs/lossless.md)
 }
 
-bool q4_1_cpu_ok() {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-}
+bool q4_1_cpu_ok() { return cpu_has_avx2(); }
 
 #else
 

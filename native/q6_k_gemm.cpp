@@ -1,11 +1,12 @@
-// The tiled Q6_K kernel (tiled_kernels.h): one weight row by up to 8 columns a tile, the row's
-// superblock unpacked once for all its columns, each output with the arithmetic of ggml's x86
-// ggml_vec_dot_q6_K_q8_K (its AVX2 loop, which every x86 build with AVX2 runs): per superblock 8
-// int32 lanes, lane l the scaled sums of bytes 4l..4l+3 of its 32-byte vectors (exact in any order
-// and any instructions, no pair sum can saturate: 63 * 128 * 2 < 2^15) less 32 times the scaled
-// bsums (madd of bsums and scales, shifted by 5), then acc = fma(d_y * d_x, float(lanes), acc) and
-// the same horizontal sum. With AVX-512 two of ggml's vectors go in one register (lanes 8..15 added
-// to 0..7 at the superblock's end) and VNNI's dpwssd adds the scaled pairs in one instruction.
+// The tiled Q6_K kernels (tiled_kernels.h): one weight row by up to 8 columns a tile (16 with
+// AVX-512), the row's superblock unpacked once for all its columns. Under 8 rows each output has the
+// arithmetic of ggml's x86 ggml_vec_dot_q6_K_q8_K (its AVX2 loop, which every x86 build with AVX2
+// runs), from 8 that of its tiled kernel (sum_kind below). Both sum per superblock 8 int32 lanes,
+// lane l the scaled sums of bytes 4l..4l+3 of its 32-byte vectors (exact in any order and any
+// instructions, no pair sum can saturate: 63 * 128 * 2 < 2^15) less 32 times the scaled bsums (madd
+// of bsums and scales, shifted by 5). With AVX-512 two of ggml's vectors go in one register (lanes
+// 8..15 added to 0..7 at the superblock's end) and VNNI's dpwssd adds the scaled pairs in one
+// instruction.
 #include "tiled_kernels.h"
 #include "tiled_x86.h"
 
@@ -166,6 +167,7 @@ PR_AVX512 static inline void group_avx512(const __m512i * q, const __m512i * s, 
 // superblock ([q4_0 | q4_1] and [q4_2 | q4_3] of each half), its int16 scales beside it.
 template <int C, sum_kind K>
 PR_AVX512 static void row_avx512(int nb, const block_q6_K * x, const block_q8_K * const * y, float * out, int64_t ldo) {
+    static_assert(K != DOT || C <= 8, "the dot product's kernel takes at most 7 rows: one group of columns");
     __m256 acc[C];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m512i m15 = _mm512_set1_epi8(15);
@@ -189,7 +191,7 @@ PR_AVX512 static void row_avx512(int nb, const block_q6_K * x, const block_q8_K 
         }
         const float dx = _cvtsh_ss(b.d);
         group_avx512<std::min(C, 8), K>(q, s, scales_16, dx, y, i, acc);
-        if constexpr (C > 8) group_avx512<C - 8, K>(q, s, scales_16, dx, y + 8, i, K == DOT ? acc + 8 : acc + 1);
+        if constexpr (C > 8) group_avx512<C - 8, K>(q, s, scales_16, dx, y + 8, i, acc + 1);
     }
     store<C, K>(acc, out, ldo);
 }
@@ -213,10 +215,7 @@ static bool cpu_has_avx512() {
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
-bool q6_k_cpu_ok() {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-}
+bool q6_k_cpu_ok() { return cpu_has_avx2(); }
 
 #ifndef PR_Q6_K_AVX2_ONLY
 #define PR_Q6_K_AVX2_ONLY 0   // 1: the AVX2 body on an AVX-512 CPU too (scripts/tiled_rows.cpp measures it)
@@ -247,7 +246,8 @@ static void compute(ggml_tensor * dst, int ith, int nth) {
         const int n = (int) std::min<int64_t>(cols, N - c0);
         const block_q8_K * y[COLS];
         for (int c = 0; c < COLS; c++) y[c] = (const block_q8_K *) ((const char *) xq->data + std::min<int64_t>(c0 + c, N - 1) * xq->nb[1]);
-        const row_fn f = wide ? pick_cols<avx512_cols, K, COLS_AVX512>(n) : pick_cols<avx2_cols, K, COLS_AVX2>(n);
+        // (the dot product's kernel takes at most 7 rows: tiles of 8 columns)
+        const row_fn f = wide ? pick_cols<avx512_cols, K, K == DOT ? 8 : COLS_AVX512>(n) : pick_cols<avx2_cols, K, COLS_AVX2>(n);
         float * base = (float *) dst->data + c0 * ldo;
         for (int64_t r = r0; r < r1; r++) f(nb, (const block_q6_K *) ((const char *) w->data + r * w->nb[1]), y, base + r, ldo);
     }

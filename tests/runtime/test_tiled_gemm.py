@@ -76,12 +76,17 @@ def test_every_architecture_in_q4_1(arch_paths, tmp_path, name):
     _same(STEPS, tiled, plain)
 
 
-def test_q6_k_everywhere(synth_paths, tmp_path):
-    """A file with every matrix in Q6_K (rows of 256 and 512 weights; its own output head): steps of 2
-    to 24 tokens through the kernels with ggml's bits, one of 25 and the prompt through ggml's."""
-    path = str(quantize(synth_paths["gqa_untied"], tmp_path / "q6_k.gguf", "q6_k", pure=True))
-    tiled, runs_on = _steps(path, "q6_K", True, Q6_K_STEPS)
-    plain, runs_off = _steps(path, "q6_K", False, Q6_K_STEPS)
+@pytest.fixture(scope="module")
+def q6_k_path(synth_paths, tmp_path_factory) -> str:
+    """A synthetic file with every matrix in Q6_K (rows of 256 and 512 weights; its own output head)."""
+    return str(quantize(synth_paths["gqa_untied"], tmp_path_factory.mktemp("q6_k") / "q6_k.gguf", "q6_k", pure=True))
+
+
+def test_q6_k_everywhere(q6_k_path):
+    """Every matrix in Q6_K: steps of 2 to 24 tokens through the kernels with ggml's bits, one of 25 and
+    the prompt through ggml's."""
+    tiled, runs_on = _steps(q6_k_path, "q6_K", True, Q6_K_STEPS)
+    plain, runs_off = _steps(q6_k_path, "q6_K", False, Q6_K_STEPS)
     assert runs_off == 0
     assert runs_on == Q6_K_TILED * (3 * 4 + 1)   # a step: 3 blocks of Q/K/V (joined), O, gate/up (joined), down; the head
     _same(Q6_K_STEPS, tiled, plain)
@@ -98,12 +103,11 @@ def test_q6_k_in_q4_k_m_files(request, model, matrices):
     _same(Q6_K_STEPS, tiled, plain)
 
 
-def test_q6_k_batch_invariant(synth_paths, tmp_path):
+def test_q6_k_batch_invariant(q6_k_path):
     """In a batch-invariant context a step of 12 tokens of an all-Q6_K file has every row's bits of
     12 one-token steps: the 2-to-7-row kernel's sums are a one-row product's, the 8-to-16-row one's
     (ggml's tiled kernel's) are not, and such a step does not take it."""
-    path = str(quantize(synth_paths["gqa_untied"], tmp_path / "q6_k.gguf", "q6_k", pure=True))
-    with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=None, batch_invariant=True) as llm:
+    with Llama(q6_k_path, n_ctx=256, n_threads=2, verbose=False, river=None, batch_invariant=True) as llm:
         toks = (llm.tokenize(RIVER_PROMPT, add_bos=True) * 4)[:20]
         llm.decode_logits(toks[:8], prompt=True)
         runs = debug.tiled_gemm_runs("q6_K")
