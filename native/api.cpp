@@ -254,6 +254,14 @@ pr_status pr_context_set_wide_prompt_rows(pr_context * ctx, int32_t n) {
     });
 }
 
+pr_status pr_context_set_verify_tile_rows(pr_context * ctx, int32_t n) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        if (n < 0) pr::fail(PR_ERR_INVALID_ARG, "verify_tile_rows must be >= 0, got %d", n);
+        ctx->c->verify_tile_rows = n;
+    });
+}
+
 pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_all, int32_t prompt) {
     return guarded([&] {
         if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
@@ -262,7 +270,7 @@ pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t
         std::vector<int32_t> toks(tokens, tokens + n);
         pr::context * c = ctx->c;
         on_model(c->m, [c, toks, logits_all, prompt] {
-            c->decode(0, toks.data(), (int) toks.size(), logits_all != 0, prompt != 0);
+            c->decode(0, toks.data(), (int) toks.size(), logits_all != 0, prompt);
         });
     });
 }
@@ -348,7 +356,7 @@ pr_status pr_decode_batch(pr_context * ctx, const int32_t * tokens, const int32_
             b[i].seq = seq[i];
             b[i].pos = pos[i];
             b[i].logits = logits[i] != 0;
-            pr_flags[i] = prompt[i] != 0;
+            pr_flags[i] = prompt[i] == PR_VERIFY ? PR_VERIFY : prompt[i] != 0;
         }
         pr::context * c = ctx->c;
         on_model(c->m, [c, b, pr_flags] { c->decode_batch(b, pr_flags); });

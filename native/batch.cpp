@@ -16,6 +16,7 @@ struct step_group {
     std::vector<int> idx;          // batch indices of its tokens, in position order
     bool exits = false;            // may leave the backbone: a decode step (or a prompt under prefill_exit)
     bool river = false;            // has left it
+    bool verify = false;           // every token PR_VERIFY: a verify step's (graph_shape's verify_tile_rows)
     int forecast = -1;             // predicted, guarded: the forecast exit block of a decode step
     int seen = -1;                 // ... and the first block at tau it ran (pr_exit_observed)
     int at = 0;                    // the next block it runs
@@ -117,6 +118,7 @@ static void fill_lane(const context & c, const std::vector<step_group> & groups,
     for (int gi : gis) {
         const step_group & g = groups[gi];
         ln.groups.push_back(c.group_of(g.seq, (int) g.idx.size()));
+        ln.groups.back().verify = g.verify;
         for (int i : g.idx) {
             p.toks.back().push_back(b[i].token);
             if (with_logits && b[i].logits) {
@@ -321,6 +323,7 @@ void context::decode_batch(const std::vector<batch_token> & b, const std::vector
         const bool step = g.idx.size() == 1 && !prompt[g.idx[0]];   // the prompt rule of decode()
         g.exits = exiting && (step || rule.prefill);
         g.exit_block = L - 1;
+        g.verify = std::all_of(g.idx.begin(), g.idx.end(), [&](int i) { return prompt[i] == PR_VERIFY; });
         if (!step) forget_forecast(g.seq);   // a prompt starts the sequence's forecasts afresh, as in decode()
         groups.push_back(std::move(g));
     }

@@ -109,6 +109,7 @@ segment context::base_segment() const {
     s.shape.flash_attn = params.flash_attn != 0;
     s.shape.invariant = batch_invariant;
     s.shape.wide_prompt_rows = wide_prompt_rows;
+    s.shape.verify_tile_rows = verify_tile_rows;
     return s;
 }
 
@@ -132,6 +133,7 @@ segment context::make_segment(int n, int n_out, int first, int last, bool river_
     segment s = base_segment();
     lane ln;
     ln.groups.push_back(group_of(seq, n));
+    ln.groups[0].verify = verifying;
     ln.n_outputs = last == m->hp.n_layer - 1 ? n_out : 0;
     ln.first = first;
     ln.last = last;
@@ -538,10 +540,11 @@ void context::check_append(int s, const int32_t * tokens, int n) const {
     }
 }
 
-void context::decode(int s, const int32_t * tokens, int n, bool logits_all, bool prompt) {
+void context::decode(int s, const int32_t * tokens, int n, bool logits_all, int prompt) {
     check_append(s, tokens, n);
     const bool decoding = n == 1 && !prompt;
     seq = s;
+    verifying = prompt == PR_VERIFY;
     begin_step();
     // A prompt starts a sequence's forecasts afresh: what it decodes next does not depend on what
     // the cache held before (as with the checked path).
@@ -565,6 +568,7 @@ void context::embed(int s, const int32_t * tokens, int n) {
     const int L = m->hp.n_layer;
     const size_t E = m->hp.n_embd;
     seq = s;
+    verifying = false;
     begin_step();
     forget_forecast(s);   // a prompt's
     embd.reserve((size_t) n * E);

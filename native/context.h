@@ -61,10 +61,12 @@ struct context {
 
     bool batch_invariant = false;          // multi-token steps use one-token products (graph.cpp)
     int wide_prompt_rows = 16;             // prompt steps of more rows read batch_layout's file layout
+    int verify_tile_rows = 0;              // verify steps of more tokens attend tiled (graph_shape; 0: never)
     exit_rule rule;
     std::unique_ptr<device_carry> carry;   // when every block is on one non-CPU device
     int prev_exit = -1;                    // exit block of the last single-token step
     int seq = 0;                           // the sequence of the current single-sequence step
+    bool verifying = false;                // ... and whether it is a verify step (PR_VERIFY)
     std::vector<int32_t> exits;            // exit block of each token of the last decode (L-1: none)
     std::vector<exit_forecast> forecasts;  // per sequence: its recent exits (exit_mode predicted, guarded)
     std::vector<int32_t> forecast_of;      // per token of the last decode: its forecast exit block (-1: none)
@@ -85,9 +87,9 @@ struct context {
     context(model * m, const pr_context_params & p);
     ~context();
 
-    void decode(int seq, const int32_t * tokens, int n, bool logits_all, bool prompt);
+    void decode(int seq, const int32_t * tokens, int n, bool logits_all, int prompt);   // prompt: PR_VERIFY, else != 0
     void embed(int seq, const int32_t * tokens, int n);
-    void decode_batch(const std::vector<batch_token> & batch, const std::vector<uint8_t> & prompt);
+    void decode_batch(const std::vector<batch_token> & batch, const std::vector<uint8_t> & prompt);   // as pr_decode_batch's
     void truncate(int seq, int n_keep);
     void set_rule(const exit_rule & r);
     int used(int s) const { return kv->used[s]; }

@@ -54,7 +54,8 @@ int segment::n_outputs() const {
 // mixture of experts some 20 more, and a view and an add per expert used.
 size_t graph_capacity(const model & m, int n_lanes, int n_groups) {
     const size_t per_lane = 64 + (m.hp.n_expert_used > 0 ? 24 + 2 * (size_t) m.hp.n_expert_used : 0);
-    return (size_t) m.hp.n_layer * (per_lane * n_lanes + 16 * n_groups) + 256 + 8 * n_lanes;
+    // a group's attention: up to 15 nodes a block (tiled_attention's fold)
+    return (size_t) m.hp.n_layer * (per_lane * n_lanes + 24 * n_groups) + 256 + 8 * n_lanes;
 }
 
 static ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {
@@ -185,11 +186,38 @@ static ggml_tensor * run_attention(ggml_context * ctx, const model & m, const kv
     return ggml_reshape_2d(ctx, ggml_mul_mat(ctx, vv, kq), hd * hp.n_head, n_seq);           // [hd, 1, n_head, n_seq]
 }
 
+constexpr int fa_tile_q = 64;   // ggml-cpu/common.h's GGML_FA_TILE_Q (pyriver.draftlen.FA_TILE)
+
+// ggml's CPU flash attention (ggml-cpu/ops.cpp) takes a product of fa_tile_q query rows or more a tile of
+// rows at a time, and one of fewer a query row at a time, each row a pass over the whole cache with
+// its own softmax bookkeeping per position. Where a head has 64 dimensions the second costs about
+// 10 times as much a row (SmolLM2 after 1300 tokens: a step of 48 rows 740 ms against 27 ms for one
+// row; tiled, 178 ms), so a verify step of 8 to 63 rows (lossless drafts) pays more for its
+// attention than for its weights. Tiled here: the query heads that share a KV head become rows of
+// one product (row t + T g for token t, head g of the group), zero rows pad the product to 64 where
+// it has fewer (their outputs are dropped), and the mask's rows repeat to match. Each row attends as
+// in a 64-row prompt step; only where the step meets graph_shape's verify_tile_rows (measured per
+// model: pyriver.costcurve), since the padding costs a 64-row tile whatever the rows.
+static ggml_tensor * tiled_attention(ggml_context * ctx, const hparams & hp, ggml_tensor * q, ggml_tensor * kk,
+                                     ggml_tensor * vv, ggml_tensor * mask, float scale, float cap) {
+    const int hd = hp.n_embd_head, T = (int) q->ne[2], gqa = hp.n_head / hp.n_head_kv, nkh = hp.n_head_kv;
+    const int n_kv = (int) kk->ne[1], rows = std::max(T * gqa, fa_tile_q), reps = (rows + T - 1) / T;
+    ggml_tensor * qh = ggml_view_4d(ctx, q, hd, gqa, nkh, T, q->nb[1], q->nb[1] * gqa, q->nb[2], 0);
+    ggml_tensor * qf = ggml_reshape_3d(ctx, ggml_cont(ctx, ggml_permute(ctx, qh, 0, 2, 3, 1)), hd, T * gqa, nkh);
+    if (rows > T * gqa) qf = ggml_pad(ctx, qf, 0, rows - T * gqa, 0, 0);
+    ggml_tensor * m3 = ggml_view_3d(ctx, mask, n_kv, T, 1, mask->nb[1], mask->nb[1] * T, 0);
+    ggml_tensor * mf = ggml_reshape_2d(ctx, ggml_repeat_4d(ctx, m3, n_kv, T, reps, 1), n_kv, (int64_t) T * reps);
+    ggml_tensor * o = ggml_flash_attn_ext(ctx, qf, kk, vv, mf, scale, 0.0f, cap);   // [hd, nkh, rows]
+    ggml_prec_set_acc(o, GGML_PREC_F32);
+    ggml_tensor * oh = ggml_view_4d(ctx, o, hd, nkh, T, gqa, o->nb[1], o->nb[2], o->nb[2] * T, 0);
+    return ggml_cont_2d(ctx, ggml_permute(ctx, oh, 0, 2, 3, 1), (int64_t) hd * hp.n_head, T);
+}
+
 // The attention of one sequence group: its queries (tokens t0.. of the lane) over the first n_kv
 // rows of its sequence's region of the cache, under its mask; one_query: one query a product
 // (attn_run's, with the mask in that shape).
-static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const kv_cache & kv, bool one_query,
-                                     const seq_group & g, int t0, ggml_tensor * q, ggml_tensor * k_all,
+static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_shape & s,
+                                     bool one_query, const seq_group & g, int t0, ggml_tensor * q, ggml_tensor * k_all,
                                      ggml_tensor * v_all, ggml_tensor * mask, float scale, float cap) {
     const hparams & hp = m.hp;
     const int hd = hp.n_embd_head, T = g.n_tokens, n_kv = g.n_kv;
@@ -201,6 +229,11 @@ static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const 
     ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [hd, T, n_head]
     if (!kv.v_trans) {
         ggml_tensor * vv = ggml_view_3d(ctx, v_all, hd, n_kv, hp.n_head_kv, es * E, es * hd, es * E * base);
+        // the tiled kernel reads an F16 or F32 cache; from 64 rows a group takes it as it is
+        if (g.verify && s.verify_tile_rows > 0 && T >= s.verify_tile_rows && T < fa_tile_q && !s.invariant && mask &&
+            (kv.type == GGML_TYPE_F16 || kv.type == GGML_TYPE_F32)) {
+            return tiled_attention(ctx, hp, q, kk, vv, mask, scale, cap);
+        }
         ggml_tensor * o = ggml_flash_attn_ext(ctx, qp, kk, vv, mask, scale, 0.0f, cap);
         ggml_prec_set_acc(o, GGML_PREC_F32);
         return ggml_reshape_2d(ctx, o, hd * hp.n_head, T);
@@ -260,7 +293,7 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
         ggml_tensor * mask = hp.is_swa(il) ? r.mask_swa : r.mask;
         ggml_tensor * og = r.n_seq > 1
             ? run_attention(ctx, m, kv, groups[r.group], r.n_seq, r.t0, q, k_all, v_all, mask, scale, cap)
-            : group_attention(ctx, m, kv, r.one_query, groups[r.group], r.t0, q, k_all, v_all, mask, scale, cap);
+            : group_attention(ctx, m, kv, s, r.one_query, groups[r.group], r.t0, q, k_all, v_all, mask, scale, cap);
         o = o ? ggml_concat(ctx, o, og, 1) : og;
     }
     return linear(ctx, s, w.wo, o, w.bo);

@@ -14,7 +14,10 @@ struct seq_group {
     int seq = 0;
     int n_tokens = 0;
     int n_kv = 0;       // rows attended to (a multiple of kv_pad, or the region's length)
-    bool operator==(const seq_group & o) const { return seq == o.seq && n_tokens == o.n_tokens && n_kv == o.n_kv; }
+    bool verify = false;   // a lossless verify step (PR_VERIFY): may attend through the tiled kernel (graph_shape)
+    bool operator==(const seq_group & o) const {
+        return seq == o.seq && n_tokens == o.n_tokens && n_kv == o.n_kv && verify == o.verify;
+    }
 };
 
 // Tokens that run blocks first..last of the backbone or of the river together, starting from the
@@ -41,8 +44,10 @@ struct graph_shape {
     bool flash_attn = false;
     bool invariant = false;  // every product is one token's (see linear in graph.cpp)
     int wide_prompt_rows = 16;   // with batch_layout, prompt steps of more rows read the file's layout (wide in graph.cpp)
+    int verify_tile_rows = 0;    // > 0: verify groups of this many tokens or more attend tiled (tiled_attention in graph.cpp)
     bool operator==(const graph_shape & o) const {
-        return flash_attn == o.flash_attn && invariant == o.invariant && wide_prompt_rows == o.wide_prompt_rows;
+        return flash_attn == o.flash_attn && invariant == o.invariant && wide_prompt_rows == o.wide_prompt_rows &&
+               verify_tile_rows == o.verify_tile_rows;
     }
 };
 

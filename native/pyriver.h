@@ -133,11 +133,19 @@ PR_API pr_status pr_context_set_batch_invariant(pr_context * ctx, int32_t on);
  * more than 64 rows always do). Where ggml's tiled kernel overtakes the repacked one depends on the CPU
  * (from 17 rows on a Zen 4, from 25 to 33 on a Zen 3): pyriver.widerows measures it once per machine. */
 PR_API pr_status pr_context_set_wide_prompt_rows(pr_context * ctx, int32_t n);
+/* Verify steps (prompt PR_VERIFY) of n to 63 tokens attend through flash attention's tiled kernel
+ * (the query heads of a KV head as rows of one product, padded to 64 rows); 0 (until set): never.
+ * Only with flash attention, an F16 or F32 cache and not batch-invariant; other bits than a step of
+ * per-row attention. Where it pays depends on the model and CPU: pyriver.costcurve measures it. */
+PR_API pr_status pr_context_set_verify_tile_rows(pr_context * ctx, int32_t n);
+
+/* A prompt flag's value for a verify step: a prompt (full depth) whose every row checks a draft. */
+#define PR_VERIFY 2
 
 /* Appends n tokens at the end of the cache and runs them. With logits_all, logits of every token
  * are kept (pr_logits index 0..n-1); otherwise only the last token's (index 0). Whether the tokens
  * are a prompt (full depth) or a decode step (token-level exits) is the context's rule: see
- * context::decode. */
+ * context::decode. prompt PR_VERIFY: a prompt that verifies drafts (pr_context_set_verify_tile_rows). */
 PR_API pr_status pr_decode(pr_context * ctx, const int32_t * tokens, int32_t n, int32_t logits_all, int32_t prompt);
 /* Logits of output row i of the last pr_decode: n_vocab floats, valid until the next decode;
  * NULL (with a message) for a row that is not there. */
@@ -169,7 +177,8 @@ PR_API pr_status pr_state_set(pr_context * ctx, int32_t seq, const uint8_t * buf
  * n tokens of any sequences: token i belongs to sequence seq[i] at position pos[i], which must be
  * the next free position of that sequence (its cached count plus its earlier tokens in this call).
  * logits[i] != 0 keeps token i's logits: pr_logits rows 0.. in batch order of those tokens.
- * prompt[i] != 0 marks a prompt token (full depth unless prefill_exit); a sequence with exactly one
+ * prompt[i] != 0 marks a prompt token (full depth unless prefill_exit), PR_VERIFY a verify step's
+ * (a sequence's tokens all PR_VERIFY: pr_context_set_verify_tile_rows); a sequence with exactly one
  * token that is not a prompt token is a decode step and may exit (under batch_rule). Nothing is
  * computed when any token is invalid. pr_exit_layers then gives each token's exit block. */
 PR_API pr_status pr_decode_batch(pr_context * ctx, const int32_t * tokens, const int32_t * seq, const int32_t * pos,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Dict, List, Sequence
 
-from .engine import BATCH_RULES
+from .engine import BATCH_RULES, VERIFY
 
 
 @dataclass
@@ -115,7 +115,7 @@ class BatchDecoder:
             seqs.extend([int(f.seq)] * n)
             pos.extend(range(p0, p0 + n))
             want.extend([1 if f.all_logits else 0] * (n - 1) + [1 if f.logits or f.all_logits else 0])
-            prompt.extend([1 if f.prompt else 0] * n)
+            prompt.extend([VERIFY if f.all_logits else 1 if f.prompt else 0] * n)   # all_logits: a verify step
         if self.before_step is not None:
             self.before_step()
         rows = self._ectx.decode_batch(toks, seqs, pos, want, prompt)

@@ -68,7 +68,8 @@ class GenerationMixin:
     def decode_logits(self, tokens: Sequence[int], logits_all: bool = False, prompt: bool = False) -> np.ndarray:
         """Append tokens to the cache and run them. Returns logits [n_outputs, n_vocab]: every
         token's with logits_all, else the last token's. prompt marks a single token as a prompt
-        (pr_decode's prompt rule: a prompt runs at full depth, a decode step under the exits)."""
+        (pr_decode's prompt rule: a prompt runs at full depth, a decode step under the exits);
+        engine.VERIFY marks a lossless verify step (Context.set_verify_tile_rows)."""
         with self._lock:
             self._live()
             toks = [int(t) for t in tokens]

@@ -29,6 +29,7 @@ import numpy as np
 
 from .draft import SuffixLookup, proposal
 from .draftlen import DraftCost, DraftLength
+from .engine import VERIFY
 from .logprobs import entry as logprob_entry
 from .sampling import Sampler
 
@@ -210,7 +211,7 @@ class Speculator:
         begins (proposal_key)."""
         n0 = len(seq) - 1
         drafts, qs, source, key = self._draft(llm, seq, sampler, k, ls, dl, room, n_prompt)
-        rows = llm.decode_logits([seq[-1]] + drafts, logits_all=True, prompt=True)   # full depth
+        rows = llm.decode_logits([seq[-1]] + drafts, logits_all=True, prompt=VERIFY)   # full depth
         out = decide(rows, drafts, qs, seq, sampler, self.rule)
         m = len(out) - 1   # drafts kept
         llm._truncate(n0 + 1 + m)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import ModelLoadError
-from .base import BATCH_RULES, EXIT_RULES, Context, ContextArgs, Engine, ExitRule, ModelArgs, check_exit_rule
+from .base import BATCH_RULES, EXIT_RULES, VERIFY, Context, ContextArgs, Engine, ExitRule, ModelArgs, check_exit_rule
 
 ENGINES = ("auto", "native", "llama.cpp")
 _UNSUPPORTED = "unsupported architecture"   # the native loader's message for a file without a builder
@@ -85,4 +85,4 @@ def _llamacpp(path: str, args: ModelArgs) -> Engine:
 
 
 __all__ = ["BATCH_RULES", "Context", "ContextArgs", "Engine", "ENGINES", "EXIT_RULES", "ExitRule", "ModelArgs",
-           "check_exit_rule", "check_lora", "check_projector", "file_meta", "file_tensor_names", "load"]
+           "VERIFY", "check_exit_rule", "check_lora", "check_projector", "file_meta", "file_tensor_names", "load"]

@@ -44,7 +44,13 @@ class ContextArgs:
     embedding: bool = False
     n_seq_max: int = 1
     wide_prompt_rows: Optional[int] = None   # with a batch layout, prompt steps of more rows read it (None: 16)
+    verify_tile_rows: Optional[int] = None   # verify steps of more tokens attend tiled (None: never; costcurve)
 
+
+# A prompt flag's value for a lossless verify step (pyriver.h's PR_VERIFY): a prompt (full depth) whose
+# every row checks a draft; an engine may compute it with other kernels than a prompt of its size
+# (Context.set_verify_tile_rows). Any other true value is a prompt.
+VERIFY = 2
 
 # How a step over several sequences exits (pyriver.h's pr_exit_params.batch_rule, in its order):
 # each sequence at its own block, the whole step at the first block where all reach tau, or all
@@ -93,7 +99,8 @@ class Context:
 
     def decode(self, tokens: Sequence[int], logits_all: bool, prompt: bool) -> np.ndarray:
         """Append tokens to sequence 0 and run them: logits [n_out, n_vocab] (every token's with
-        logits_all, else the last's). prompt: full depth (only an engine with exits tells apart)."""
+        logits_all, else the last's). prompt: full depth (only an engine with exits tells apart);
+        VERIFY: a verify step's."""
         raise NotImplementedError
 
     def decode_batch(self, tokens: Sequence[int], seqs: Sequence[int], pos: Sequence[int],
@@ -114,6 +121,12 @@ class Context:
     def set_batch_invariant(self, on: bool) -> None:
         """Batch invariance for the steps that follow (where can_batch_invariant)."""
         raise NotImplementedError
+
+    def set_verify_tile_rows(self, n: int) -> None:
+        """Verify steps (prompt VERIFY) of n to 63 tokens attend through flash attention's tiled
+        kernel (0: never; pyriver.h's pr_context_set_verify_tile_rows): the native engine's."""
+        if n:
+            raise ValueError("verify_tile_rows: only the native engine attends verify steps tiled")
 
     def pos(self, seq: int = 0) -> int:
         """Tokens of seq in the cache."""

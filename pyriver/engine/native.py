@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import PyriverError
 from ..native import check, ffi, last_error, lib, read_text
 from . import river
-from .base import BATCH_RULES, EXIT_RULES, Context, ContextArgs, Engine, ExitRule, ModelArgs
+from .base import BATCH_RULES, EXIT_RULES, VERIFY, Context, ContextArgs, Engine, ExitRule, ModelArgs
 
 
 class NativeContext(Context):
@@ -37,6 +37,8 @@ class NativeContext(Context):
         self.n_batch = cp.n_batch
         if args.wide_prompt_rows is not None:
             self.set_wide_prompt_rows(args.wide_prompt_rows)
+        if args.verify_tile_rows:
+            self.set_verify_tile_rows(args.verify_tile_rows)
 
     @property
     def batch_invariant(self) -> bool:
@@ -47,6 +49,9 @@ class NativeContext(Context):
 
     def set_wide_prompt_rows(self, n: int) -> None:
         check(lib.pr_context_set_wide_prompt_rows(self.handle, int(n)))
+
+    def set_verify_tile_rows(self, n: int) -> None:
+        check(lib.pr_context_set_verify_tile_rows(self.handle, int(n)))
 
     def set_exit(self, rule: ExitRule, batch_rule: str = "split") -> ExitRule:
         p = ffi.new("pr_exit_params *", lib.pr_exit_default_params())
@@ -78,7 +83,8 @@ class NativeContext(Context):
 
     def decode(self, tokens: Sequence[int], logits_all: bool, prompt: bool) -> np.ndarray:
         arr = ffi.new("int32_t[]", list(tokens))
-        check(lib.pr_decode(self.handle, arr, len(tokens), 1 if logits_all else 0, 1 if prompt else 0))
+        kind = VERIFY if prompt == VERIFY else (1 if prompt else 0)
+        check(lib.pr_decode(self.handle, arr, len(tokens), 1 if logits_all else 0, kind))
         return self._rows(lib.pr_n_outputs(self.handle), self.n_vocab, lib.pr_logits)
 
     def decode_batch(self, tokens, seqs, pos, logits, prompt) -> np.ndarray:

@@ -27,6 +27,7 @@ def test_failing_calls_leave_a_message():
     assert lib.pr_n_ctx(ffi.NULL) == 0 and last_error() == "ctx is NULL"
     assert lib.pr_graph_input_reads(ffi.NULL) == 0 and last_error() == "ctx is NULL"
     assert lib.pr_context_set_wide_prompt_rows(ffi.NULL, 16) != 0 and last_error() == "ctx is NULL"
+    assert lib.pr_context_set_verify_tile_rows(ffi.NULL, 8) != 0 and last_error() == "ctx is NULL"
     for status in (lib.pr_kv_clear(ffi.NULL), lib.pr_river_report(ffi.NULL, ffi.NULL, 0, ffi.NULL),
                    lib.pr_model_meta(ffi.NULL, b"k", ffi.NULL, 0, ffi.NULL), lib.pr_kv_fill(ffi.NULL, 0.0),
                    lib.pr_context_set_exit(ffi.NULL, ffi.NULL)):
