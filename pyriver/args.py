@@ -50,11 +50,17 @@ def add_layout_arg(p: argparse.ArgumentParser) -> None:
                    help="one layout of the weights, llama.cpp's (by default, on x86 CPUs, the K-quant matrices that ggml "
                    "repacks for single tokens are also read in the file's layout by prompt steps of more "
                    "than 16 tokens, where ggml's tiled kernel is faster; the file's pages stay in memory: docs/lossless.md)")
+    p.add_argument("--no-tiled-verify", action="store_true",
+                   help="lossless verify steps attend a row at a time, as a prompt of their size (by default, with "
+                   "flash attention on the CPU, those of the sizes where this machine measured it cheaper attend "
+                   "through ggml's tiled kernel: docs/lossless.md)")
 
 
 def layout_kwargs(a) -> Dict:
-    """Llama's batch_layout for the commands that serve or run a model: on unless --no-batch-layout."""
-    return {"batch_layout": not getattr(a, "no_batch_layout", False)}
+    """Llama's batch_layout and tiled_verify for the commands that serve or run a model: on unless
+    --no-batch-layout, --no-tiled-verify."""
+    return {"batch_layout": not getattr(a, "no_batch_layout", False),
+            "tiled_verify": not getattr(a, "no_tiled_verify", False)}
 
 
 def positive(s: str) -> int:

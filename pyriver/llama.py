@@ -69,7 +69,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
                  river_rebuild: bool = False, batch_invariant: Optional[bool] = None, exit_rule: Optional[str] = None,
                  lossless: Optional[bool] = None, draft_max: Optional[int] = None, draft_cost=None,
                  engine: Optional[str] = "auto", lora_adapters: Optional[Sequence[Tuple[str, float]]] = None,
-                 batch_layout: bool = False, wide_prompt_rows: Optional[int] = None, **llama_cpp_args):
+                 batch_layout: bool = False, wide_prompt_rows: Optional[int] = None, tiled_verify: bool = True,
+                 **llama_cpp_args):
         # what __getstate__ re-creates this Llama from (llama_cpp pickles its arguments, not its tokenizer)
         self._init_args = {**{k: v for k, v in locals().items() if k not in ("self", "llama_cpp_args", "tokenizer")},
                            **llama_cpp_args}
@@ -149,6 +150,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         self._n_generated = 0
         self.prefill_exit = prefill_exit
         self.wide_prompt_rows: Optional[int] = None   # a prompt step of more rows reads batch_layout's layout
+        self.tiled_verify = bool(tiled_verify)   # the automatic verify table may take tiled verify steps
+        self.verify_tile_rows = 0   # a verify step of more rows attends tiled (lossless mode's automatic table)
         if self.batch_layout and not self.batch_invariant:
             self._set_wide_prompt_rows(wide_prompt_rows)
         self._spec: Optional[Speculator] = None   # lossless mode (set_lossless)
@@ -271,6 +274,13 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         self._context_args = replace(self._context_args, wide_prompt_rows=int(n))
         self.wide_prompt_rows = int(n)
 
+    def _set_verify_tile_rows(self, n: int) -> None:
+        """From how many rows verify steps attend tiled (engine Context.set_verify_tile_rows; 0:
+        never), kept in the context arguments as wide_prompt_rows is."""
+        self._ectx.set_verify_tile_rows(n)
+        self._context_args = replace(self._context_args, verify_tile_rows=int(n))
+        self.verify_tile_rows = int(n)
+
     def attach_river(self, river: str, *, force: bool = False, rebuild: bool = False) -> str:
         """Bind a river to this model after loading (once); exits stay off until set_exit."""
         with self._lock:
@@ -334,7 +344,8 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
             cost = parse_cost(draft_cost)
             if cost == AUTO:   # this model's own verify cost table (measured once, cached)
                 from .costcurve import auto
-                cost = auto(self, self.tokenize(COST_PROMPT.encode()))
+                cost, tile = auto(self, self.tokenize(COST_PROMPT.encode()))
+                self._set_verify_tile_rows(tile)   # the verify steps the table was measured with
                 keep = DEFAULT_DRAFT_MAX_BY_COST if draft_max is None else keep
             self._spec = Speculator(draft_model, keep if draft_max is None else draft_max, draft_p_min, cost)
 

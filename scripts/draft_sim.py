@@ -52,7 +52,7 @@ def cost_table(path: str) -> DraftCost:
     read at each step's context where it was measured at two)."""
     d = json.load(open(path))
     if d.get("schema") == costcurve.SCHEMA:
-        return costcurve.read(path)
+        return costcurve.read(path)[0]
     steps = d["steps"] if "steps" in d else {n: v["decode_steps"] for n, v in d["k"].items()}
     return DraftCost({int(n): float(c) for n, c in steps.items()}, DEFAULT_COST.river_draft)
 

@@ -182,15 +182,16 @@ def test_the_automatic_table_is_measured_at_two_contexts_once(request, tmp_cache
     from pyriver.llama import COST_PROMPT
     with Llama(model_path(request, "mha"), n_ctx=2048, n_threads=2, verbose=False, river=None) as llm:
         prompt = llm.tokenize(COST_PROMPT.encode())
-        c = costcurve.auto(llm, prompt)
+        c, tile = costcurve.auto(llm, prompt)
+        assert tile == 0   # no flash attention: no tiled verify steps
         assert c.context == len(prompt) and c.far[0] == costcurve.FAR * len(prompt)
         assert set(c.points) == set(c.far[1]) == set(costcurve.SIZES)
 
         def measure(*a):
             raise AssertionError("measured again")
         monkeypatch.setattr(costcurve, "measure", measure)
-        assert costcurve.auto(llm, prompt).to_dict() == c.to_dict()   # read from the cache
+        assert costcurve.auto(llm, prompt)[0].to_dict() == c.to_dict()   # read from the cache
     monkeypatch.undo()
     with Llama(model_path(request, "mha"), n_ctx=256, n_threads=2, verbose=False, river=None) as llm:
-        c = costcurve.auto(llm, llm.tokenize(COST_PROMPT.encode()))
+        c, _ = costcurve.auto(llm, llm.tokenize(COST_PROMPT.encode()))
         assert c.far is None and max(c.points) <= 128   # no room for a far context: one table

@@ -50,11 +50,12 @@ def test_the_rule_drafts_less_after_a_long_text():
 def test_stored_as_a_calibration_and_a_cache_file_stores_it(tmp_path):
     assert parse_cost(COST.to_dict()).at(1000).points == COST.at(1000).points
     path = tmp_path / "t.json"
-    path.write_text(costcurve.to_json(COST, "m.gguf", 2))
-    back = costcurve.read(path)
+    path.write_text(costcurve.to_json(COST, "m.gguf", 2, 12))
+    back, tile = costcurve.read(path)
     assert back.at(1000).points == COST.at(1000).points and back.river_draft == costcurve.DEFAULT_COST.river_draft
-    path.write_text(json.dumps({"schema": "pyriver.verify_cost/1", "steps": {"1": 1.0}}))
-    with pytest.raises(ValueError, match="verify_cost/3"):   # an older table is measured again
+    assert tile == 12   # the verify steps it was measured with
+    path.write_text(json.dumps({"schema": "pyriver.verify_cost/3", "verify": [1.0], "river_draft": 0.77}))
+    with pytest.raises(ValueError, match="verify_cost/4"):   # an older table is measured again
         costcurve.read(path)
 
 

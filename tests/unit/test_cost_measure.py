@@ -7,6 +7,7 @@ from pyriver import costcurve
 from pyriver.cache import setting_key
 
 TRUE = {1: 1.0, 2: 1.66, 3: 2.2, 4: 2.7, 8: 4.7, 16: 8.6, 64: 23.0}   # SmolLM2's on the Xeon, in single steps
+TILED = {8: 4.0, 16: 5.0}   # its steps with their attention tiled (a made-up curve)
 
 
 class DriftingLlama:
@@ -34,7 +35,8 @@ def drifting(monkeypatch):
     def timed(fn):
         fn()
         llm.calls += 1
-        return 0.010 * TRUE[llm.last] * (1.0 + 0.02 * llm.calls)
+        cost = TILED[llm.last] if getattr(llm, "tiled", False) else TRUE[llm.last]
+        return 0.010 * cost * (1.0 + 0.02 * llm.calls)
     monkeypatch.setattr(costcurve, "_time", timed)
     return llm
 
@@ -100,3 +102,52 @@ def test_a_spell_of_load_falls_on_few_of_the_small_sizes_passes(monkeypatch):
     table = costcurve.table(res)
     for n in small[1:]:
         assert table[n] == pytest.approx(TRUE[n], rel=1e-9)
+
+
+def _res(plain, tiled, at=None):
+    """A measurement's ratios: plain and tiled steps of each size (tiled only for the sizes in at)."""
+    at = plain if at is None else at
+    return {n: {"ratio": [plain[n]], **({"tiled_ratio": [tiled[n]]} if n in at else {})} for n in plain}
+
+
+PLAIN = {6: 3.0, 8: 4.0, 16: 8.0, 32: 14.0, 48: 20.0}
+
+
+def test_tiled_verify_steps_are_taken_from_where_every_larger_one_pays():
+    # SmolLM2's shape: the tiled steps cheaper the more rows, 8 rows not by TILE_GAIN, 6 dearer
+    far = _res(PLAIN, {6: 3.5, 8: 3.9, 16: 5.0, 32: 6.0, 48: 7.0})
+    assert costcurve.TILE_GAIN == 0.95 and costcurve.tile_rows(far) == 16
+    # at the near context no dearer from 16 on: taken from 16; one dearer size there moves it past it
+    assert costcurve.tile_rows(far, _res(PLAIN, {6: 3.5, 8: 4.5, 16: 8.0, 32: 13.0, 48: 19.0})) == 16
+    assert costcurve.tile_rows(far, _res(PLAIN, {6: 3.5, 8: 4.5, 16: 8.1, 32: 13.0, 48: 19.0})) == 32
+    # the largest size not paying: never (the 1.5B: 48 rows 0.97 of the plain step at the far context)
+    assert costcurve.tile_rows(_res(PLAIN, {6: 2.0, 8: 2.0, 16: 4.0, 32: 7.0, 48: 19.4})) == 0
+    # a near measurement of only the sizes that paid far
+    assert costcurve.tile_rows(far, _res(PLAIN, {16: 7.0, 32: 13.0, 48: 19.0}, at=(16, 32, 48))) == 16
+
+
+def test_the_table_reads_the_tiled_steps_from_their_size(drifting):
+    """measure() times the sizes in tiled a second time with the context's verify_tile_rows at the
+    size (and back to 0 after), and table(res, tile) reads those from tile rows on."""
+    settings = []
+
+    class Ctx:
+        tile = 0
+
+        def set_verify_tile_rows(self, n):
+            self.tile = n
+            settings.append(n)
+    drifting._ectx = Ctx()
+    base = drifting.decode_logits
+
+    def decode_logits(toks, logits_all=False, prompt=False):
+        base(toks, logits_all, prompt)
+        drifting.tiled = drifting._ectx.tile > 0
+    drifting.decode_logits = decode_logits
+    res = costcurve.measure(drifting, list(TRUE), 3, list(range(50)), small_repeats=5, tiled=[8, 16])
+    assert len(res[8]["tiled_ratio"]) == len(res[16]["tiled_ratio"]) == 3 and "tiled_ratio" not in res[4]
+    assert settings == [8, 0, 16, 0] * 3 and drifting._ectx.tile == 0
+    assert costcurve.table(res, 16)[16] == pytest.approx(TILED[16], rel=1e-9)
+    assert costcurve.table(res, 16)[8] == pytest.approx(TRUE[8], rel=1e-9)   # below the tile: plain
+    assert costcurve.table(res, 16)[64] == pytest.approx(TRUE[64], rel=1e-9)   # 64 rows are tiled anyway
+    assert costcurve.table(res)[16] == pytest.approx(TRUE[16], rel=1e-9)
