@@ -40,9 +40,14 @@ class DraftCost:
     read at the context of each choice (at): every row of a step attends over the whole context,
     so a long step's cost over a single step's grows with it (the 1.5B Q4_K_M's 32 rows: 6.3
     single steps at 144 tokens, 7.3 at 1152, 8.7 at 2016; docs/lossless.md). Between and beyond
-    the two, each step's seconds are linear in the context (to MAX_FAR times the distance)."""
+    the two, each step's seconds are linear in the context (to MAX_FAR times the distance).
 
-    def __init__(self, verify, river_draft: float, context: Optional[int] = None, far=None):
+    untiled: the same table with the verify steps attended a row at a time, where this one's are tiled
+    from some size on (pyriver.costcurve: the padding to a 64-row tile is a sequence's, so a step of
+    several sequences, each verifying or decoding a token, is read from it: several())."""
+
+    def __init__(self, verify, river_draft: float, context: Optional[int] = None, far=None,
+                 untiled: Optional["DraftCost"] = None):
         pts = ({int(n): float(c) for n, c in verify.items()} if isinstance(verify, dict)
                else {i + 1: float(c) for i, c in enumerate(verify)})
         if 1 not in pts or any(not c > 0 for c in pts.values()) or any(n < 1 for n in pts):
@@ -51,6 +56,7 @@ class DraftCost:
             raise ValueError(f"river_draft must be >= 0, got {river_draft}")
         self.points = dict(sorted(pts.items()))
         self.river_draft = float(river_draft)
+        self.untiled = untiled
         self._last = max(self.points)
         self.context, self.far, self._at, self._small, self._floors, self._plain = None, None, {}, None, {}, {}
         if far is not None:
@@ -76,8 +82,13 @@ class DraftCost:
             q = max(single, 1.0)   # a longer context never makes a single step cheaper (a noisy far measurement can)
             one = 1.0 + (q - 1.0) * t
             got = self._at[key] = DraftCost({n: (c + (v1[n] * q - c) * t) / one for n, c in self.points.items()
-                                             if n in v1}, self.river_draft)
+                                             if n in v1}, self.river_draft,
+                                            untiled=None if self.untiled is None else self.untiled.at(context))
         return got
+
+    def several(self) -> "DraftCost":
+        """The table a step of several sequences reads: the untiled one where there is one."""
+        return self if self.untiled is None else self.untiled
 
     @property
     def verify(self) -> List[float]:
@@ -158,14 +169,18 @@ class DraftCost:
             c1, v1, single = self.far
             d.update(context=self.context, far={"context": c1, "verify": {str(n): c for n, c in v1.items()},
                                                 "single": single})
+        if self.untiled is not None:
+            d["untiled"] = self.untiled.to_dict()
         return d
 
     @classmethod
     def from_dict(cls, d: Dict) -> "DraftCost":
         """to_dict's inverse (a calibration's draft_cost)."""
         far = d.get("far")
+        untiled = d.get("untiled")
         return cls(d["verify"], d["river_draft"], d.get("context"),
-                   None if far is None else (far["context"], far["verify"], far["single"]))
+                   None if far is None else (far["context"], far["verify"], far["single"]),
+                   None if untiled is None else cls.from_dict({**untiled, "river_draft": d["river_draft"]}))
 
 
 # Measured on the 2-core EPYC (docs/lossless.md, verify cost): Qwen2.5-Coder-1.5B requantized to
@@ -198,7 +213,8 @@ def parse_cost(spec):
     or the path of a `pyriver bench --verify-cost --json` file (its table, with DEFAULT_COST's river draft)."""
     if spec is None or isinstance(spec, DraftCost) or spec == AUTO:
         return spec
-    if isinstance(spec, dict) and {"verify", "river_draft"} <= set(spec) <= {"verify", "river_draft", "context", "far"}:
+    if isinstance(spec, dict) and {"verify", "river_draft"} <= set(spec) <= {"verify", "river_draft", "context", "far",
+                                                                              "untiled"}:
         return DraftCost.from_dict(spec)
     if isinstance(spec, str):
         return DEFAULT_COST if spec == "default" else DraftCost(verify_table(spec), DEFAULT_COST.river_draft)
@@ -327,6 +343,8 @@ class DraftLength:
         self._forget(bucket(source))
         p1, a = self.chances(source)
         cost = self.cost.at(context)
+        if others:   # a step of several sequences (choose_together)
+            cost = cost.several()
         per_draft = cost.river_draft if source == "river" else 0.0
         top = self.draft_max if cap is None else min(self.draft_max, cap)
         best, best_rate, expect, run = 0, (1.0 + others) / cost.interp(1 + others), 1.0 + others, p1
@@ -446,6 +464,8 @@ def choose_together(picks: List[Tuple["DraftLength", str, int]], cost: DraftCost
     longest of the sequences' contexts (DraftCost.at: one-token rows attend over the longest)."""
     rows = len(picks) if rows is None else rows
     cost = cost.at(context)
+    if len(picks) > 1:   # every sequence's verify rows pad a tile of their own: the untiled table bounds them
+        cost = cost.several()
     leads = [dl.lead(src, cap) for dl, src, cap in picks]
     expect = float(len(picks))
     best_rate, bar = cost.plain(len(picks), rows)

@@ -97,6 +97,7 @@ def test_the_automatic_table_tiles_only_where_it_may(request, tmp_cache, monkeyp
                draft_model="ngram", draft_cost="auto") as llm:
         assert seen[0] == list(costcurve.TILE_SIZES) and llm.verify_tile_rows == 12
         assert llm._context_args.verify_tile_rows == 12   # a BatchDecoder's context (the server's) too
+        assert llm.speculator.cost.untiled is not None   # what a step of several sequences reads
     seen.clear()
     for kw in (dict(flash_attn=False), dict(flash_attn=True, tiled_verify=False)):
         with Llama(path, n_ctx=2048, n_threads=2, verbose=False, river=None, lossless=True, draft_model="ngram",

@@ -97,3 +97,26 @@ def test_a_step_of_several_sequences_is_not_priced_as_one_tiled_product():
     assert 4 + sum(ks) < 64   # no slot reaches 64 rows: the tiled sizes are never the price (they were: 164 rows)
     assert choose_together([(kept(), "ngram16", 63)], TILED) == [63]   # one sequence: its 64 rows are tiled
     assert kept().choose("ngram16", 60, others=3) + 4 < 64   # beside 3 single rows, the same (60 drafts otherwise)
+
+
+def test_a_step_of_several_sequences_reads_the_untiled_table():
+    """Where the automatic table's verify steps of 8 rows or more are tiled (each sequence's rows
+    padding a 64-row tile of its own), a step of several sequences is priced from the same table
+    untiled; a sequence alone from the tiled one. Both kept through a context, a file and a copy."""
+    plain = {1: 1.0, 2: 1.3, 4: 2.2, 8: 4.4, 16: 8.6, 32: 15.0}
+    tiled = {**plain, 8: 3.2, 16: 4.3, 32: 7.0}
+    far = lambda t: (1296, t, 2.3)   # noqa: E731
+    cost = DraftCost(tiled, 0.77, 162, far(tiled), untiled=DraftCost(plain, 0.77, 162, far(plain)))
+    back = DraftCost.from_dict(cost.to_dict())
+    for c in (cost, back, parse_cost(cost.to_dict())):
+        assert c.at(600).step(16) < c.at(600).several().step(16)
+        assert c.at(600).several().points == c.untiled.at(600).points
+    # a copied run alone drafts into the tiled steps; four slots copying together do not buy them
+    dl = lambda: DraftLength(cost, 31)   # noqa: E731
+    alone = choose_together([(dl(), "ngram16", 31)], cost, context=600)
+    assert alone[0] >= 15
+    four = choose_together([(dl(), "ngram16", 31) for _ in range(4)], cost, context=600)
+    untiled = choose_together([(dl(), "ngram16", 31) for _ in range(4)], cost.untiled, context=600)
+    assert four == untiled and sum(four) < 4 * alone[0]
+    assert DraftLength(cost, 31).choose("river", 15, others=3, context=600) == \
+        DraftLength(cost.untiled, 31).choose("river", 15, others=3, context=600)
