@@ -74,6 +74,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--spec-serve", action="store_true", help="pyriver serve's drafting against llama-server plain and "
                    "with --spec-type ngram-simple/ngram-mod/ngram-map-k, end to end through chat completions")
     b.add_argument("--edit-prompts", type=int, default=8, help="--spec-serve: code-edit prompts (of 10)")
+    b.add_argument("--long-edit-prompts", type=int, default=0,
+                   help="--spec-serve: code edits of a longer file, 900 to 1200 tokens (of 4)")
     b.add_argument("--chat-prompts", type=int, default=4, help="--spec-serve: chat prompts (of 6)")
     b.add_argument("--llama-spec-types", nargs="*", default=None, metavar="TYPE",
                    help="--spec-serve: llama-server's --spec-type settings to run (default: ngram-simple ngram-mod "

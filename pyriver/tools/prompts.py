@@ -175,3 +175,23 @@ SERVE_EDIT_PROMPTS = [
           "def main():\n    print(squares_of_evens(range(10)))\n    print(index_by([{\"id\": 1}, {\"id\": 2}], \"id\"))\n\n\n"
           "if __name__ == \"__main__\":\n    main()\n"),
 ]
+
+
+def _code(prompt: tuple) -> str:
+    """The code of a SERVE_EDIT_PROMPTS entry."""
+    return prompt[1].split("```", 1)[1].split("\n", 1)[1].rsplit("```", 1)[0]
+
+
+def _file(*idx: int) -> str:
+    return "\n\n".join(_code(SERVE_EDIT_PROMPTS[i]).rstrip("\n") for i in idx) + "\n"
+
+
+# Code edits of a longer file (900 to 1200 tokens: several of the Python files above in one), whose
+# answer copies most of it: the steps attend over a long context (`pyriver bench --spec-serve
+# --long-edit-prompts`).
+LONG_EDIT_PROMPTS = [
+    _edit("Rename the function `calc` to `compute_invoice_total` everywhere.", "python", _file(0, 1, 4, 5, 6, 2)),
+    _edit("Add type hints to every function and method.", "python", _file(3, 2, 7, 9, 0, 4, 1)),
+    _edit("Replace every %-formatting and .format() call with f-strings.", "python", _file(6, 5, 0, 4, 1, 3)),
+    _edit("Add a one-line docstring to every function that has none.", "python", _file(9, 7, 3, 2, 5, 1, 6)),
+]

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Dict, List, Tuple
 
-from .prompts import PROMPTS, SERVE_EDIT_PROMPTS
+from .prompts import LONG_EDIT_PROMPTS, PROMPTS, SERVE_EDIT_PROMPTS
 from .serve_bench import _get, _port, _Server, attn_flags, gpu_flags
 
 LLAMA_SPEC_TYPES = ("ngram-simple", "ngram-mod", "ngram-map-k")
@@ -53,8 +53,12 @@ def configs(a, path: str) -> List[Tuple[str, List[str]]]:
 
 def prompt_set(a) -> List[Tuple[str, str]]:
     edits = [p for _, p in SERVE_EDIT_PROMPTS][:a.edit_prompts]
+    longs = [p for _, p in LONG_EDIT_PROMPTS][:getattr(a, "long_edit_prompts", 0)]
     chats = [p for kind, p in PROMPTS if kind == "chat"][:a.chat_prompts]
-    return [("code-edit", p) for p in edits] + [("chat", p) for p in chats]
+    return [("code-edit", p) for p in edits] + [("long-edit", p) for p in longs] + [("chat", p) for p in chats]
+
+
+KINDS = ("code-edit", "long-edit", "chat")
 
 
 def _ask(url: str, prompt: str, n: int, rec: Dict) -> None:
@@ -105,7 +109,7 @@ def main(a) -> int:
                 srvs.append(_Server(name, argv + ["--port", str(p := _port())], p))
             for s in srvs:   # warm-up: the first request of a fresh server pays for page faults
                 run_group(s.url, ["Hi"], 4)
-            groups = [g[i:i + k] for g in ([p for p in pset if p[0] == kind] for kind in ("code-edit", "chat"))
+            groups = [g[i:i + k] for g in ([p for p in pset if p[0] == kind] for kind in KINDS)
                       for i in range(0, len(g), k)]
             for gi, group in enumerate(groups):
                 order = srvs[(gi + rnd) % len(srvs):] + srvs[:(gi + rnd) % len(srvs)]
@@ -119,8 +123,7 @@ def main(a) -> int:
             for s in srvs:
                 s.close()
     report: Dict = {"model": path, "threads": a.threads, "gen_tokens": a.gen_tokens, "rounds": a.repeats,
-                    "prompts": {"code-edit": sum(1 for k, _ in pset if k == "code-edit"),
-                                "chat": sum(1 for k, _ in pset if k == "chat")}, "servers": {}}
+                    "prompts": {kind: sum(1 for k, _ in pset if k == kind) for kind in KINDS}, "servers": {}}
     print(f"model {path}  threads {a.threads}  {a.repeats} rounds  at most {a.gen_tokens} tokens, greedy")
     print("end-to-end tok/s over plain llama-server's on the same prompt (group) and round: median (min..max); "
           "texts equal to plain llama-server's")
@@ -129,7 +132,7 @@ def main(a) -> int:
         for name, _ in cfgs:
             runs = rows[(name, k)]
             out = {}
-            for kind in ("code-edit", "chat"):
+            for kind in KINDS:
                 pairs = [(r, b) for r, b in zip(runs, ref) if r[0] == kind]
                 if not pairs:
                     continue
