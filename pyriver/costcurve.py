@@ -21,7 +21,7 @@ a pass over the cache), the step's attention can cost more than its weights: Smo
 dimensions) after 1300 tokens, 48 rows 740 ms against 27 ms for one. The native engine can attend
 such a step through the tiled kernel instead (pr_context_set_verify_tile_rows); the table measures
 the sizes of TILE_SIZES both ways and takes the tiled steps from the size where they pay
-(tile_rows), or never (the 1.5B and Gemma 3, whose steps it does not make cheaper)."""
+(tile_rows): SmolLM2 from 8 rows, the 1.5B from 48, Gemma 3 never (docs/lossless.md)."""
 from __future__ import annotations
 
 import json
@@ -206,12 +206,13 @@ def auto(llm, prompt: List[int]) -> Tuple[DraftCost, int]:
         first = tile_rows(res_far)
         res = measure(llm, sizes, REPEATS, near, SMALL_REPEATS, [n for n in tiled if first and n >= first])
         tile = tile_rows(res_far, res)
-        cost = DraftCost(table(res, tile), DEFAULT_COST.river_draft, len(near),
-                         (len(far), table(res_far, tile), single(res_far) / single(res)))
+        grow = single(res_far) / single(res)
+        tables = lambda t: (table(res, t), DEFAULT_COST.river_draft, len(near), (len(far), table(res_far, t), grow))  # noqa: E731
     else:
         res = measure(llm, sizes, REPEATS, near, SMALL_REPEATS, tiled)
         tile = tile_rows(res)
-        cost = DraftCost(table(res, tile), DEFAULT_COST.river_draft)
+        tables = lambda t: (table(res, t), DEFAULT_COST.river_draft)  # noqa: E731
+    cost = DraftCost(*tables(tile), untiled=DraftCost(*tables(0)) if tile else None)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, to_json(cost, llm.model_path, llm.n_threads, tile))
     return cost, tile

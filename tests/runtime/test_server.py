@@ -90,19 +90,19 @@ def test_pyriver_serve_command():
     assert r.returncode == 0
     for flag in ("--host", "--port", "--parallel", "--river", "--tau", "--api-key", "--batch-rule", "--queue",
                  "--lossless", "--draft-max", "--not-batch-invariant", "--batch-invariant", "--no-batch-layout",
-                 "--flash-attn"):
+                 "--no-tiled-verify", "--flash-attn"):
         assert flag in r.stdout
     from pyriver.server import parser, settings
     plain = ["--no-lossless"]
     assert settings(parser().parse_args(plain + ["--not-batch-invariant"]))["llama_kwargs"] == \
-        {"river": None, "batch_invariant": False, "flash_attn": True, "batch_layout": True}
+        {"river": None, "batch_invariant": False, "flash_attn": True, "batch_layout": True, "tiled_verify": True}
     assert settings(parser().parse_args(plain + ["--batch-invariant"]))["llama_kwargs"] == \
-        {"river": None, "batch_invariant": True, "flash_attn": False, "batch_layout": True}
+        {"river": None, "batch_invariant": True, "flash_attn": False, "batch_layout": True, "tiled_verify": True}
     assert "batch_invariant" not in settings(parser().parse_args([]))["llama_kwargs"]   # Llama's default: not invariant
     # without flags: n-grams drafted by the measured cost; any River, drafter or embedding flag, or --no-lossless: none
     assert settings(parser().parse_args([]))["llama_kwargs"] == \
         {"river": None, "lossless": True, "draft_model": "ngram", "draft_cost": "auto", "flash_attn": True,
-         "batch_layout": True}
+         "batch_layout": True, "tiled_verify": True}
     for flags in (plain, ["--river", "q4_0"], ["--spec-type", "ngram-simple"], ["--embedding"]):
         assert "lossless" not in settings(parser().parse_args(flags))["llama_kwargs"]
     with pytest.raises(ValueError, match="exclude"):
