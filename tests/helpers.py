@@ -2,6 +2,8 @@
 pyriver.tools.engine, the `pyriver` command as a subprocess, and the GPU placement check."""
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import platform
 import signal
@@ -16,6 +18,46 @@ from pyriver.draftlen import DraftCost
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
+
+
+# What a text cut off at a token boundary may lack at its end before it can close: part of a
+# literal, number or escape, then the rest of a key or value.
+_JSON_PARTS = ("", "n", "0", "00", "000", "0000", "ull", "ll", "l", "rue", "ue", "e", "alse", "lse", "se")
+_JSON_RESTS = ("", '"', '":0', ":0", '"k":0', "0")
+
+
+def _json_closers(s: str):
+    """The brackets that close s's open objects and arrays, or None where s ends inside a string."""
+    stack, in_string, escaped = [], False, False
+    for c in s:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (c == "\\", c != '"')
+        elif c == '"':
+            in_string = True
+        elif c in "{[":
+            stack.append("}" if c == "{" else "]")
+        elif c in "}]" and stack:
+            stack.pop()
+    return None if in_string else "".join(reversed(stack))
+
+
+def assert_json_object(text: str, finish: str) -> None:
+    """text is what a JSON-object grammar let through: a whole object where the model stopped, an
+    object cut short where it ran out of tokens (an unbounded grammar lets a sampled text nest on;
+    how long it goes depends on the last bits of the logits, so on the CPU's kernels)."""
+    if finish != "length":
+        assert isinstance(json.loads(text), dict), (finish, text)
+        return
+    assert text.lstrip().startswith("{"), text
+    for part, rest in itertools.product(_JSON_PARTS, _JSON_RESTS):
+        closers = _json_closers(text + part + rest)
+        if closers is not None:
+            try:
+                json.loads(text + part + rest + closers)
+                return
+            except ValueError:
+                pass
+    raise AssertionError(f"not the start of a JSON object: {text!r}")
 
 
 def x86_cpu_has(*flags: str) -> bool:

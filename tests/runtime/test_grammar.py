@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from llama_cpp import LlamaGrammar
 
+from helpers import assert_json_object
 from pyriver import Llama
 from pyriver.grammar import Grammar, GrammarError
 
@@ -162,7 +163,7 @@ def test_chat_json_object_and_schema(llm):
     msgs = [{"role": "user", "content": "Give me a JSON object describing a cat."}]
     for kw in SETTINGS[:2]:
         c = llm.create_chat_completion(short, response_format={"type": "json_object"}, max_tokens=300, **kw)
-        assert isinstance(json.loads(c["choices"][0]["message"]["content"]), dict)
+        assert_json_object(c["choices"][0]["message"]["content"], c["choices"][0]["finish_reason"])
         rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
         c = llm.create_chat_completion(msgs, response_format=rf, max_tokens=200, **kw)
         jsonschema.validate(json.loads(c["choices"][0]["message"]["content"]), PERSON)

@@ -13,6 +13,7 @@ import jsonschema
 import openai
 import pytest
 
+from helpers import assert_json_object
 from server_proc import ServerProcess, http, sse
 
 PERSON = {"type": "object", "properties": {
@@ -60,9 +61,9 @@ def test_json_formats_validate(client, stream):
                 "type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}, **kw)
             jsonschema.validate(json.loads(text), schema)
             # any JSON object: unbounded, so a question this model answers briefly
-            text, _ = _chat(client, 'Return a JSON object with one key "answer" giving the capital of France.',
-                            stream, max_tokens=300, response_format={"type": "json_object"}, **kw)
-            assert isinstance(json.loads(text), dict)
+            text, finish = _chat(client, 'Return a JSON object with one key "answer" giving the capital of France.',
+                                 stream, max_tokens=300, response_format={"type": "json_object"}, **kw)
+            assert_json_object(text, finish)
 
 
 def test_completions_grammar_and_json_schema_fields(server, client):
