@@ -272,10 +272,10 @@ def cut(a) -> None:
 def write_calls(last: int) -> None:
     """scripts/gpu/calls.tsv: the device calls in order (the README's table; rehearse.sh runs them)."""
     rows = ["# call\ttimeout_s\tcarry\tcommand   (written by cut.py; scripts/gpu/README.md explains them)",
-            "1\t300\t.ferry01\tbash scripts/gpu/run.sh setup"]
+            "1\t300\t.ferry01,.gpu-vocab\tbash scripts/gpu/run.sh setup"]
     rows += [f"{c}\t120\t.ferry{c:02d}\tbash scripts/gpu/run.sh ferry" for c in range(2, last)]
     rows += [f"{last}\t600\t.ferry{last:02d}\tbash scripts/gpu/run.sh ferry derive full plane",
-             f"{last + 1}\t600\t-\tbash scripts/gpu/run.sh spec serve"]
+             f"{last + 1}\t600\t-\tbash scripts/gpu/run.sh spec serve drafts profile"]
     (ROOT / "scripts" / "gpu" / "calls.tsv").write_text("\n".join(rows) + "\n")
 
 

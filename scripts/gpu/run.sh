@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU run of issue 42 (the 1.5B with real weights, 15 minutes of device time), one stage per
-# argument, from the repository root on the device (the device tool's `run`; $OUT comes back):
+# The GPU run of issue 69 (before it, issue 42's): the 1.5B Q4_K_M with real weights, fully offloaded,
+# 15 minutes of device time, one stage per argument, from the repository root on the device (the
+# device tool's `run`; $OUT comes back):
 #
 #   bash scripts/gpu/run.sh STAGE [STAGE ...] [--dry-run]
 #
@@ -8,16 +9,22 @@
 #            unpacked and checked (llama_supports_gpu_offload, ggml's CUDA devices), libcublas.so.13 found
 #            for LD_LIBRARY_PATH; in the background: pyriver installed over it, then llama-server built
 #            from the kit's sdist (or, when the prebuilt does not load, ../shared/gpu/build.sh's CUDA
-#            build from source, then pyriver, then llama-server)
+#            build from source, then pyriver, then llama-server), and the synthetic 8B of `profile`
 #   ferry    (calls 2..N, each carries its .ferryNN) appends this call's pieces; assembles and checks by
 #            sha256 each file whose pieces are all there; reports the background jobs
-#   derive   Q8_0 of the 1.5B, its uniform requantizations q4_0/iq4_nl/q3_k_m/q2_k and its q4_0 and q2_K
+#   derive   the 1.5B's uniform requantizations (q4_0 iq4_nl q3_k_m iq3_xxs q2_k) and its q3_K and q2_K
 #            rivers, all at once on the machine's cores
-#   full     (1) full depth against llama.cpp, Q4_K_M as shipped and Q8_0, decode and prefill
-#            (bench --paired: one process, steps alternated), mul_mat and flash attention
-#   plane    (2) the speed-fidelity plane: River q4_0 and q2_K over tau against the uniform models
-#   spec     (3) lossless pyriver serve against llama-server --spec-type ngram-simple/ngram-mod, 1 and 4 streams
-#   serve    (4) pyriver serve against llama-server at 1, 4 and 16 streams (tok/s, p95 inter-token latency)
+#   full     (a) full depth against llama.cpp, decode and prefill (bench --paired: one process, steps
+#            alternated), mul_mat and flash attention
+#   plane    (d) the speed-fidelity plane: rivers q3_K and q2_K over tau against the uniform files, top-1
+#            agreement with the published file; then the exit rules at one point
+#   spec     (b) the default pyriver serve against llama-server plain and --spec-type ngram-simple,
+#            ngram-mod and ngram-cache, code edits and chat, 1 stream
+#   serve    (c) pyriver serve against llama-server at 4 and 16 streams (aggregate tok/s, p50/p95 ITL)
+#   drafts   (e) River drafts verified at full depth on chat against plain decoding (bench --lossless)
+#   profile  (f) a synthetic Llama 3.1 8B shape (F16: bandwidth-bound on the GPU) with the 1.5B's exit
+#            profile measured on the H200 (docs/gpu/qwen1.5b/plane.json), River against full depth
+#            (scripts/gpu/exit_profile.py)
 #
 # Each stage writes $OUT/<stage>.json and $OUT/<stage>.log and stays under STAGE_S seconds (280);
 # the stages of one call end within CALL_S seconds (570) of its start, inside the call's timeout_s 600.
@@ -32,7 +39,7 @@ STAGES=()
 for x in "$@"; do
   case $x in --dry-run) DRY=1 ;; *) STAGES+=("$x") ;; esac
 done
-[ ${#STAGES[@]} -gt 0 ] || { sed -n 2,28p "$0"; exit 2; }
+[ ${#STAGES[@]} -gt 0 ] || { sed -n 2,39p "$0"; exit 2; }
 : "${OUT:?OUT is not set (the device tool sets it; the rehearsal sets its own)}"
 REPO=$PWD
 S=${GK_STATE:-/tmp/gk}
@@ -58,15 +65,25 @@ if [ "$CPU" = 1 ]; then
   PREDICT="--tau 0.95 --min-exit-layer 4 --limit 2 -n 8 -r 1"
   SPEC="-r 1 --streams 1 --gen-tokens 8 --edit-prompts 1 --chat-prompts 1"
   SERVE="-r 1 --streams 1 4 --gen-tokens 8 --requests-per-stream 1"
+  DRAFTS="--tau 0.95 --min-exit-layer 4 --draft-max 4 --prompts 1 --gen-tokens 8 -r 1"
+  PROFILE="--tokens 16 -r 1"
 else
   NGL=-1; T=${THREADS:-4}
   FULL="-r 5"
   PLANE="--tau 0.95 0.97 0.985 --min-exit-layer 4 --limit 8 -n 48 -r 3"
   PREDICT="--tau 0.97 --min-exit-layer 4 --limit 4 -n 48 -r 3"
-  SPEC="-r 1 --streams 1 4 --gen-tokens 128 --edit-prompts 4 --chat-prompts 4"
-  SERVE="-r 2 --streams 1 4 16 --gen-tokens 128 --requests-per-stream 2"
+  SPEC="-r 1 --streams 1 --gen-tokens 128 --edit-prompts 4 --chat-prompts 4"
+  SERVE="-r 2 --streams 4 16 --gen-tokens 128 --requests-per-stream 2"
+  DRAFTS="--tau 0.95 0.97 --min-exit-layer 4 --draft-max 4 8 --prompts 4 --gen-tokens 96 -r 3"
+  PROFILE="--tokens 96 -r 3"
 fi
 FULL=${GK_FULL:-$FULL}; PLANE=${GK_PLANE:-$PLANE}; PREDICT=${GK_PREDICT:-$PREDICT}; SPEC=${GK_SPEC:-$SPEC}; SERVE=${GK_SERVE:-$SERVE}
+DRAFTS=${GK_DRAFTS:-$DRAFTS}; PROFILE=${GK_PROFILE:-$PROFILE}
+RIVERS="q3_K q2_K"                         # (d): the rivers over the published Q4_K_M
+UNIFORM="q4_0 iq4_nl q3_k_m iq3_xxs"       # (d): llama.cpp's requantizations of the same file (the rivers' own types: the sweep adds q3_K_S and q2_K)
+DRAFT_RIVER=q3_K                           # (e)
+SYNTH=$PYRIVER_CACHE/synthetic             # (f): written in the background from setup on
+SYNTH_SIZE=$([ "$CPU" = 1 ] && echo tiny || echo 8b)
 PR="python3 -m pyriver.cli"
 
 now() { date +%s; }
@@ -206,6 +223,11 @@ echo "installing" > $S/bg/pyriver.status
 if python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target $SITE --upgrade \\
      --config-settings=cmake.define.ggml_DIR=$SITE/lib/cmake/ggml $S/src; then
   echo "ok \$(( \$(date +%s) - t )) s" > $S/bg/pyriver.status
+  # (f)'s synthetic model and river, written while the ferry runs (nothing is measured yet)
+  echo "writing" > $S/bg/synth.status
+  ( ts=\$(date +%s); python3 $S/src/scripts/gpu/exit_profile.py --dir $SYNTH --write --size $SYNTH_SIZE --vocab $S/vocab.gguf \
+      > $S/bg/synth.log 2>&1 && echo "ok \$(( \$(date +%s) - ts )) s" > $S/bg/synth.status \
+      || echo "FAILED after \$(( \$(date +%s) - ts )) s: \$(tail -1 $S/bg/synth.log)" > $S/bg/synth.status ) &
 else
   echo "FAILED after \$(( \$(date +%s) - t )) s" > $S/bg/pyriver.status; exit 1
 fi
@@ -229,6 +251,7 @@ EOF
 
 setup() {
   ferry_collect; ferry_assemble
+  cp "$REPO/.gpu-vocab/vocab.gguf" "$S/vocab.gguf" 2>/dev/null || echo "no .gpu-vocab/vocab.gguf: (f)'s synthetic model takes pyriver's default model's tokenizer"
   say "machine"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$S/gpu.txt"
   echo "cores $NPROC; $(free -g | awk '/Mem/{print $2}') GiB; python $(python3 -c 'import sys; print(sys.version.split()[0])'); $(df -h /tmp | tail -1)"
@@ -354,15 +377,11 @@ derive() {
     need "$Q4KM" || return 1
     wait_for pyriver 240 || return 1
   fi
-  local n=$(( NPROC / 4 > 1 ? NPROC / 4 : 1 ))
-  local jobs=(
-    "q8_0|from pyriver.tools.quantize import quantize; import os; t='$Q8.tmp'; quantize('$Q4KM', t, 'q8_0', nthread=$n); os.replace(t, '$Q8')"
-  )
-  local f
-  for f in q4_0 iq4_nl q3_k_m q2_k; do
+  local jobs=() f
+  for f in $UNIFORM $RIVERS; do   # the rivers' types: the sweep's uniform points of them
     jobs+=("uniform-$f|from pyriver.tools.quantize import requantized; print(requantized('$Q4KM', '$f'))")
   done
-  for f in q4_0 q2_K; do
+  for f in $RIVERS; do
     jobs+=("river-$f|from pyriver import Llama; l = Llama('$Q4KM', n_ctx=64, river='$f', river_force=True, verbose=False); print(l.river_path); l.close()")
   done
   local pids=() j
@@ -370,7 +389,6 @@ derive() {
     local name=${j%%|*} code=${j#*|}
     say "derive $name: python3 -c \"$code\""
     if [ "$DRY" = 1 ]; then python3 -c "import ast; ast.parse('''$code''')" || echo "BAD CODE $name"; continue; fi
-    if [ "$name" = q8_0 ] && [ -f "$Q8" ]; then continue; fi
     ( s=$(now); timeout $(( DEADLINE - $(now) )) python3 -c "$code" > "$R/$name.txt" 2>&1; rc=$?
       echo "{\"job\": \"$name\", \"rc\": $rc, \"seconds\": $(( $(now) - s ))}" > "$R/$name.json"
       [ $rc = 0 ] || echo "FAILED derive $name (rc $rc)" >> "$S/results/failed" ) &
@@ -389,9 +407,9 @@ gate_models() {   # the measuring stages need pyriver and the derived files
 
 full() {
   stage_begin full
-  gate_models "$Q4KM" "$Q8" || { stage_end full; return 1; }
+  gate_models "$Q4KM" || { stage_end full; return 1; }
   local m tag
-  for m in "$Q4KM" "$Q8"; do
+  for m in "$Q4KM"; do
     tag=$(basename "$m" .gguf | tr 'A-Z' 'a-z' | sed 's/.*[.-]\(q[0-9a-z_]*\)$/\1/')
     run_cmd "full $tag" $PR bench "$m" --paired --n-gpu-layers $NGL -t $T $FULL --json "$R/paired-$tag.json"
     run_cmd "full $tag flash" $PR bench "$m" --paired --flash-attn --n-gpu-layers $NGL -t $T $FULL --json "$R/paired-$tag-fa.json"
@@ -402,10 +420,10 @@ full() {
 plane() {
   stage_begin plane
   gate_models "$Q4KM" || { stage_end plane; return 1; }
-  run_cmd "sweep" $PR sweep "$Q4KM" --n-gpu-layers $NGL -t $T --river q4_0 q2_K --river-force $PLANE \
-    --uniform iq4_nl q3_k_m --json "$R/sweep.json" --markdown "$R/sweep.md"
+  run_cmd "sweep" $PR sweep "$Q4KM" --n-gpu-layers $NGL -t $T --river $RIVERS --river-force $PLANE \
+    --uniform $UNIFORM --json "$R/sweep.json" --markdown "$R/sweep.md"
   # the predictive exit (issue 43) at one river point, if the stage has time left (skipped otherwise)
-  run_cmd "sweep exit rules" $PR sweep "$Q4KM" --n-gpu-layers $NGL -t $T --river q4_0 --river-force $PREDICT \
+  run_cmd "sweep exit rules" $PR sweep "$Q4KM" --n-gpu-layers $NGL -t $T --river $DRAFT_RIVER --river-force $PREDICT \
     --exit-rule checked predicted guarded --json "$R/sweep-exit-rules.json" --markdown "$R/sweep-exit-rules.md"
   stage_end plane
 }
@@ -420,7 +438,7 @@ spec() {
   gate_models "$Q4KM" || { stage_end spec; return 1; }
   if llama_server_ok; then
     run_cmd "spec-serve" $PR bench "$Q4KM" --spec-serve --n-gpu-layers $NGL -t $T $SPEC \
-      --llama-spec-types ngram-simple ngram-mod --json "$R/spec-serve.json"
+      --llama-spec-types ngram-simple ngram-mod ngram-cache --json "$R/spec-serve.json"
   else
     echo "DROPPED spec: no llama-server (its --spec-type drafting has no stand-in)" | tee -a "$S/results/skipped"
   fi
@@ -439,12 +457,28 @@ serve() {
   stage_end serve
 }
 
+drafts() {   # (e) River drafts, full depth verifying, on chat; plain decoding and llama.cpp beside them
+  stage_begin drafts
+  gate_models "$Q4KM" || { stage_end drafts; return 1; }
+  run_cmd "lossless river" $PR bench "$Q4KM" --lossless --draft river --prompt-set chat --river $DRAFT_RIVER --river-force \
+    --fixed-k --n-gpu-layers $NGL -t $T $DRAFTS --json "$R/lossless-river-chat.json"
+  stage_end drafts
+}
+
+profile() {   # (f) River on a bandwidth-bound shape with the 1.5B's exit profile
+  stage_begin profile
+  if [ "$DRY" != 1 ]; then wait_for synth $(( STAGE_S / 2 )) || { stage_end profile; return 1; }; fi
+  run_cmd "exit profile" python3 "$REPO/scripts/gpu/exit_profile.py" --dir "$SYNTH" --size $SYNTH_SIZE --n-gpu-layers $NGL -t $T $PROFILE \
+    --profile "$REPO/docs/gpu/qwen1.5b/plane.json" --json "$R/exit-profile.json"
+  stage_end profile
+}
+
 status() { bg_status; cat "$S/ferry/state.json" 2>/dev/null | head -40; }
 
 rc=0
 for st in "${STAGES[@]}"; do
   case $st in
-    setup|ferry|derive|full|plane|spec|serve|status) ;;
+    setup|ferry|derive|full|plane|spec|serve|drafts|profile|status) ;;
     *) echo "unknown stage $st"; exit 2 ;;
   esac
   T0=$(now)
