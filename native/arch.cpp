@@ -1,8 +1,8 @@
 // Per-architecture tables, read from llama.cpp's loaders and graphs (src/models/*.cpp of the
 // llama.cpp that llama-cpp-python 0.3.36 ships). Optional tensors are optional there too.
 #include "arch.h"
+#include "block_weights.h"
 #include "error.h"
-#include "model.h"
 
 namespace pr {
 

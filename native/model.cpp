@@ -4,7 +4,7 @@
 #include "model.h"
 #include "gguf_meta.h"
 #include "placement.h"
-#include "river.h"
+#include "river_blocks.h"
 #include "rpc.h"
 #include "split.h"
 

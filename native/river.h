@@ -4,16 +4,9 @@
 #pragma once
 
 #include "model.h"
+#include "river_blocks.h"
 
 namespace pr {
-
-struct river_blocks {
-    std::unique_ptr<weight_file> file;
-    std::vector<block_weights> blocks;
-    // A low-bit copy of the LM head for tokens that left the backbone (null: they use the
-    // backbone's head). Full-depth tokens always use the backbone's.
-    ggml_tensor * output = nullptr;
-};
 
 using progress_fn = int32_t (*)(int32_t done, int32_t total, void * user);
 
