@@ -375,7 +375,7 @@ void context::hand_on(const built_graph & g, int b, handoff & ho) const {
 // 2 is best (README, River). Over RPC chunk 8 decoded 69.0 tok/s, 2 58.9, 13 65.2 (README, Devices
 // and RPC). On a GPU every graph costs a launch and a wait for its similarities (about 60 us on an
 // H200, whatever the model): a synthetic 8B Q8_0 whose tokens never exit lost 5.1% to the checks in
-// graphs of 8 blocks, 3.1% in 16 and 1.7% in 32 (README, GPU; docs/gpu/overhead-8b.json).
+// graphs of 8 blocks, 3.1% in 16 and 1.7% in 32 (README, GPU; docs/results/gpu/overhead-8b.json).
 static int default_chunk(ggml_backend_dev_t dev) {
     if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) return 2;
     return is_rpc(dev) ? 8 : 16;
@@ -443,7 +443,7 @@ void context::run_predicted(const int32_t * tokens, int n_out) {
 // costs far less than a backbone block computed past the exit, so short segments win. Starting
 // from the previous token's exit block (predict) wasted more blocks than it saved launches on the
 // CPU, and on a GPU each predicted end is another graph to capture (0.41x full depth against 0.63x
-// without, SmolLM2 on an H200, device carry; docs/gpu/inprocess-smol.json): off by default.
+// without, SmolLM2 on an H200, device carry; docs/results/gpu/inprocess-smol.json): off by default.
 int context::run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho, int & seen) {
     const int L = m->hp.n_layer;
     if (rule.force_layer >= 0) {

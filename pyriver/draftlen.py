@@ -184,7 +184,7 @@ class DraftCost:
 
 
 # Measured on the 2-core EPYC (docs/lossless.md, verify cost): Qwen2.5-Coder-1.5B requantized to
-# Q8_0, llama.cpp's kernels (docs/lossless/verify-cost-qwen1.5b-q8_0.json); a river draft at tau
+# Q8_0, llama.cpp's kernels (docs/results/lossless/verify-cost-qwen1.5b-q8_0.json); a river draft at tau
 # 0.95 min layer 4 costs about 0.77 of a step (issue 29's run). Other models and devices differ:
 # `pyriver bench --verify-cost` measures a table for DraftCost.
 DEFAULT_COST = DraftCost([1.0, 1.46, 1.66, 1.95, 2.89, 3.04, 3.04, 3.04], river_draft=0.77)

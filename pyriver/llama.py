@@ -253,7 +253,7 @@ class Llama(LlamaCppMixin, GenerationMixin, StateMixin, CompletionMixin, ChatMix
         # batch_invariant: the default (False) computes each step as llama.cpp does, so the same steps
         # give llama.cpp's bits: a prompt in steps of min(n_batch, n_ubatch) tokens, as llama_cpp.Llama's
         # decode splits it. True: a token's logits do not depend on the step it was computed in, at a
-        # cost in prompt speed (docs/bench/default-cpu.md; pr_context_params.batch_invariant).
+        # cost in prompt speed (docs/default-cpu.md; pr_context_params.batch_invariant).
         args = ContextArgs(n_ctx, n_batch, n_ubatch, self.n_threads, self.n_threads_batch, bool(flash_attn),
                            batch_invariant, bool(embedding))
         self._ectx = self._engine.new_context(args)

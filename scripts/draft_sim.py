@@ -164,7 +164,7 @@ def by_cost(make_drafter, cost: DraftCost, draft_max: int = 64, places: bool = T
 
 class EditLookup:
     """SuffixLookup over the prompt as the answer has been seen to edit it (tried, not kept: see
-    docs/lossless.md). Where the answer left the source it was copying and came back to it within
+    docs/lossless-drafters.md). Where the answer left the source it was copying and came back to it within
     8 tokens (a match of 3 or more), the source's tokens it skipped (old, at most 4) and the answer's
     in their place (new) make a substitution; the text before the first one is looked up with every
     substitution applied, so a rename's later occurrences are drafted renamed and the match runs on

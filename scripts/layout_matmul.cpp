@@ -1,7 +1,7 @@
 // One ggml product W x X of a random matrix quantized to TYPE, W either in ggml's CPU_REPACK buffer
 // (the layout llama.cpp and pyriver load by default) or in a plain CPU buffer (the file's layout, where
 // ggml's tiled kernel takes K-quant products of 8 or more columns), timed over X's columns k
-// (median of 15). Why pyriver reads prompts in the second layout: docs/lossless.md, "Prompts on
+// (median of 15). Why pyriver reads prompts in the second layout: docs/lossless-tiled.md, "Prompts on
 // ggml's tiled kernel".
 //
 //   SP=$(python -c "import llama_cpp, os; print(os.path.dirname(os.path.dirname(llama_cpp.__file__)))")

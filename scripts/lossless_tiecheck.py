@@ -1,6 +1,6 @@
 """Which code-edit answers differ between plain full-depth decoding and lossless n-gram drafts (by
 cost, k <= 8) on one model, and full depth's top-2 log-probabilities at the first differing token
-(a near-tie there is the multi-token kernels' last bits: docs/lossless.md, What "exact" means).
+(a near-tie there is the multi-token kernels' last bits: docs/lossless-drafters.md, What "exact" means).
 Usage: python scripts/lossless_tiecheck.py MODEL default|VERIFY_COST.json N_TOKENS; one JSON line
 per prompt."""
 import json, sys

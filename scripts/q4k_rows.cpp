@@ -4,7 +4,7 @@
 // where ggml runs a 4-row GEMM per 4 rows and its one-row kernel for the rest; on the 2-core Zen 3
 // (AVX2 only) one row costs about 0.85 ms of a 1536 x 35840 product in either, so the products of
 // few rows are bound by arithmetic, not by reading the weights, and this pass is no faster than
-// ggml's (docs/lossless.md, "A second CPU"). Not built into pyriver.
+// ggml's (docs/lossless-zen3.md, "A second CPU"). Not built into pyriver.
 //
 //   SP=$(python -c "import llama_cpp, os; print(os.path.dirname(os.path.dirname(llama_cpp.__file__)))")
 //   g++ -O3 -march=native -std=c++17 scripts/q4k_rows.cpp -I$SP/include -L$SP/llama_cpp/lib -lggml -lggml-base

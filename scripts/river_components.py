@@ -1,4 +1,4 @@
-"""Where a River decode step's time goes, per component (docs/river.md, "Per component").
+"""Where a River decode step's time goes, per component (docs/river-qwen1.5b.md, "Per component").
 
 Bytes: every tensor of the backbone and of the river sidecars (GGUF sizes). Time: one process,
 teacher-forced decode of the same full-depth continuations, each point a run over every prompt,

@@ -1,5 +1,5 @@
 """How much of River's error is the exited token's own, and how much the K/V it leaves behind
-(docs/river.md, "The K/V of exited tokens").
+(docs/river-qwen1.5b.md, "The K/V of exited tokens").
 
 Teacher-forced along full depth's greedy continuations (as `pyriver sweep`): each step runs under
 the exit rule and its logits judge the next position. In the "recomputed" mode a step that exited

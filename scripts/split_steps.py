@@ -1,5 +1,5 @@
 """Does a prompt's split into steps show in its logits (the default, batch_invariant=False)? Every
-row of several splits against the native 512-token steps (docs/bench/default-cpu.md).
+row of several splits against the native 512-token steps (docs/default-cpu.md).
 
     python scripts/split_steps.py MODEL [N_TOKENS]
 """

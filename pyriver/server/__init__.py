@@ -104,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
                    help="how a step of several sequences exits (see docs/server.md)")
     p.add_argument("--batch-invariant", action="store_true",
                    help="every product computed one token at a time, so that a stream's text never depends on its "
-                   "batch-mates, prompt chunks or prefix reuse (slower: docs/bench/default-cpu.md)")
+                   "batch-mates, prompt chunks or prefix reuse (slower: docs/default-cpu.md)")
     p.add_argument("--not-batch-invariant", action="store_true",
                    help="llama.cpp's multi-token kernels, as llama-server runs them (the default)")
     add_flash_attn_arg(p)

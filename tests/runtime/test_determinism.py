@@ -106,7 +106,7 @@ def test_interleaved_generations_equal_alone(smol_path, river, invariant):
     prefix with the first): each sees, at every step, the logits it sees alone, bit for bit, and
     makes the same tokens. With River on, exits included (a generated token is re-run as a decode
     step, never as part of another caller's prompt). By default too on SmolLM2, whose prompt steps
-    give the same bits however a prompt is split (docs/bench/default-cpu.md; Gemma's do not): a
+    give the same bits however a prompt is split (docs/default-cpu.md; Gemma's do not): a
     generation re-runs its own tokens as decode steps, one each, as it first computed them."""
     kw = {"river": river, "exit_threshold": 0.975} if river else {"river": None}
     with Llama(smol_path, n_ctx=1024, n_threads=2, verbose=False, batch_invariant=invariant, **kw) as llm:

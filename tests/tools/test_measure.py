@@ -47,7 +47,7 @@ def tiny(tmp_path_factory, smol_path):
 def test_schemas_are_valid_schemas_and_readme_results_follow_them():
     for name in ("bench", "eval", "sweep", "calibrate"):
         jsonschema.Draft202012Validator.check_schema(schema(name))
-    docs = os.path.join(REPO, "docs")
+    docs = os.path.join(REPO, "docs", "results")
     for f in os.listdir(docs):
         if f.endswith(".json"):
             _valid(os.path.join(docs, f), f.split("-")[0])

@@ -1,7 +1,7 @@
 """choose_together: the draft lengths of the server's decoding slots, chosen for the whole verify step."""
 from pyriver.draftlen import DraftCost, DraftLength, choose_together
 
-# Gemma 3 270M's measured curve on the 2-core EPYC (docs/lossless/verify-cost-64-gemma3-270m.json), the
+# Gemma 3 270M's measured curve on the 2-core EPYC (docs/results/lossless/verify-cost-64-gemma3-270m.json), the
 # sizes the automatic table measures
 GEMMA = DraftCost({1: 0.97, 2: 1.83, 3: 2.27, 4: 2.37, 6: 3.91, 8: 3.60, 12: 4.65, 16: 5.83, 24: 8.80,
                    32: 9.72, 48: 15.64, 64: 20.86}, 0.0)
