@@ -142,7 +142,7 @@ def main() -> int:
     ap.add_argument("--size", choices=sorted(SIZES), default="8b")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--vocab", default=None)
-    ap.add_argument("--profile", default="docs/gpu/qwen1.5b/plane.json")
+    ap.add_argument("--profile", default="docs/results/gpu/qwen1.5b/plane.json")
     ap.add_argument("--profile-river", default="q4_0")
     ap.add_argument("--profile-tau", type=float, default=0.97)
     ap.add_argument("--n-gpu-layers", type=int, default=-1)

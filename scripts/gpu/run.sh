@@ -23,7 +23,7 @@
 #   serve    (c) pyriver serve against llama-server at 4 and 16 streams (aggregate tok/s, p50/p95 ITL)
 #   drafts   (e) River drafts verified at full depth on chat against plain decoding (bench --lossless)
 #   profile  (f) a synthetic Llama 3.1 8B shape (F16: bandwidth-bound on the GPU) with the 1.5B's exit
-#            profile measured on the H200 (docs/gpu/qwen1.5b/plane.json), River against full depth
+#            profile measured on the H200 (docs/results/gpu/qwen1.5b/plane.json), River against full depth
 #            (scripts/gpu/exit_profile.py)
 #
 # Each stage writes $OUT/<stage>.json and $OUT/<stage>.log and stays under STAGE_S seconds (280);
@@ -80,7 +80,7 @@ fi
 FULL=${GK_FULL:-$FULL}; PLANE=${GK_PLANE:-$PLANE}; PREDICT=${GK_PREDICT:-$PREDICT}; SPEC=${GK_SPEC:-$SPEC}; SERVE=${GK_SERVE:-$SERVE}
 DRAFTS=${GK_DRAFTS:-$DRAFTS}; PROFILE=${GK_PROFILE:-$PROFILE}
 RIVERS="q3_K q2_K"                         # (d): the rivers over the published Q4_K_M
-UNIFORM="q4_0 iq4_nl q3_k_m iq3_xxs"       # (d): llama.cpp's requantizations of the same file (the rivers' own types: the sweep adds q3_K_S and q2_K)
+UNIFORM="q4_0 iq4_nl q3_k_m"   # (d): llama.cpp's requantizations of the same file (the rivers' own types: the sweep adds q3_K_S and q2_K; iq3_xxs: llama_model_quantize refused it without an imatrix on the H200, 2026-12-04)
 DRAFT_RIVER=q3_K                           # (e)
 SYNTH=$PYRIVER_CACHE/synthetic             # (f): written in the background from setup on
 SYNTH_SIZE=$([ "$CPU" = 1 ] && echo tiny || echo 8b)
@@ -469,7 +469,7 @@ profile() {   # (f) River on a bandwidth-bound shape with the 1.5B's exit profil
   stage_begin profile
   if [ "$DRY" != 1 ]; then wait_for synth $(( STAGE_S / 2 )) || { stage_end profile; return 1; }; fi
   run_cmd "exit profile" python3 "$REPO/scripts/gpu/exit_profile.py" --dir "$SYNTH" --size $SYNTH_SIZE --n-gpu-layers $NGL -t $T $PROFILE \
-    --profile "$REPO/docs/gpu/qwen1.5b/plane.json" --json "$R/exit-profile.json"
+    --profile "$REPO/docs/results/gpu/qwen1.5b/plane.json" --json "$R/exit-profile.json"
   stage_end profile
 }
 
