@@ -16,7 +16,7 @@ import llama_cpp
 import numpy as np
 
 from pyriver import Llama
-from pyriver.batch import BatchDecoder, Feed
+from pyriver.api.batch import BatchDecoder, Feed
 from pyriver.tools.prompts import SERVE_EDIT_PROMPTS
 
 PROMPTS = ["The history of the river begins in the mountains, where", "def quicksort(items):",

@@ -2,7 +2,7 @@
 each step the policy proposes drafts from the text so far, the answer keeps the longest prefix that
 matches, and the step costs the verify cost table's entry for its size. No model runs in the
 simulation, so a draft policy (drafter, draft length rule, priors) is compared in seconds; it is
-how pyriver.draftlen's priors were chosen, and the oracle (a policy that knows how many drafts will
+how pyriver.speculative.draftlen's priors were chosen, and the oracle (a policy that knows how many drafts will
 be kept) bounds what any length rule can reach with a drafter and a cost curve.
 
     python scripts/draft_sim.py record MODEL answers.json [other]  # greedy answers to SERVE_EDIT_PROMPTS + chat
@@ -22,15 +22,16 @@ import sys
 
 import numpy as np
 
-from pyriver import costcurve
-from pyriver.draft import PromptLookupDecoding, SuffixLookup, proposal, suffix_lookup
-from pyriver.draftlen import DEFAULT_COST, DraftCost, DraftLength, bucket, choose_together, parse_ngram
-from pyriver.lossless import cut_proposal, proposal_key
+from pyriver.speculative import costcurve
+from pyriver.speculative.draft import PromptLookupDecoding, SuffixLookup, proposal, suffix_lookup
+from pyriver.speculative.draftlen import DEFAULT_COST, DraftCost, DraftLength, bucket, choose_together, parse_ngram
+from pyriver.speculative.lossless import cut_proposal, proposal_key
 from pyriver.server.drafting import lookup
 
 
 def record(model: str, out: str, other: bool = False) -> None:
-    from pyriver import Llama, models
+    from pyriver import Llama
+    from pyriver import models
     from pyriver.tools.prompts import CODE_EDIT_PROMPTS, PROMPTS, SERVE_EDIT_PROMPTS
     llm = Llama(str(models.resolve(model)), n_ctx=2048, verbose=False, river=None, logits_all=True)
     items = []
@@ -117,7 +118,7 @@ def together(items, cost: DraftCost, slots: int = 4, places: bool = True):
 def places(items) -> None:
     """How often SuffixLookup's first draft is kept, and how many of its first 8 drafts, by the match's
     length and place: in the prompt (P) or in the generated text (A: the answer repeating itself);
-    then the first-draft rate pooled over every kind, as pyriver.draftlen.FIRST_KEPT holds it (measured
+    then the first-draft rate pooled over every kind, as pyriver.speculative.draftlen.FIRST_KEPT holds it (measured
     on held-out answers: `places other-1.5b.json other-smollm2.json`, answers recorded with `other`)."""
     tab, pooled = {}, {}
     for it in items:

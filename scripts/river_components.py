@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import gguf
 
-from pyriver.llama import Llama
+from pyriver.api.llama import Llama
 from pyriver.tools.results import write_json
 from pyriver.tools import datasets
 from pyriver.tools.engine import feed, references

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from pyriver.llama import Llama
+from pyriver.api.llama import Llama
 from pyriver.tools import datasets
 from pyriver.tools.engine import references
 from pyriver.tools.results import conditions, write_json

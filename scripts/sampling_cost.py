@@ -1,5 +1,5 @@
 """What a sampled token costs: pyriver's sampler (llama.cpp's llama_sampler_* chain over a token-data
-array of pyriver's logits) against the NumPy chain it replaced (pyriver/sampling.py before c55bcbc,
+array of pyriver's logits) against the NumPy chain it replaced (pyriver/engine/sampling.py before c55bcbc,
 read from git), on real logits rows of a model (the 1.5B's vocabulary has 151,936 entries).
 
     python scripts/sampling_cost.py [MODEL] [--json out.json]
@@ -33,7 +33,7 @@ SETTINGS = {
 
 def old_sampling() -> types.ModuleType:
     root = Path(__file__).resolve().parents[1]
-    src = subprocess.run(["git", "-C", str(root), "show", f"{OLD_REV}:pyriver/sampling.py"], check=True,
+    src = subprocess.run(["git", "-C", str(root), "show", f"{OLD_REV}:pyriver/engine/sampling.py"], check=True,
                          capture_output=True, text=True).stdout
     mod = types.ModuleType("old_sampling")
     sys.modules[mod.__name__] = mod   # dataclasses look the module up
@@ -43,7 +43,8 @@ def old_sampling() -> types.ModuleType:
 
 def logits_rows(model: str, n: int):
     """n rows of real logits: a greedy answer's decode steps, and its tokens as the history."""
-    from pyriver import Llama, models
+    from pyriver import Llama
+    from pyriver import models
     from pyriver.tools.prompts import SERVE_EDIT_PROMPTS
     llm = Llama(str(models.resolve(model)), n_ctx=1024, verbose=False, river=None, lossless=False)
     prompt = SERVE_EDIT_PROMPTS[0][1]
@@ -75,7 +76,7 @@ def main() -> None:
     ap.add_argument("-r", "--repeats", type=int, default=5)
     ap.add_argument("--json")
     a = ap.parse_args()
-    from pyriver import sampling as new
+    from pyriver.engine import sampling as new
     old = old_sampling()
     rows, hist = logits_rows(a.model, a.n)
     n_prompt = len(hist) - a.n

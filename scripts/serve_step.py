@@ -11,14 +11,14 @@ import argparse
 import statistics
 import time
 
-import pyriver.batch as batch
+import pyriver.api.batch as batch
 import llama_cpp
 
 import pyriver.engine.native as native_engine
 from pyriver import Llama
-from pyriver.sampling import Sampler, SamplingParams
+from pyriver.engine.sampling import Sampler, SamplingParams
 from pyriver.server.scheduler import Request, Scheduler
-from pyriver.tools.serve_bench import PROMPTS   # the bench's prompts, so the two measure alike
+from pyriver.tools.serve_bench import PROMPTS  # the bench's prompts, so the two measure alike
 
 T = {"native": [], "decoder": [], "scheduler": []}
 

@@ -8,7 +8,7 @@ logged (its rows, decoding slots, drafts, prompt rows, engine time).
 Prints each run's wall time, tokens and steps, then, for the decode steps (no prompt rows), the
 median ms by the step's rows beside what the default's table (`draft_cost="auto"`, measured at its
 load) says such a step costs: where a size's measured/1-row ratio stands above the table's, the
-draft length rule (pyriver.draftlen) buys drafts at a price the server does not pay. It is what
+draft length rule (pyriver.speculative.draftlen) buys drafts at a price the server does not pay. It is what
 `scripts/draft_sim.py run` (the rule replayed on the table) cannot see (docs/lossless-xeon.md, the Zen 3's
 4-stream code edits)."""
 from __future__ import annotations

@@ -24,7 +24,7 @@ def gpu_layers(request) -> int:
     CPU and say nothing about the GPU."""
     n = request.config.getoption("--gpu-layers")
     if n != 0:
-        from pyriver.backends import devices
+        from pyriver.engine.backends import devices
         if not any(d["type"] in ("gpu", "igpu") and not d["name"].startswith("RPC") for d in devices()):
             pytest.fail(f"--gpu-layers {n}: ggml has no GPU device ({devices()})")
     return n

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyriver.draftlen import DraftCost
+from pyriver.speculative.draftlen import DraftCost
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"

@@ -68,7 +68,7 @@ def llama_cpp_greedy(model: str, servers: str, prompts, n: int, timeout: float =
 
 
 def _reference_main(cfg) -> None:
-    from pyriver import rpc
+    from pyriver.engine import rpc
     from pyriver.tools.engine import LlamaCppEngine, greedy
     rpc.register_for_llama_cpp(cfg["servers"])
     ref = LlamaCppEngine(cfg["model"], 512, 1, n_batch=512, **cfg["kw"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import ModelLoadError
-from .base import BATCH_RULES, EXIT_RULES, VERIFY, Context, ContextArgs, Engine, ExitRule, ModelArgs, check_exit_rule
+from pyriver.errors import ModelLoadError
+from pyriver.engine.base import BATCH_RULES, EXIT_RULES, VERIFY, Context, ContextArgs, Engine, ExitRule, ModelArgs, check_exit_rule
 
 ENGINES = ("auto", "native", "llama.cpp")
 _UNSUPPORTED = "unsupported architecture"   # the native loader's message for a file without a builder
@@ -25,7 +25,7 @@ def load(path: str, engine: str, args: ModelArgs, verbose: bool = False) -> Engi
         e.asked = engine == "llama.cpp"
         why = "asked for" if e.asked else "LoRA adapters run on llama.cpp's graphs, pyriver's own have none"
     else:
-        from .native import NativeEngine
+        from pyriver.engine.native import NativeEngine
         try:
             e, why = NativeEngine(path, args), "pyriver's own graphs"
         except ModelLoadError as native_error:
@@ -44,26 +44,26 @@ def load(path: str, engine: str, args: ModelArgs, verbose: bool = False) -> Engi
 def check_file(path: str) -> None:
     """ModelLoadError where llama.cpp's loader would abort the process on the file: what a caller
     that hands a file to llama.cpp (the llama.cpp engine, the tokenizer) checks first."""
-    from .. import native
+    from pyriver.engine import binding as native
     native.check_gguf(path)
 
 
 def file_meta(path: str, key: str) -> str:
     """A metadata value of a GGUF file as text, the model not loaded (ValueError when absent)."""
-    from .. import native
+    from pyriver.engine import binding as native
     return native.gguf_meta(path, key)
 
 
 def file_tensor_names(path: str) -> list:
     """The tensor names of one GGUF file, the model not loaded."""
-    from .. import native
+    from pyriver.engine import binding as native
     return native.gguf_tensor_names(path)
 
 
 def check_projector(model_path: str, mmproj_path: str) -> str:
     """ModelLoadError where a projector (mmproj) cannot serve the model, read from both files before
     anything loads (engine/mmproj.py); else the projector type."""
-    from . import mmproj
+    from pyriver.engine import mmproj
     try:
         arch = file_meta(model_path, "general.architecture")
         n_embd = int(file_meta(model_path, f"{arch}.embedding_length"))
@@ -80,7 +80,7 @@ def check_lora(engine: str) -> None:
 
 
 def _llamacpp(path: str, args: ModelArgs) -> Engine:
-    from .llamacpp import LlamaCppEngine
+    from pyriver.engine.llamacpp import LlamaCppEngine
     return LlamaCppEngine(path, args)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence
 
-from ..native import lib, read_text
+from pyriver.engine.binding import lib, read_text
 
 
 def devices() -> List[Dict[str, str]]:

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from ..native import check, ffi, lib
-from .native import NativeEngine
+from pyriver.engine.binding import check, ffi, lib
+from pyriver.engine.native import NativeEngine
 
 
 def _native(obj, what: str):
-    """The native handle of a Llama or a BatchDecoder (pyriver.batch): its engine's model
+    """The native handle of a Llama or a BatchDecoder (pyriver.api.batch): its engine's model
     (what="model") or its context's (what="ctx"); these knobs are the native engine's."""
     engine, ctx = getattr(obj, "_engine", None), getattr(obj, "_ectx", None)
     h = getattr(engine, "model", None) if what == "model" else getattr(ctx, "handle", None)
     if not isinstance(engine, NativeEngine) or not h:
-        raise ValueError(f"pyriver.debug: the native engine's knob; this one runs on the {getattr(engine, 'name', None)} "
+        raise ValueError(f"pyriver.engine.debug: the native engine's knob; this one runs on the {getattr(engine, 'name', None)} "
                          "engine (or is closed)")
     return h
 

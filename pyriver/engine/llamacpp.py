@@ -16,11 +16,11 @@ from typing import List, Optional, Sequence
 import llama_cpp
 import numpy as np
 
-from .. import native
-from ..errors import ContextFullError, ModelLoadError, PyriverError
-from . import lora
-from .base import Context, ContextArgs, Engine, ModelArgs
-from .mtmd import NULL_TOKEN
+from pyriver.engine import binding as native
+from pyriver.errors import ContextFullError, ModelLoadError, PyriverError
+from pyriver.engine import lora
+from pyriver.engine.base import Context, ContextArgs, Engine, ModelArgs
+from pyriver.engine.mtmd import NULL_TOKEN
 
 _HIST = struct.Struct("<Q")   # a state's token count, before its tokens (int32) and llama.cpp's bytes
 
@@ -325,7 +325,7 @@ class LlamaCppEngine(Engine):
 
     def load_projector(self, path: str, *, n_threads: int, marker: str, flash_attn: bool = False,
                        verbose: bool = False):
-        from .mtmd import Projector
+        from pyriver.engine.mtmd import Projector
         if self.projector is not None:
             raise ValueError(f"a projector is loaded already: {self.projector.path}")
         self.projector = Projector(self, path, n_threads=n_threads, marker=marker, use_gpu=True,

@@ -13,7 +13,7 @@ from typing import List, Sequence, Tuple
 
 import llama_cpp
 
-from ..errors import ModelLoadError
+from pyriver.errors import ModelLoadError
 
 
 @dataclass

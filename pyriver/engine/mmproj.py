@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from ..errors import ModelLoadError
+from pyriver.errors import ModelLoadError
 
 
 def _fields(path: str):
@@ -36,7 +36,7 @@ def projector_type(kv: Dict) -> str:
 
 def check(path: str, text_n_embd: int) -> str:
     """ModelLoadError naming what is wrong, else the projector type."""
-    from .. import native
+    from pyriver.engine import binding as native
     native.check_gguf(path)   # the GGUF structure, every tensor's bounds
     kv, shapes = _fields(path)
     if not (kv.get("clip.has_vision_encoder") or kv.get("clip.has_audio_encoder")):

@@ -17,8 +17,8 @@ from typing import Dict, List, Sequence, Union
 import llama_cpp
 import llama_cpp._logger as _lg
 
-from ..errors import ModelLoadError
-from . import mmproj
+from pyriver.errors import ModelLoadError
+from pyriver.engine import mmproj
 
 NULL_TOKEN = -1   # a cache position a media embedding fills (llama.cpp's LLAMA_TOKEN_NULL)
 

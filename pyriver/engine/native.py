@@ -1,4 +1,4 @@
-"""The native engine: pyriver's own ggml graphs (native/, through pyriver.native's cffi binding).
+"""The native engine: pyriver's own ggml graphs (native/, through pyriver.engine.binding's cffi binding).
 The only engine with River: it builds and binds rivers (engine/river.py) and runs exit rules. Its
 handles (`model`, `Context.handle`) are for the rest of this package (river.py, debug.py) and the
 tests that reach the C API."""
@@ -10,10 +10,10 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from ..errors import PyriverError
-from ..native import check, ffi, last_error, lib, read_text
-from . import river
-from .base import BATCH_RULES, EXIT_RULES, VERIFY, Context, ContextArgs, Engine, ExitRule, ModelArgs
+from pyriver.errors import PyriverError
+from pyriver.engine.binding import check, ffi, last_error, lib, read_text
+from pyriver.engine import river
+from pyriver.engine.base import BATCH_RULES, EXIT_RULES, VERIFY, Context, ContextArgs, Engine, ExitRule, ModelArgs
 
 
 class NativeContext(Context):

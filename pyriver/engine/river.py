@@ -1,5 +1,5 @@
 """River sidecars of the native engine: building them (natively, with a progress bar) and binding
-them to a loaded native model. Where they live: sidecar.py; exit statistics: pyriver.river."""
+them to a loaded native model. Where they live: sidecar.py; exit statistics: pyriver.river.stats."""
 from __future__ import annotations
 
 import os
@@ -8,9 +8,9 @@ from typing import Optional
 
 from tqdm import tqdm
 
-from ..cache import file_sha256
-from ..native import check, ffi, lib, read_text
-from ..sidecar import parse_spec, sidecar_path
+from pyriver.models.cache import file_sha256
+from pyriver.engine.binding import check, ffi, lib, read_text
+from pyriver.river.sidecar import parse_spec, sidecar_path
 
 
 def build(model_handle, model_path: str, river_type: str, out: Path, *, force: bool = False,

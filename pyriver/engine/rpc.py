@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..native import check, lib
+from pyriver.engine.binding import check, lib
 
 
 def start_server(host: str = "127.0.0.1", port: int = 50052, threads: int = 2, cache_dir: str = "") -> None:

@@ -9,8 +9,8 @@ import socket
 import sys
 from typing import List, Optional
 
-from ..args import add_draft_args, add_flash_attn_arg, add_layout_arg, flash_attn, layout_kwargs, require_lossless
-from .prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY
+from pyriver.cli.args import add_draft_args, add_flash_attn_arg, add_layout_arg, flash_attn, layout_kwargs, require_lossless
+from pyriver.server.prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY
 
 
 def parser() -> argparse.ArgumentParser:
@@ -72,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lossless", action="store_true",
                    help="the river (or --lossless-draft) drafts, the backbone verifies: every stream's tokens are full "
                    "depth's (needs --river, unless --lossless-draft ngram). Without --river, --spec-type, --model-draft "
-                   "or --embedding, n-grams draft by default (pyriver.draft.DEFAULT_DRAFTING) where they pay")
+                   "or --embedding, n-grams draft by default (pyriver.speculative.draft.DEFAULT_DRAFTING) where they pay")
     p.add_argument("--no-lossless", action="store_true",
                    help="no drafts at all: every token is one decode step (the default drafts n-grams where they pay)")
     p.add_argument("--draft-max", "--spec-draft-n-max", "--draft", "--draft-n", dest="draft_max", type=int, default=None,
@@ -207,13 +207,13 @@ def settings(a: argparse.Namespace) -> dict:
     media_path = _multimodal(a, kw)
     if not (a.lossless or a.no_lossless or a.river is not None or a.spec_type is not None or a.model_draft is not None
             or a.embedding or a.reranking or a.mmproj):
-        from ..draft import DEFAULT_DRAFTING   # n-grams by the measured cost
+        from pyriver.speculative.draft import DEFAULT_DRAFTING  # n-grams by the measured cost
         a.lossless, a.draft, a.draft_cost = True, DEFAULT_DRAFTING["draft_model"], DEFAULT_DRAFTING["draft_cost"]
         by_default = True
-    from .lora import from_args as lora_from_args
+    from pyriver.server.lora import from_args as lora_from_args
     lora = lora_from_args(a.lora, a.lora_init_without_apply)
     if lora:
-        from ..engine import check_lora
+        from pyriver.engine import check_lora
         check_lora(a.engine)
         if a.river is not None:
             raise ValueError("--river needs pyriver's own graphs; with --lora the model runs on llama.cpp's (no River)")
@@ -224,7 +224,7 @@ def settings(a: argparse.Namespace) -> dict:
           or (a.lossless and a.draft != "ngram")):
         raise ValueError("--tau, --min-exit-layer, --exit-rule and --lossless need --river (--lossless --lossless-draft "
                          "ngram needs none)")
-    from .drafting import settings as draft_settings
+    from pyriver.server.drafting import settings as draft_settings
     spec = draft_settings(a, a.lossless, a.river is not None)
     if a.lossless:
         kw.update(lossless=True, draft_model=a.draft, draft_cost=a.draft_cost,
@@ -238,7 +238,7 @@ def settings(a: argparse.Namespace) -> dict:
     if a.reranking:   # as llama-server's: embeddings on, pooling RANK
         a.embedding, a.pooling = True, "rank"
     if a.embedding:
-        from .embeddings import POOLINGS
+        from pyriver.server.embeddings import POOLINGS
         kw.update(embedding=True, pooling_type=-1 if a.pooling is None else POOLINGS[a.pooling])
     elif a.pooling is not None:
         raise ValueError("--pooling needs --embedding")
@@ -298,17 +298,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         s = settings(a)
         if s["models_preset"] is not None:   # each preset model's settings, checked before anything loads
-            from .models_dir import scan
-            from .models_preset import load
+            from pyriver.server.models_dir import scan
+            from pyriver.server.models_preset import load
             dirs = scan(s["models_dir"]) if s["models_dir"] is not None else {}
             s["presets"] = load(s["models_preset"], dirs, argv, parser(), settings)
         if s["spec"] is not None and s["spec"]["model"] is not None:
-            from .drafting import check_vocab
+            from pyriver.server.drafting import check_vocab
             check_vocab(s["model"], s["spec"]["model"])
         if s["mmproj"] is not None:   # a projector that cannot serve the model stops the server, as llama-server
-            from .. import models
-            from ..engine import check_projector
-            from ..errors import ModelLoadError
+            from pyriver import models
+            from pyriver.engine import check_projector
+            from pyriver.errors import ModelLoadError
             try:
                 check_projector(str(models.resolve(s["model"])), s["mmproj"])
             except ModelLoadError as e:
@@ -320,22 +320,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (ValueError, OSError) as e:
         print(f"pyriver serve: error: {e}", file=sys.stderr)
         return 2
-    from .app import Server, build_app
+    from pyriver.server.app import Server, build_app
     srv = None   # the one model's server (not the router's)
     try:
         if s["models_dir"] is not None or s["models_preset"] is not None:
-            from .router import Router
+            from pyriver.server.router import Router
             app = Router(s)
         else:
             srv = Server(s)
             app = build_app(srv)
             if s["sleep_idle_seconds"] > 0:
-                from .sleep import Sleeper
+                from pyriver.server.sleep import Sleeper
                 app = Sleeper(srv, app, s["sleep_idle_seconds"])
     except ValueError as e:
         print(f"pyriver serve: error: {e}", file=sys.stderr)
         return 2
-    from .gcp import port as gcp_port
+    from pyriver.server.gcp import port as gcp_port
     try:
         port = gcp_port()
     except ValueError as e:

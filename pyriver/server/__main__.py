@@ -1,5 +1,5 @@
 import sys
 
-from . import main
+from pyriver.server import main
 
 sys.exit(main())

@@ -17,20 +17,20 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from ..errors import ContextFullError
-from ..grammar import GrammarError, constrain
-from ..sampling import Sampler
-from ..toolcall import ToolError
-from . import drafting, embeddings, gcp, infill, messages, multimodal, props, rerank, responses
-from . import builtin_template, llamacpp_api as L, lora as lora_api, openai_api
-from .prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY
-from .cors import CORS
-from .inbox import Inbox, hold
-from .metrics import Metrics
-from .scheduler import QueueFull, Request, Scheduler
-from .schema import APIError
-from .streams import Sessions, stream_routes
-from .webui import webui_routes
+from pyriver.errors import ContextFullError
+from pyriver.text.grammar import GrammarError, constrain
+from pyriver.engine.sampling import Sampler
+from pyriver.text.toolcall import ToolError
+from pyriver.server import drafting, embeddings, gcp, infill, messages, multimodal, props, rerank, responses
+from pyriver.server import builtin_template, llamacpp_api as L, lora as lora_api, openai_api
+from pyriver.server.prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY
+from pyriver.server.cors import CORS
+from pyriver.server.inbox import Inbox, hold
+from pyriver.server.metrics import Metrics
+from pyriver.server.scheduler import QueueFull, Request, Scheduler
+from pyriver.server.schema import APIError
+from pyriver.server.streams import Sessions, stream_routes
+from pyriver.server.webui import webui_routes
 
 
 class Server:
@@ -54,7 +54,7 @@ class Server:
 
     def load(self) -> None:
         try:
-            from ..llama import Llama
+            from pyriver.api.llama import Llama
             s = self.settings
             llm = Llama(s["model"], n_ctx=s["n_ctx"], n_threads=s["threads"], n_threads_batch=s["threads"],
                         verbose=s.get("verbose", False), **s.get("llama_kwargs", {}))

@@ -17,12 +17,12 @@ def names() -> List[str]:
 
 
 class BuiltinTemplate:
-    """The render() of pyriver.chat.ChatTemplate over a built-in template: roles and text content
+    """The render() of pyriver.text.chat_template.ChatTemplate over a built-in template: roles and text content
     only (what llama.cpp's built-in templates read)."""
 
     def __init__(self, name: str, bos_token: str, eos_token: str):
         self.name, self.bos_token, self.eos_token = name, bos_token, eos_token
-        self.source = ""   # no jinja source: tool calls take the generic syntax (pyriver.toolcall)
+        self.source = ""   # no jinja source: tool calls take the generic syntax (pyriver.text.toolcall)
 
     def render(self, messages: List[Dict], add_generation_prompt: bool = True, **_extra) -> str:
         for m in messages:
@@ -48,7 +48,7 @@ class BuiltinTemplate:
 def from_settings(settings: Dict, base):
     """The template the server renders chats with: --chat-template-file's, --chat-template's (a
     built-in name, else jinja source), or `base` (the GGUF's), keeping base's BOS and EOS text."""
-    from ..chat import ChatTemplate
+    from pyriver.text.chat_template import ChatTemplate
     if settings.get("chat_template_file"):
         with open(settings["chat_template_file"], encoding="utf-8") as fh:
             return ChatTemplate(fh.read(), base.bos_token, base.eos_token)

@@ -15,10 +15,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..batch import BatchDecoder, Feed
-from ..draft import SuffixLookup, occurrences, proposal
-from ..draftlen import DraftLength, choose_together
-from ..lossless import proposal_key
+from pyriver.api.batch import BatchDecoder, Feed
+from pyriver.speculative.draft import SuffixLookup, occurrences, proposal
+from pyriver.speculative.draftlen import DraftLength, choose_together
+from pyriver.speculative.lossless import proposal_key
 
 TYPES = ("draft-simple", "ngram-simple")
 OTHER_TYPES = ("draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-map-k", "ngram-map-k4v",
@@ -73,8 +73,8 @@ def settings(a, lossless: bool, river: bool) -> Optional[Dict]:
 
 def check_vocab(model, draft: str) -> None:
     """Refuses (ValueError) a draft model whose vocabulary is not the model's, before anything loads."""
-    from ..models import resolve
-    from ..vocab import Vocab
+    from pyriver.models import resolve
+    from pyriver.engine.vocab import Vocab
     a, b = Vocab(str(resolve(model))), Vocab(str(resolve(draft)))
     try:
         why = a.mismatch(b)
@@ -123,7 +123,7 @@ class Drafter:
         raise NotImplementedError
 
     def decide(self, seq: int, rows: np.ndarray, drafts: List[int], hist: Sequence[int], sampler, is_eog):
-        """What a verify step emits (as pyriver.lossless.decide): rows are the target's logits of
+        """What a verify step emits (as pyriver.speculative.lossless.decide): rows are the target's logits of
         the newest token and each draft. Each position is sampled as without drafts; a draft is
         kept while it is the sampled token (synthetic mode: by chance, never an end token)."""
         hist = list(hist)
@@ -175,10 +175,10 @@ def lookup(hist: Sequence[int], n: int, m: int) -> List[int]:
 
 class LlamaDrafter(Drafter):
     """The served Llama's own draft model in lossless mode (`--lossless --lossless-draft ngram`:
-    pyriver.draft's n-gram prompt lookup; any callable with llama-cpp-python's draft-model
+    pyriver.speculative.draft's n-gram prompt lookup; any callable with llama-cpp-python's draft-model
     signature), called on each decoding slot's tokens. Its proposal is cut to the slot's limit,
     or with the Llama's DraftCost (--draft-cost) to each slot's own draft length by cost
-    (pyriver.draftlen), as Llama's lossless mode cuts it alone."""
+    (pyriver.speculative.draftlen), as Llama's lossless mode cuts it alone."""
 
     kind = "ngram"   # as Llama's lossless mode counts a draft model's drafts
     exact = False    # lossless mode: multi-token verify steps, as Llama's (the speed drafts need)
@@ -258,7 +258,7 @@ class DraftModel(Drafter):
 
     def __init__(self, spec: Dict, llm, n_slots: int, threads: Optional[int], llama_kwargs: Dict):
         super().__init__(spec)
-        from ..llama import Llama
+        from pyriver.api.llama import Llama
         self.p_min = spec["p_min"]
         kw = {k: llama_kwargs[k] for k in ("batch_invariant", "flash_attn") if k in llama_kwargs}
         self.llm = Llama(spec["model"], n_ctx=llm.n_ctx(), n_threads=threads, n_threads_batch=threads, verbose=False,

@@ -13,8 +13,8 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..embedding import LLAMA_POOLING_TYPE_NONE
-from .schema import APIError, json_object
+from pyriver.api.embedding import LLAMA_POOLING_TYPE_NONE
+from pyriver.server.schema import APIError, json_object
 
 POOLINGS = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
 

@@ -17,7 +17,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .schema import APIError
+from pyriver.server.schema import APIError
 
 MAX_INSTANCES = 128   # llama-server's
 

@@ -16,9 +16,9 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from . import llamacpp_api as L
-from .disconnect import or_cancel
-from .schema import APIError, json_object
+from pyriver.server import llamacpp_api as L
+from pyriver.server.disconnect import or_cancel
+from pyriver.server.schema import APIError, json_object
 
 # llama-server's default n_batch: its layout cuts the prefix and suffix to shares of it (pyriver's
 # steps are sized apart from it, so the layout keeps llama-server's number)

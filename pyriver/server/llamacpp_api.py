@@ -15,12 +15,12 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from .. import __version__
-from .. import completion as C
-from ..sampling import SamplingParams
-from . import multimodal, streams
-from .disconnect import or_cancel
-from .schema import APIError, end_error, json_object
+from pyriver import __version__
+from pyriver.text import completion as C
+from pyriver.engine.sampling import SamplingParams
+from pyriver.server import multimodal, streams
+from pyriver.server.disconnect import or_cancel
+from pyriver.server.schema import APIError, end_error, json_object
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF   # what llama-server reports for "a random seed"
 

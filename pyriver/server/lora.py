@@ -24,7 +24,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .schema import APIError
+from pyriver.server.schema import APIError
 
 
 def from_args(flags: Sequence[Tuple[str, str]], init_without_apply: bool) -> List[Tuple[str, float]]:

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from typing import Optional
 
-from .schema import APIError
+from pyriver.server.schema import APIError
 
 MAX_BYTES = 10 * 1024 * 1024   # llama-server's limits on a fetched file
 TIMEOUT_S = 10

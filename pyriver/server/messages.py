@@ -21,11 +21,11 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .. import chat
-from ..toolcall import DeltaStream
-from . import multimodal, streams
-from .disconnect import or_cancel
-from .schema import CHAT, APIError, json_object, parse
+from pyriver.text import chat_template as chat
+from pyriver.text.toolcall import DeltaStream
+from pyriver.server import multimodal, streams
+from pyriver.server.disconnect import or_cancel
+from pyriver.server.schema import CHAT, APIError, json_object, parse
 
 DEFAULT_MAX_TOKENS = 4096   # Anthropic requires max_tokens; a request without it gets this
 

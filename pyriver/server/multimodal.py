@@ -13,9 +13,9 @@ import secrets
 import string
 from typing import Dict, List, Optional, Tuple
 
-from ..engine.mtmd import NULL_TOKEN, MediaError, MediaPrompt
-from . import media as M
-from .schema import APIError
+from pyriver.engine.mtmd import NULL_TOKEN, MediaError, MediaPrompt
+from pyriver.server import media as M
+from pyriver.server.schema import APIError
 
 _MEDIA_PARTS = {"image_url": ("image_url", "vision", "image"), "input_audio": ("input_audio", "audio", "audio"),
                 "input_video": ("input_video", "video", "video"), "video_url": ("video_url", "video", "video")}

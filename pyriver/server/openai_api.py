@@ -13,16 +13,16 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from .. import chat
-from .. import completion as C
-from ..logprobs import as_dict as logprobs_dict
-from ..structured import ChatPlan, request_grammar
-from ..toolcall import DeltaStream
-from . import llamacpp_api as L, multimodal, streams, verbose
-from .disconnect import or_cancel
-from .river_tokens import TokenExits
-from .scheduler import Request
-from .schema import CHAT, COMPLETION, APIError, end_error, parse
+from pyriver.text import chat_template as chat
+from pyriver.text import completion as C
+from pyriver.text.logprobs import as_dict as logprobs_dict
+from pyriver.text.structured import ChatPlan, request_grammar
+from pyriver.text.toolcall import DeltaStream
+from pyriver.server import llamacpp_api as L, multimodal, streams, verbose
+from pyriver.server.disconnect import or_cancel
+from pyriver.server.river_tokens import TokenExits
+from pyriver.server.scheduler import Request
+from pyriver.server.schema import CHAT, COMPLETION, APIError, end_error, parse
 
 
 
@@ -191,7 +191,7 @@ def _tokenize(srv, text: str) -> List[int]:
 
 
 def _chat_plan(srv, f: Dict) -> ChatPlan:
-    """The request's messages, template variables, grammar and tools (pyriver.structured)."""
+    """The request's messages, template variables, grammar and tools (pyriver.text.structured)."""
     return ChatPlan(srv.llm._template.source, f["messages"], f["response_format"], f["grammar"], f["json_schema"],
                     f["tools"], f["tool_choice"], f["parallel_tool_calls"])
 

@@ -12,8 +12,8 @@ import threading
 import time
 from typing import Dict, List, Optional
 
-from . import app as A
-from .schema import APIError
+from pyriver.server import app as A
+from pyriver.server.schema import APIError
 
 
 class Entry:

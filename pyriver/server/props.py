@@ -27,10 +27,10 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..atomic import replacing
-from . import llamacpp_api as L, multimodal
-from .lora import brief as lora_brief
-from .schema import APIError, json_object
+from pyriver.atomic import replacing
+from pyriver.server import llamacpp_api as L, multimodal
+from pyriver.server.lora import brief as lora_brief
+from pyriver.server.schema import APIError, json_object
 
 # llama.cpp's sampler chain (common_params_sampling::samplers), which pyriver's Sampler runs in that order
 SAMPLERS = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"]

@@ -2,8 +2,8 @@
 with --reranking (pooling RANK): each document's score is its (query, document) prompt's RANK
 pooling, element 0, unnormalized (llama-server's send_rerank reads embd[0]). On a causal model
 without a classifier head that is the last token's hidden state after the final norm, element 0
-(pyriver.embedding.pool): what llama-server gives on such a file, a number without a reranker's
-meaning; a real reranker's head is refused at load (pyriver.embedding.rank_head).
+(pyriver.api.embedding.pool): what llama-server gives on such a file, a number without a reranker's
+meaning; a real reranker's head is refused at load (pyriver.api.embedding.rank_head).
 
 Jina's request and answer (`documents`; `results` of `index`, `relevance_score`; `usage`) or TEI's
 (`texts`; a bare list of `index`, `score`, with `return_text` its `text`), best first, `top_n`
@@ -17,9 +17,9 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..embedding import LLAMA_POOLING_TYPE_RANK
-from .embeddings import check_tokens
-from .schema import APIError, json_object
+from pyriver.api.embedding import LLAMA_POOLING_TYPE_RANK
+from pyriver.server.embeddings import check_tokens
+from pyriver.server.schema import APIError, json_object
 
 PATHS = ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")
 

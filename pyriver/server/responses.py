@@ -20,10 +20,10 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from . import llamacpp_api as L
-from . import streams
-from .disconnect import or_cancel
-from .schema import CHAT, APIError, json_object, parse
+from pyriver.server import llamacpp_api as L
+from pyriver.server import streams
+from pyriver.server.disconnect import or_cancel
+from pyriver.server.schema import CHAT, APIError, json_object, parse
 
 
 def routes(srv, guarded, app_chat) -> List[Route]:

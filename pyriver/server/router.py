@@ -21,13 +21,13 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 
-from . import app as A
-from . import llamacpp_api as L, streams
-from .cors import CORS
-from .models_dir import scan
-from .pool import Entry, ModelPool
-from .schema import APIError
-from .webui import page_routes
+from pyriver.server import app as A
+from pyriver.server import llamacpp_api as L, streams
+from pyriver.server.cors import CORS
+from pyriver.server.models_dir import scan
+from pyriver.server.pool import Entry, ModelPool
+from pyriver.server.schema import APIError
+from pyriver.server.webui import page_routes
 
 PUBLIC = ("/health", "/v1/health")   # no API key, as llama-server's
 

@@ -5,7 +5,7 @@ the other streams), then samples each slot's next token and hands it to the requ
 
 In lossless mode (a Llama made with lossless=True) each decoding slot drafts first: up to k decode
 steps on the River path, every drafting slot in one step each; then its newest token and drafts
-run at full depth in the step with the prompt chunks, and each slot keeps what pyriver.lossless's
+run at full depth in the step with the prompt chunks, and each slot keeps what pyriver.speculative.lossless's
 rule keeps (its own drafts, its own draft length): the tokens of a stream are full depth's. With
 a drafter instead (server.drafting: a draft model, n-gram lookup) the drafts come from it and
 its rule decides; with context shift a full slot drops half of its tokens after n_keep and goes on.
@@ -21,14 +21,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from .. import lossless
-from ..batch import BatchDecoder, Feed
-from ..draftlen import DraftLength
-from ..grammar import GrammarError
-from ..logprobs import entry as logprob_entry
-from ..sampling import Sampler
-from . import drafting
-from .prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY, PromptCache, common_prefix
+from pyriver.speculative import lossless
+from pyriver.api.batch import BatchDecoder, Feed
+from pyriver.speculative.draftlen import DraftLength
+from pyriver.text.grammar import GrammarError
+from pyriver.text.logprobs import entry as logprob_entry
+from pyriver.engine.sampling import Sampler
+from pyriver.server import drafting
+from pyriver.server.prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY, PromptCache, common_prefix
 
 
 # Prompt tokens per slot and step beside decoding slots, unless the scheduler is given a number: a
@@ -61,7 +61,7 @@ class Request:
     n_generated: int = 0
     n_read: Optional[int] = None   # a stop string ended it: the tokens read up to the one that completed it
     logprob_entries: list = field(default_factory=list)   # logprobs.entry of each generated token (logprobs)
-    lossless: Optional[dict] = None   # draft statistics in lossless mode (pyriver.lossless.new_stats)
+    lossless: Optional[dict] = None   # draft statistics in lossless mode (pyriver.speculative.lossless.new_stats)
     n_cached: int = 0   # prompt tokens found in the slot's cache (not computed again)
     # llama-server's id_slot: the slot that must run it (id_slot % slots; -1 or below: any free one); a
     # busy slot makes it wait while later requests go ahead. slot: the one it ran on (-1 until it starts)
@@ -106,7 +106,7 @@ class Slot:
         self.history: List[int] = []   # prompt and generated tokens (penalties)
         self.next_tok: Optional[int] = None
         self.k = 0                     # lossless: the draft length of the next step
-        self.dl: Optional[DraftLength] = None   # lossless by cost: the draft length rule (pyriver.draftlen)
+        self.dl: Optional[DraftLength] = None   # lossless by cost: the draft length rule (pyriver.speculative.draftlen)
         self.drafts: List[int] = []    # lossless: this step's drafts and the distributions they came from
         self.qs: list = []
         self.last_start = 0            # when it last took a request (the scheduler's count of starts)

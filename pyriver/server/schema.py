@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
-from ..sampling import SamplingParams
+from pyriver.engine.sampling import SamplingParams
 
 
 class APIError(Exception):
@@ -43,7 +43,7 @@ def _prompt(v):   # a JSON prompt {prompt_string, multimodal_data} too, as llama
         (isinstance(v, list) and len(v) == 1 and isinstance(v[0], (str, dict)))
 
 
-def _messages(v):   # content (text, text parts, null with tool_calls) is checked by pyriver.toolcall
+def _messages(v):   # content (text, text parts, null with tool_calls) is checked by pyriver.text.toolcall
     return isinstance(v, list) and len(v) > 0 and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in v)
 
 
@@ -66,7 +66,7 @@ _COMMON = {
     "stream_options": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("include_usage", False), bool)),
                        "an object {include_usage: boolean}", None),
     "n": (lambda v: v is None or (_int(v) and 1 <= v <= 16), "an integer in [1, 16]", 1),
-    # structured output (pyriver.structured): OpenAI's response_format, llama.cpp server's grammar and json_schema
+    # structured output (pyriver.text.structured): OpenAI's response_format, llama.cpp server's grammar and json_schema
     "response_format": (lambda v: isinstance(v, dict), "an object {type: text | json_object | json_schema}", None),
     "grammar": (lambda v: isinstance(v, str), "a string (GBNF)", None),
     "json_schema": (lambda v: isinstance(v, (dict, bool)), "a JSON schema (an object)", None),
@@ -173,6 +173,6 @@ def continuation(f: Dict[str, Any]) -> bool:
 
 
 def _text_parts(content) -> bool:
-    """A list of text parts (anything else is pyriver.toolcall's to check)."""
+    """A list of text parts (anything else is pyriver.text.toolcall's to check)."""
     return isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
                                              and isinstance(p.get("text"), str) for p in content)

@@ -16,8 +16,8 @@ from typing import Dict, Optional
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response
 
-from . import app as A
-from .schema import APIError
+from pyriver.server import app as A
+from pyriver.server.schema import APIError
 
 READ_ONLY = ("/props", "/models", "/v1/models", "/metrics")
 HEALTH = ("/health", "/v1/health")

@@ -18,7 +18,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .schema import APIError
+from pyriver.server.schema import APIError
 
 HEADER = "x-conversation-id"
 TTL = 300                # seconds a finished session stays, as llama-server's STREAM_SESSION_TTL_SECONDS

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from . import llamacpp_api as L
+from pyriver.server import llamacpp_api as L
 
 
 def wanted(srv, f: Dict) -> bool:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pyriver.args import positive
-from pyriver.llama import DEFAULT_MIN_EXIT_LAYER, DEFAULT_TAU
-from pyriver.sidecar import find_calibration
+from pyriver.cli.args import positive
+from pyriver.api.llama import DEFAULT_MIN_EXIT_LAYER, DEFAULT_TAU
+from pyriver.river.sidecar import find_calibration
 
 
 def add_set_args(p: argparse.ArgumentParser, n_default: int, limit_default) -> None:

@@ -18,16 +18,16 @@ from typing import Dict, List, Optional
 from tqdm import tqdm
 
 from pyriver import models
-from pyriver.args import add_draft_args, add_layout_arg, layout_kwargs, tensor_split
+from pyriver.cli.args import add_draft_args, add_layout_arg, layout_kwargs, tensor_split
 from pyriver.cli import TOOLS, guarded
 from pyriver.engine import ENGINES
-from pyriver.llama import DEFAULT_TAU, Llama
+from pyriver.api.llama import DEFAULT_TAU, Llama
 
-from . import inprocess, paired, specbench, systems, verifycost
-from .args import apply_calibration
-from .quantize import requantized
-from .results import conditions, summary, write_json
-from .worker import METRICS, run_worker
+from pyriver.tools import inprocess, paired, specbench, systems, verifycost
+from pyriver.tools.args import apply_calibration
+from pyriver.tools.quantize import requantized
+from pyriver.tools.results import conditions, summary, write_json
+from pyriver.tools.worker import METRICS, run_worker
 
 
 def parser() -> argparse.ArgumentParser:
@@ -214,12 +214,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _spec_serve(a) -> int:
-    from . import spec_serve
+    from pyriver.tools import spec_serve
     return spec_serve.main(a)
 
 
 def _serve(a) -> int:
-    from . import serve_bench   # imports the server's dependencies (the [server] extra)
+    from pyriver.tools import serve_bench  # imports the server's dependencies (the [server] extra)
     return serve_bench.main(a)
 
 

@@ -1,7 +1,7 @@
 """`pyriver calibrate`: the fastest River setting that meets a fidelity target on a calibration
 set, measured, and stored in the river sidecar's metadata (`pyriver.calibration.*`), so that
 `Llama(MODEL)` (river="auto", the default) and `pyriver chat MODEL` use it (reading it back is the
-runtime's: pyriver.sidecar).
+runtime's: pyriver.river.sidecar).
 
 The candidates: lossy River settings of the grid whose top-1 agreement meets the target (sweep's
 teacher-forced points), and lossless mode for each drafter of --draft (river: drafts under
@@ -25,19 +25,19 @@ from typing import Dict, List, Optional
 
 from gguf import GGUFValueType as T
 
-from pyriver.args import add_draft_args, device_kwargs, positive
+from pyriver.cli.args import add_draft_args, device_kwargs, positive
 from pyriver.cli import TOOLS, guarded
-from pyriver.draftlen import DraftCost
-from pyriver.llama import DEFAULT_DRAFT_MAX, Llama
-from pyriver.sidecar import CALIBRATION_PREFIX as PREFIX, read_calibration
+from pyriver.speculative.draftlen import DraftCost
+from pyriver.api.llama import DEFAULT_DRAFT_MAX, Llama
+from pyriver.river.sidecar import CALIBRATION_PREFIX as PREFIX, read_calibration
 
-from . import calibrate_rule, datasets, sweep
-from .args import add_grid_args, add_set_args
-from .engine import progress
-from .generation import greedy_answers
-from .gguf_io import rewrite_kv
-from .results import summary, write_json
-from .specbench import river_draft_cost
+from pyriver.tools import calibrate_rule, datasets, sweep
+from pyriver.tools.args import add_grid_args, add_set_args
+from pyriver.tools.engine import progress
+from pyriver.tools.generation import greedy_answers
+from pyriver.tools.gguf_io import rewrite_kv
+from pyriver.tools.results import summary, write_json
+from pyriver.tools.specbench import river_draft_cost
 
 
 def store(sidecar: str, record: Dict) -> None:

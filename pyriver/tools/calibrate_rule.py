@@ -13,7 +13,7 @@ from typing import Dict, Optional
 
 from pyriver.engine import EXIT_RULES
 
-from . import sweep
+from pyriver.tools import sweep
 
 
 def measure(a, setting: Dict) -> Optional[Dict]:

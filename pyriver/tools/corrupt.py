@@ -11,7 +11,7 @@ import gguf
 import numpy as np
 from gguf import GGUFValueType
 
-from .gguf_io import KV, plan_from_file, reshape_prefix, write_plan
+from pyriver.tools.gguf_io import KV, plan_from_file, reshape_prefix, write_plan
 
 
 def _copy_prefix(src: pathlib.Path, dst: pathlib.Path, n: int) -> pathlib.Path:

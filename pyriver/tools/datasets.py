@@ -11,7 +11,7 @@ import json
 import os
 from typing import Dict, List, Optional
 
-from .prompts import CODE_EDIT_PROMPTS, PROMPTS, TEXTS
+from pyriver.tools.prompts import CODE_EDIT_PROMPTS, PROMPTS, TEXTS
 
 BUILTIN = "builtin"
 HUMANEVAL = "humaneval"

@@ -17,8 +17,8 @@ import threading
 import time
 from typing import Dict, List
 
-from .results import write_json
-from .serve_bench import PROMPTS, _get, _port, _Server, _stream
+from pyriver.tools.results import write_json
+from pyriver.tools.serve_bench import PROMPTS, _get, _port, _Server, _stream
 
 CODE = '''def mean(values):
     total = 0

@@ -18,15 +18,15 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from .results import write_json
-from .serve_bench import PROMPTS, _Server, _get, _port
+from pyriver.tools.results import write_json
+from pyriver.tools.serve_bench import PROMPTS, _Server, _get, _port
 
 # Texts of several lengths: the openings, each run on to about 20 to 90 tokens.
 TEXTS = [(p + " ") * r for r in (1, 2, 4) for p in PROMPTS]
 
 
 def start(model: str, threads: int, pooling: str, clients: int) -> List[_Server]:
-    from .llama_server import ensure
+    from pyriver.tools.llama_server import ensure
     out = [_Server("pyriver", [sys.executable, "-m", "pyriver.server", model, "--embedding", "--pooling", pooling,
                                "--threads", str(threads), "--ctx", "2048", "--parallel", str(clients), "-fa", "off",
                                "--port", str(p := _port())], p)]

@@ -17,8 +17,8 @@ import llama_cpp
 import numpy as np
 from tqdm import tqdm
 
-from pyriver import debug
-from pyriver.river import exit_stats
+from pyriver.engine import debug
+from pyriver.river.stats import exit_stats
 
 
 class LlamaCppEngine:
@@ -93,7 +93,7 @@ class Run:
     exits: List[int] = field(default_factory=list)
     logits: List[np.ndarray] = field(default_factory=list)
     forecasts: List[int] = field(default_factory=list)   # exit_rule predicted/guarded: each step's forecast
-    observed: List[int] = field(default_factory=list)    # ... and its first block at tau (pyriver.debug.exit_forecasts)
+    observed: List[int] = field(default_factory=list)    # ... and its first block at tau (pyriver.engine.debug.exit_forecasts)
     graphs: int = 0                                      # graphs the steps computed (native engine)
 
 

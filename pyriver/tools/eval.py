@@ -12,15 +12,15 @@ import argparse
 import sys
 from typing import Dict, List, Optional
 
-from pyriver.args import device_kwargs, positive
+from pyriver.cli.args import device_kwargs, positive
 from pyriver.cli import TOOLS, guarded
-from pyriver.llama import DEFAULT_RIVER, Llama
+from pyriver.api.llama import DEFAULT_RIVER, Llama
 
-from . import datasets
-from .args import add_set_args, apply_calibration
-from .engine import LlamaCppEngine, perplexity, progress, references, teacher_forced
-from .quantize import requantized
-from .results import conditions, write_json
+from pyriver.tools import datasets
+from pyriver.tools.args import add_set_args, apply_calibration
+from pyriver.tools.engine import LlamaCppEngine, perplexity, progress, references, teacher_forced
+from pyriver.tools.quantize import requantized
+from pyriver.tools.results import conditions, write_json
 
 
 def text_tokens(llm, texts, max_tokens: int) -> List[List[int]]:

@@ -32,7 +32,7 @@ import gguf
 
 from pyriver import models
 
-from . import synth
+from pyriver.tools import synth
 
 INTERESTING = [0, 1, 2, 3, 4, 7, 8, 31, 32, 255, 256, 0x7FFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF,
                0x100000000, 0x7FFFFFFFFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 1 << 40]
@@ -88,7 +88,7 @@ def _child(src: str, kind: str, seed: int, start: int, count: int, backbone: Opt
     from pyriver.engine import ModelArgs, river
     from pyriver.engine.native import NativeEngine
     from pyriver.errors import PyriverError
-    from pyriver.vocab import Vocab
+    from pyriver.engine.vocab import Vocab
     llama_cpp._logger.set_verbose(False)
     data = Path(src).read_bytes()
     meta_end = _meta_end(src)
@@ -118,7 +118,7 @@ def _child(src: str, kind: str, seed: int, start: int, count: int, backbone: Opt
                     river.attach(e.model, f, "")
                 finally:
                     e.close()
-        except (ValueError, PyriverError) as e:   # the native statuses' exceptions (pyriver.native.check)
+        except (ValueError, PyriverError) as e:   # the native statuses' exceptions (pyriver.engine.binding.check)
             st, msg = type(e).__name__, str(e)
         signal.alarm(0)
         if st != "0" and not msg:
@@ -193,7 +193,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     src, backbone = a.source, None
     if src is None or a.kind == "river":
-        from pyriver.llama import Llama   # the parent loads the library only to build a sidecar
+        from pyriver.api.llama import Llama  # the parent loads the library only to build a sidecar
         base = models.cache_dir() / "synthetic" / "fuzz-base.gguf"
         if not base.exists():
             base.parent.mkdir(parents=True, exist_ok=True)

@@ -8,13 +8,14 @@ from typing import Dict, List
 
 import numpy as np
 
-from pyriver import debug, models
-from pyriver.args import device_kwargs
-from pyriver.llama import DEFAULT_RIVER, Llama
+from pyriver.engine import debug
+from pyriver import models
+from pyriver.cli.args import device_kwargs
+from pyriver.api.llama import DEFAULT_RIVER, Llama
 
-from .engine import feed, greedy, prompt_tokens
-from .results import write_json
-from .worker import TEXT, text_prompt
+from pyriver.tools.engine import feed, greedy, prompt_tokens
+from pyriver.tools.results import write_json
+from pyriver.tools.worker import TEXT, text_prompt
 
 
 def _check_modes(a) -> List[Dict]:

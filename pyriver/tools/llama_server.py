@@ -10,7 +10,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from pyriver.cache import cache_dir
+from pyriver.models.cache import cache_dir
 
 
 def _site() -> Path:

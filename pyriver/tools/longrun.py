@@ -17,9 +17,9 @@ from typing import Dict, List, Optional
 from tqdm import tqdm
 
 from pyriver import models
-from pyriver.llama import DEFAULT_RIVER, Llama
+from pyriver.api.llama import DEFAULT_RIVER, Llama
 
-from .prompts import PROMPTS
+from pyriver.tools.prompts import PROMPTS
 
 
 def proc_sample() -> Dict[str, float]:

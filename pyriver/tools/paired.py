@@ -17,12 +17,12 @@ from typing import Dict, List
 import numpy as np
 
 from pyriver import models
-from pyriver.args import tensor_split
-from pyriver.llama import Llama
+from pyriver.cli.args import tensor_split
+from pyriver.api.llama import Llama
 
-from .engine import LlamaCppEngine
-from .results import conditions, summary, write_json
-from .worker import WARMUP, engine_kwargs, text_prompt
+from pyriver.tools.engine import LlamaCppEngine
+from pyriver.tools.results import conditions, summary, write_json
+from pyriver.tools.worker import WARMUP, engine_kwargs, text_prompt
 
 NAMES = ("llama.cpp", "pyriver")
 

@@ -11,8 +11,8 @@ import llama_cpp
 import llama_cpp._logger as _lg
 
 from pyriver.atomic import replacing
-from pyriver.cache import cache_dir, file_sha256
-from pyriver.sidecar import parse_spec
+from pyriver.models.cache import cache_dir, file_sha256
+from pyriver.river.sidecar import parse_spec
 
 # llama.cpp has no "all q3_K" file type: a K-quant river type is matched by its _S mix (that
 # type for nearly every matrix). MXFP4's only file type (MXFP4_MOE) keeps a dense model's matrices

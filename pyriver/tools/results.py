@@ -15,8 +15,8 @@ import llama_cpp
 
 from pyriver import __version__
 from pyriver.atomic import write_text
-from pyriver.backends import devices
-from pyriver.cache import file_sha256
+from pyriver.engine.backends import devices
+from pyriver.models.cache import file_sha256
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 

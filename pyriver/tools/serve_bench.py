@@ -123,7 +123,7 @@ BATCHED = "llama-cpp-python batched server"
 
 def batched_script() -> Path:
     """llama-cpp-python's batched example server, in the unpacked sdist of the installed version."""
-    from .llama_server import sdist_root
+    from pyriver.tools.llama_server import sdist_root
     return sdist_root() / "examples" / "server" / "server.py"
 
 
@@ -268,7 +268,7 @@ def _start(a, path: str, out: List[_Server]) -> None:
     if a.competitor:
         # llama.cpp's own batching server, as pyriver's: --parallel slots of 1024 positions each
         # (-c is shared among slots), the same threads and attention as the others.
-        from .llama_server import ensure
+        from pyriver.tools.llama_server import ensure
         n = max(a.streams)
         argv = [str(ensure(a.threads)), "-m", path, "-t", str(a.threads), "-tb", str(a.threads), "-c", str(1024 * n),
                 "--parallel", str(n), *attn["llama-server"], *gpu["llama-server"], "--host", "127.0.0.1", "--port", str(p := _port())]
@@ -310,7 +310,7 @@ def run_level(srv: _Server, k: int, n: int, schema=None) -> Dict:
 def chat_messages(rep: int, k: int, stream: int, j: int) -> List[Dict]:
     """The messages of request j of a stream at level k in repeat rep: code-edit and chat prompts in
     turn, each user message opening with a tag of its own (no earlier prompt shares it)."""
-    from .prompts import CODE_EDIT_PROMPTS, PROMPTS
+    from pyriver.tools.prompts import CODE_EDIT_PROMPTS, PROMPTS
     i = stream * 97 + j   # spread over the prompts
     text = CODE_EDIT_PROMPTS[i // 2 % len(CODE_EDIT_PROMPTS)][1] if j % 2 == 0 else PROMPTS[i // 2 % len(PROMPTS)][1]
     return [{"role": "user", "content": f"[{rep}.{k}.{stream}.{j}] {text}"}]

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Tuple
 
-from .results import write_json
+from pyriver.tools.results import write_json
 
 MSGS = [{"role": "user", "content": "Hi"}]
 # (path, a valid body): generation bounded by the server's -n

@@ -20,8 +20,8 @@ import threading
 import time
 from typing import Dict, List, Tuple
 
-from .prompts import LONG_EDIT_PROMPTS, PROMPTS, SERVE_EDIT_PROMPTS
-from .serve_bench import _get, _port, _Server, attn_flags, gpu_flags
+from pyriver.tools.prompts import LONG_EDIT_PROMPTS, PROMPTS, SERVE_EDIT_PROMPTS
+from pyriver.tools.serve_bench import _get, _port, _Server, attn_flags, gpu_flags
 
 LLAMA_SPEC_TYPES = ("ngram-simple", "ngram-mod", "ngram-map-k")
 # pyriver's settings: name -> the command-line flags after the model
@@ -33,7 +33,7 @@ PYRIVER_SETTINGS = {
 
 def configs(a, path: str) -> List[Tuple[str, List[str]]]:
     """(name, argv) of every server, each with one slot per stream and 2048 positions a slot."""
-    from .llama_server import ensure
+    from pyriver.tools.llama_server import ensure
     n = max(a.streams)
     exe = str(ensure(a.threads))
     gpu, attn = gpu_flags(a), attn_flags(a)

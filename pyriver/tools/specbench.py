@@ -4,9 +4,9 @@ prompt set (greedy, the model's own answers); medians over repeats of decode tok
 ratio to full depth within each repeat. Lossless rows also give acceptance, mean accepted
 length (drafts kept per verify step) and on how many prompts their text was full depth's.
 
---draft picks the drafters (river, ngram, both: pyriver.draft.drafter); --prompt-set chat (the
+--draft picks the drafters (river, ngram, both: pyriver.speculative.draft.drafter); --prompt-set chat (the
 built-in chat prompts), code-edit (prompts.CODE_EDIT_PROMPTS) or both; the draft length is by
-cost (pyriver.draftlen) unless --fixed-k, with the verify table of --draft-cost (a
+cost (pyriver.speculative.draftlen) unless --fixed-k, with the verify table of --draft-cost (a
 `--verify-cost` JSON) and a river draft's cost measured here before the first repeat."""
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import time
 from typing import Dict, List
 
 from pyriver import models
-from pyriver.args import device_kwargs, layout_kwargs
-from pyriver.draftlen import DEFAULT_COST, DraftCost
-from pyriver.llama import DEFAULT_RIVER, Llama
+from pyriver.cli.args import device_kwargs, layout_kwargs
+from pyriver.speculative.draftlen import DEFAULT_COST, DraftCost
+from pyriver.api.llama import DEFAULT_RIVER, Llama
 
-from .generation import greedy_answers
-from .prompts import CODE_EDIT_PROMPTS, PROMPTS
-from .results import write_json
+from pyriver.tools.generation import greedy_answers
+from pyriver.tools.prompts import CODE_EDIT_PROMPTS, PROMPTS
+from pyriver.tools.results import write_json
 
 
 def _settings(a) -> List[Dict]:
@@ -85,7 +85,7 @@ def main(a) -> int:
     ref = None if a.no_llama_cpp else _llama_cpp(a, path)
     settings = _settings(a)
     sets = _prompt_sets(a)
-    verify = (a.draft_cost or DEFAULT_COST).verify   # --draft-cost: pyriver.args.draft_cost
+    verify = (a.draft_cost or DEFAULT_COST).verify   # --draft-cost: pyriver.cli.args.draft_cost
     costs = {}
     for t in sorted({s["tau"] for s in settings if s.get("lossless") and s["draft"] != "ngram"}):
         costs[t] = DraftCost(verify, river_draft_cost(llm, t, a.min_exit_layer))

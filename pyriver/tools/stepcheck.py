@@ -12,7 +12,8 @@ import sys
 
 import numpy as np
 
-from pyriver import Llama, models
+from pyriver import Llama
+from pyriver import models
 
 TEXT = ("The river carries the water of the mountains down to the sea. Along its banks, towns grew where "
         "boats could land, and people traded grain, wool and stories. ") * 8

@@ -15,17 +15,17 @@ import statistics
 import sys
 from typing import Dict, List, Optional
 
-from pyriver.args import device_kwargs
-from pyriver.backends import device_key
+from pyriver.cli.args import device_kwargs
+from pyriver.engine.backends import device_key
 from pyriver.cli import TOOLS, guarded
-from pyriver.llama import Llama
-from pyriver.sidecar import parse_spec
+from pyriver.api.llama import Llama
+from pyriver.river.sidecar import parse_spec
 
-from . import datasets
-from .args import add_grid_args, add_set_args
-from .engine import LlamaCppEngine, progress, references, teacher_forced
-from .quantize import requantized, uniform_ftype
-from .results import conditions, summary, write_json
+from pyriver.tools import datasets
+from pyriver.tools.args import add_grid_args, add_set_args
+from pyriver.tools.engine import LlamaCppEngine, progress, references, teacher_forced
+from pyriver.tools.quantize import requantized, uniform_ftype
+from pyriver.tools.results import conditions, summary, write_json
 
 
 def measure(a, kind: str = "sweep") -> Dict:

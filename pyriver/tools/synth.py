@@ -42,7 +42,7 @@ from gguf import GGMLQuantizationType, GGUFValueType
 
 from pyriver import models
 
-from .gguf_io import KV, Plan, Tensor, field_to_kv, write_plan
+from pyriver.tools.gguf_io import KV, Plan, Tensor, field_to_kv, write_plan
 
 __all__ = ["write_llama", "write_model", "ARCHS", "LOGIT_STD"]
 
@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
                     n_expert_used=a.experts_used, n_ff_exp=a.ff_exp)
     print(p)
     if a.quantize:
-        from .quantize import quantize   # llama.cpp only when asked for: writing needs none
+        from pyriver.tools.quantize import quantize  # llama.cpp only when asked for: writing needs none
         q = quantize(p, p.with_name(f"{p.stem}.{a.quantize.lower()}{p.suffix}"), a.quantize)
         print(q)
     return 0

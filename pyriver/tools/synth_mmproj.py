@@ -23,7 +23,7 @@ from typing import Optional, Tuple
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from .gguf_io import KV, Plan, Tensor, rewrite_kv, write_plan
+from pyriver.tools.gguf_io import KV, Plan, Tensor, rewrite_kv, write_plan
 
 F32, F16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16
 
@@ -106,7 +106,7 @@ def write_mmproj(path: "str | os.PathLike[str]", *, text_n_embd: int, n_embd: in
 
 def write_text_model(path: "str | os.PathLike[str]", tokenizer_from: "str | os.PathLike[str]", **spec) -> pathlib.Path:
     """The Gemma 3 text half (TEXT_SPEC, overridden by spec) with CHAT_TEMPLATE."""
-    from .synth import write_model
+    from pyriver.tools.synth import write_model
     p = write_model(path, tokenizer_from=tokenizer_from, **{**TEXT_SPEC, **spec})
     return rewrite_kv(p, {"tokenizer.chat_template": (CHAT_TEMPLATE, GGUFValueType.STRING)})
 

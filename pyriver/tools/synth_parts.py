@@ -20,8 +20,8 @@ from typing import Any, Iterable, Optional
 
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from . import synth
-from .gguf_io import KV, Plan, Tensor
+from pyriver.tools import synth
+from pyriver.tools.gguf_io import KV, Plan, Tensor
 
 F32 = GGMLQuantizationType.F32
 _SCALAR = {bool: GGUFValueType.BOOL, int: GGUFValueType.UINT32, float: GGUFValueType.FLOAT32,

@@ -16,13 +16,13 @@ import gguf
 
 from pyriver import models
 from pyriver.atomic import replacing
-from pyriver.llama import DEFAULT_RIVER, Llama
+from pyriver.api.llama import DEFAULT_RIVER, Llama
 
-from . import synth
-from .engine import greedy
-from .quantize import quantize, requantized
-from .results import write_json
-from .worker import engine_kwargs, run_worker, text_prompt
+from pyriver.tools import synth
+from pyriver.tools.engine import greedy
+from pyriver.tools.quantize import quantize, requantized
+from pyriver.tools.results import write_json
+from pyriver.tools.worker import engine_kwargs, run_worker, text_prompt
 
 # Synthetic llamas: ~1B (16 blocks of 2048) and Llama 3.1 8B's shape (32 blocks of 4096, GQA 32/8,
 # FFN 14336; the vocabulary is SmolLM2's 49152, so the head is smaller than Llama's).

@@ -22,8 +22,8 @@ from typing import Dict, Iterable, List, Optional
 
 import jsonschema
 
-from .results import write_json
-from .serve_bench import _get, _port
+from pyriver.tools.results import write_json
+from pyriver.tools.serve_bench import _get, _port
 
 
 def _fn(name: str, description: str, properties: Dict, required: List[str]) -> Dict:
@@ -287,7 +287,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="print every answer, not only the failures")
     a = p.parse_args(argv)
     from pyriver import models
-    from pyriver.llama import Llama
+    from pyriver.api.llama import Llama
     report, failed = {}, False
     for name in a.models:
         path = str(models.resolve(name))

@@ -3,18 +3,18 @@ tokens at full depth with logits for every row (as lossless mode verifies), k = 
 (64), against one single decode step, after a code-edit prompt in the cache; each repeat times one
 single step (the median of three) and then every k, the ratio within the repeat, medians over
 repeats. ggml's multi-token kernels pay from about 16 rows on, so the cost per token is not monotone
-in k: the table goes as far as lossless mode may draft (pyriver.draftlen.DraftCost reads it)."""
+in k: the table goes as far as lossless mode may draft (pyriver.speculative.draftlen.DraftCost reads it)."""
 from __future__ import annotations
 
 import statistics
 
 from pyriver import models
-from pyriver.args import device_kwargs, layout_kwargs
-from pyriver.costcurve import measure
-from pyriver.llama import Llama
+from pyriver.cli.args import device_kwargs, layout_kwargs
+from pyriver.speculative.costcurve import measure
+from pyriver.api.llama import Llama
 
-from .prompts import CODE_EDIT_PROMPTS
-from .results import write_json
+from pyriver.tools.prompts import CODE_EDIT_PROMPTS
+from pyriver.tools.results import write_json
 
 
 def main(a) -> int:

@@ -14,10 +14,10 @@ from typing import Dict, List
 
 import numpy as np
 
-from pyriver.llama import Llama
-from pyriver.rpc import register_for_llama_cpp
+from pyriver.api.llama import Llama
+from pyriver.engine.rpc import register_for_llama_cpp
 
-from .engine import LlamaCppEngine, greedy
+from pyriver.tools.engine import LlamaCppEngine, greedy
 
 TEXT = ("The river carries the water of the mountains down to the sea. Along its banks, towns grew where "
         "boats could land, and people traded grain, wool and stories. ")

@@ -95,7 +95,7 @@ def sdist_tree(dest: Path) -> Path:
     cached = Path.home() / ".cache" / "pyriver" / "llama-server" / VERSION / "sdist"
     tars = sorted(cached.glob(f"llama_cpp_python-{VERSION}.tar.gz"))
     if not tars:
-        from pyriver.tools.llama_server import sdist_download   # the one command (an sdist, its build deps as wheels)
+        from pyriver.tools.llama_server import sdist_download  # the one command (an sdist, its build deps as wheels)
         subprocess.run(sdist_download(sys.executable, VERSION, dest), check=True)
         tars = sorted(dest.glob(f"llama_cpp_python-{VERSION}.tar.gz"))
     with tarfile.open(tars[0]) as t:

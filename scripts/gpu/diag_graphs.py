@@ -11,7 +11,7 @@ llama_cpp.llama_log_set(cb, None)
 path, engine, fa = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 toks = list(range(100, 612))
 if engine == "pyriver":
-    import pyriver.llama as PL
+    import pyriver.api.llama as PL
     _logger.set_verbose = lambda v: None
     from pyriver import Llama
     llm = Llama(path, n_ctx=1024, n_gpu_layers=-1, flash_attn=fa, verbose=True, river=None)

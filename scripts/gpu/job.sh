@@ -100,7 +100,7 @@ ready() {   # wait (at most $1 s) for llama-cpp-python, then install pyriver and
   if [ ! -f /tmp/derive.started ] && [ -z "${NO_DERIVE:-}" ]; then
     python3 -c "
 import llama_cpp, pyriver
-from pyriver.backends import devices
+from pyriver.engine.backends import devices
 print('llama-cpp-python', llama_cpp.__version__, 'gpu offload', llama_cpp.llama_supports_gpu_offload())
 for d in devices(): print(d)"
     step "background: derived models (after the writer)"

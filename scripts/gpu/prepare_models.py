@@ -35,7 +35,7 @@ def path(dtype, size):
 
 
 def write():
-    from pyriver.tools import synth   # needs no native library
+    from pyriver.tools import synth  # needs no native library
     sys.path.insert(0, "tests")
     from conftest import SYNTH_DIR
     from helpers import ARCH_SPECS, SYNTH_SPECS

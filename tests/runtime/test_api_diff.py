@@ -86,7 +86,7 @@ def test_methods_take_llama_cpp_s_parameters_and_defaults(name, ref):
 
 
 def test_constructor_takes_every_llama_cpp_argument_with_its_default():
-    from pyriver.ctor_args import INERT
+    from pyriver.api.ctor_args import INERT
     ours = inspect.signature(Llama.__init__).parameters
     for k, p in inspect.signature(llama_cpp.Llama.__init__).parameters.items():
         if k in ("self", "kwargs", "model_path"):   # model_path: pyriver's None is its default model

@@ -1,4 +1,4 @@
-"""Several sequences in one context (pyriver.batch, native pr_decode_batch): each sequence's result
+"""Several sequences in one context (pyriver.api.batch, native pr_decode_batch): each sequence's result
 in a batch is its result alone, the cache stays complete under every batch exit rule, and bad
 batches are refused before any graph runs."""
 from __future__ import annotations
@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from helpers import PROMPTS, model_path
-from pyriver import Llama, debug
-from pyriver.batch import BATCH_RULES, BatchDecoder, Feed
-from pyriver.sampling import Sampler, SamplingParams
+from pyriver import Llama
+from pyriver.engine import debug
+from pyriver.api.batch import BATCH_RULES, BatchDecoder, Feed
+from pyriver.engine.sampling import Sampler, SamplingParams
 from pyriver.server.scheduler import Request, Scheduler
 
 N_GEN = 24

@@ -1,6 +1,6 @@
 """batch_layout (pr_model_params.batch_layout; on by default in `pyriver serve`, run and chat): the
 CPU's repacked K-quant matrices are also read in the file's own layout by prompt steps of more than
-wide_prompt_rows rows (16 here; by default measured on the machine, pyriver.widerows) and any step
+wide_prompt_rows rows (16 here; by default measured on the machine, pyriver.engine.widerows) and any step
 of more than 64, where ggml's tiled kernel is faster than the repacked GEMM. The
 referee is llama.cpp itself: such a step has the bits of llama.cpp loaded without its extra buffer
 types (use_extra_bufts off, llama-server's --no-repack); a verify step (logits for every row) of 64
@@ -103,9 +103,9 @@ def test_a_prompt_reads_the_file_layout_above_the_contexts_threshold(q4k_path):
 
 
 def test_the_measured_threshold_is_cached_and_reaches_a_batch_context(q4k_path, tmp_cache, monkeypatch):
-    """Without wide_prompt_rows the Llama measures it once (pyriver.widerows) and a later Llama reads
+    """Without wide_prompt_rows the Llama measures it once (pyriver.engine.widerows) and a later Llama reads
     the cache; the server's BatchDecoder context starts from the same context arguments."""
-    from pyriver import widerows
+    from pyriver.engine import widerows
     calls = []
 
     def fake(llm, prompt, sizes=widerows.SIZES, repeats=widerows.REPEATS):
@@ -119,7 +119,7 @@ def test_the_measured_threshold_is_cached_and_reaches_a_batch_context(q4k_path, 
     with Llama(q4k_path, **kw) as llm:
         assert llm.wide_prompt_rows == 24 and len(calls) == 1
         toks = _tokens(24)   # at the threshold: the repacked layout, in a batch context too
-        from pyriver.batch import BatchDecoder
+        from pyriver.api.batch import BatchDecoder
         bd = BatchDecoder(llm, 2)
         try:
             row = bd._ectx.decode_batch(toks, [0] * 24, list(range(24)), [0] * 23 + [1], [1] * 24)

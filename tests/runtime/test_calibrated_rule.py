@@ -7,7 +7,7 @@ import pytest
 
 from pyriver import Llama
 from pyriver.engine.backends import device_key
-from pyriver.sidecar import read_calibration
+from pyriver.river.sidecar import read_calibration
 from pyriver.tools import synth
 from pyriver.tools.calibrate import store
 

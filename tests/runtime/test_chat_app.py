@@ -24,7 +24,7 @@ def test_chat_in_a_terminal(smol_path):
     c.expect("/help for commands")
     c.expect("> ")
     c.sendline("What is the capital of France?")
-    # the chat drafts n-grams by cost by default (pyriver.draft.DEFAULT_DRAFTING)
+    # the chat drafts n-grams by cost by default (pyriver.speculative.draft.DEFAULT_DRAFTING)
     c.expect(r"\[(\d+) tokens, ([\d.]+) tok/s, prompt (\d+) new tokens \| lossless: \d+ verify steps")
     first_prompt = int(c.match.group(3))
     c.expect("> ")

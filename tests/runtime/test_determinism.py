@@ -13,7 +13,7 @@ import pytest
 
 from helpers import model_path
 from pyriver import Llama
-from pyriver.sampling import Sampler, SamplingParams
+from pyriver.engine.sampling import Sampler, SamplingParams
 
 TEXT = b"The river carries the water of the mountains down to the sea; along its banks, towns grew where boats"
 

@@ -139,7 +139,7 @@ def test_unsupported_arguments_are_errors(smol_path):
     with Llama(smol_path, n_ctx=64, verbose=False) as llm:
         with pytest.raises(TypeError, match="no_such_argument"):
             llm("hi", no_such_argument=1)
-        with pytest.raises(ValueError, match="does not parse"):   # grammars are supported (pyriver.grammar)
+        with pytest.raises(ValueError, match="does not parse"):   # grammars are supported (pyriver.text.grammar)
             llm("hi", grammar="root ::= x")
 
 

@@ -194,7 +194,7 @@ def test_rank_pooling_without_a_head(smol_path, tmp_path):
     """RANK on a causal model without a classifier head is llama.cpp's: the last token's row (its
     element 0 is llama-server's rerank score); a file with a head (cls.* tensors) is refused."""
     import gguf
-    from pyriver.embedding import rank_head
+    from pyriver.api.embedding import rank_head
     ref = _ref(smol_path, 3)   # llama.cpp's LAST: RANK's row on this file
     with _ours(smol_path, 4) as llm:
         assert llm.pooling_type() == 4
@@ -218,7 +218,7 @@ def test_bad_pooling_type(smol_path):
 
 def test_native_embeddings_rows(smol_path):
     """pr_embeddings: n_tokens rows after pr_embed, none after a decode; pr_logits none after pr_embed."""
-    from pyriver.native import ffi, lib
+    from pyriver.engine.binding import ffi, lib
     with _ours(smol_path, 1) as llm:
         toks = llm.tokenize(b"two words")
         assert lib.pr_embed(llm._native_ctx, ffi.new("int32_t[]", toks), len(toks)) == 0

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pyriver import Llama
-from pyriver.batch import Feed
+from pyriver.api.batch import Feed
 from pyriver.errors import ContextFullError, ModelLoadError
 
 # synth_foreign's architectures, llama.cpp's loaders only (conftest.foreign_paths)
@@ -165,7 +165,7 @@ def test_bad_input_is_an_exception(pair):
     mine.reset()
     with pytest.raises(ContextFullError):
         mine.eval([1] * (mine.n_ctx() + 1))
-    from pyriver.batch import BatchDecoder
+    from pyriver.api.batch import BatchDecoder
     dec = BatchDecoder(mine, 2)
     with pytest.raises(ValueError, match="out of range"):
         dec.step([Feed(0, [mine.n_vocab()])])

@@ -11,8 +11,9 @@ import jsonschema
 import numpy as np
 import pytest
 
-from pyriver import Llama, toolcall
-from pyriver.grammar import Grammar
+from pyriver import Llama
+from pyriver.text import toolcall
+from pyriver.text.grammar import Grammar
 from pyriver.tools import toolcall_check as TC
 
 

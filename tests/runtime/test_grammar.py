@@ -15,7 +15,7 @@ from llama_cpp import LlamaGrammar
 
 from helpers import assert_json_object
 from pyriver import Llama
-from pyriver.grammar import Grammar, GrammarError
+from pyriver.text.grammar import Grammar, GrammarError
 
 YES_NO = 'root ::= ("yes" | "no") "."'
 LIST3 = 'root ::= "[" [0-9] ("," [0-9]) ("," [0-9]) "]"'
@@ -77,7 +77,7 @@ def test_greedy_is_argmax_of_allowed_tokens(llm):
 def test_best_is_argmax_of_mask(llm):
     """Grammar.best (the top candidates first) equals the argmax over the whole masked vocabulary:
     random scores, the allowed tokens far down the order, and a tie at the cut."""
-    from pyriver.grammar import _TOP
+    from pyriver.text.grammar import _TOP
     rng = np.random.default_rng(0)
     g = Grammar(llm.vocab, 'root ::= [0-9]+ "x"')
     n = llm.vocab.n_vocab
@@ -249,8 +249,8 @@ def test_auto_tool_grammar_is_lazy(llm):
     a token that would open a call the grammar refuses is never accepted (llama.cpp aborts the
     process on such a trigger) but refused, so the model picks another."""
     from llama_cpp import LogitsProcessorList
-    from pyriver import toolcall
-    from pyriver.grammar import LazyGrammar
+    from pyriver.text import toolcall
+    from pyriver.text.grammar import LazyGrammar
     tp = toolcall.plan([WEATHER, TIME], "auto", None, "")   # a template without tools: Hermes syntax
     lazy = toolcall.auto_grammar(tp)
     assert isinstance(lazy, LazyGrammar) and lazy.words == ("<tool_call>",)
@@ -339,7 +339,7 @@ def test_qwen_calls_tools_by_itself():
         assert a["choices"][0]["finish_reason"] == "stop" and "23" in a["choices"][0]["message"]["content"]
         # auto (a lazy grammar, triggered by Qwen's single <tool_call> token): a question without a
         # tool to call gets a text answer
-        from pyriver.grammar import Grammar
+        from pyriver.text.grammar import Grammar
         g = Grammar(q.vocab, __import__("pyriver").toolcall.auto_grammar(
             __import__("pyriver").toolcall.plan([CITY_WEATHER], "auto", None, q._template.source)))
         assert len(g._trigger_toks) == 1
@@ -352,8 +352,8 @@ def test_server_lossless_dead_end_ends_only_its_request(smol_path):
     """The server's scheduler in lossless mode: a grammar that reaches a dead end (here while the
     River drafts) ends its own request with a grammar error and frees its slot; the requests beside
     it give the tokens they give alone."""
-    from pyriver.grammar import constrain
-    from pyriver.sampling import Sampler, SamplingParams
+    from pyriver.text.grammar import constrain
+    from pyriver.engine.sampling import Sampler, SamplingParams
     from pyriver.server.scheduler import Request, Scheduler
 
     def run(sched, reqs):

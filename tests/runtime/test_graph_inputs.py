@@ -5,8 +5,9 @@ Qwen2.5 1.5B's decode on an H200 0.90x llama.cpp's, 1.02x without (docs/gpu.md).
 import pytest
 
 from helpers import ARCH_SPECS
-from pyriver import Llama, debug
-from pyriver.batch import BatchDecoder, Feed
+from pyriver import Llama
+from pyriver.engine import debug
+from pyriver.api.batch import BatchDecoder, Feed
 from pyriver.tools import synth
 
 

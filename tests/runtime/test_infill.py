@@ -1,4 +1,4 @@
-"""create_completion(suffix=...) (pyriver/infill.py): llama-cpp-python's fill-in-the-middle
+"""create_completion(suffix=...) (pyriver/text/infill.py): llama-cpp-python's fill-in-the-middle
 prompt layout with the model's own FIM tokens. llama_cpp 0.3.36 puts token id 0 where the FIM
 tokens go (a TODO in its source), so the reference is llama_cpp.Llama completing the same prompt
 given as token ids (FIM tokens from llama.cpp's vocab, as llama-server's /infill lays them out)."""

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from helpers import ARCH_SPECS, RIVER_PROMPT, forced_logits, rewrite_sidecar, river_copy
-from pyriver import Llama, debug
+from pyriver import Llama
+from pyriver.engine import debug
 from pyriver.tools import synth
 from pyriver.tools.engine import LlamaCppEngine
 from pyriver.tools.quantize import quantize

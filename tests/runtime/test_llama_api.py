@@ -220,9 +220,9 @@ def test_bad_states_are_refused_and_the_object_stays_usable(smol_path, ours, tok
 
 def _native_checks(llm, good):
     """pr_state_set checks its own header too (the JSON head in front of it is pyriver's)."""
-    from pyriver.native import lib
+    from pyriver.engine.binding import lib
     import struct
-    from pyriver.state import MAGIC
+    from pyriver.api.state import MAGIC
     (n_head,) = struct.unpack_from("<Q", good.llama_state, len(MAGIC))
     native = bytearray(good.llama_state[len(MAGIC) + 8 + n_head:])
     for off, val in ((0, b"X"), (48, b"\x00\x02\x00\x00"), (len(native) - 1, None)):   # magic, n_ctx, length
@@ -404,7 +404,7 @@ def test_the_api_runs_with_a_river_and_in_lossless_mode(smol_path, tokens):
 # -- from_pretrained --------------------------------------------------------------------------------
 def test_from_pretrained_matches_globs_as_llama_cpp(monkeypatch, smol_path):
     import huggingface_hub
-    import pyriver.pretrained as pre
+    import pyriver.models.pretrained as pre
     files = ["org/repo/a-Q4_0.gguf", "org/repo/a-Q8_0.gguf", "org/repo/sub/a-Q4_1.gguf"]
     monkeypatch.setattr(pre, "_hub_unreachable", lambda endpoint: None)
     monkeypatch.setattr(huggingface_hub, "HfFileSystem", lambda: type("FS", (), {"ls": lambda self, r, recursive: files})())

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from helpers import PROMPTS, code_lines, interrupted_at, model_path
-from pyriver import Llama, debug
-from pyriver.sampling import Sampler, SamplingParams
+from pyriver import Llama
+from pyriver.engine import debug
+from pyriver.engine.sampling import Sampler, SamplingParams
 
 N_TOKENS = 128
 # (model, river type, tau, min exit layer, longest draft). tau 0.0 exits nearly every token at its
@@ -169,7 +170,7 @@ def test_interrupt_at_every_line_of_draft_and_verify(synth_paths, fn):
     next result equals a fresh object's, statistics included. The check's prompt continues the
     interrupted call's text, so rows that call left in the cache (drafts, cut or not) are there to
     be reused wrongly."""
-    from pyriver.lossless import Speculator
+    from pyriver.speculative.lossless import Speculator
     path = synth_paths["gqa_untied"]
     kw = dict(n_ctx=256, n_threads=2, verbose=False, river="q8_0", exit_threshold=0.0, min_exit_layer=1,
               lossless=True, draft_max=3, batch_invariant=True)

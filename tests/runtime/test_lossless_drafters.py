@@ -8,9 +8,9 @@ import pytest
 
 from helpers import RecordingCost, model_path
 from pyriver import Llama
-from pyriver.draft import SuffixLookup, NgramOrRiver, PromptLookupDecoding, drafter, proposal
-from pyriver.draftlen import DEFAULT_COST, DraftCost, DraftLength
-from pyriver.sampling import Sampler, SamplingParams
+from pyriver.speculative.draft import SuffixLookup, NgramOrRiver, PromptLookupDecoding, drafter, proposal
+from pyriver.speculative.draftlen import DEFAULT_COST, DraftCost, DraftLength
+from pyriver.engine.sampling import Sampler, SamplingParams
 
 # A completion that repeats its prompt's code (n-gram drafts match) and one that does not.
 CODE = ("def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n\n\n"
@@ -58,7 +58,7 @@ def test_suffix_lookup_takes_the_longest_most_recent_match():
 
 
 def test_drafters_propose_lists_as_their_calls_do():
-    # the server and lossless mode ask for lists (pyriver.draft.proposal): the same tokens as a call
+    # the server and lossless mode ask for lists (pyriver.speculative.draft.proposal): the same tokens as a call
     d = SuffixLookup(max_ngram_size=8, num_pred_tokens=3)
     assert d.propose([1, 2, 3, 4, 9, 2, 3, 4, 5, 1, 2, 3]) == [4, 9, 2] and d.match_size == 3
     assert d.propose([7, 3, 1, 8, 3, 2, 3]) == [2, 3] and d.match_size == 1
@@ -137,8 +137,8 @@ def test_adaptive_k_keeps_full_depth_text(request, name):
 
 
 def test_draft_cost_parsing(tmp_path):
-    """Every front end's --draft-cost / draft_cost reads through one rule (pyriver.draftlen.parse_cost)."""
-    from pyriver.draftlen import parse_cost
+    """Every front end's --draft-cost / draft_cost reads through one rule (pyriver.speculative.draftlen.parse_cost)."""
+    from pyriver.speculative.draftlen import parse_cost
     assert parse_cost(None) is None and parse_cost("default") is DEFAULT_COST and parse_cost(CHEAP) is CHEAP
     vc = tmp_path / "vc.json"
     vc.write_text('{"k": {"2": {"decode_steps": 1.5}, "1": {"decode_steps": 1.0}, "3": {"decode_steps": 1.7}}}')
@@ -178,8 +178,8 @@ def test_lossless_reads_the_cost_at_each_steps_context(request):
 
 
 def test_the_automatic_table_is_measured_at_two_contexts_once(request, tmp_cache, monkeypatch):
-    from pyriver import costcurve
-    from pyriver.llama import COST_PROMPT
+    from pyriver.speculative import costcurve
+    from pyriver.api.llama import COST_PROMPT
     with Llama(model_path(request, "mha"), n_ctx=2048, n_threads=2, verbose=False, river=None) as llm:
         prompt = llm.tokenize(COST_PROMPT.encode())
         c, tile = costcurve.auto(llm, prompt)

@@ -10,8 +10,8 @@ import pytest
 from scipy import stats
 
 from pyriver import Llama
-from pyriver.lossless import accept_or_resample
-from pyriver.sampling import Sampler, SamplingParams
+from pyriver.speculative.lossless import accept_or_resample
+from pyriver.engine.sampling import Sampler, SamplingParams
 
 N_SEEDS = 2000
 PARAMS = dict(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0, repeat_penalty=1.3)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pyriver import Llama
-from pyriver import river as R
+from pyriver.engine import river as R
 from pyriver.tools import gguf_io
 
 EXPERT_TENSORS = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")

@@ -8,8 +8,9 @@ import pytest
 
 from helpers import RIVER_PROMPT
 from helpers import generate_logits as _generate_logits
-from pyriver import Llama, debug
-from pyriver.batch import BatchDecoder, Feed
+from pyriver import Llama
+from pyriver.engine import debug
+from pyriver.api.batch import BatchDecoder, Feed
 
 N = 24
 
@@ -161,7 +162,7 @@ def test_bad_exit_rule_is_a_clear_error(smol_path):
     with Llama(smol_path, n_ctx=64, n_threads=2, verbose=False, river="q4_0") as llm:
         with pytest.raises(ValueError, match="exit_rule must be one of"):
             llm.set_exit(0.97, exit_rule="Predicted")
-        from pyriver.native import ffi, lib
+        from pyriver.engine.binding import ffi, lib
         p = ffi.new("pr_exit_params *", lib.pr_exit_default_params())
         p.exit_rule = 7
         assert lib.pr_context_set_exit(llm._native_ctx, p) != 0

@@ -10,8 +10,9 @@ import pytest
 from helpers import RIVER_PROMPT as PROMPT
 from helpers import generate_logits as _generate_logits
 from helpers import check_forced_exits, model_path, on_gpu
-from pyriver import Llama, ModelLoadError, debug
-from pyriver import river as R
+from pyriver import Llama, ModelLoadError
+from pyriver.engine import debug
+from pyriver.engine import river as R
 # The River invariants hold for every architecture: SmolLM2 (llama), the synthetic qwen2, qwen3,
 # gemma3 (sliding window 16, shorter than PROMPT + 24 tokens), Mistral-style llama files and llama
 # files with biases, and the real Gemma 3 270M.

@@ -12,11 +12,11 @@ import pytest
 
 from helpers import RIVER_PROMPT, forced_logits, model_path, rewrite_sidecar, river_copy
 from pyriver import Llama, ModelLoadError
-from pyriver import river as R
+from pyriver.engine import river as R
 from pyriver.tools.engine import feed, greedy
 
 KW = dict(n_ctx=256, n_threads=2, verbose=False)
-KEPT = "pyriver.river.backbone_matrices"
+KEPT = "pyriver.river.stats.backbone_matrices"
 
 
 @pytest.fixture(scope="module")

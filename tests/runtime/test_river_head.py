@@ -8,7 +8,7 @@ import pytest
 
 from helpers import forced_logits, river_copy
 from pyriver import Llama, ModelLoadError
-from pyriver import river as R
+from pyriver.engine import river as R
 from pyriver.tools.engine import feed
 
 KW = dict(n_ctx=256, n_threads=2, verbose=False)

@@ -52,7 +52,7 @@ def test_completion_and_chat_equal_llama(client, solo):
     p = PROMPTS[0]
     r = client.completions.create(prompt=p, max_tokens=N, temperature=0.0, model=_model(client))
     assert r.choices[0].text == solo[p]
-    # the default server drafts n-grams by cost (pyriver.draft.DEFAULT_DRAFTING): its statistics come with the answer
+    # the default server drafts n-grams by cost (pyriver.speculative.draft.DEFAULT_DRAFTING): its statistics come with the answer
     assert r.usage.completion_tokens > 0 and r.model_extra["river"]["lossless"]["draft"] == "SuffixLookup"
     streamed = client.completions.create(prompt=p, max_tokens=N, temperature=0.0, stream=True, model=_model(client),
                                          stream_options={"include_usage": True})

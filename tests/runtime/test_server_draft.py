@@ -29,7 +29,7 @@ def servers(smol_path, synth_paths):
         out["random"] = ServerProcess(smol_path, *COMMON, "-md", synth_paths["mha"], "--spec-draft-n-max", "4")
         out["ngram"] = ServerProcess(smol_path, *COMMON, "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n",
                                      "2", "--spec-ngram-simple-size-m", "8")
-        # lossless mode's n-gram drafter (pyriver.draft's, no river) with the draft length by cost
+        # lossless mode's n-gram drafter (pyriver.speculative.draft's, no river) with the draft length by cost
         out["lossless-ngram"] = ServerProcess(smol_path, *COMMON, "--lossless", "--lossless-draft", "ngram",
                                               "--draft-max", "6", "--draft-cost", "default")
         yield out

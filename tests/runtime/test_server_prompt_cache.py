@@ -75,7 +75,7 @@ def test_a_sequence_state_loads_into_another_sequence(engine, smol_path):
     """The decoders' state_get/state_set of one sequence (what the cache keeps), between sequences."""
     import numpy as np
     from pyriver import Llama
-    from pyriver.batch import BatchDecoder, Feed
+    from pyriver.api.batch import BatchDecoder, Feed
     with Llama(smol_path, n_ctx=256, n_threads=2, verbose=False, engine=engine) as llm:
         dec = BatchDecoder(llm, 3)
         try:

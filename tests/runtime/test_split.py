@@ -18,7 +18,7 @@ from gguf import GGUFValueType
 from helpers import generate_logits
 from pyriver import Llama, ModelLoadError
 from pyriver.engine import check_file
-from pyriver.shards import shard_paths
+from pyriver.models.shards import shard_paths
 from pyriver.tools import gguf_split
 from pyriver.tools.gguf_io import plan_from_file, rewrite_kv, write_plan
 
@@ -217,7 +217,7 @@ def test_from_pretrained_fetches_the_shards(monkeypatch, small_split):
     """additional_files, as llama-cpp-python's from_pretrained takes them: each glob's one match is
     downloaded beside the first shard (a fake hub: no network here)."""
     import huggingface_hub
-    import pyriver.pretrained as pre
+    import pyriver.models.pretrained as pre
     names = [os.path.basename(p) for p in small_split]
     local = dict(zip(names, small_split))
     files = [f"org/repo/sub/{n}" for n in names] + ["org/repo/other.gguf"]

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from helpers import ARCH_SPECS, RIVER_PROMPT, x86_cpu_has
-from pyriver import Llama, debug
+from pyriver import Llama
+from pyriver.engine import debug
 from pyriver.tools.quantize import quantize
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from helpers import RIVER_PROMPT, model_path
 from pyriver import Llama
-from pyriver.batch import BatchDecoder, Feed
+from pyriver.api.batch import BatchDecoder, Feed
 from pyriver.engine import VERIFY
 
 # GQA 4 (8 heads of 32 over 2), GQA 3 (3 over 1), MHA, and Gemma 3's sliding window and soft-capped logits
@@ -81,7 +81,7 @@ def test_the_setting_is_refused_below_zero(request):
 def test_the_automatic_table_tiles_only_where_it_may(request, tmp_cache, monkeypatch):
     """The automatic verify table times the tiled steps only with flash attention and tiled_verify
     (the sizes of costcurve.TILE_SIZES), and the Llama's context takes the rows it chose."""
-    from pyriver import costcurve
+    from pyriver.speculative import costcurve
     seen = []
     real = costcurve.measure
 

@@ -17,9 +17,9 @@ import jsonschema
 import pytest
 
 from helpers import REPO, default_sigint, pyriver_cli as _pyriver
-from pyriver.cache import file_sha256
-from pyriver.draftlen import DEFAULT_COST
-from pyriver.sidecar import read_calibration
+from pyriver.models.cache import file_sha256
+from pyriver.speculative.draftlen import DEFAULT_COST
+from pyriver.river.sidecar import read_calibration
 from pyriver.tools import synth
 from pyriver.tools.results import schema
 

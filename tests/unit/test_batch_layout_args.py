@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import inspect
 
-from pyriver.args import layout_kwargs
+from pyriver.cli.args import layout_kwargs
 from pyriver.cli import parser as cli_parser
-from pyriver.llama import Llama
+from pyriver.api.llama import Llama
 
 
 def test_serve_asks_for_it_unless_told_not_to():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jinja2
 import pytest
 
-from pyriver import chat
+from pyriver.text import chat_template as chat
 
 MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
 

@@ -1,4 +1,4 @@
-"""A verify cost table measured at two contexts (pyriver.costcurve.auto) is read at each step's
+"""A verify cost table measured at two contexts (pyriver.speculative.costcurve.auto) is read at each step's
 context: every row of a step attends over the whole cache, so a long step's cost over a single
 step's grows with the context, and the draft length rule drafts less after a long text."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from helpers import RecordingCost
-from pyriver import costcurve
-from pyriver.draftlen import DraftCost, DraftLength, choose_together, parse_cost
+from pyriver.speculative import costcurve
+from pyriver.speculative.draftlen import DraftCost, DraftLength, choose_together, parse_cost
 
 # The 1.5B Q4_K_M on the Xeon, 2 threads, flash attention: after 144 and after 576 tokens
 NEAR = {1: 1.0, 2: 1.46, 4: 1.54, 8: 2.79, 16: 3.55, 32: 6.0}
@@ -67,7 +67,7 @@ def test_a_bad_far_table_is_refused(far):
 
 def test_the_servers_slots_choose_at_their_longest_context():
     from types import SimpleNamespace
-    from pyriver.draft import SuffixLookup
+    from pyriver.speculative.draft import SuffixLookup
     from pyriver.server.drafting import LlamaDrafter
     cost = RecordingCost(NEAR, 0.0, 144, (576, FAR, 1.044))
     d = LlamaDrafter(SimpleNamespace(draft_model=SuffixLookup(), cost=cost, draft_max=64, source="SuffixLookup"), 1000)

@@ -1,10 +1,10 @@
-"""The automatic verify cost table's measurement (pyriver.costcurve): each step read against the
+"""The automatic verify cost table's measurement (pyriver.speculative.costcurve): each step read against the
 single steps beside it, so a machine whose speed drifts during the measurement still reads each
 size's true cost; the small sizes measured more often; a table kept per flash-attention setting."""
 import pytest
 
-from pyriver import costcurve
-from pyriver.cache import setting_key
+from pyriver.speculative import costcurve
+from pyriver.models.cache import setting_key
 
 TRUE = {1: 1.0, 2: 1.66, 3: 2.2, 4: 2.7, 8: 4.7, 16: 8.6, 64: 23.0}   # SmolLM2's on the Xeon, in single steps
 TILED = {8: 4.0, 16: 5.0}   # its steps with their attention tiled (a made-up curve)

@@ -128,7 +128,8 @@ def commands(code: str) -> List[List[str]]:
 
 def parse(cmd: List[str]) -> argparse.Namespace:
     """Parses a command with the parser the command itself uses; argparse errors are SystemExit."""
-    from pyriver import cli, models
+    from pyriver import cli
+    from pyriver import models
     from pyriver import server
     if cmd[0] == "python":
         return server.settings(server.parser().parse_args(cmd[3:]))

@@ -3,7 +3,7 @@ choices as the full scan, on random tables and counts; and the priors of short n
 measured on held-out answers, keep a chat's one-token matches from drafting."""
 import random
 
-from pyriver.draftlen import FA_TILE, DraftCost, DraftLength, bucket, choose_together, prior
+from pyriver.speculative.draftlen import FA_TILE, DraftCost, DraftLength, bucket, choose_together, prior
 
 SIZES = [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
 KEYS = ["ngram1", "ngram2", "ngram3", "ngram5", "ngram9", "ngram20", "repeat1", "repeat3", "repeat7", "repeat16", "river"]

@@ -5,9 +5,9 @@ choosing every step, with far fewer proposals."""
 import random
 import types
 
-from pyriver.draft import SuffixLookup, proposal, suffix_lookup
-from pyriver.draftlen import DraftCost, DraftLength, NGRAM_BUCKETS, choose_together
-from pyriver.lossless import Speculator
+from pyriver.speculative.draft import SuffixLookup, proposal, suffix_lookup
+from pyriver.speculative.draftlen import DraftCost, DraftLength, NGRAM_BUCKETS, choose_together
+from pyriver.speculative.lossless import Speculator
 from pyriver.server import drafting
 from pyriver.server.drafting import LlamaDrafter
 

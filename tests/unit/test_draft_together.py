@@ -1,5 +1,5 @@
 """choose_together: the draft lengths of the server's decoding slots, chosen for the whole verify step."""
-from pyriver.draftlen import DraftCost, DraftLength, choose_together
+from pyriver.speculative.draftlen import DraftCost, DraftLength, choose_together
 
 # Gemma 3 270M's measured curve on the 2-core EPYC (docs/results/lossless/verify-cost-64-gemma3-270m.json), the
 # sizes the automatic table measures

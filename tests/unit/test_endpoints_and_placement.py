@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pyriver import debug, rpc
-from pyriver.args import tensor_split
+from pyriver.engine import debug
+from pyriver.engine import rpc
+from pyriver.cli.args import tensor_split
 
 
 @pytest.mark.parametrize("bad", ["127.0.0.1", "127.0.0.1:0", "127.0.0.1:99999", ":5000", "127.0.0.1:50x",

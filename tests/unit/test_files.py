@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from pyriver import cache
+from pyriver.models import cache
 from pyriver.atomic import replacing, write_text
 
 

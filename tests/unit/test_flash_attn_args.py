@@ -39,7 +39,7 @@ def test_a_draft_model_gets_the_server_s_setting(monkeypatch):
             seen.update(kw)
             raise RuntimeError("stop here")
 
-    monkeypatch.setattr("pyriver.llama.Llama", FakeLlama)
+    monkeypatch.setattr("pyriver.api.llama.Llama", FakeLlama)
     with pytest.raises(RuntimeError, match="stop here"):
         drafting.DraftModel({"model": "d.gguf", "p_min": 0.0, "n_gpu_layers": 0, "n_max": 4, "n_min": 0, "synth_rates": None},
                                    type("L", (), {"n_ctx": lambda self: 64})(), 1, 2, {"flash_attn": True})
@@ -60,7 +60,7 @@ def _reaching_llama(monkeypatch, module: str, argv):
     return seen["flash_attn"]
 
 
-@pytest.mark.parametrize("cmd, module", [(["run", "hi"], "pyriver.llama"), (["chat", "m.gguf"], "pyriver.chat_app")])
+@pytest.mark.parametrize("cmd, module", [(["run", "hi"], "pyriver.api.llama"), (["chat", "m.gguf"], "pyriver.chat.app")])
 def test_run_and_chat_default_to_llama_cli_s_auto(monkeypatch, cmd, module):
     assert _reaching_llama(monkeypatch, module, cmd) is True
     assert _reaching_llama(monkeypatch, module, cmd + ["-fa", "off"]) is False
@@ -69,6 +69,6 @@ def test_run_and_chat_default_to_llama_cli_s_auto(monkeypatch, cmd, module):
 
 def test_chat_s_batch_invariance_turns_auto_off_and_refuses_on(monkeypatch, capsys):
     from pyriver.cli import main
-    assert _reaching_llama(monkeypatch, "pyriver.chat_app", ["chat", "m.gguf", "--batch-invariant"]) is False
+    assert _reaching_llama(monkeypatch, "pyriver.chat.app", ["chat", "m.gguf", "--batch-invariant"]) is False
     assert main(["chat", "m.gguf", "--batch-invariant", "-fa", "on"]) == 1
     assert "needs flash attention off" in capsys.readouterr().err

@@ -57,7 +57,7 @@ def test_runtime_never_imports_the_server():
 def test_only_the_engine_calls_the_native_library():
     """The engine seam (pyriver/engine/): the rest of the runtime computes through an engine, so
     the native library's binding has no importer outside that package."""
-    bad = sorted(m for m, deps in _graph().items() if "pyriver.native" in deps and not m.startswith("pyriver.engine"))
+    bad = sorted(m for m, deps in _graph().items() if "pyriver.engine.binding" in deps and not m.startswith("pyriver.engine"))
     assert not bad
 
 
@@ -104,9 +104,9 @@ def _in_child(code: str) -> str:
     return r.stdout
 
 
-@pytest.mark.parametrize("module", ["pyriver", "pyriver.models", "pyriver.sidecar", "pyriver.cli",
+@pytest.mark.parametrize("module", ["pyriver", "pyriver.models", "pyriver.river.sidecar", "pyriver.cli",
                                     "pyriver.tools.synth", "pyriver.tools.gguf_io", "pyriver.tools.corrupt"])
 def test_imports_without_the_native_library(module):
     out = _in_child(f"import sys, {module}; print(sorted(m for m in sys.modules if m in "
-                    "('pyriver.native', 'llama_cpp')))")
+                    "('pyriver.engine.binding', 'llama_cpp')))")
     assert out.strip() == "[]"

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pyriver.native import check, ffi, last_error, lib, read_text
+from pyriver.engine.binding import check, ffi, last_error, lib, read_text
 
 
 def test_text_out_reports_the_size_it_needs():
@@ -35,7 +35,7 @@ def test_failing_calls_leave_a_message():
 
 
 def test_debug_knobs_are_not_in_the_product_header():
-    from pyriver.native import HEADERS, _cdef, _HERE
+    from pyriver.engine.binding import HEADERS, _cdef, _HERE
     product = _cdef(_HERE.parent / "native" / HEADERS[0])
     for knob in ("pr_kv_fill", "pr_graph_runs", "force_exit_layer", "check_chunk", "host_checks", "device_carry",
                  "predict", "pr_place_layers", "pr_graph_input_reads"):
@@ -45,7 +45,7 @@ def test_debug_knobs_are_not_in_the_product_header():
 
 def test_gguf_meta_and_tensor_names_read_a_file_without_loading_it(smol_path):
     from pyriver import ModelLoadError
-    from pyriver.native import gguf_meta
+    from pyriver.engine.binding import gguf_meta
     assert gguf_meta(smol_path, "general.architecture") == "llama"
     assert gguf_meta(smol_path, "llama.embedding_length") == "576"
     with pytest.raises(ValueError, match="no metadata value 'llama.nope'"):
@@ -53,7 +53,7 @@ def test_gguf_meta_and_tensor_names_read_a_file_without_loading_it(smol_path):
     with pytest.raises(ModelLoadError, match="m.gguf"):
         gguf_meta("/nonexistent/m.gguf", "general.architecture")
     assert lib.pr_gguf_meta(smol_path.encode(), ffi.NULL, ffi.NULL, 0, ffi.NULL) != 0 and last_error() == "key is NULL"
-    from pyriver.native import gguf_tensor_names
+    from pyriver.engine.binding import gguf_tensor_names
     names = gguf_tensor_names(smol_path)
     assert names[0] == "token_embd.weight" and "output_norm.weight" in names and "blk.29.ffn_down.weight" in names
     assert len(names) == len(set(names)) == 2 + 30 * 9   # SmolLM2: embeddings, final norm, 30 blocks of 9

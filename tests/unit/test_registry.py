@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from helpers import REPO, hub_error
-from pyriver import hub, models
+from pyriver.models import hub
+from pyriver import models
 
 REGISTRY = json.loads((REPO / "models" / "registry.json").read_text())
 

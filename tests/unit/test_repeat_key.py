@@ -3,9 +3,9 @@ repeating itself ("repeat<n>", kept less often: a lower prior), in Llama's lossl
 server's slots alike."""
 from types import SimpleNamespace
 
-from pyriver.draft import NgramOrRiver, SuffixLookup
-from pyriver.draftlen import DraftCost, DraftLength, bucket, prior
-from pyriver.lossless import Speculator, proposal_key
+from pyriver.speculative.draft import NgramOrRiver, SuffixLookup
+from pyriver.speculative.draftlen import DraftCost, DraftLength, bucket, prior
+from pyriver.speculative.lossless import Speculator, proposal_key
 from pyriver.server.drafting import LlamaDrafter
 
 # SmolLM2's automatic table on the 2-core EPYC (this session's costcurve.measure, 2 threads)

@@ -1,11 +1,11 @@
-"""The samplers (llama.cpp's, pyriver.sampling) on hand-made logits: the chain order, penalties,
+"""The samplers (llama.cpp's, pyriver.engine.sampling) on hand-made logits: the chain order, penalties,
 seeds, llama-server's extra samplers and bad values."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pyriver.sampling import Sampler, SamplingParams
+from pyriver.engine.sampling import Sampler, SamplingParams
 
 LOGITS = np.array([1.0, 3.0, 2.5, -1.0, 0.0], dtype=np.float32)
 

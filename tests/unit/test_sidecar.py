@@ -7,8 +7,8 @@ import os
 
 import gguf
 
-from pyriver.cache import file_sha256
-from pyriver.sidecar import CALIBRATION_PREFIX, find_calibration, read_calibration, sidecar_path, sidecars
+from pyriver.models.cache import file_sha256
+from pyriver.river.sidecar import CALIBRATION_PREFIX, find_calibration, read_calibration, sidecar_path, sidecars
 
 
 def _gguf(path, **kv):
@@ -37,7 +37,7 @@ def test_a_read_only_model_folder_puts_them_in_the_cache(tmp_path, tmp_cache, mo
     model.write_bytes(b"GGUF model")
     (tmp_path / "m.river-q8_0.gguf").write_bytes(b"x")   # one that was made before
     # A read-only folder (chmod would not stop root).
-    monkeypatch.setattr("pyriver.sidecar.os.access", lambda path, mode: os.fspath(path) != os.fspath(tmp_path))
+    monkeypatch.setattr("pyriver.river.sidecar.os.access", lambda path, mode: os.fspath(path) != os.fspath(tmp_path))
     p = sidecar_path(str(model), "q4_0")
     assert p == tmp_cache / "rivers" / f"{file_sha256(model)[:16]}-m.river-q4_0.gguf"
     p.parent.mkdir(parents=True)

@@ -2,7 +2,7 @@
 and llama-cpp-python's result shapes."""
 from __future__ import annotations
 
-from pyriver.completion import completion_dict, text_events, usage_dict, utf8_complete_len
+from pyriver.text.completion import completion_dict, text_events, usage_dict, utf8_complete_len
 
 EURO = "€".encode()          # 3 bytes
 EMOJI = "😀".encode()         # 4 bytes

@@ -1,4 +1,4 @@
-"""pyriver.toolcall on literal model outputs: each template family's tool-call syntax becomes
+"""pyriver.text.toolcall on literal model outputs: each template family's tool-call syntax becomes
 OpenAI tool_calls, text without calls stays content, streamed text is held only where a call may
 start; request checks and the forcing grammar (llama.cpp's parser must accept it)."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from pyriver import toolcall as T
-from pyriver.structured import request_grammar, response_format_grammar
-from pyriver.grammar import GrammarError
+from pyriver.text import toolcall as T
+from pyriver.text.structured import request_grammar, response_format_grammar
+from pyriver.text.grammar import GrammarError
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
@@ -122,11 +122,11 @@ def test_response_format_rules():
 
 # -- issue 39: forced calls always parse ------------------------------------------------------------
 def test_schema_strings_refuse_raw_control_characters():
-    """The JSON schema converter (pyriver.schema_gbnf, one for response formats and tool calls)
+    """The JSON schema converter (pyriver.text.schema_gbnf, one for response formats and tool calls)
     gives strings llama.cpp's character rule: no raw control character (JSON forbids them), so
     every string the grammar allows parses; llama-cpp-python 0.3.36's rule `[^"\\\\]` let a raw
     newline through (a forced call came back as content)."""
-    from pyriver.schema_gbnf import JSON_CHAR, schema_to_gbnf
+    from pyriver.text.schema_gbnf import JSON_CHAR, schema_to_gbnf
     schema = {"type": "object", "properties": {"s": {"type": "string"}, "t": {"type": "string", "maxLength": 4},
                                                "free": {"type": "object"}}, "required": ["s"]}
     for g in (schema_to_gbnf(schema), response_format_grammar({"type": "json_object", "schema": schema}),

@@ -1,8 +1,8 @@
-"""pyriver.widerows.threshold: from the prompt steps timed in both layouts, the largest size where
+"""pyriver.engine.widerows.threshold: from the prompt steps timed in both layouts, the largest size where
 the file's layout was slower (the fastest run of each: another process only ever adds time), else 16."""
 from __future__ import annotations
 
-from pyriver.widerows import DEFAULT, threshold
+from pyriver.engine.widerows import DEFAULT, threshold
 
 
 def t(wide, one):
@@ -30,7 +30,7 @@ def test_a_link_to_the_model_shares_its_measurement(tmp_path):
     """The threshold chooses a prompt step's layout (its bits): a model named through a link (a
     --models-dir entry) must get the file's measurement, not a new one that may choose otherwise."""
     from types import SimpleNamespace
-    from pyriver.cache import setting_key
+    from pyriver.models.cache import setting_key
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF" + bytes(60))
     (tmp_path / "link.gguf").symlink_to(f)

@@ -1,0 +1,5 @@
+import sys
+
+from pyriver.cli import main
+
+sys.exit(main())

@@ -1,0 +1,100 @@
+"""Command-line values that the `pyriver` commands and the tools read alike."""
+from __future__ import annotations
+
+import argparse
+from typing import Dict, List, Optional
+
+
+def tensor_split(text: Optional[str]) -> Optional[List[float]]:
+    """--tensor-split "1,2" -> [1.0, 2.0] (None when not given)."""
+    if not text:
+        return None
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--tensor-split takes numbers separated by commas, got {text!r}") from None
+
+
+def add_flash_attn_arg(p: argparse.ArgumentParser) -> None:
+    """-fa/--flash-attn on|off|auto, llama.cpp's flag (llama-server's and llama-cli's), auto by default."""
+    p.add_argument("--flash-attn", "-fa", dest="flash_attn", nargs="?", const="on", default="auto",
+                   choices=("on", "off", "auto"),
+                   help="flash attention, llama.cpp's flag: auto (the default, as llama.cpp's) is on unless "
+                   "--batch-invariant, which needs it off")
+
+
+def flash_attn(setting: str, batch_invariant: bool) -> bool:
+    """-fa on|off|auto as Llama's flash_attn. auto is llama.cpp's default and on here as there
+    (ggml's CPU, CUDA and Metal backends have the op), so pyriver computes llama.cpp's bits.
+    Batch invariance is built on the mul_mat + soft_max attention, so it turns auto off."""
+    if setting == "on" and batch_invariant:
+        raise ValueError("--batch-invariant needs flash attention off: leave out -fa on (or give -fa off)")
+    return setting == "on" or (setting == "auto" and not batch_invariant)
+
+
+def device_kwargs(a) -> Dict:
+    """Llama's (and llama.cpp's) n_gpu_layers, flash_attn and tensor_split from a command's
+    arguments (--n-gpu-layers, -fa on|off|auto or the tools' --flash-attn, --tensor-split; absent
+    ones at Llama's defaults)."""
+    fa = getattr(a, "flash_attn", False)
+    fa = flash_attn(fa, bool(getattr(a, "batch_invariant", False))) if isinstance(fa, str) else bool(fa)
+    kw = {"n_gpu_layers": getattr(a, "n_gpu_layers", 0), "flash_attn": fa}
+    split = tensor_split(getattr(a, "tensor_split", None))
+    if split:
+        kw["tensor_split"] = split
+    return kw
+
+
+def add_layout_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-batch-layout", action="store_true",
+                   help="one layout of the weights, llama.cpp's (by default, on x86 CPUs, the K-quant matrices that ggml "
+                   "repacks for single tokens are also read in the file's layout by prompt steps of more "
+                   "than 16 tokens, where ggml's tiled kernel is faster; the file's pages stay in memory: docs/lossless.md)")
+    p.add_argument("--no-tiled-verify", action="store_true",
+                   help="lossless verify steps attend a row at a time, as a prompt of their size (by default, with "
+                   "flash attention on the CPU, those of the sizes where this machine measured it cheaper attend "
+                   "through ggml's tiled kernel: docs/lossless.md)")
+
+
+def layout_kwargs(a) -> Dict:
+    """Llama's batch_layout and tiled_verify for the commands that serve or run a model: on unless
+    --no-batch-layout, --no-tiled-verify."""
+    return {"batch_layout": not getattr(a, "no_batch_layout", False),
+            "tiled_verify": not getattr(a, "no_tiled_verify", False)}
+
+
+def positive(s: str) -> int:
+    v = int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def draft_cost(spec: str):
+    """--draft-cost: "default" or a `pyriver bench --verify-cost --json` file (pyriver.speculative.draftlen.parse_cost)."""
+    from pyriver.speculative.draftlen import parse_cost
+    try:
+        return parse_cost(spec)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def require_lossless(a: argparse.Namespace, flags: str) -> None:
+    """The drafter flags (add_draft_args') choose lossless mode's drafter and draft length: an error
+    without --lossless (flags: their names on this command line)."""
+    if (a.draft is not None or a.draft_cost is not None) and not a.lossless:
+        raise ValueError(f"{flags} choose lossless mode's drafter and draft length: add --lossless")
+
+
+def add_draft_args(p: argparse.ArgumentParser, many: bool = False, flag: str = "--draft") -> None:
+    """Lossless mode's drafter and draft length rule, alike in run, bench and calibrate (serve: flag
+    --lossless-draft, since its --draft is llama-server's --draft-max). many: several drafters, each
+    measured."""
+    from pyriver.speculative.draft import DRAFTERS
+    p.add_argument(flag, dest="draft", nargs="+" if many else None, choices=DRAFTERS, default=None,
+                   help="lossless: the drafter" + ("s to measure" if many else "") + ": river (decode steps on the "
+                   "River path), ngram (prompt lookup, no model work) or both (n-grams where the text has a match, else "
+                   "the river) (default river)")
+    p.add_argument("--draft-cost", type=draft_cost, default=None, metavar="default|FILE.json",
+                   help="lossless: the draft length by cost (pyriver.speculative.draftlen) from the CPU table measured here "
+                   "('default') or a `pyriver bench --verify-cost --json` file's")

@@ -1,0 +1,115 @@
+"""Chat: the template stored in the GGUF rendered with jinja2 (as llama-cpp-python renders it),
+and chat-completion results and chunks shaped like llama-cpp-python's."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Dict, Iterator, List, Optional
+
+import jinja2
+from llama_cpp.llama_chat_format import _convert_text_completion_logprobs_to_chat
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from pyriver.text import toolcall
+
+
+# Used when a GGUF carries no template: ChatML, which SmolLM2 and many small models use.
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+          "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+class MinjaUndefined(jinja2.Undefined):
+    """An undefined value as llama.cpp's template engine (minja) takes it in `+` with a string: as
+    '' (firefunction-v2's `suffix + "\n" + functions` with no tools). jinja2 raises there; every
+    other use raises as before, so a template that rendered renders the same."""
+
+    def __add__(self, other):
+        return other if isinstance(other, str) else super().__add__(other)
+
+    def __radd__(self, other):
+        return other if isinstance(other, str) else super().__radd__(other)
+
+
+def _raise(msg):
+    raise jinja2.exceptions.TemplateError(msg)
+
+
+class ChatTemplate:
+    def __init__(self, source: str, bos_token: str, eos_token: str):
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader(),
+                                            extensions=["jinja2.ext.loopcontrols"],   # {% break %} (Cohere ...)
+                                            undefined=MinjaUndefined)
+        self.template = env.from_string(source)
+        self.source = source   # what pyriver.text.toolcall reads the tool-call syntax from
+        self.bos_token, self.eos_token = bos_token, eos_token
+
+    def render(self, messages: List[Dict], add_generation_prompt: bool = True, **extra) -> str:
+        for m in messages:
+            if not isinstance(m, dict) or "role" not in m:
+                raise ValueError(f"each message needs a 'role': {m!r}")
+        return self.template.render(messages=messages, bos_token=self.bos_token, eos_token=self.eos_token,
+                                    add_generation_prompt=add_generation_prompt, raise_exception=_raise,
+                                    strftime_now=lambda f: datetime.now().strftime(f), **extra)
+
+
+def template_for(llama) -> ChatTemplate:
+    src = llama.metadata.get("tokenizer.chat_template") or CHATML
+    bos = llama.vocab.token_text(llama.token_bos()) if llama.token_bos() >= 0 else ""
+    eos = llama.vocab.token_text(llama.token_eos()) if llama.token_eos() >= 0 else ""
+    return ChatTemplate(src, bos, eos)
+
+
+def chat_dict(cid: str, created: int, model: str, text: str, finish: Optional[str], usage: dict,
+              tools: Optional[toolcall.ToolPlan] = None) -> dict:
+    msg, finish = toolcall.message(text, finish, tools)
+    return {
+        "id": cid, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": finish}],
+        "usage": usage,
+    }
+
+
+def chunk_dict(cid: str, created: int, model: str, delta: dict, finish: Optional[str]) -> dict:
+    return {
+        "id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+
+
+def chat_stream(cid: str, created: int, model: str, completion_chunks: Iterator[dict],
+                tools: Optional[toolcall.ToolPlan] = None) -> Iterator[dict]:
+    yield role_chunk(cid, created, model)
+    ds = toolcall.DeltaStream(tools)
+    for ch in completion_chunks:
+        c = ch["choices"][0]
+        chunks = tool_delta_chunks(ds, cid, created, model, c["text"], c["finish_reason"])
+        if c.get("logprobs") and chunks:   # llama_cpp's chat shape of the chunk's token logprobs
+            chunks[0]["choices"][0]["logprobs"] = _convert_text_completion_logprobs_to_chat(c["logprobs"])
+        yield from chunks
+
+
+def tool_delta_chunks(ds: toolcall.DeltaStream, cid: str, created: int, model: str, text: str,
+                      finish: Optional[str]) -> List[dict]:
+    """delta_chunks when tool calls may come: content until a call may begin, the calls at the end."""
+    deltas = ds.feed(text)
+    if finish:
+        more, finish = ds.finish(finish)
+        deltas += more
+    out = [chunk_dict(cid, created, model, d, None) for d in deltas]
+    if finish:
+        out.append(chunk_dict(cid, created, model, {}, finish))
+    return out
+
+
+def role_chunk(cid: str, created: int, model: str) -> dict:
+    """The first chunk of a streamed chat completion."""
+    return chunk_dict(cid, created, model, {"role": "assistant"}, None)
+
+
+def delta_chunks(cid: str, created: int, model: str, text: str, finish: Optional[str]) -> List[dict]:
+    """The chat chunks of a piece of text and of the finish reason that may come with it."""
+    out = []
+    if text:
+        out.append(chunk_dict(cid, created, model, {"content": text}, None))
+    if finish:
+        out.append(chunk_dict(cid, created, model, {}, finish))
+    return out
