@@ -51,7 +51,7 @@ def rank_head(path: str, arch: str) -> bool:
     Qwen3-Reranker's `cls.output`) is refused: pyriver's graph does not build it, and scores
     without it would not be llama.cpp's."""
     from pyriver.engine import file_tensor_names
-    from pyriver.models.shards import shard_paths
+    from pyriver.engine.shards import shard_paths
     head = sorted(t for p in shard_paths(path) for t in file_tensor_names(p)   # every shard's
                   if t.split(".")[0] == "cls")
     if head:

@@ -1,6 +1,6 @@
 """The `pyriver` command. run, chat, models and rpc-server are the runtime's; eval, sweep, calibrate
 and bench are tools (pyriver.tools), each with its own argument parser, imported only when that
-command runs."""
+command runs. May import: everything under pyriver (it is the outermost door)."""
 from __future__ import annotations
 
 import argparse

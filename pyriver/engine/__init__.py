@@ -1,5 +1,7 @@
 """Which engine computes a file: pyriver's own graphs (native) where pyriver has a builder for its
-architecture, llama.cpp's own graphs (llama.cpp) on request or where it has none."""
+architecture, llama.cpp's own graphs (llama.cpp) on request or where it has none. The engine is the
+one caller of the native library (binding) and of llama.cpp's API (vocab, samplers, contexts).
+May import: pyriver.errors, pyriver.atomic, pyriver.models (cache), pyriver.river (sidecar names), llama_cpp."""
 from __future__ import annotations
 
 import sys

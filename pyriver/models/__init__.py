@@ -1,4 +1,5 @@
-"""Model registry and cache for pyriver.
+"""Model registry and cache for pyriver (the registry here; fetch, hub, cache and from_pretrained
+in its modules). May import: pyriver.errors, pyriver.atomic.
 
 A *model reference* (what :func:`resolve` accepts) is one of:
 

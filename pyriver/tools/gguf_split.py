@@ -19,7 +19,7 @@ from typing import List, Optional
 import gguf
 from gguf import GGUFValueType
 
-from pyriver.models.shards import SPLIT_COUNT, SPLIT_NO, SPLIT_TENSORS, shard_name
+from pyriver.engine.shards import SPLIT_COUNT, SPLIT_NO, SPLIT_TENSORS, shard_name
 from pyriver.tools.gguf_io import KV, Plan, Tensor, plan_from_file, write_plan
 
 _PAD = 32   # GGUF_DEFAULT_ALIGNMENT: gguf-split counts each tensor's bytes padded to it

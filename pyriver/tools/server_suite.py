@@ -118,7 +118,7 @@ def tinygemma3() -> List[str]:
 def split_model(src: str) -> str:
     """The first of three shards of src (pyriver.tools.gguf_split), written into the cache once."""
     import gguf
-    from pyriver.models.shards import shard_name
+    from pyriver.engine.shards import shard_name
     from pyriver.tools.gguf_split import split
     prefix = cache_dir() / "synthetic" / "split" / Path(src).stem
     shards = [Path(shard_name(str(prefix), i, 3)) for i in range(3)]

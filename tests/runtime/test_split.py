@@ -18,7 +18,7 @@ from gguf import GGUFValueType
 from helpers import generate_logits
 from pyriver import Llama, ModelLoadError
 from pyriver.engine import check_file
-from pyriver.models.shards import shard_paths
+from pyriver.engine.shards import shard_paths
 from pyriver.tools import gguf_split
 from pyriver.tools.gguf_io import plan_from_file, rewrite_kv, write_plan
 

@@ -16,7 +16,7 @@ def shard_name(prefix: str, i: int, n: int) -> str:
 def shard_paths(path: str) -> List[str]:
     """Every file of the model loaded from path, in order: [path] for a file that is not split (or
     not the first shard: llama.cpp loads no other)."""
-    from pyriver.engine import file_meta
+    from pyriver.engine import file_meta   # same package: the native check of the file
     try:
         n = int(file_meta(path, SPLIT_COUNT))
     except ValueError:   # no split.count: one file
