@@ -16,7 +16,7 @@ from pyriver.engine import river as R
 from pyriver.tools.engine import feed, greedy
 
 KW = dict(n_ctx=256, n_threads=2, verbose=False)
-KEPT = "pyriver.river.stats.backbone_matrices"
+KEPT = "pyriver.river.backbone_matrices"
 
 
 @pytest.fixture(scope="module")
