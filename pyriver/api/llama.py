@@ -31,7 +31,7 @@ from pyriver import models
 from pyriver.api.chat import Chat
 from pyriver.api.completion import Completion
 from pyriver.api.ctor_args import check_chat_format, check_inert, handler_engine, inert_attrs, lora_specs
-from pyriver.api.drafts import COST_PROMPT, Drafts
+from pyriver.api.drafts import COST_PROMPT, DEFAULT_DRAFT_MAX, DEFAULT_DRAFT_MAX_BY_COST, Drafts  # noqa: F401 (re-exported)
 from pyriver.api.embedding import Embeddings
 from pyriver.api.generation import Context
 from pyriver.api.low_level import PyriverTokenizer, Sampling

@@ -77,6 +77,10 @@ def test_flash_attention_keys_its_own_table(tmp_path):
         def __init__(self, fa):
             self.flash_attn = fa
 
+    class Context:   # Llama.context: its ContextArgs
+        def __init__(self, fa):
+            self.args = Args(fa)
+
     class Fake:
         def __init__(self, fa):
             self.model_path, self.n_threads, self.n_threads_batch, self.batch_invariant = str(f), 2, 2, False
