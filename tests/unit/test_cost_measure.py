@@ -84,7 +84,7 @@ def test_flash_attention_keys_its_own_table(tmp_path):
     class Fake:
         def __init__(self, fa):
             self.model_path, self.n_threads, self.n_threads_batch, self.batch_invariant = str(f), 2, 2, False
-            self._context_args = Args(fa)
+            self.context = Context(fa)
 
         def devices(self):
             return ["CPU"]
