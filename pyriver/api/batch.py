@@ -30,15 +30,15 @@ class BatchDecoder:
             raise ValueError(f"n_seq must be >= 1, got {n_seq}")
         if batch_rule not in BATCH_RULES:
             raise ValueError(f"batch_rule must be one of {', '.join(BATCH_RULES)}, got {batch_rule!r}")
-        if getattr(llm, "_engine", None) is None:
+        if getattr(llm, "backend", None) is None:
             raise ValueError("BatchDecoder needs a loaded Llama (not vocab_only, not closed)")
         self._ectx = None
         self.llm = llm
         self.n_seq = n_seq
         self.n_vocab = llm.n_vocab()
-        self._engine = llm._engine   # with _ectx, where pyriver.engine.debug finds a context
+        self._engine = llm.backend   # with _ectx, where pyriver.engine.debug finds a context
         # the Llama's context size as its engine made it (llama.cpp rounds n_ctx up), per sequence
-        self._ectx = llm._engine.new_context(replace(llm._context_args, n_ctx=llm._n_ctx, n_seq_max=n_seq, embedding=False))
+        self._ectx = llm.backend.new_context(replace(llm.context.args, n_ctx=llm.n_ctx(), n_seq_max=n_seq, embedding=False))
         self.n_ctx = self._ectx.n_ctx
         self.n_batch = self._ectx.n_batch
         self.partial_cuts = self._ectx.partial_cuts
@@ -46,9 +46,9 @@ class BatchDecoder:
         self.batch_rule = batch_rule
         self.exiting = False
         self.before_step = None   # called right before each step (the server's hand-over to its event loop)
-        if llm._exit is not None:
-            self._ectx.set_exit(llm._exit, batch_rule)
-            self.exiting = llm._exit.exits
+        if llm.river.exit is not None:
+            self._ectx.set_exit(llm.river.exit, batch_rule)
+            self.exiting = llm.river.exit.exits
 
     def close(self) -> None:
         ctx, self._ectx = self._ectx, None   # cleared first, as Llama.close

@@ -1,4 +1,4 @@
-"""`Llama.create_chat_completion` (a mixin): the chat template of the GGUF and chat-shaped results."""
+"""`Llama.create_chat_completion` (`Llama.chats`, a part of `pyriver.Llama`): the chat template of the GGUF and chat-shaped results."""
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple, Union
@@ -10,7 +10,15 @@ from pyriver.text import completion as C
 from pyriver.text.structured import ChatPlan
 
 
-class ChatMixin:
+class Chat:
+    """`Llama.chats` (a part of `pyriver.Llama`): the chat template and create_chat_completion.
+    `template`: the GGUF's template (pyriver.text.chat_template), compiled when first used; the
+    server's --chat-template replaces it."""
+
+    def __init__(self, llm):
+        self.llm = llm
+        self.template = None
+
     # -- chat -------------------------------------------------------------------------------
     def chat_tokens(self, messages: List[Dict], add_generation_prompt: bool = True, continue_final: bool = False,
                     server_bos: bool = False, **extra) -> List[int]:
@@ -21,32 +29,34 @@ class ChatMixin:
         BOS, also when its template writes none). continue_final: the last (assistant) message is
         continued, as llama-server's prefill: the messages before it with the generation prompt,
         then its text. extra: more template variables (tools)."""
+        L = self.llm
         text, add_bos = self.chat_prompt(messages, add_generation_prompt, continue_final, server_bos, **extra)
-        return self.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+        return L.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
     def chat_prompt(self, messages: List[Dict], add_generation_prompt: bool = True, continue_final: bool = False,
                     server_bos: bool = False, **extra) -> Tuple[str, bool]:
         """chat_tokens' text, and whether the tokenizer adds the model's BOS to it (a multimodal
         prompt's text goes to libmtmd's tokenizer instead)."""
-        if self._template is None:
-            self._template = chat.template_for(self)
+        L = self.llm
+        if self.template is None:
+            self.template = chat.template_for(self.llm)
         if continue_final:
-            prompt = self._template.render(messages[:-1], add_generation_prompt=True, **extra) \
+            prompt = self.template.render(messages[:-1], add_generation_prompt=True, **extra) \
                 + (messages[-1].get("content") or "")
         else:
-            prompt = self._template.render(messages, add_generation_prompt=add_generation_prompt, **extra)
-        if server_bos and self.vocab.add_bos:   # common_chat_templates_apply, then add_special
-            bos = self._template.bos_token
+            prompt = self.template.render(messages, add_generation_prompt=add_generation_prompt, **extra)
+        if server_bos and L.vocab.add_bos:   # common_chat_templates_apply, then add_special
+            bos = self.template.bos_token
             return (prompt[len(bos):] if bos and prompt.startswith(bos) else prompt), True
         return prompt, False
 
     def chat_stops(self, stop: Optional[Union[str, List[str]]]) -> List[str]:
         """A chat's stop strings: the caller's and the template's EOS text (templates that spell EOS as text)."""
-        if self._template is None:
-            self._template = chat.template_for(self)
+        if self.template is None:
+            self.template = chat.template_for(self.llm)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        if self._template.eos_token and self._template.eos_token not in stops:
-            stops.append(self._template.eos_token)
+        if self.template.eos_token and self.template.eos_token not in stops:
+            stops.append(self.template.eos_token)
         return stops
 
     def create_chat_completion(self, messages: List[Dict], functions=None, function_call=None, tools=None,
@@ -63,34 +73,35 @@ class ChatMixin:
         """llama-cpp-python's create_chat_completion (its arguments and defaults). The prompt is
         the GGUF's template (chat_format None or "gguf"), or llama_cpp's own formatter or handler
         for chat_format="chatml", "llama-3", ... or a chat_handler."""
+        L = self.llm
         args = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
                     seed=seed, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                     repeat_penalty=repeat_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
                     mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, model=model,
                     logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias)
-        handler = self._chat_handler()
+        handler = self.handler()
         if handler is not None:   # llama_cpp's formatter or handler builds the prompt and the result
-            return handler(llama=self, messages=messages, functions=functions, function_call=function_call,
+            return handler(llama=self.llm, messages=messages, functions=functions, function_call=function_call,
                            tools=tools, tool_choice=tool_choice, stream=stream, stop=stop,
                            response_format=response_format, max_tokens=max_tokens, logprobs=logprobs,
                            top_logprobs=top_logprobs, **args)
-        if self._template is None:
-            self._template = chat.template_for(self)
+        if self.template is None:
+            self.template = chat.template_for(self.llm)
         if functions is not None and tools is None:   # llama_cpp's legacy functions are tools
             tools = [{"type": "function", "function": f} for f in functions]
         if function_call is not None and tool_choice is None:
             tool_choice = (function_call if isinstance(function_call, str)
                            else {"type": "function", "function": {"name": function_call["name"]}})
         # response_format / grammar / tools: pyriver.text.structured and pyriver.text.toolcall
-        plan = ChatPlan(self._template.source, messages, response_format, grammar, None, tools, tool_choice,
+        plan = ChatPlan(self.template.source, messages, response_format, grammar, None, tools, tool_choice,
                         parallel_tool_calls)
         args["grammar"] = plan.grammar
         tokens = self.chat_tokens(plan.messages, **plan.extra)
         stops = self.chat_stops(stop)
         cid, created = C.new_id("chatcmpl"), C.now()
-        res = self.create_completion(tokens, stop=stops, max_tokens=max_tokens, stream=stream,
+        res = L.create_completion(tokens, stop=stops, max_tokens=max_tokens, stream=stream,
                                      logprobs=(top_logprobs or 0) if logprobs else None, **args)
-        name = model if model is not None else self.model_path
+        name = model if model is not None else L.model_path
         if stream:
             return chat.chat_stream(cid, created, name, res, plan.tools)
         c = res["choices"][0]
@@ -110,10 +121,11 @@ class ChatMixin:
             return (ChatCompletionChunk(**chunk) for chunk in self.create_chat_completion(*args, **kwargs))
         return ChatCompletion(**self.create_chat_completion(*args, **kwargs))
 
-    def _chat_handler(self):
+    def handler(self):
         """llama_cpp's handler for chat_handler / chat_format; None: the GGUF's template."""
-        if self.chat_handler is not None:
-            return self.chat_handler
-        if self.chat_format in (None, "gguf", "chat_template.default"):
+        L = self.llm
+        if L.chat_handler is not None:
+            return L.chat_handler
+        if L.chat_format in (None, "gguf", "chat_template.default"):
             return None
-        return get_chat_completion_handler(self.chat_format)
+        return get_chat_completion_handler(L.chat_format)

@@ -1,4 +1,4 @@
-"""`Llama.create_completion` (a mixin): prompts, stop strings, streaming, logprobs and the
+"""`Llama.create_completion` (`Llama.completions`, a part of `pyriver.Llama`): prompts, stop strings, streaming, logprobs and the
 result dicts shaped as llama-cpp-python's."""
 from __future__ import annotations
 
@@ -44,29 +44,37 @@ def multibyte_fix(tail: bytes, fix: int) -> int:
     return fix
 
 
-class CompletionMixin:
+class Completion:
+    """`Llama.completions` (a part of `pyriver.Llama`): create_completion and its helpers;
+    `n_generated`: tokens the last completion generated (streamed ones as far as they were read)."""
+
+    def __init__(self, llm):
+        self.llm = llm
+        self.n_generated = 0
+
     # -- completion -------------------------------------------------------------------------
-    def _prompt_tokens(self, prompt: Union[str, List[int]], suffix: Optional[str] = None) -> List[int]:
+    def prompt_tokens(self, prompt: Union[str, List[int]], suffix: Optional[str] = None) -> List[int]:
+        L = self.llm
         if suffix is not None and not isinstance(suffix, str):
             raise TypeError(f"suffix must be a str, not {type(suffix).__name__}")
-        if suffix is not None and has_fim(self.vocab):   # fill-in-the-middle: pyriver/text/infill.py
-            toks = fim_tokens(self.vocab, self.metadata, prompt, suffix, self.spm_infill)
+        if suffix is not None and has_fim(L.vocab):   # fill-in-the-middle: pyriver/text/infill.py
+            toks = fim_tokens(L.vocab, L.metadata, prompt, suffix, L.spm_infill)
         elif isinstance(prompt, str):
-            toks = self.tokenize(prompt.encode("utf-8"), add_bos=True, special=True) if prompt else [self.token_bos()]
+            toks = L.tokenize(prompt.encode("utf-8"), add_bos=True, special=True) if prompt else [L.token_bos()]
         else:
             toks = [int(t) for t in prompt]
-            bad = [t for t in toks if not 0 <= t < self.n_vocab() and t != NULL_TOKEN]
+            bad = [t for t in toks if not 0 <= t < L.n_vocab() and t != NULL_TOKEN]
             if bad:
-                raise ValueError(f"token id {bad[0]} is out of range [0, {self.n_vocab()})")
+                raise ValueError(f"token id {bad[0]} is out of range [0, {L.n_vocab()})")
             if NULL_TOKEN in toks:   # media positions (a multimodal chat handler's prompt): cached ones only
                 last = len(toks) - toks[::-1].index(NULL_TOKEN)
-                if toks[:last] != self._tokens[:last]:
+                if toks[:last] != L.context.tokens[:last]:
                     raise ValueError(f"token id {NULL_TOKEN} marks a media position: the cache must hold the prompt's "
                                      "media there (a multimodal chat handler evaluates them)")
         if not toks:
             raise ValueError("the prompt is empty")
-        if len(toks) > self._n_ctx:
-            raise ContextFullError(f"Requested tokens ({len(toks)}) exceed context window of {self._n_ctx}")
+        if len(toks) > L.n_ctx():
+            raise ContextFullError(f"Requested tokens ({len(toks)}) exceed context window of {L.n_ctx()}")
         return toks
 
     def create_completion(self, prompt: Union[str, List[int]], suffix: Optional[str] = None,
@@ -79,37 +87,38 @@ class CompletionMixin:
                           mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: Optional[str] = None,
                           stopping_criteria=None, logits_processor=None, grammar=None, logit_bias=None):
         """llama-cpp-python's create_completion (its arguments, seeds, cache and result shapes)."""
-        self._live()
+        L = self.llm
+        L.check_live()
         if logprobs is not None and logprobs < 0:
             raise ValueError("logprobs must be >= 0")
-        if logprobs is not None and echo and not self._logits_all:
+        if logprobs is not None and echo and not L.context.logits_all:
             raise ValueError("logprobs with echo=True needs the prompt's logits: make the Llama with logits_all=True")
-        if self._spec is not None and mirostat_mode and temperature > 0:
+        if L.speculator is not None and mirostat_mode and temperature > 0:
             raise ValueError("mirostat sampling cannot be verified in lossless mode; use lossless=False")
-        prompt_tokens = self._prompt_tokens(prompt, suffix)
+        prompt_tokens = self.prompt_tokens(prompt, suffix)
         # llama_cpp's rule for a model without FIM tokens: the suffix follows the returned text
-        tail = suffix if suffix is not None and not has_fim(self.vocab) else ""
+        tail = suffix if suffix is not None and not has_fim(L.vocab) else ""
         procs = list(logits_processor) if logits_processor is not None else []
         if logit_bias:
-            procs.append(logit_bias_processor(logit_bias, self.n_vocab()))
-        self._cache_lookup(prompt_tokens)
+            procs.append(logit_bias_processor(logit_bias, L.n_vocab()))
+        self.cache_lookup(prompt_tokens)
         # llama_cpp's seeds: the call's, else one drawn from the last (a seeded Llama repeats its runs)
-        self.set_seed(seed if seed is not None else random.Random(self._seed).randint(0, 2 ** 32))
-        chain = self._chain(top_k, top_p, min_p, typical_p, temperature, repeat_penalty, frequency_penalty,
+        L.set_seed(seed if seed is not None else random.Random(L.seed).randint(0, 2 ** 32))
+        chain = L.sampling.chain(top_k, top_p, min_p, typical_p, temperature, repeat_penalty, frequency_penalty,
                             presence_penalty, mirostat_mode, mirostat_tau, mirostat_eta,
                             LogitsProcessorList(procs) if procs else None)
         chain.skip = len(prompt_tokens)
-        chain = constrain(chain, self.vocab, grammar, len(prompt_tokens))   # grammar: pyriver.text.grammar
+        chain = constrain(chain, L.vocab, grammar, len(prompt_tokens))   # grammar: pyriver.text.grammar
         if max_tokens is None or max_tokens <= 0:
-            max_tokens = self._n_ctx - len(prompt_tokens)
+            max_tokens = L.n_ctx() - len(prompt_tokens)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         stops_b = [s.encode("utf-8") for s in stops if s]
-        events = self._events(prompt_tokens, chain, max_tokens, stops_b, logprobs, stopping_criteria)
+        events = self.events(prompt_tokens, chain, max_tokens, stops_b, logprobs, stopping_criteria)
         cid, created = C.new_id("cmpl"), C.now()
-        name = model if model is not None else self.model_path
-        prefix = self.detokenize(prompt_tokens).decode("utf-8", "ignore") if echo else ""
+        name = model if model is not None else L.model_path
+        prefix = L.detokenize(prompt_tokens).decode("utf-8", "ignore") if echo else ""
         if stream:
-            return self._stream(events, cid, created, prefix, name, logprobs, len(prompt) if isinstance(prompt, str) else 0)
+            return self.stream(events, cid, created, prefix, name, logprobs, len(prompt) if isinstance(prompt, str) else 0)
         parts = [prefix]
         finish = "length"
         for text, fin in events:
@@ -120,20 +129,21 @@ class CompletionMixin:
         lp = None
         if logprobs is not None:
             base = 0 if echo else (len(prompt) if isinstance(prompt, str) else 0)
-            lp = logprobs_dict(self.vocab, self.last_stats["logprobs"], text[len(prefix):], base + len(prefix))
+            lp = logprobs_dict(L.vocab, L.last_stats["logprobs"], text[len(prefix):], base + len(prefix))
             if echo:
-                lp = merge(prompt_logprobs(self, prompt_tokens, logprobs), lp)
+                lp = merge(prompt_logprobs(self.llm, prompt_tokens, logprobs), lp)
         return C.completion_dict(cid, created, name, text + tail, finish,
-                                 C.usage_dict(len(prompt_tokens), self._n_generated), logprobs=lp,
+                                 C.usage_dict(len(prompt_tokens), self.n_generated), logprobs=lp,
                                  river=self.river_stats())
 
-    def _cache_lookup(self, prompt_tokens: List[int]) -> None:
+    def cache_lookup(self, prompt_tokens: List[int]) -> None:
         """llama_cpp's: restore the cached state with the longest prefix of the prompt when it is
         longer than what the context holds."""
-        if not self.cache:
+        L = self.llm
+        if not L.cache:
             return
         try:
-            item = self.cache[prompt_tokens]
+            item = L.cache[prompt_tokens]
         except KeyError:
             return
         except Exception as e:   # an unreadable disk cache, a foreign object
@@ -141,73 +151,70 @@ class CompletionMixin:
         ids = getattr(item, "input_ids", None)
         if not isinstance(ids, np.ndarray):
             raise ValueError(f"the prompt cache returned a {type(item).__name__}, not a LlamaState")
-        if longest_prefix(ids.tolist(), prompt_tokens) > longest_prefix(self._tokens, prompt_tokens):
-            self.load_state(item)
+        if longest_prefix(ids.tolist(), prompt_tokens) > longest_prefix(L.context.tokens, prompt_tokens):
+            L.load_state(item)
 
-    def _cache_store(self, tokens: List[int]) -> None:
-        if self.cache:
-            self.cache[tokens] = self.save_state()
-
-    __call__ = create_completion
-
-    @property
-    def n_generated(self) -> int:
-        """Tokens the last completion generated (streamed ones as far as they were read)."""
-        return self._n_generated
+    def cache_store(self, tokens: List[int]) -> None:
+        L = self.llm
+        if L.cache:
+            L.cache[tokens] = L.save_state()
 
     def river_stats(self, exits: Optional[Sequence[int]] = None, lossless: Optional[Dict] = None) -> Optional[Dict]:
         """Exit statistics of the decode steps of the last generation, or of the given exit blocks
         and draft statistics (the server's requests); in lossless mode also the draft statistics
         under "lossless" (its tokens then all ran at full depth, so the exit statistics count none).
         None without a river and lossless mode."""
-        if self.river_path is None and (self._spec is None or exits is not None and lossless is None):
+        L = self.llm
+        if L.river_path is None and (L.speculator is None or exits is not None and lossless is None):
             return None   # (the server's requests in lossless mode with n-gram drafts have draft statistics)
-        d = exit_stats(self.last_stats.get("exits", []) if exits is None else exits, self.info["n_layer"])
-        d.update(river=self.river_path, exit_threshold=self.exit_threshold, min_exit_layer=self.min_exit_layer,
-                 calibrated=self.calibration is not None,
-                 lossless=lossless_stats(self.last_stats.get("lossless") if exits is None else lossless))
+        d = exit_stats(L.last_stats.get("exits", []) if exits is None else exits, L.info["n_layer"])
+        d.update(river=L.river_path, exit_threshold=L.exit_threshold, min_exit_layer=L.min_exit_layer,
+                 calibrated=L.calibration is not None,
+                 lossless=lossless_stats(L.last_stats.get("lossless") if exits is None else lossless))
         return d
 
-    def _events(self, prompt_tokens, sampler, max_tokens, stops, logprobs=None, stopping_criteria=None):
+    def events(self, prompt_tokens, sampler, max_tokens, stops, logprobs=None, stopping_criteria=None):
         """(text, finish_reason or None) pairs; the last pair carries the finish reason."""
-        self._n_generated = 0
+        L = self.llm
+        self.n_generated = 0
         state = {"eog": False, "stopped": False}
         done: List[int] = []
 
         def pieces():
             n, fix, tail = 0, 0, b""
             lim = TokenLimit(max_tokens)
-            for tok in self._generate_tokens(prompt_tokens, sampler, lim, logprobs):
+            for tok in L.context.generate_tokens(prompt_tokens, sampler, lim, logprobs):
                 if stopping_criteria is not None and stopping_criteria(
-                        np.asarray(prompt_tokens + done, dtype=np.intc), self.last_stats["logits"]):
+                        np.asarray(prompt_tokens + done, dtype=np.intc), L.last_stats["logits"]):
                     state["stopped"] = True
                     return
                 n += 1
                 done.append(tok)
-                self._n_generated = n
-                piece = self.vocab.piece(tok)
+                self.n_generated = n
+                piece = L.vocab.piece(tok)
                 tail = (tail + piece)[-3:]
-                fix = multibyte_fix(tail if len(tail) >= 3 else self.detokenize(done, prev_tokens=prompt_tokens)[-3:],
+                fix = multibyte_fix(tail if len(tail) >= 3 else L.detokenize(done, prev_tokens=prompt_tokens)[-3:],
                                     fix)
                 if fix > 0:   # llama_cpp skips its max_tokens check for this token
                     fix -= 1
                     lim.n = max(lim.n, n + 1)
                 yield piece
             # _generate_tokens ends by itself on EOG (stop) or on max_tokens / context end (length)
-            state["eog"] = n < lim.n and len(prompt_tokens) + n < self._n_ctx
+            state["eog"] = n < lim.n and len(prompt_tokens) + n < L.n_ctx()
 
         for text, stopped in C.text_events(pieces(), stops):
             if stopped:
-                self._cache_store(prompt_tokens + done)
+                self.cache_store(prompt_tokens + done)
                 yield text, "stop"
                 return
             if text:
                 yield text, None
-        self._cache_store(prompt_tokens + done)
+        self.cache_store(prompt_tokens + done)
         yield "", "stop" if state["eog"] or state["stopped"] else "length"
 
-    def _stream(self, events, cid, created, prefix, name, logprobs, base):
-        entries = self.last_stats.get("logprobs", []) if logprobs is not None else None
+    def stream(self, events, cid, created, prefix, name, logprobs, base):
+        L = self.llm
+        entries = L.last_stats.get("logprobs", []) if logprobs is not None else None
         sent, offset = 0, base + len(prefix)
         if prefix:
             yield C.completion_dict(cid, created, name, prefix, None, None)
@@ -215,8 +222,8 @@ class CompletionMixin:
             if text:
                 lp = None
                 if logprobs is not None:   # the tokens this chunk's text came from (llama_cpp's shape)
-                    entries = self.last_stats["logprobs"]
-                    lp = logprobs_dict(self.vocab, entries[sent:], text, offset)
+                    entries = L.last_stats["logprobs"]
+                    lp = logprobs_dict(L.vocab, entries[sent:], text, offset)
                     sent = len(entries)
                     offset += len(text)
                 yield C.completion_dict(cid, created, name, text, None, None, logprobs=lp)

@@ -1,5 +1,5 @@
 """Embeddings: llama-cpp-python's `Llama.embed` and `Llama.create_embedding` (same signatures, same
-result shapes), as a mixin of `pyriver.Llama`.
+result shapes), as a part of `pyriver.Llama` (`Llama.embeddings`).
 
 The native side (pr_embed) gives each token's hidden state after the final norm, llama.cpp's
 "result_norm"; pooling and normalization are here, in numpy: they are a few vector operations on
@@ -67,28 +67,30 @@ def normalize_embedding(v: np.ndarray) -> np.ndarray:
     return v if norm == 0.0 else v / norm
 
 
-class EmbeddingMixin:
-    """`embed` and `create_embedding` for a Llama made with embedding=True."""
+class Embeddings:
+    """`Llama.embeddings` (a part of `pyriver.Llama`): `embed` and `create_embedding` for a Llama
+    made with embedding=True (`enabled`); `pooling`: the pooling embed applies."""
 
-    def _init_embedding(self, embedding: bool, pooling_type: int) -> None:
+    def __init__(self, llm, embedding: bool, pooling_type: int) -> None:
         """The pooling llama.cpp's context would use: pooling_type when given, else the GGUF's
         `<arch>.pooling_type`, else NONE (llama.cpp's default for a model without the key, as every
         decoder-only chat model is: embed then returns one vector per token)."""
-        self._embedding = bool(embedding)
+        self.llm = L = llm
+        self.enabled = bool(embedding)
         pooling_type = int(pooling_type)
         if pooling_type == LLAMA_POOLING_TYPE_UNSPECIFIED:
-            declared = self.meta(f"{self.info['arch']}.pooling_type")
+            declared = L.meta(f"{L.info['arch']}.pooling_type")
             pooling_type = int(declared) if declared is not None else LLAMA_POOLING_TYPE_NONE
         if not LLAMA_POOLING_TYPE_UNSPECIFIED <= pooling_type <= LLAMA_POOLING_TYPE_RANK:
             raise ValueError(f"pooling_type must be -1 (unspecified) or 0..4 (none, mean, cls, last, rank), got {pooling_type}")
-        self._rank_softmax = False
-        if self._embedding and pooling_type == LLAMA_POOLING_TYPE_RANK:
-            self._rank_softmax = rank_head(self.model_path, self.info["arch"])
-        self._pooling_type = pooling_type
+        self.rank_softmax = False
+        if self.enabled and pooling_type == LLAMA_POOLING_TYPE_RANK:
+            self.rank_softmax = rank_head(L.model_path, L.info["arch"])
+        self.pooling = pooling_type
 
     def pooling_type(self) -> int:
         """The pooling embed applies (llama_cpp.LLAMA_POOLING_TYPE_*)."""
-        return self._pooling_type
+        return self.pooling
 
     def embed(self, input: Union[str, List[str]], normalize: bool = False, truncate: bool = True,
               return_count: bool = False):
@@ -101,17 +103,18 @@ class EmbeddingMixin:
         As llama_cpp does, the cache is cleared for each input and the generation state is reset at
         the end (the next completion starts from an empty cache). Full depth: see the module's
         docstring (River)."""
-        if not self._embedding:
+        L = self.llm
+        if not self.enabled:
             raise RuntimeError("Llama model must be created with embedding=True to call this method")
         inputs = [input] if isinstance(input, str) else input
         if not isinstance(inputs, (list, tuple)) or not all(isinstance(t, str) for t in inputs):
             raise TypeError("input must be a string or a list of strings")
-        with self._lock:
-            self._live()
-            n_batch = min(self.n_batch, self.n_ctx())   # llama_cpp's n_batch = min(n_ctx, n_batch)
+        with L.lock:
+            L.check_live()
+            n_batch = min(L.n_batch, L.n_ctx())   # llama_cpp's n_batch = min(n_ctx, n_batch)
             batches = []
             for text in inputs:
-                tokens = self.tokenize(text.encode("utf-8"))
+                tokens = L.tokenize(text.encode("utf-8"))
                 if truncate:
                     tokens = tokens[:n_batch]
                 if len(tokens) > n_batch:
@@ -127,24 +130,26 @@ class EmbeddingMixin:
     def embed_tokens(self, batches: List[List[int]], normalize: bool = False) -> list:
         """embed's work on token lists (each at most n_batch tokens; the server tokenizes under its
         own lock): the cache is cleared for each, and the generation state reset at the end."""
-        if not self._embedding:
+        L = self.llm
+        if not self.enabled:
             raise RuntimeError("Llama model must be created with embedding=True to call this method")
-        with self._lock:
-            self._live()
+        with L.lock:
+            L.check_live()
             data = []
             try:
-                self.reset()
+                L.reset()
                 for tokens in batches:
-                    data.append(self._embed_tokens(tokens, normalize))
+                    data.append(self.embed_one(tokens, normalize))
             finally:
-                self.reset()
+                L.reset()
             return data
 
-    def _embed_tokens(self, tokens: List[int], normalize: bool):
+    def embed_one(self, tokens: List[int], normalize: bool):
         """One input in an empty cache: its pooled (and normalized) vector or vectors, as lists."""
-        rows = self._ectx.embed(tokens)   # clears the cache first
-        pooled = pool(rows, self._pooling_type)
-        if self._rank_softmax:
+        L = self.llm
+        rows = L.context.engine.embed(tokens)   # clears the cache first
+        pooled = pool(rows, self.pooling)
+        if self.rank_softmax:
             e = np.exp(pooled.astype(np.float64) - pooled.max())
             pooled = e / e.sum()
         if pooled.ndim == 2:
@@ -153,7 +158,8 @@ class EmbeddingMixin:
 
     def create_embedding(self, input: Union[str, List[str]], model: Optional[str] = None):
         """An OpenAI-shaped embedding response, as llama_cpp's `Llama.create_embedding`."""
-        model_name: str = model if model is not None else self.model_path
+        L = self.llm
+        model_name: str = model if model is not None else L.model_path
         input = input if isinstance(input, list) else [input]
         embeds, total_tokens = self.embed(input, return_count=True)
         data = [{"object": "embedding", "embedding": emb, "index": idx} for idx, emb in enumerate(embeds)]

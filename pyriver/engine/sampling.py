@@ -167,7 +167,7 @@ class Sampler:
         if p.dry_multiplier > 0.0:
             br = [s.encode("utf-8") for s in p.dry_sequence_breakers]
             arr = (ctypes.c_char_p * max(1, len(br)))(*br)
-            c.add(llama_cpp.llama_sampler_init_dry(self.vocab._vocab, p.dry_multiplier, p.dry_base,
+            c.add(llama_cpp.llama_sampler_init_dry(self.vocab.handle, p.dry_multiplier, p.dry_base,
                                                    p.dry_allowed_length, p.dry_penalty_last_n, arr, len(br)))
         return c
 

@@ -45,6 +45,17 @@ class Vocab:
             raise RuntimeError("this Llama is closed")
         return self._handle
 
+    @property
+    def handle(self):
+        """llama.cpp's llama_vocab pointer (a closed Vocab raises RuntimeError)."""
+        return self._vocab
+
+    @property
+    def model_handle(self):
+        """The llama_model_p this vocabulary was loaded with (vocab_only; a closed Vocab raises)."""
+        self._vocab   # raises when closed
+        return self._model
+
     def context(self):
         """A llama.cpp context over this vocabulary (llama_cpp's vocab_only Llama has one), made once."""
         self._vocab   # raises when closed
@@ -121,7 +132,7 @@ class Vocab:
         """Why tokens of this vocabulary do not mean the same as other's (None: they do), by llama.cpp's
         rule for a draft model (common_speculative_are_compatible): the same tokenizer type, BOS and
         EOS, sizes within 128, and the same text for every token from id 5 on."""
-        a, b = self._vocab, other._vocab
+        a, b = self.handle, other.handle
         if llama_cpp.llama_vocab_type(a) != llama_cpp.llama_vocab_type(b):
             return f"tokenizer types differ ({llama_cpp.llama_vocab_type(a)} vs {llama_cpp.llama_vocab_type(b)})"
         for name, add, tok in (("BOS", llama_cpp.llama_vocab_get_add_bos, llama_cpp.llama_vocab_bos),

@@ -42,14 +42,14 @@ def measure(llm, prompt: List[int], sizes: Sequence[int] = SIZES, repeats: int =
         for r in range(repeats):
             for n in sizes:
                 for kind in (("wide", "one") if r % 2 == 0 else ("one", "wide")):
-                    llm._ectx.set_wide_prompt_rows(n - 1 if kind == "wide" else ONE_LAYOUT)
+                    llm.context.engine.set_wide_prompt_rows(n - 1 if kind == "wide" else ONE_LAYOUT)
                     t0 = time.perf_counter()
                     llm.decode_logits(toks[:n], prompt=True)
                     out[n][kind].append(time.perf_counter() - t0)
-                    llm._truncate(0)
+                    llm.context.truncate(0)
     finally:
         llm.reset()
-        llm._truncate(0)
+        llm.context.truncate(0)
     return out
 
 

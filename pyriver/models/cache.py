@@ -35,7 +35,7 @@ def setting_key(llm, **what) -> str:
     st = os.stat(llm.model_path)
     ident = {"path": os.path.realpath(llm.model_path), "size": st.st_size, "mtime": int(st.st_mtime), "threads": llm.n_threads,
              "threads_batch": llm.n_threads_batch, "devices": llm.devices(), "batch_invariant": llm.batch_invariant,
-             "flash_attn": bool(getattr(getattr(llm, "_context_args", None), "flash_attn", False)), **what}
+             "flash_attn": bool(getattr(getattr(getattr(llm, "context", None), "args", None), "flash_attn", False)), **what}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
 
 

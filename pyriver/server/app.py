@@ -58,14 +58,14 @@ class Server:
             s = self.settings
             llm = Llama(s["model"], n_ctx=s["n_ctx"], n_threads=s["threads"], n_threads_batch=s["threads"],
                         verbose=s.get("verbose", False), **s.get("llama_kwargs", {}))
-            if s.get("drafts_by_default") and not llm._ectx.partial_cuts:
+            if s.get("drafts_by_default") and not llm.context.engine.partial_cuts:
                 # a rejected draft would run the slot's tokens again (a recurrent memory cannot be cut
                 # part-way): default drafts do not pay there; --lossless asks for them anyway
                 llm.set_lossless(False)
             if s.get("mmproj"):   # multimodal input: libmtmd over the llama.cpp engine's context
                 self.projector = llm.load_projector(s["mmproj"], multimodal.marker())
             llm.chat_stops(None)   # compiles the chat template once, before any request thread
-            llm._template = builtin_template.from_settings(s, llm._template)   # --chat-template(-file)
+            llm.chats.template = builtin_template.from_settings(s, llm.chats.template)   # --chat-template(-file)
             self.model_id = self.model_id or llm.model_path.rsplit("/", 1)[-1]
             drafter = drafting.make(s.get("spec"), llm, s["parallel"], s["threads"], s.get("llama_kwargs", {}))
             self.sched = Scheduler(llm, s["parallel"], batch_rule=s["batch_rule"], queue_max=s["queue"],

@@ -86,7 +86,7 @@ def _tokens(srv, inputs: list) -> List[List[int]]:
 
 async def _handle(srv, req: HTTPRequest, oai: bool) -> JSONResponse:
     llm = srv.llm
-    if not getattr(llm, "_embedding", False):
+    if not getattr(getattr(llm, "embeddings", None), "enabled", False):
         raise APIError(501, "This server does not support embeddings. Start it with `--embedding`",
                        type_="not_supported_error")
     pooled = llm.pooling_type() != LLAMA_POOLING_TYPE_NONE

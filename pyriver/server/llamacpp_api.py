@@ -475,7 +475,7 @@ def routes(srv, guarded) -> List[Route]:
             msgs, _ = multimodal.chat_media(srv, msgs)   # content parts joined as in a chat (media: markers)
             srv.llm.chat_stops(None)   # compiles the template once
             try:
-                prompt = srv.llm._template.render(msgs, add_generation_prompt=agp, **extra)
+                prompt = srv.llm.chats.template.render(msgs, add_generation_prompt=agp, **extra)
             except Exception as e:   # a template's own error (raise_exception, bad fields)
                 raise APIError(400, f"the messages do not render with the chat template: {e}", param="messages")
             if agp and extra.get("enable_thinking") is False and prompt.endswith("<think>\n"):

@@ -192,7 +192,7 @@ def _tokenize(srv, text: str) -> List[int]:
 
 def _chat_plan(srv, f: Dict) -> ChatPlan:
     """The request's messages, template variables, grammar and tools (pyriver.text.structured)."""
-    return ChatPlan(srv.llm._template.source, f["messages"], f["response_format"], f["grammar"], f["json_schema"],
+    return ChatPlan(srv.llm.chats.template.source, f["messages"], f["response_format"], f["grammar"], f["json_schema"],
                     f["tools"], f["tool_choice"], f["parallel_tool_calls"])
 
 

@@ -70,7 +70,7 @@ def _token_text(srv, tok: int) -> str:
 
 def props(srv) -> Dict[str, Any]:
     s, llm = srv.settings, srv.llm
-    template = getattr(llm._template, "source", None) or ""
+    template = getattr(llm.chats.template, "source", None) or ""
     return {
         "default_generation_settings": {"params": default_params(srv), "n_ctx": srv.sched.n_ctx},
         "total_slots": s["parallel"],

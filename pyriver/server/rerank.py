@@ -99,7 +99,7 @@ def answer(f: Dict, model: str, scores: List[float], n_tokens: int):
 
 async def _handle(srv, req: HTTPRequest) -> JSONResponse:
     llm = srv.llm
-    if not getattr(llm, "_embedding", False) or llm.pooling_type() != LLAMA_POOLING_TYPE_RANK:
+    if not getattr(getattr(llm, "embeddings", None), "enabled", False) or llm.pooling_type() != LLAMA_POOLING_TYPE_RANK:
         raise APIError(501, "This server does not support reranking. Start it with `--reranking`",
                        type_="not_supported_error")
     f = parse(json_object(await req.body()))

@@ -84,14 +84,14 @@ def measure(llm, sizes, repeats: int, prompt: List[int], small_repeats: int = 0,
 
     def step(n: int, verify: bool = True, tile: int = 0) -> float:
         if tile:
-            llm._ectx.set_verify_tile_rows(tile)
+            llm.context.engine.set_verify_tile_rows(tile)
         try:
             t = _time(lambda: llm.decode_logits(toks[:n], logits_all=True, prompt=VERIFY) if verify
                       else llm.decode_logits(toks[:1]))
         finally:
             if tile:
-                llm._ectx.set_verify_tile_rows(0)
-        llm._truncate(n0)
+                llm.context.engine.set_verify_tile_rows(0)
+        llm.context.truncate(n0)
         return t
 
     # the passes over the small sizes alone between those over every size, so that a spell of other
@@ -120,7 +120,7 @@ def measure(llm, sizes, repeats: int, prompt: List[int], small_repeats: int = 0,
                     before = after
     finally:
         llm.reset()
-        llm._truncate(0)
+        llm.context.truncate(0)
     return out
 
 
@@ -159,8 +159,8 @@ def tile_rows(far: Dict[int, Dict[str, List[float]]], near: Optional[Dict[int, D
 def can_tile(llm) -> bool:
     """Whether llm's verify steps can attend tiled: the native engine's flash attention on the CPU
     (the kernel whose row-at-a-time path the tiling avoids), unless made with tiled_verify=False."""
-    return bool(getattr(llm, "tiled_verify", False) and getattr(llm._engine, "supports_river", False) and
-                llm._context_args.flash_attn and all(d == "CPU" for d in llm.devices()))
+    return bool(getattr(llm, "tiled_verify", False) and getattr(llm.backend, "supports_river", False) and
+                llm.context.args.flash_attn and all(d == "CPU" for d in llm.devices()))
 
 
 def to_json(cost: DraftCost, model: str, threads: int, tile: int = 0) -> str:

@@ -172,18 +172,18 @@ class Speculator:
         for emitted in itertools.count():
             if emitted >= max_new.n:   # a TokenLimit (generation.py): its consumer may raise it
                 return
-            with llm._lock:
-                llm._live()
+            with llm.lock:
+                llm.check_live()
                 if not ready:
                     t0 = time.perf_counter()
                     if mine == -1:   # the first token, from the prompt's logits
-                        logits, n_eval, _ = llm._sync_prefix(seq, n_prompt)
+                        logits, n_eval, _ = llm.context.sync_prefix(seq, n_prompt)
                         ready = [(sampler.sample(logits, seq), logits)]
                         st["prompt_eval_tokens"] += n_eval
                         st["prompt_s"] += time.perf_counter() - t0
                     else:
-                        if llm._version != mine:   # another caller used the cache: hold seq[:-1] again
-                            st["prompt_eval_tokens"] += llm._sync_prefix(seq[:-1], len(seq) - 1, need_logits=False)[1]
+                        if llm.context.version != mine:   # another caller used the cache: hold seq[:-1] again
+                            st["prompt_eval_tokens"] += llm.context.sync_prefix(seq[:-1], len(seq) - 1, need_logits=False)[1]
                             t1, t0 = t0, time.perf_counter()
                             st["prompt_s"] += t0 - t1
                         room = min(max_new.n - emitted, llm.n_ctx() - len(seq))
@@ -191,7 +191,7 @@ class Speculator:
                         k = next_draft_len(k, n_drafted, len(ready) - 1, self.draft_max)
                         st["decode_tokens"] += len(ready)
                         st["decode_s"] += time.perf_counter() - t0
-                    mine = llm._version
+                    mine = llm.context.version
                 tok, logits = ready.pop(0)
                 if llm.vocab.is_eog(tok):
                     return
@@ -214,7 +214,7 @@ class Speculator:
         rows = llm.decode_logits([seq[-1]] + drafts, logits_all=True, prompt=VERIFY)   # full depth
         out = decide(rows, drafts, qs, seq, sampler, self.rule)
         m = len(out) - 1   # drafts kept
-        llm._truncate(n0 + 1 + m)
+        llm.context.truncate(n0 + 1 + m)
         count_step(ls, len(drafts), m, source)
         if source is not None and dl is not None:
             dl.update(key, len(drafts), m)
@@ -262,7 +262,7 @@ class Speculator:
             hist.append(d)
             if self.draft_stops(llm.vocab, d, logits):
                 break
-        llm._truncate(n0)   # the verify step rewrites these rows at full depth
+        llm.context.truncate(n0)   # the verify step rewrites these rows at full depth
         return drafts, qs
 
     def draft_stops(self, vocab, d: int, logits: np.ndarray) -> bool:

@@ -56,7 +56,7 @@ def measure(a, kind: str = "sweep") -> Dict:
             llm = Llama(path, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=rt,
                         river_force=a.river_force, exit_threshold=2.0, **device_kwargs(a))
             engines.append(llm)
-            device = device_key(llm._engine.devices())   # what a calibrated exit rule is keyed by
+            device = device_key(llm.backend.devices())   # what a calibrated exit rule is keyed by
             for mn in a.min_exit_layer:
                 for tau in a.tau:
                     for rule in getattr(a, "exit_rule", None) or ["checked"]:   # checked points keep their names

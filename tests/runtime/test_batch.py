@@ -45,7 +45,7 @@ def test_eight_sequences_together_give_their_texts_alone(request, model):
     with Llama(model_path(request, model), n_ctx=256, n_threads=2, verbose=False, river=None,
                batch_invariant=True) as llm:
         prompts = [llm.tokenize(p.encode()) for p in PROMPTS]
-        alone = [list(llm._generate_tokens(p, _greedy(), N_GEN)) for p in prompts]
+        alone = [list(llm.context.generate_tokens(p, _greedy(), N_GEN)) for p in prompts]
         sched = Scheduler(llm, 8, prompt_chunk=5)
         try:
             together = _run(sched, prompts)
@@ -173,7 +173,7 @@ def test_split_rule_gives_each_sequence_its_river_result_alone(smol_path, river)
         prompts = [llm.tokenize(p.encode()) for p in PROMPTS]
         alone = []
         for p in prompts:
-            toks = list(llm._generate_tokens(p, _greedy(), N_GEN))
+            toks = list(llm.context.generate_tokens(p, _greedy(), N_GEN))
             alone.append((toks, list(llm.last_stats["exits"])))
         sched = Scheduler(llm, 8, batch_rule="split", prompt_chunk=7)
         try:

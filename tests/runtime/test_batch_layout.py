@@ -115,7 +115,7 @@ def test_the_measured_threshold_is_cached_and_reaches_a_batch_context(q4k_path, 
     monkeypatch.setattr(widerows, "measure", fake)
     kw = dict(n_ctx=128, n_threads=2, n_threads_batch=2, verbose=False, river=None, lossless=False, batch_layout=True)
     with Llama(q4k_path, **kw) as llm:
-        assert llm.wide_prompt_rows == 24 and llm._context_args.wide_prompt_rows == 24
+        assert llm.wide_prompt_rows == 24 and llm.context.args.wide_prompt_rows == 24
     with Llama(q4k_path, **kw) as llm:
         assert llm.wide_prompt_rows == 24 and len(calls) == 1
         toks = _tokens(24)   # at the threshold: the repacked layout, in a batch context too

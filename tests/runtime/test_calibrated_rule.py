@@ -21,7 +21,7 @@ def calibrated(tmp_path_factory, smol_path):
     synth.write_llama(p, n_layer=6, n_embd=128, n_head=4, n_head_kv=2, n_ff=352, tied_output=True, seed=5,
                       dtype="f16", tokenizer_from=smol_path)
     with Llama(str(p), n_ctx=64, verbose=False, river="q4_0") as llm:
-        sidecar, device = llm.river_path, device_key(llm._engine.devices())
+        sidecar, device = llm.river_path, device_key(llm.backend.devices())
 
     def calibrate(rules):
         store(sidecar, {"enabled": True, "setting": SETTING, "candidate": {"top1_agreement": 0.95},
@@ -33,7 +33,7 @@ def calibrated(tmp_path_factory, smol_path):
 def _rule(model, **kw):
     with Llama(model, n_ctx=64, verbose=False, **kw) as llm:
         assert llm.river_path is not None and abs(llm.exit_threshold - SETTING["tau"]) < 1e-6   # calibrated
-        assert llm._exit.rule == llm.exit_rule   # the rule the engine runs
+        assert llm.river.exit.rule == llm.exit_rule   # the rule the engine runs
         return llm.exit_rule
 
 

@@ -113,11 +113,11 @@ def test_interleaved_generations_equal_alone(smol_path, river, invariant):
         alone = []
         for p in PROMPTS:
             rec = _Recorder()
-            toks = list(llm._generate_tokens(llm.tokenize(p.encode()), rec, 20))
+            toks = list(llm.context.generate_tokens(llm.tokenize(p.encode()), rec, 20))
             alone.append((toks, rec.seen))
         for pattern in ([1, 1, 1], [3, 1, 2], [7, 2, 1]):
             recs = [_Recorder() for _ in PROMPTS]
-            gens = [llm._generate_tokens(llm.tokenize(p.encode()), r, 20) for p, r in zip(PROMPTS, recs)]
+            gens = [llm.context.generate_tokens(llm.tokenize(p.encode()), r, 20) for p, r in zip(PROMPTS, recs)]
             outs = _interleave(gens, pattern)
             for (toks, seen), got, rec in zip(alone, outs, recs):
                 assert got == toks, pattern
@@ -171,14 +171,14 @@ def test_default_chat_turns_are_llama_cpps(smol_path):
     with Llama(smol_path, n_ctx=512, n_threads=2, verbose=False, river=None) as llm:
         p1 = llm.tokenize(b"<|im_start|>user\nWrite a poem about a river.<|im_end|>\n<|im_start|>assistant\n", special=True)
         rec = _Recorder()
-        g1 = list(llm._generate_tokens(p1, rec, 8))
+        g1 = list(llm.context.generate_tokens(p1, rec, 8))
         want1, seen1 = _llama_cpp_greedy(ref, p1, 8)
         assert g1 == want1 and len(g1) == 8   # ended by max_tokens: its last token was not run
         assert all(np.array_equal(a, b) for a, b in zip(rec.seen, seen1))
         p2 = p1 + g1 + llm.tokenize(b"<|im_end|>\n<|im_start|>user\nAnd one about the sea?<|im_end|>\n<|im_start|>assistant\n",
                                     add_bos=False, special=True)
         rec = _Recorder()
-        g2 = list(llm._generate_tokens(p2, rec, 16))
+        g2 = list(llm.context.generate_tokens(p2, rec, 16))
         assert llm.last_stats["prompt_eval_tokens"] == len(p2) - (len(p1) + 7)   # the first answer was reused
         want2, seen2 = _llama_cpp_greedy(ref, p2, 16)
         assert g2 == want2

@@ -31,7 +31,7 @@ def test_forced_string_refuses_raw_newline(llm2k):
     (llama-cpp-python's converter) a raw newline was allowed there, and the answer did not parse."""
     llm2k.chat_stops(None)   # compiles the template
     tp = toolcall.plan(TC.TOOLS, {"type": "function", "function": {"name": "send_email"}}, None,
-                       llm2k._template.source)
+                       llm2k.chats.template.source)
     g = Grammar(llm2k.vocab, toolcall.call_grammar(tp))
     for t in llm2k.tokenize(b'<tool_call>\n{"name": "send_email", "arguments": {"to": "bob', add_bos=False,
                             special=True):

@@ -341,7 +341,7 @@ def test_qwen_calls_tools_by_itself():
         # tool to call gets a text answer
         from pyriver.text.grammar import Grammar
         g = Grammar(q.vocab, __import__("pyriver").toolcall.auto_grammar(
-            __import__("pyriver").toolcall.plan([CITY_WEATHER], "auto", None, q._template.source)))
+            __import__("pyriver").toolcall.plan([CITY_WEATHER], "auto", None, q.chats.template.source)))
         assert len(g._trigger_toks) == 1
         t = q.create_chat_completion([{"role": "user", "content": "What is 2 + 2? One word."}], tools=[CITY_WEATHER],
                                      temperature=0.0, max_tokens=12)

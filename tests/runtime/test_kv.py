@@ -16,7 +16,7 @@ def test_truncate_then_continue_equals_fresh(llm):
     llm.reset()
     llm.decode_logits(a)
     llm.decode_logits(x)
-    llm._truncate(len(a))
+    llm.context.truncate(len(a))
     again = llm.decode_logits(b, logits_all=True)
     assert np.array_equal(fresh, again)
 

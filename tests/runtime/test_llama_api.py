@@ -131,10 +131,10 @@ def test_exact_cached_prompt_is_sampled_without_reset(ours, tokens, expected):
     calls = []
     ours.reset = lambda: calls.append(1)   # llama_cpp's test tracks reset the same way
     try:
-        version = ours._version
+        version = ours.context.version
         gen = ours.generate(tokens, temp=0.0)
         assert next(gen) == expected[0]
-        assert ours._version == version   # sampled from the live logits: nothing ran again
+        assert ours.context.version == version   # sampled from the live logits: nothing ran again
         gen.close()
         assert _gen(ours, tokens) == expected
     finally:
@@ -435,8 +435,8 @@ def test_generate_never_reuses_exited_tokens_as_prompt(smol_path):
     with Llama(smol_path, **kw) as a, Llama(smol_path, **kw) as fresh:
         prompt = a.tokenize(b"The river flows", add_bos=True)
         a.create_completion(prompt, max_tokens=6, temperature=0)
-        seen = list(a._tokens)
+        seen = list(a.context.tokens)
         assert len(seen) > len(prompt)   # the answer's decode steps are in the cache
         next(a.generate(seen, temp=0.0))
         fresh.eval(seen)
-        np.testing.assert_array_equal(a._logits_at(len(seen) - 1), fresh._logits_at(len(seen) - 1))
+        np.testing.assert_array_equal(a.sampling.logits_at(len(seen) - 1), fresh.sampling.logits_at(len(seen) - 1))

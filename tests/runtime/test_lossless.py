@@ -26,7 +26,7 @@ CONFIGS = [
 
 
 def _greedy_tokens(llm, tokens, n: int = N_TOKENS):
-    return list(llm._generate_tokens(tokens, Sampler(SamplingParams(temperature=0.0)), n))
+    return list(llm.context.generate_tokens(tokens, Sampler(SamplingParams(temperature=0.0)), n))
 
 
 def _greedy(llm, prompt: str, n: int = N_TOKENS):

@@ -20,7 +20,7 @@ CHEAP = DraftCost([1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7], river_draft=0.05)   
 
 
 def _greedy(llm, prompt: str, n: int = 64):
-    return list(llm._generate_tokens(llm.tokenize(prompt.encode(), add_bos=True),
+    return list(llm.context.generate_tokens(llm.tokenize(prompt.encode(), add_bos=True),
                                      Sampler(SamplingParams(temperature=0.0)), n))
 
 

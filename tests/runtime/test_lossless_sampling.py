@@ -53,7 +53,7 @@ def _draws(llm, tokens):
     step drafts (a last token is never drafted: nothing would follow it)."""
     firsts, pairs = {}, {}
     for seed in range(N_SEEDS):
-        a, b = list(llm._generate_tokens(tokens, Sampler(SamplingParams(**PARAMS), seed), 3))[:2]
+        a, b = list(llm.context.generate_tokens(tokens, Sampler(SamplingParams(**PARAMS), seed), 3))[:2]
         firsts[a] = firsts.get(a, 0) + 1
         pairs[(a, b)] = pairs.get((a, b), 0) + 1
     return firsts, pairs
@@ -84,7 +84,7 @@ def test_sampled_tokens_follow_full_depth(model, rule):
     with Llama(path, n_ctx=128, n_threads=2, verbose=False, river="q4_0", exit_threshold=0.0, min_exit_layer=0,
                river_force=True, lossless=True, draft_max=1) as llm:
         if rule != "speculative":
-            llm._spec.rule = {"always_accept": _always_accept, "resample_from_p": _resample_from_p}[rule]
+            llm.speculator.rule = {"always_accept": _always_accept, "resample_from_p": _resample_from_p}[rule]
         firsts, pairs = _draws(llm, tokens)
         ls = llm.river_stats()["lossless"]
         assert ls["verify_steps"] >= 1 and ls["drafted"] >= 1

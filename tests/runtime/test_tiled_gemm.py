@@ -114,6 +114,6 @@ def test_q6_k_batch_invariant(q6_k_path):
         runs = debug.tiled_gemm_runs("q6_K")
         step = np.array(llm.decode_logits(toks[8:20], logits_all=True))
         assert debug.tiled_gemm_runs("q6_K") == runs   # 12 rows: one-row products, not the tiled kernel
-        llm._truncate(8)
+        llm.context.truncate(8)
         singles = [np.array(llm.decode_logits([t])).reshape(-1) for t in toks[8:20]]
         assert np.array_equal(step.view(np.uint32), np.array(singles).view(np.uint32))

@@ -28,8 +28,8 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 def _step(llm, toks, n: int, tile: int, prompt=VERIFY) -> np.ndarray:
     """The logits of every row of one step of n tokens after PROMPT of them, with tile set."""
     llm.reset()
-    llm._truncate(0)
-    llm._set_verify_tile_rows(tile)
+    llm.context.truncate(0)
+    llm.context.set_verify_tile_rows(tile)
     llm.decode_logits(toks[:PROMPT], prompt=True)
     return np.array(llm.decode_logits(toks[PROMPT:PROMPT + n], logits_all=True, prompt=prompt))
 
@@ -57,7 +57,7 @@ def test_a_verify_step_beside_a_decode_step_in_a_batch(request):
         toks = (llm.tokenize(RIVER_PROMPT, add_bos=True) * 20)[:PROMPT + 12]
         rows = {}
         for tile in (0, 4):
-            llm._set_verify_tile_rows(tile)
+            llm.context.set_verify_tile_rows(tile)
             dec = BatchDecoder(llm, 2)
             try:
                 dec.step([Feed(0, toks[:PROMPT], prompt=True), Feed(1, toks[:PROMPT], prompt=True)])
@@ -75,7 +75,7 @@ def test_a_verify_step_beside_a_decode_step_in_a_batch(request):
 def test_the_setting_is_refused_below_zero(request):
     with Llama(model_path(request, "mha"), n_ctx=128, n_threads=2, verbose=False, river=None, flash_attn=True) as llm:
         with pytest.raises(Exception, match="verify_tile_rows must be >= 0"):
-            llm._set_verify_tile_rows(-1)
+            llm.context.set_verify_tile_rows(-1)
 
 
 def test_the_automatic_table_tiles_only_where_it_may(request, tmp_cache, monkeypatch):
@@ -96,7 +96,7 @@ def test_the_automatic_table_tiles_only_where_it_may(request, tmp_cache, monkeyp
     with Llama(path, n_ctx=2048, n_threads=2, verbose=False, river=None, flash_attn=True, lossless=True,
                draft_model="ngram", draft_cost="auto") as llm:
         assert seen[0] == list(costcurve.TILE_SIZES) and llm.verify_tile_rows == 12
-        assert llm._context_args.verify_tile_rows == 12   # a BatchDecoder's context (the server's) too
+        assert llm.context.args.verify_tile_rows == 12   # a BatchDecoder's context (the server's) too
         assert llm.speculator.cost.untiled is not None   # what a step of several sequences reads
     seen.clear()
     for kw in (dict(flash_attn=False), dict(flash_attn=True, tiled_verify=False)):

@@ -10,19 +10,27 @@ TRUE = {1: 1.0, 2: 1.66, 3: 2.2, 4: 2.7, 8: 4.7, 16: 8.6, 64: 23.0}   # SmolLM2'
 TILED = {8: 4.0, 16: 5.0}   # its steps with their attention tiled (a made-up curve)
 
 
+class DriftingContext:
+    """The Llama's context (its step interface): truncate, and the engine's context."""
+
+    def __init__(self, llm):
+        self.llm, self.engine = llm, None
+
+    def truncate(self, n):
+        self.llm.pos = n
+
+
 class DriftingLlama:
     """A model whose steps cost TRUE[n] single steps of 10 ms at a speed that slows by 2% a step (another
     process taking the cores): what the clock reads is kept in `times`, in the order of the steps."""
 
     def __init__(self):
         self.calls, self.pos = 0, 0
+        self.context = DriftingContext(self)
 
     def decode_logits(self, toks, logits_all=False, prompt=False):
         self.pos += len(toks)
         self.last = len(toks)
-
-    def _truncate(self, n):
-        self.pos = n
 
     def reset(self):
         pass
@@ -69,10 +77,14 @@ def test_flash_attention_keys_its_own_table(tmp_path):
         def __init__(self, fa):
             self.flash_attn = fa
 
+    class Context:   # Llama.context: its ContextArgs
+        def __init__(self, fa):
+            self.args = Args(fa)
+
     class Fake:
         def __init__(self, fa):
             self.model_path, self.n_threads, self.n_threads_batch, self.batch_invariant = str(f), 2, 2, False
-            self._context_args = Args(fa)
+            self.context = Context(fa)
 
         def devices(self):
             return ["CPU"]
@@ -137,16 +149,16 @@ def test_the_table_reads_the_tiled_steps_from_their_size(drifting):
         def set_verify_tile_rows(self, n):
             self.tile = n
             settings.append(n)
-    drifting._ectx = Ctx()
+    drifting.context.engine = Ctx()
     base = drifting.decode_logits
 
     def decode_logits(toks, logits_all=False, prompt=False):
         base(toks, logits_all, prompt)
-        drifting.tiled = drifting._ectx.tile > 0
+        drifting.tiled = drifting.context.engine.tile > 0
     drifting.decode_logits = decode_logits
     res = costcurve.measure(drifting, list(TRUE), 3, list(range(50)), small_repeats=5, tiled=[8, 16])
     assert len(res[8]["tiled_ratio"]) == len(res[16]["tiled_ratio"]) == 3 and "tiled_ratio" not in res[4]
-    assert settings == [8, 0, 16, 0] * 3 and drifting._ectx.tile == 0
+    assert settings == [8, 0, 16, 0] * 3 and drifting.context.engine.tile == 0
     assert costcurve.table(res, 16)[16] == pytest.approx(TILED[16], rel=1e-9)
     assert costcurve.table(res, 16)[8] == pytest.approx(TRUE[8], rel=1e-9)   # below the tile: plain
     assert costcurve.table(res, 16)[64] == pytest.approx(TRUE[64], rel=1e-9)   # 64 rows are tiled anyway
