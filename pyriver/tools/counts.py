@@ -147,7 +147,8 @@ def llama_cpp_counts(model: str, n: int, warmup: int, threads: int, n_gpu_layers
 
 
 def measure(model: str, n: int = 32, warmup: int = 4, threads: int = 2, n_gpu_layers: int = 0,
-            river: str = "q4_0", tau: float = 0.95, modes=MODES, n_ctx: int = 512, llama_cpp: bool = True) -> List[Dict]:
+            river: str = "q4_0", tau: float = 0.95, modes=MODES, n_ctx: int = 512, llama_cpp: bool = True,
+            river_force: bool = False) -> List[Dict]:
     rows: List[Dict] = []
     kw = dict(n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, n_gpu_layers=n_gpu_layers, verbose=False,
               engine="native")
@@ -164,7 +165,7 @@ def measure(model: str, n: int = 32, warmup: int = 4, threads: int = 2, n_gpu_la
         if m not in modes:
             continue
         rule = m.split("-")[1]
-        llm = Llama(model, river=river, exit_threshold=tau, exit_rule=rule, **kw)
+        llm = Llama(model, river=river, exit_threshold=tau, exit_rule=rule, river_force=river_force, **kw)
         try:
             llm.set_exit(tau, host_checks=False, exit_rule=rule)   # in the graph, as on a GPU
             row = _single(llm, m, n, warmup)
@@ -182,7 +183,7 @@ def main(a) -> int:
     from pyriver.tools.results import write_text
     model = str(models.resolve(a.model))
     rows = measure(model, n=a.count_tokens, threads=a.threads, n_gpu_layers=a.n_gpu_layers,
-                   river=a.river or "q4_0", tau=(a.tau or [0.95])[0])
+                   river=a.river or "q4_0", tau=(a.tau or [0.95])[0], river_force=a.river_force)
     text = "".join(json.dumps(r) + "\n" for r in rows)
     print(text, end="", flush=True)
     if a.json:
