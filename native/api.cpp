@@ -503,6 +503,22 @@ int64_t pr_graph_runs(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c
 
 int32_t pr_graph_input_reads(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->last_input_reads : 0; }
 
+pr_status pr_context_counters(const pr_context * ctx, pr_counters * out) {
+    return guarded([&] {
+        if (!ctx || !out) pr::fail(PR_ERR_INVALID_ARG, "ctx and out must not be NULL");
+        const pr::gpu_counts & k = ctx->c->counts;
+        *out = pr_counters{k.graphs, k.graph_changes, k.graph_captures, k.nodes, k.syncs, k.host_bytes, k.host_bytes_pinned};
+    });
+}
+
+pr_status pr_context_counters_reset(pr_context * ctx) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        ctx->c->counts = pr::gpu_counts{};
+        ctx->c->compare_graphs = true;
+    });
+}
+
 pr_status pr_kv_fill(pr_context * ctx, float value) {
     return guarded([&] {
         if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");

@@ -140,9 +140,9 @@ static void fill_lane(const context & c, const std::vector<step_group> & groups,
 }
 
 // A head graph's logits rows into the step's rows (logits: n_outputs x nv, by batch output row).
-static void take_rows(const built_graph & gr, const step_plan & p, std::vector<float> & logits, size_t nv) {
+static void take_rows(const context & c, const built_graph & gr, const step_plan & p, std::vector<float> & logits, size_t nv) {
     if (p.graph_out.empty()) return;
-    const std::vector<float> all = read_tensor(gr.logits);
+    const std::vector<float> all = read_tensor(c, gr.logits);
     for (size_t r = 0; r < p.graph_out.size(); r++) {
         std::copy(all.begin() + r * nv, all.begin() + (r + 1) * nv, logits.begin() + (size_t) p.graph_out[r] * nv);
     }
@@ -195,7 +195,7 @@ static std::vector<std::pair<int, int>> backbone_exits(const context & c, const 
     } else if (!cand.empty() && ln.n_checks() > 0) {
         // The similarity of each checked block for each candidate group: the minimum over its tokens.
         const int nc = ln.n_checks();
-        const std::vector<float> sim = lane_similarities(gr, 0);
+        const std::vector<float> sim = lane_similarities(c, gr, 0);
         const size_t T = (size_t) ln.n_tokens();
         std::vector<std::vector<float>> cg(nc, std::vector<float>(cand.size(), 2.0f));
         size_t row = 0;
@@ -217,7 +217,7 @@ static std::vector<std::pair<int, int>> backbone_exits(const context & c, const 
 
 // After a graph that did not reach the head: every group takes the hidden state it continues from
 // (a group that left the backbone: its exit block's output) and the block it runs next.
-static void move_on(const built_graph & gr, const step_plan & p, const std::vector<std::pair<int, int>> & leaving,
+static void move_on(const context & c, const built_graph & gr, const step_plan & p, const std::vector<std::pair<int, int>> & leaving,
                     std::vector<step_group> & groups, size_t E, int end) {
     for (size_t li = 0; li < p.seg.lanes.size(); li++) {
         const lane & ln = p.seg.lanes[li];
@@ -229,13 +229,13 @@ static void move_on(const built_graph & gr, const step_plan & p, const std::vect
             for (const auto & l : leaving) leaves = leaves || l.first == gi;
             if (!leaves) stay.push_back(gi);
         }
-        scatter_rows(read_tensor(io.last_hidden), E, groups, gs, stay);
+        scatter_rows(read_tensor(c, io.last_hidden), E, groups, gs, stay);
         for (int gi : stay) groups[gi].at = end + 1;
         if (li != 0 || ln.river) continue;
         for (const auto & l : leaving) {   // exit block k: the river continues from its output
             const int gi = l.first, k = l.second;
             const bool last_block = k == ln.last && ln.check_last < k;
-            scatter_rows(read_tensor(last_block ? io.last_hidden : io.hidden_out[k - ln.check_first]), E, groups, gs, {gi});
+            scatter_rows(read_tensor(c, last_block ? io.last_hidden : io.hidden_out[k - ln.check_first]), E, groups, gs, {gi});
             groups[gi].river = true;
             groups[gi].at = k + 1;
             groups[gi].exit_block = k;
@@ -287,11 +287,11 @@ static void run_predicted_step(context & c, std::vector<step_group> & groups, co
     }
     p.seg.host_checks = c.rule.host_checks != 0 && c.on_cpu(0, L - 1);
     built_graph & gr = c.compute(p.seg, p.feeds);
-    take_rows(gr, p, c.logits, nv);
+    take_rows(c, gr, p, c.logits, nv);
     for (size_t li = 0; li < p.seg.lanes.size(); li++) {
         const lane & ln = p.seg.lanes[li];
         const int nc = ln.n_checks();
-        const std::vector<float> sim = nc > 0 ? lane_similarities(gr, li) : std::vector<float>();
+        const std::vector<float> sim = nc > 0 ? lane_similarities(c, gr, li) : std::vector<float>();
         const size_t T = (size_t) ln.n_tokens();
         size_t row = 0;
         for (int gi : p.lane_groups[li]) {
@@ -360,7 +360,7 @@ void context::decode_batch(const std::vector<batch_token> & b, const std::vector
         plan_step(*this, groups, b, out_row, start, end, p);
         built_graph & gr = compute(p.seg, p.feeds);
         if (end == L - 1) {
-            take_rows(gr, p, logits, nv);
+            take_rows(*this, gr, p, logits, nv);
             break;
         }
         std::vector<std::pair<int, int>> leaving = backbone_exits(*this, gr, p, groups, end);
@@ -369,7 +369,7 @@ void context::decode_batch(const std::vector<batch_token> & b, const std::vector
             groups[l.first].seen = l.second;
             if (start == 0) l.second = end;   // guarded: at tau by the forecast block, leave there (context.cpp)
         }
-        move_on(gr, p, leaving, groups, E, end);
+        move_on(*this, gr, p, leaving, groups, E, end);
         start = end + 1;
         end = undecided() ? std::min(L - 1, end + chunk_after(end)) : L - 1;
     }
@@ -388,6 +388,7 @@ void context::decode_batch(const std::vector<batch_token> & b, const std::vector
         }
         kv->used[g.seq] += (int) g.idx.size();
     }
+    settle();   // no graph in flight when a call returns
 }
 
 } // namespace pr

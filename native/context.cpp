@@ -44,10 +44,12 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     for (ggml_backend_t b : backends) {
         if (b != cpu && !host_buft) host_buft = ggml_backend_dev_host_buffer_type(ggml_backend_get_device(b));
     }
-    if (host_buft) {
-        pinned = ggml_backend_buft_alloc_buffer(host_buft, (size_t) m->hp.n_vocab * sizeof(float));
-        if (!pinned) fail(PR_ERR_BACKEND, "cannot allocate pinned host memory for the logits");
-    }
+    // The one row of logits a decode step reads lands in this buffer: pinned memory with a GPU,
+    // plain host memory of the CPU backend without one (the same path, so that the counters
+    // count on the CPU what a GPU's step reads).
+    pinned = ggml_backend_buft_alloc_buffer(host_buft ? host_buft : ggml_backend_cpu_buffer_type(),
+                                            (size_t) m->hp.n_vocab * sizeof(float));
+    if (!pinned) fail(PR_ERR_BACKEND, "cannot allocate pinned host memory for the logits");
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(m->cpu_dev);
     set_n_threads = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
 
@@ -73,6 +75,7 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
 }
 
 context::~context() {
+    settle();
     small.clear();
     main.graph.reset();
     if (main.sched) ggml_backend_sched_free(main.sched);
@@ -265,13 +268,21 @@ void context::set_lane_inputs(const built_graph & g, size_t li, const lane_feed 
 }
 
 built_graph & context::compute(const segment & seg, const std::vector<lane_feed> & feeds) {
+    settle();   // a graph whose results nobody read (a prompt's chunk without logits): its buffers are reused
     built_graph & g = graph_for(seg);
     for (size_t i = 0; i < seg.lanes.size(); i++) set_lane_inputs(g, i, feeds[i]);
     const int n = seg.n_tokens();
     if (set_n_threads) set_n_threads(cpu, n == 1 ? params.n_threads : params.n_threads_batch);
     ggml_backend_sched_t sched = n > 1 ? main.sched : small.front().second->sched;
-    const ggml_status st = ggml_backend_sched_graph_compute(sched, g.gf);
-    if (st != GGML_STATUS_SUCCESS) fail(PR_ERR_BACKEND, "graph compute failed (status %d)", (int) st);
+    // Launched without waiting (ggml_backend_sched_graph_compute would wait, a second sync before
+    // the read of its results): the first read() waits, as llama.cpp's decode does.
+    const ggml_status st = ggml_backend_sched_graph_compute_async(sched, g.gf);
+    pending = sched;
+    if (st != GGML_STATUS_SUCCESS) {
+        settle();
+        fail(PR_ERR_BACKEND, "graph compute failed (status %d)", (int) st);
+    }
+    note_graph(g.gf);
     n_graph_runs++;
     last_input_reads = g.input_reads;
     return g;
@@ -292,35 +303,35 @@ void context::take_logits(const built_graph & g) {
     const size_t nv = m->hp.n_vocab, base = (size_t) n_outputs * nv;
     if (pinned && n_outputs == 0 && n_out == 1) {   // a decode step, a prompt's last token
         float * row = (float *) ggml_backend_buffer_get_base(pinned);
-        ggml_backend_tensor_get(g.logits, row, 0, nv * sizeof(float));
+        read(g.logits, row, 0, nv * sizeof(float));
         out = row;
         n_outputs = 1;
         return;
     }
     if (n_outputs > 0 && out != logits.data()) logits.assign(out, out + base);   // the first row was pinned
     logits.resize(base + (size_t) n_out * nv);
-    ggml_backend_tensor_get(g.logits, logits.data() + base, 0, (size_t) n_out * nv * sizeof(float));
+    read(g.logits, logits.data() + base, 0, (size_t) n_out * nv * sizeof(float));
     out = logits.data();
     n_outputs += n_out;
 }
 
-std::vector<float> read_tensor(ggml_tensor * t) {
+std::vector<float> read_tensor(const context & c, ggml_tensor * t) {
     std::vector<float> v((size_t) ggml_nelements(t));
-    ggml_backend_tensor_get(t, v.data(), 0, v.size() * sizeof(float));
+    c.read(t, v.data(), 0, v.size() * sizeof(float));
     return v;
 }
 
 // cos(input, output) of each checked block of lane i for each of its tokens, [n_checks][n_tokens]:
 // from the hidden outputs on the host (a few KB read back a token), or the graph's own.
-std::vector<float> lane_similarities(const built_graph & g, size_t i) {
+std::vector<float> lane_similarities(const context & c, const built_graph & g, size_t i) {
     const lane_io & io = g.lanes[i];
     const int nc = g.seg.lanes[i].n_checks();
-    if (!g.seg.host_checks) return read_tensor(io.checks);
-    std::vector<float> prev = read_tensor(io.check_in);
+    if (!g.seg.host_checks) return read_tensor(c, io.checks);
+    std::vector<float> prev = read_tensor(c, io.check_in);
     const size_t E = (size_t) io.check_in->ne[0], T = prev.size() / E;
-    std::vector<float> c((size_t) nc * T);
+    std::vector<float> sims((size_t) nc * T);
     for (int k = 0; k < nc; k++) {
-        std::vector<float> cur = read_tensor(io.hidden_out[k]);
+        std::vector<float> cur = read_tensor(c, io.hidden_out[k]);
         for (size_t t = 0; t < T; t++) {
             double dot = 0, na = 0, nb = 0;
             for (size_t d = t * E; d < (t + 1) * E; d++) {
@@ -328,11 +339,11 @@ std::vector<float> lane_similarities(const built_graph & g, size_t i) {
                 na += (double) prev[d] * prev[d];
                 nb += (double) cur[d] * cur[d];
             }
-            c[(size_t) k * T + t] = (float) (dot / std::sqrt(na * nb));
+            sims[(size_t) k * T + t] = (float) (dot / std::sqrt(na * nb));
         }
         prev.swap(cur);
     }
-    return c;
+    return sims;
 }
 
 // One step of at most n_batch tokens at the end of the cache: a decode step under the exit rule,
@@ -367,7 +378,7 @@ void context::hand_on(const built_graph & g, int b, handoff & ho) const {
     if (g.seg.carry_out) {
         ho.slot = s.n_checks() > 0 ? b - s.check_first + 1 : 0;
     } else {
-        ho.h = read_tensor(b == s.last && io.last_hidden ? io.last_hidden : io.hidden_out[b - s.check_first]);
+        ho.h = read_tensor(*this, b == s.last && io.last_hidden ? io.last_hidden : io.hidden_out[b - s.check_first]);
     }
 }
 
@@ -425,7 +436,7 @@ void context::run_predicted(const int32_t * tokens, int n_out) {
     built_graph & g = run_segment(seg, tokens, nullptr, 1);
     if (n_out > 0) take_logits(g);
     const int nc = seg.one().n_checks();
-    const int seen = nc > 0 ? first_at_tau(lane_similarities(g, 0), lo, nc, rule.tau) : -1;
+    const int seen = nc > 0 ? first_at_tau(lane_similarities(*this, g, 0), lo, nc, rule.tau) : -1;
     const int obs = seen >= 0 || f < L - 1 ? seen : L - 1;   // -1: left at f before any block reached tau
     fc.observe(obs, L);
     prev_exit = f;
@@ -474,7 +485,7 @@ int context::run_backbone(const int32_t * tokens, int n, int n_out, handoff & ho
         built_graph & g = run_segment(seg, tokens, input_of(seg, ho), n);
         const int nc = seg.one().n_checks();
         if (nc > 0) {
-            const std::vector<float> c = lane_similarities(g, 0);  // [nc][n]
+            const std::vector<float> c = lane_similarities(*this, g, 0);  // [nc][n]
             for (int k = 0; k < nc; k++) {
                 float mn = c[(size_t) k * n];
                 for (int i = 1; i < n; i++) mn = std::min(mn, c[(size_t) k * n + i]);
@@ -554,7 +565,7 @@ void context::decode(int s, const int32_t * tokens, int n, bool logits_all, int 
         const bool last = done + step == n;
         run(tokens + done, step, logits_all ? step : (last ? 1 : 0), decoding);
         done += step;
-    }
+    }    settle();   // no graph in flight when a call returns
 }
 
 // Embeddings are a prompt's: every token at full depth, whatever the exit rule (exits are a
@@ -579,12 +590,12 @@ void context::embed(int s, const int32_t * tokens, int n) {
         seg.shape.invariant = false;
         built_graph & g = run_segment(seg, tokens + done, nullptr, step);
         embd.resize(embd.size() + (size_t) step * E);
-        ggml_backend_tensor_get(g.embd, embd.data() + (size_t) done * E, 0, (size_t) step * E * sizeof(float));
+        read(g.embd, embd.data() + (size_t) done * E, 0, (size_t) step * E * sizeof(float));
         kv->used[seq] += step;
         n_embd_rows += step;
         note_tokens(step, L - 1, -1, -1);
         done += step;
-    }
+    }    settle();
 }
 
 void context::truncate(int s, int n_keep) {

@@ -7,6 +7,7 @@
 
 #include <list>
 #include <memory>
+#include <unordered_map>
 
 namespace pr {
 
@@ -41,6 +42,25 @@ struct handoff {
     bool use_carry = false;
     std::vector<float> h;
     int slot = -1;
+};
+
+// What a step costs a GPU, counted on any device (pr_counters, pyriver_debug.h; counters.cpp).
+struct gpu_counts {
+    int64_t graphs = 0, graph_changes = 0, graph_captures = 0, nodes = 0;
+    int64_t syncs = 0, host_bytes = 0, host_bytes_pinned = 0;
+};
+
+// ggml-cuda's record of one CUDA graph (ggml_cuda_graph::node_properties, common.cuh), kept per
+// graph key (the graph's first node, ggml_cuda_graph_get_key) to apply its rule on any backend.
+struct cuda_graph_record {
+    struct node_properties {
+        ggml_tensor node;
+        void * node_src_data_ptrs[GGML_MAX_SRC];
+        int64_t node_src_ne[GGML_MAX_SRC][GGML_MAX_DIMS];
+        size_t node_src_nb[GGML_MAX_SRC][GGML_MAX_DIMS];
+    };
+    std::vector<node_properties> node_props;
+    bool warmup_complete = false;
 };
 
 // One token of a multi-sequence step (pr_batch), and where it is in the step.
@@ -84,6 +104,12 @@ struct context {
     ggml_backend_buffer_type_t host_buft = nullptr;
     ggml_backend_buffer_t pinned = nullptr;
 
+    // Host synchronizations, graph changes and reads, as a GPU would see them (counters.cpp).
+    mutable gpu_counts counts;
+    bool compare_graphs = false;           // set by the first pr_context_counters_reset
+    std::unordered_map<const void *, cuda_graph_record> cuda_graphs;
+    mutable ggml_backend_sched_t pending = nullptr;   // computed asynchronously, not yet waited for
+
     context(model * m, const pr_context_params & p);
     ~context();
 
@@ -109,6 +135,11 @@ struct context {
     void note_tokens(int n, int exit_block, int forecast, int seen);
     void forget_forecast(int s) { forecasts[s].reset(); }
     void check_append(int s, const int32_t * tokens, int n) const;
+    // Every read of a device result goes through read(): the first after a graph waits for it (one
+    // host synchronization, as llama.cpp's read of its logits), later ones are each a blocking copy.
+    void read(ggml_tensor * t, void * dst, size_t offset, size_t size) const;
+    void settle() const;                   // waits for a graph still in flight (before touching its buffers)
+    void note_graph(ggml_cgraph * gf);     // the graph just launched, against ggml-cuda's rule
 
 private:
     ggml_backend_sched_t new_sched(size_t capacity);
@@ -128,8 +159,8 @@ private:
 
 // Similarities of the checked blocks of lane i of a graph, [n_checks][n_tokens]: computed on the
 // host from its hidden outputs, or read from the graph.
-std::vector<float> lane_similarities(const built_graph & g, size_t i);
-std::vector<float> read_tensor(ggml_tensor * t);   // an F32 tensor on the host
+std::vector<float> lane_similarities(const context & c, const built_graph & g, size_t i);
+std::vector<float> read_tensor(const context & c, ggml_tensor * t);   // an F32 tensor on the host
 void check_tokens(const model & m, const int32_t * tokens, int n);   // ids in the vocabulary
 
 // A saved KV cache of sequence 0 (state.cpp): its size, a copy of it, and putting one back

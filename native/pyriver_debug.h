@@ -37,6 +37,32 @@ PR_API int64_t   pr_graph_runs(const pr_context * ctx);
  * of one). With the blocks on a device other than the CPU, where inputs live, the scheduler copies
  * each of them there once a graph: it should not grow with the number of blocks. */
 PR_API int32_t   pr_graph_input_reads(const pr_context * ctx);
+/* What the context's steps cost a GPU, counted on any device (native/counters.cpp):
+ *   graphs            graphs computed
+ *   graph_changes     of those, graphs ggml-cuda finds changed against the last graph it ran with
+ *                     the same first node (ggml_cuda_graph_update_required: node count, each node's
+ *                     whole ggml_tensor, its sources' data pointers, ne and nb): run without a CUDA
+ *                     graph, then captured anew; only from the first pr_context_counters_reset on
+ *   graph_captures    graphs ggml-cuda would capture (the first unchanged run after a change)
+ *   nodes             nodes of the computed graphs
+ *   syncs             host synchronizations: waits for a computed graph, each read of a result
+ *                     (logits, exit similarities, hidden states, embeddings) after the first of a graph
+ *   host_bytes        device-to-host bytes read
+ *   host_bytes_pinned of those, bytes into the context's host buffer of its GPU's host buffer type
+ *                     (pinned memory; without a GPU the same buffer of the CPU backend) */
+typedef struct {
+    int64_t graphs;
+    int64_t graph_changes;
+    int64_t graph_captures;
+    int64_t nodes;
+    int64_t syncs;
+    int64_t host_bytes;
+    int64_t host_bytes_pinned;
+} pr_counters;
+
+PR_API pr_status pr_context_counters(const pr_context * ctx, pr_counters * out);
+/* Zeroes the counters; the first call also starts comparing graphs (graphs already seen are kept). */
+PR_API pr_status pr_context_counters_reset(pr_context * ctx);
 /* Fills every cache slot with a value (NaN proves that no unwritten slot is read). */
 PR_API pr_status pr_kv_fill(pr_context * ctx, float value);
 /* The block placement arithmetic alone: the device index (0..n_devices-1, or -1 for the CPU) of

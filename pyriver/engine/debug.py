@@ -84,3 +84,20 @@ def place_layers(n_layer: int, n_gpu_layers: int, shares: Sequence[float]) -> Li
     out = ffi.new("int32_t[]", n_layer + 1 if n_layer > 0 else 1)
     check(lib.pr_place_layers(int(n_layer), int(n_gpu_layers), len(shares), ffi.new("float[]", list(shares)), out))
     return list(out)
+
+
+COUNTER_FIELDS = ("graphs", "graph_changes", "graph_captures", "nodes", "syncs", "host_bytes", "host_bytes_pinned")
+
+
+def counters(llm_or_batch) -> dict:
+    """What the context's steps since the last reset_counters cost a GPU (pr_context_counters,
+    native/counters.cpp): graphs, graph_changes and graph_captures by ggml-cuda's rule for reusing a
+    captured CUDA graph, nodes, host syncs, device-to-host bytes and those into pinned memory."""
+    out = ffi.new("pr_counters *")
+    check(lib.pr_context_counters(_native(llm_or_batch, "ctx"), out))
+    return {f: int(getattr(out, f)) for f in COUNTER_FIELDS}
+
+
+def reset_counters(llm_or_batch) -> None:
+    """Zero the counters (the first call also starts comparing graphs by ggml-cuda's rule)."""
+    check(lib.pr_context_counters_reset(_native(llm_or_batch, "ctx")))

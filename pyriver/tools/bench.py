@@ -112,6 +112,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--exit-rules", nargs="+", choices=["checked", "predicted", "guarded"], default=["checked"],
                    help="--serve: exit rules, each a River server under every --batch-rules (docs/river.md, Predicted exits)")
     b.add_argument("--chat-turns", action="store_true", help="second chat turn's time to first token, with and without prefix reuse")
+    b.add_argument("--counts", action="store_true", help="GPU costs counted on the CPU: host syncs, CUDA graph changes "
+                   "(ggml-cuda's rule), device-to-host bytes and pinned, nodes per token, a JSON line per mode (counts.py)")
+    b.add_argument("--count-tokens", "-n", type=int, default=32, help="--counts: tokens (steps) per mode after warm-up")
     b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")
     b.add_argument("--systems-dtype", default="q8_0", choices=["f16", "q8_0"], help="backbone type of the synthetic model")
     b.add_argument("--systems-size", default="1b", choices=["1b", "8b"], help="synthetic llama of this size (8b: Llama 3.1 8B's shape)")
@@ -205,12 +208,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parser().parse_args(argv)
     if a.tau is None and a.inprocess:
         a.tau = [DEFAULT_TAU]
-    modes = (("paired", paired.paired), ("systems", systems.main), ("spec_serve", _spec_serve), ("serve", _serve), ("overhead", inprocess.overhead),
+    modes = (("counts", _counts), ("paired", paired.paired), ("systems", systems.main), ("spec_serve", _spec_serve), ("serve", _serve), ("overhead", inprocess.overhead),
              ("chat_turns", inprocess.chat_turns), ("verify_cost", verifycost.main), ("lossless", specbench.main), ("inprocess", inprocess.inprocess))
     for flag, run in modes:   # the first mode asked for; else engines in their own processes
         if getattr(a, flag):
             return run(a)
     return processes(a)
+
+
+def _counts(a) -> int:
+    from pyriver.tools import counts
+    return counts.main(a)
 
 
 def _spec_serve(a) -> int:
