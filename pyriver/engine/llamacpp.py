@@ -364,3 +364,14 @@ class LlamaCppEngine(Engine):
         lora.free(self.adapters)   # before their model (llama.cpp would free them with it too)
         if m:
             llama_cpp.llama_model_free(m)
+
+
+def reset_graph_reuse(ctx) -> None:
+    """Zero llama.cpp's perf counters of a llama_cpp context (llama_perf_context_reset)."""
+    llama_cpp.llama_perf_context_reset(ctx)
+
+
+def graphs_reused(ctx) -> int:
+    """Graphs llama.cpp reused since the last reset (llama_perf_context().n_reused): a reused graph
+    keeps its id, so ggml-cuda does not compare or capture it again."""
+    return int(llama_cpp.llama_perf_context(ctx).n_reused)

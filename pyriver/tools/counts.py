@@ -67,7 +67,7 @@ def _single(llm, mode: str, n: int, warmup: int) -> Dict:
             nonlocal pos
             llm.decode_logits([tok] * VERIFY_TOKENS, logits_all=True, prompt=VERIFY)
             pos += 1
-            llm._truncate(pos)
+            llm.context.truncate(pos)
         for _ in range(warmup):
             verify()
         debug.reset_counters(llm)
@@ -115,6 +115,8 @@ def llama_cpp_counts(model: str, n: int, warmup: int, threads: int, n_gpu_layers
     row's n_vocab floats read a token, into its output buffer, allocated from the output device's
     ggml_backend_dev_host_buffer_type (pinned memory on CUDA; output_reserve)."""
     import llama_cpp
+
+    from pyriver.engine.llamacpp import graphs_reused, reset_graph_reuse
     llm = llama_cpp.Llama(model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
                           n_gpu_layers=n_gpu_layers, verbose=False)
     try:
@@ -124,19 +126,19 @@ def llama_cpp_counts(model: str, n: int, warmup: int, threads: int, n_gpu_layers
         for _ in range(warmup):
             llm.eval([tok])
             tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        llama_cpp.llama_perf_context_reset(llm.ctx)
+        reset_graph_reuse(llm.ctx)
         for _ in range(n):
             llm.eval([tok])
             tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-        perf = llama_cpp.llama_perf_context(llm.ctx)
+        reused = graphs_reused(llm.ctx)
         n_vocab = llm.n_vocab()
         return {
             "mode": "llama.cpp decode", "tokens": n,
             "syncs_per_token": 1.0,
-            "graph_changes_per_token": (n - perf.n_reused) / n,
+            "graph_changes_per_token": (n - reused) / n,
             "host_bytes_per_token": float(n_vocab * 4),
             "pinned": True,
-            "graphs_reused": int(perf.n_reused),
+            "graphs_reused": reused,
             "how": {"graph_changes_per_token": "measured: graphs rebuilt, 1 - n_reused/n (llama_perf_context)",
                     "syncs_per_token": "source: llama-context.cpp decode (tensor_get_async) + llama_get_logits (synchronize)",
                     "host_bytes_per_token": "source: one row of n_vocab floats (logits of the last token)",
