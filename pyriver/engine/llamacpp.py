@@ -25,6 +25,13 @@ from pyriver.engine.mtmd import NULL_TOKEN
 _HIST = struct.Struct("<Q")   # a state's token count, before its tokens (int32) and llama.cpp's bytes
 
 
+def logits_ith(ctx, i: int, n_vocab: int) -> np.ndarray:
+    """A copy [1, n_vocab] of the logits of output row i (-1: the last) of a llama.cpp context
+    (a llama_context_p, e.g. llama_cpp.Llama's ctx) after its last decode."""
+    ptr = llama_cpp.llama_get_logits_ith(ctx, i)
+    return np.ctypeslib.as_array(ptr, shape=(1, n_vocab)).copy()
+
+
 class LlamaCppContext(Context):
     def __init__(self, engine: "LlamaCppEngine", args: ContextArgs):
         if args.batch_invariant:

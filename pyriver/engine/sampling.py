@@ -145,8 +145,10 @@ class Sampler:
         self.n_vocab = int(n_vocab or (vocab.n_vocab if vocab is not None else 0))
         self.bias = dict(bias or {})
         self.mirostat_mode, self.tau, self.eta = int(mirostat_mode), float(mirostat_tau), float(mirostat_eta)
-        # lossless mode's own draws (its drafts on the river, its acceptance test)
-        self.rng = np.random.default_rng(seed)
+        # lossless mode's own draws (its drafts on the river, its acceptance test): default_rng(seed)'s
+        # stream, its seed sequence kept (the server's synthetic drafts spawn from it)
+        self.seed_seq = np.random.SeedSequence(seed)
+        self.rng = np.random.Generator(np.random.PCG64(self.seed_seq))
         self.skip = 0
         self._fed: List[int] = []     # the history the history part has accepted
         self._hist = self._build_history()

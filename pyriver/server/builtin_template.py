@@ -1,19 +1,15 @@
 """`--chat-template NAME`: llama.cpp's built-in chat templates (chatml, llama3, command-r ...)
-rendered by llama.cpp itself (llama_chat_apply_template, through llama-cpp-python), as
+rendered by llama.cpp itself (llama_chat_apply_template, through pyriver.engine.chat_template), as
 llama-server renders them; any other value is a jinja template's source."""
 from __future__ import annotations
 
-import ctypes
 from typing import Dict, List
 
-import llama_cpp
+from pyriver.engine import chat_template as engine_templates
 
 
 def names() -> List[str]:
-    n = llama_cpp.llama_chat_builtin_templates(None, 0)
-    arr = (ctypes.c_char_p * n)()
-    llama_cpp.llama_chat_builtin_templates(arr, n)
-    return [x.decode() for x in arr]
+    return engine_templates.builtin_names()
 
 
 class BuiltinTemplate:
@@ -31,18 +27,7 @@ class BuiltinTemplate:
             if not isinstance(m.get("content", ""), str):
                 raise ValueError("a built-in template takes text content only")
         keep = [(m["role"].encode("utf-8"), (m.get("content") or "").encode("utf-8")) for m in messages]
-        chat = (llama_cpp.llama_chat_message * len(keep))(*[llama_cpp.llama_chat_message(r, c) for r, c in keep])
-        size = 2 * sum(len(r) + len(c) for r, c in keep) + 1024
-        for _ in range(2):
-            buf = ctypes.create_string_buffer(size)
-            n = llama_cpp.llama_chat_apply_template(self.name.encode(), chat, len(keep), add_generation_prompt,
-                                                    buf, size)
-            if n < 0:
-                raise ValueError(f"llama.cpp's '{self.name}' template cannot render these messages")
-            if n <= size:
-                return buf.raw[:n].decode("utf-8", "replace")
-            size = n + 1
-        raise ValueError("the rendered prompt did not fit")
+        return engine_templates.apply_builtin(self.name, keep, add_generation_prompt)
 
 
 def from_settings(settings: Dict, base):

@@ -115,7 +115,7 @@ class Drafter:
     def start(self, seq: int, sampler, n_prompt: int) -> None:
         """A request takes slot seq: its sampler, and its prompt's length (the slot's tokens before it generated)."""
         if self.synth is not None:   # the request's seed, without drawing from its sampler
-            ss = getattr(sampler.rng.bit_generator, "seed_seq", None) or sampler.rng.bit_generator._seed_seq
+            ss = getattr(sampler, "seed_seq", None) or sampler.rng.bit_generator.seed_seq
             self.rngs[seq] = np.random.default_rng(ss.spawn(1)[0])
 
     def propose(self, want: Dict[int, Tuple[List[int], int]]) -> Dict[int, List[int]]:

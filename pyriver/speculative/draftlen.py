@@ -117,7 +117,7 @@ class DraftCost:
         that cannot pay for the drafts left, the length rules stop looking."""
         got = self._floors.get(n_verify)
         if got is None:
-            got = self._floors[n_verify] = min(self._least(n_verify), self._below_tile()._least(max(n_verify, FA_TILE)))
+            got = self._floors[n_verify] = min(self.least(n_verify), self._below_tile().least(max(n_verify, FA_TILE)))
         return got
 
     def plain(self, seqs: int, rows: int) -> Tuple[float, float]:
@@ -130,7 +130,8 @@ class DraftCost:
             got = self._plain[seqs, rows] = (rate, (rate + 1e-12) * self.floor(rows + 1))
         return got
 
-    def _least(self, n_verify: int) -> float:
+    def least(self, n_verify: int) -> float:
+        """The least a step of n_verify rows or more costs in this table (0.0: no bound)."""
         if self._inc() < 0:   # a table cheaper at its end than at one row: no bound
             return 0.0
         tail = self.points[self._last] + self._inc() * max(0, n_verify - self._last)   # grows from there on

@@ -1,5 +1,5 @@
 """Grammar-constrained sampling with llama.cpp's own grammar engine (llama_sampler_init_grammar,
-through llama-cpp-python) over the vocabulary pyriver already loads; pyriver parses no grammar.
+held by pyriver.engine.grammar) over the vocabulary pyriver already loads; pyriver parses no grammar.
 
 `Grammar` is one grammar state (a llama.cpp grammar sampler). `ConstrainedSampler` wraps a
 pyriver Sampler under a grammar and has its interface (sample, distribution, p, rng): the
@@ -10,17 +10,15 @@ rewinds by dropping states, and every token is accepted into a state only after 
 allowed it (llama.cpp aborts the process on accepting a token its grammar forbids)."""
 from __future__ import annotations
 
-import ctypes
 import re
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple, Union
 
-import llama_cpp
 import numpy as np
 
+from pyriver.engine.grammar import TOKEN_DATA, GrammarSampler
 from pyriver.errors import PyriverError
 
-_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])   # llama_token_data
 # States kept behind the newest: a lossless rewind goes back at most a draft's length.
 _KEEP = 64
 # Candidates a greedy choice checks against the grammar before the whole vocabulary (Grammar.best).
@@ -68,20 +66,22 @@ class Grammar:
     # patterns, and while awaiting a trigger the text so far (bytes as latin-1, as llama.cpp's buffer)
     _strict: Optional["Grammar"] = None
     _awaiting = False
+    sampler: Optional[GrammarSampler] = None   # llama.cpp's grammar sampler of this state
 
-    def __init__(self, vocab, grammar: Union[str, object] = None, *, _smpl=None):
+    def __init__(self, vocab, grammar: Union[str, object] = None, *, _sampler=None, _lazy=None):
         self.vocab = vocab
-        if _smpl is not None:
-            self._smpl = _smpl
+        if _sampler is not None:   # a clone (_lazy: its lazy state) or a strict twin
+            self.sampler = _sampler
+            if _lazy is not None:
+                self._strict, self._awaiting, self._buffer, self._trigger_toks, self._trigger_res = _lazy
             return
         text, root = gbnf_text(grammar)
         if not text.strip():
             raise GrammarError("the grammar is empty")
-        self._smpl = llama_cpp.llama_sampler_init_grammar(vocab._vocab, text.encode("utf-8"), root.encode("utf-8"))
-        if not self._smpl:   # llama.cpp logs why (a syntax error, an undefined rule, left recursion)
+        self.sampler = GrammarSampler.strict(vocab, text, root)
+        if self.sampler is None:   # llama.cpp logs why (a syntax error, an undefined rule, left recursion)
             raise GrammarError(f"the grammar does not parse (llama.cpp's GBNF: a syntax error, an undefined rule, "
                                f"left recursion or no rule '{root}'): {text[:200]!r}")
-        self._one = np.zeros(1, dtype=_TOKEN_DATA)
         if not self.mask_allows_any():
             self.close()
             raise GrammarError(f"the grammar allows no token of this vocabulary at its start: {text[:200]!r}")
@@ -90,32 +90,26 @@ class Grammar:
 
     def _make_lazy(self, lazy: LazyGrammar, text: str, root: str) -> None:
         """This state becomes the strict twin; self gets llama.cpp's lazy sampler of the same grammar."""
-        strict = Grammar(self.vocab, _smpl=self._smpl)
-        strict._one = np.zeros(1, dtype=_TOKEN_DATA)
-        self._smpl = None
+        strict = Grammar(self.vocab, _sampler=self.sampler)
+        self.sampler = None
         toks = []
         for w in lazy.words:
             t = self.vocab.tokenize(w.encode("utf-8"), add_bos=False, special=True)
             if len(t) == 1 and self.vocab.piece(t[0], special=True) == w.encode("utf-8"):
                 toks.append(t[0])
         pats = [f"({_regex_literal(w)})" for w in lazy.words] + list(lazy.patterns)
-        c_pats = (ctypes.c_char_p * max(1, len(pats)))(*[p.encode("utf-8") for p in pats])
-        c_toks = (llama_cpp.llama_token * max(1, len(toks)))(*toks)
-        self._smpl = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
-            self.vocab._vocab, text.encode("utf-8"), root.encode("utf-8"), c_pats, len(pats), c_toks, len(toks))
-        if not self._smpl:
+        self.sampler = GrammarSampler.lazy(self.vocab, text, root, pats, toks)
+        if self.sampler is None:
             strict.close()
             raise GrammarError(f"the lazy grammar's triggers do not compile: {pats!r}")
         self._strict, self._awaiting, self._buffer = strict, True, ""
         self._trigger_toks, self._trigger_res = frozenset(toks), tuple(re.compile(p) for p in pats)
 
     def clone(self) -> "Grammar":
-        g = Grammar(self.vocab, _smpl=llama_cpp.llama_sampler_clone(self._smpl))
-        g._one = np.zeros(1, dtype=_TOKEN_DATA)
+        lazy = None
         if self._strict is not None:   # the strict twin is never advanced: shared
-            g._strict, g._awaiting, g._buffer = self._strict, self._awaiting, self._buffer
-            g._trigger_toks, g._trigger_res = self._trigger_toks, self._trigger_res
-        return g
+            lazy = (self._strict, self._awaiting, self._buffer, self._trigger_toks, self._trigger_res)
+        return Grammar(self.vocab, _sampler=self.sampler.clone(), _lazy=lazy)
 
     @property
     def awaiting(self) -> bool:
@@ -144,15 +138,15 @@ class Grammar:
             for t in self.vocab.tokenize(text, add_bos=False, special=False):
                 if not g.allows(t):
                     return False
-                llama_cpp.llama_sampler_accept(g._smpl, int(t))
+                g.sampler.accept(t)
             return True
         finally:
             g.close()
 
     def close(self) -> None:   # a lazy grammar's strict twin is shared by its clones: freed with the last
-        smpl, self._smpl = getattr(self, "_smpl", None), None
-        if smpl:
-            llama_cpp.llama_sampler_free(smpl)
+        sampler, self.sampler = self.sampler, None
+        if sampler is not None:
+            sampler.close()
 
     def __del__(self):
         try:
@@ -160,20 +154,12 @@ class Grammar:
         except Exception:
             pass
 
-    def _apply(self, arr: np.ndarray) -> None:
-        ta = llama_cpp.llama_token_data_array(data=arr.ctypes.data_as(llama_cpp.llama_token_data_p),
-                                              size=arr.size, selected=-1, sorted=False)
-        llama_cpp.llama_sampler_apply(self._smpl, ctypes.byref(ta))
-
     def allows(self, tok: int) -> bool:
         """Whether the grammar allows token tok next (a one-candidate array: cheap)."""
         if self._awaiting:   # free text, unless tok opens a call the grammar refuses
             text = None if self.vocab.is_eog(tok) else self._triggered(tok)
             return text is None or self._text_allowed(text)
-        one = self._one
-        one["id"], one["logit"] = int(tok), 0.0
-        self._apply(one)
-        return bool(np.isfinite(one["logit"][0]))
+        return self.sampler.allows(tok)
 
     def mask(self, logits: np.ndarray) -> np.ndarray:
         """A copy of logits with every token the grammar forbids at -inf; GrammarError when it allows
@@ -181,10 +167,10 @@ class Grammar:
         token that would open a call the grammar refuses)."""
         if self._awaiting:
             return np.array(logits, dtype=np.float32)
-        arr = np.empty(logits.size, dtype=_TOKEN_DATA)
+        arr = np.empty(logits.size, dtype=TOKEN_DATA)
         arr["id"] = np.arange(logits.size, dtype=np.int32)
         arr["logit"] = logits
-        self._apply(arr)
+        self.sampler.apply(arr)
         out = arr["logit"].copy()
         if not np.isfinite(out).any():
             raise GrammarError("the grammar allows no token here (a dead end of the grammar for this vocabulary)")
@@ -199,9 +185,9 @@ class Grammar:
             part = np.argpartition(-scores, _TOP)
             top = part[:_TOP]
             top = top[np.lexsort((top, -scores[top]))]   # by score, then id: np.argmax's order
-            arr = np.empty(_TOP, dtype=_TOKEN_DATA)
+            arr = np.empty(_TOP, dtype=TOKEN_DATA)
             arr["id"], arr["logit"] = top, scores[top]
-            self._apply(arr)
+            self.sampler.apply(arr)
             ok = np.flatnonzero(np.isfinite(arr["logit"]))
             # exact only when no token left out scores as high (a tie at the cut could have a lower id)
             if ok.size and scores[top[ok[0]]] > scores[part[_TOP]]:
@@ -209,9 +195,9 @@ class Grammar:
         return int(np.argmax(self.mask(scores)))
 
     def mask_allows_any(self) -> bool:
-        arr = np.zeros(min(_TOP, self.vocab.n_vocab), dtype=_TOKEN_DATA)   # the first ids: nearly always enough
+        arr = np.zeros(min(_TOP, self.vocab.n_vocab), dtype=TOKEN_DATA)   # the first ids: nearly always enough
         arr["id"] = np.arange(arr.size, dtype=np.int32)
-        self._apply(arr)
+        self.sampler.apply(arr)
         if np.isfinite(arr["logit"]).any():
             return True
         try:
@@ -231,7 +217,7 @@ class Grammar:
                 self._awaiting, self._buffer = False, ""
             else:
                 self._buffer += self.vocab.piece(tok, special=True).decode("latin-1")
-        llama_cpp.llama_sampler_accept(self._smpl, int(tok))
+        self.sampler.accept(tok)
 
 
 class ConstrainedSampler:

@@ -34,6 +34,14 @@ class SchemaConverter(llama_grammar.SchemaConverter):
             rule = llama_grammar.BuiltinRule(JSON_CHAR, [])
         return super()._add_primitive(name, rule)
 
+    def add_rule(self, name: str, rule: str) -> str:
+        """Add GBNF rule name (renamed when taken by another rule); the name it got."""
+        return self._add_rule(name, rule)
+
+    def format_literal(self, literal: str) -> str:
+        """literal as a GBNF string literal."""
+        return self._format_literal(literal)
+
 
 def schema_to_gbnf(schema: Any) -> str:
     """GBNF of a JSON schema (a dict, a bool, or its JSON text); GrammarError when it cannot be converted."""

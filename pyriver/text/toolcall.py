@@ -207,9 +207,9 @@ def call_grammar(tp: ToolPlan, force: bool = True) -> Optional[str]:
         except Exception as e:
             raise GrammarError(f"the parameters of tool {fn['name']!r} cannot be turned into a grammar: "
                                f"{type(e).__name__}: {e}") from None
-        head = conv._format_literal('{"name": ' + json.dumps(fn["name"]) + f', "{key}": ')
+        head = conv.format_literal('{"name": ' + json.dumps(fn["name"]) + f', "{key}": ')
         alts.append(f"{head} {args} \"}}\"")
-    call = conv._add_rule("tool-call", " | ".join(f"( {a} )" for a in alts))
+    call = conv.add_rule("tool-call", " | ".join(f"( {a} )" for a in alts))
     if tp.syntax == MISTRAL:
         root = f'"[TOOL_CALLS][" {call} ' + (f'(", " {call})* ' if tp.parallel else "") + '"]"'
     elif tp.syntax == LLAMA3:
@@ -217,7 +217,7 @@ def call_grammar(tp: ToolPlan, force: bool = True) -> Optional[str]:
     else:
         one = f'"<tool_call>\\n" {call} "\\n</tool_call>"'
         root = one + (f' ("\\n" {one})*' if tp.parallel else "")
-    conv._add_rule("root", root)
+    conv.add_rule("root", root)
     return conv.format_grammar()
 
 

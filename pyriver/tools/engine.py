@@ -18,6 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from pyriver.engine import debug
+from pyriver.engine.llamacpp import logits_ith
 from pyriver.river.stats import exit_stats
 
 
@@ -53,8 +54,7 @@ class LlamaCppEngine:
         self._llm.eval(list(tokens))
         if logits_all:
             return np.array(self._llm.scores[n0:self._llm.n_tokens])
-        ptr = llama_cpp.llama_get_logits_ith(self._llm.ctx, -1)
-        return np.ctypeslib.as_array(ptr, shape=(1, self._llm.n_vocab())).copy()
+        return logits_ith(self._llm.ctx, -1, self._llm.n_vocab())
 
     def close(self) -> None:
         self._llm.close()

@@ -339,9 +339,9 @@ def test_qwen_calls_tools_by_itself():
         assert a["choices"][0]["finish_reason"] == "stop" and "23" in a["choices"][0]["message"]["content"]
         # auto (a lazy grammar, triggered by Qwen's single <tool_call> token): a question without a
         # tool to call gets a text answer
+        from pyriver.text import toolcall
         from pyriver.text.grammar import Grammar
-        g = Grammar(q.vocab, __import__("pyriver").toolcall.auto_grammar(
-            __import__("pyriver").toolcall.plan([CITY_WEATHER], "auto", None, q.chats.template.source)))
+        g = Grammar(q.vocab, toolcall.auto_grammar(toolcall.plan([CITY_WEATHER], "auto", None, q.chats.template.source)))
         assert len(g._trigger_toks) == 1
         t = q.create_chat_completion([{"role": "user", "content": "What is 2 + 2? One word."}], tools=[CITY_WEATHER],
                                      temperature=0.0, max_tokens=12)
