@@ -4,10 +4,14 @@ files share are in helpers.py; markers are registered in pyproject.toml."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
 from helpers import ARCH_SPECS, REPO, SYNTH_SPECS
+
+if str(REPO) not in sys.path:   # pyriver_dev (the writers of test files, not in the wheel) under a bare `pytest`
+    sys.path.append(str(REPO))
 
 SYNTH_DIR = os.environ.get("PYRIVER_SYNTH_DIR", str(REPO / "models" / "synthetic"))
 
@@ -56,7 +60,7 @@ def llm(smol_path):
 def _synthetic(specs: dict, prefix: str, request) -> dict:
     """Each spec written once (kept across sessions) as SYNTH_DIR/<prefix>_<name>.gguf. The default
     model is fetched only to write a missing file (its tokenizer is copied)."""
-    from pyriver.tools import synth
+    from pyriver_dev import synth
     out = {}
     for name, spec in specs.items():
         p = os.path.join(SYNTH_DIR, f"{prefix}_{name}.gguf")
@@ -98,7 +102,7 @@ def qwen15_path() -> str:
 
 @pytest.fixture(scope="session")
 def bad_files(synth_paths, tmp_path_factory) -> dict:
-    from pyriver.tools.corrupt import write_corrupt_variants
+    from pyriver_dev.corrupt import write_corrupt_variants
     d = tmp_path_factory.mktemp("bad")
     return {k: str(v) for k, v in write_corrupt_variants(synth_paths["mha"], d).items()}
 
@@ -106,8 +110,8 @@ def bad_files(synth_paths, tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def foreign_paths(smol_path) -> dict:
     """Synthetic files of architectures pyriver has no builder for (llama.cpp's loaders only), by
-    architecture, written once (pyriver.tools.synth_foreign)."""
-    from pyriver.tools.synth_foreign import ARCHS, write_foreign
+    architecture, written once (pyriver_dev.synth_foreign)."""
+    from pyriver_dev.synth_foreign import ARCHS, write_foreign
     out = {}
     for arch in ARCHS:
         p = os.path.join(SYNTH_DIR, f"foreign_{arch}.gguf")
@@ -119,16 +123,16 @@ def foreign_paths(smol_path) -> dict:
 
 @pytest.fixture(scope="session")
 def tinygemma3(gemma_path) -> tuple:
-    """(text model, mmproj): the local tinygemma3 (pyriver.tools.synth_mmproj: Gemma 3's vocabulary,
+    """(text model, mmproj): the local tinygemma3 (pyriver_dev.synth_mmproj: Gemma 3's vocabulary,
     random weights, a gemma3 projector making 16 embeddings an image), written once."""
-    from pyriver.tools.synth_mmproj import ensure_tinygemma3
+    from pyriver_dev.synth_mmproj import ensure_tinygemma3
     return ensure_tinygemma3(os.path.join(SYNTH_DIR, "tinygemma3"), tokenizer_from=gemma_path)
 
 
 @pytest.fixture(scope="session")
 def smol_lora_path(smol_path) -> str:
-    """A LoRA adapter for SmolLM2 (pyriver.tools.synth_lora: random low rank, fixed seed), written once."""
-    from pyriver.tools.synth_lora import write_lora
+    """A LoRA adapter for SmolLM2 (pyriver_dev.synth_lora: random low rank, fixed seed), written once."""
+    from pyriver_dev.synth_lora import write_lora
     p = os.path.join(SYNTH_DIR, "lora_smollm2.gguf")
     if not os.path.exists(p):
         write_lora(p, smol_path)

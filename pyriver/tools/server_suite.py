@@ -108,18 +108,32 @@ def _model_names(pairs: List[List[str]]) -> str:
     return " ".join(p[1] for p in pairs if p[0] in _MODEL and len(p) > 1).lower()
 
 
+def _dev(name: str, what: str):
+    """A module of pyriver_dev (the repository's writers of test files, not in the wheel)."""
+    import importlib
+    try:
+        importlib.import_module("pyriver_dev")
+    except ModuleNotFoundError as e:
+        if e.name != "pyriver_dev":
+            raise
+        raise SystemExit(f"server_suite: {what} is written by pyriver_dev.{name}, which is in pyriver's "
+                         "repository, not in the installed package: run the suite from a checkout (its "
+                         "root on PYTHONPATH)") from None
+    return importlib.import_module(f"pyriver_dev.{name}")
+
+
 def tinygemma3() -> List[str]:
     """[text model, mmproj] of the local tinygemma3, written into the cache once."""
-    from pyriver.tools.synth_mmproj import ensure_tinygemma3
+    ensure_tinygemma3 = _dev("synth_mmproj", "the local tinygemma3").ensure_tinygemma3
     models = cache_dir() / "models"
     return list(ensure_tinygemma3(cache_dir() / "synthetic" / "tinygemma3", models / "gemma-3-270m-q4_k_m.gguf"))
 
 
 def split_model(src: str) -> str:
-    """The first of three shards of src (pyriver.tools.gguf_split), written into the cache once."""
+    """The first of three shards of src (pyriver_dev.gguf_split), written into the cache once."""
     import gguf
     from pyriver.engine.shards import shard_name
-    from pyriver.tools.gguf_split import split
+    split = _dev("gguf_split", "the split model").split
     prefix = cache_dir() / "synthetic" / "split" / Path(src).stem
     shards = [Path(shard_name(str(prefix), i, 3)) for i in range(3)]
     if not all(p.is_file() for p in shards):

@@ -18,7 +18,6 @@ from pyriver import models
 from pyriver.atomic import replacing
 from pyriver.api.llama import DEFAULT_RIVER, Llama
 
-from pyriver.tools import synth
 from pyriver.tools.engine import greedy
 from pyriver.tools.quantize import quantize, requantized
 from pyriver.tools.results import write_json
@@ -36,6 +35,20 @@ def model_path(dtype: str, size: str = "1b") -> Path:
     return models.cache_dir() / "synthetic" / f"llama-{size}-{dtype}.gguf"
 
 
+def _synth(p: Path):
+    """pyriver_dev.synth, which writes the synthetic model: it is in the repository, not in the wheel."""
+    try:
+        from pyriver_dev import synth
+    except ModuleNotFoundError as e:
+        if e.name != "pyriver_dev":
+            raise
+        raise SystemExit(f"bench --systems: {p} is not written yet, and the writer of synthetic models "
+                         "(pyriver_dev.synth) is in pyriver's repository, not in the installed package: run it "
+                         "once from a checkout's root (python -m pyriver.cli bench --systems ..., or with "
+                         "PYTHONPATH=<checkout>); the file stays in the cache for later runs") from None
+    return synth
+
+
 def ensure_model(dtype: str, size: str = "1b") -> Path:
     """The synthetic model, written once into the cache. Q8_0 is llama.cpp's quantization of the
     F16 file for 8b (numpy's Q8_0 would take minutes)."""
@@ -48,7 +61,7 @@ def ensure_model(dtype: str, size: str = "1b") -> Path:
                 quantize(src, tmp, "q8_0")
         else:
             print(f"writing {p} (synthetic, {dtype})", file=sys.stderr)
-            synth.write_llama(p, dtype=dtype, tokenizer_from=str(models.resolve(None)), **SPECS[size])
+            _synth(p).write_llama(p, dtype=dtype, tokenizer_from=str(models.resolve(None)), **SPECS[size])
     return p
 
 

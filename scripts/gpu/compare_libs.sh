@@ -6,7 +6,7 @@
 #   git archive --format=tar -o .gpuq/old.tar <older commit>
 #   for f in .ferry01/*; do case $f in *qwen2.5*) ;; *) ln -f $f .ferry00/;; esac; done   # the kit only
 #   python3 -c 'from pathlib import Path; from gguf import GGUFValueType; from pyriver.tools.gguf_io import KV, Plan, write_plan
-#   from pyriver.tools.synth import _tokenizer_kv as t; kv={"general.architecture": KV("qwen2", GGUFValueType.STRING)}
+#   from pyriver_dev.synth import _tokenizer_kv as t; kv={"general.architecture": KV("qwen2", GGUFValueType.STRING)}
 #   kv.update(t("QWEN1.5B.gguf")); write_plan(Path(".gpuq/vocab.gguf"), Plan(kv=kv))'
 # The call: command `bash scripts/gpu/compare_libs.sh`, carry [".ferry00", ".gpuq"], timeout_s 170.
 T0=$(date +%s); say() { echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
@@ -21,7 +21,7 @@ fi
 rm -rf /tmp/old /tmp/oldsite; mkdir -p /tmp/old && tar -xf .gpuq/old.tar -C /tmp/old
 ( python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/oldsite --upgrade \
     ${GGML:+--config-settings=cmake.define.ggml_DIR=$GGML} /tmp/old > /tmp/old.out 2>&1; echo "old build rc $?" >> /tmp/old.out ) &
-python3 -m pyriver.tools.synth --arch qwen2 --layers $LAYERS --embd $EMBD --heads $HEADS --heads-kv $KV --ff $FF \
+python3 -m pyriver_dev.synth --arch qwen2 --layers $LAYERS --embd $EMBD --heads $HEADS --heads-kv $KV --ff $FF \
   --rope-base 1000000 --rms-eps 1e-6 --dtype f16 --tokenizer-from .gpuq/vocab.gguf --quantize q4_k_m /tmp/q.gguf > /tmp/synth.out 2>&1
 say "synth rc $?"; tail -2 /tmp/synth.out
 wait; tail -1 /tmp/old.out; ls /tmp/oldsite/pyriver/libpyriver* || tail -20 /tmp/old.out

@@ -28,6 +28,7 @@ SIZES = {   # 8b: pyriver.tools.systems' Llama 3.1 8B shape; tiny: the CPU rehea
     "tiny": dict(n_layer=8, n_embd=256, n_head=4, n_head_kv=2, n_ff=704, tied_output=True, seed=8),
 }
 RIVER = "q4_0"   # the river the profile was measured with
+REPO = Path(__file__).resolve().parents[2]   # pyriver_dev (synth) is the repository's, not the wheel's
 
 
 def paths(d: Path, size: str):
@@ -36,7 +37,8 @@ def paths(d: Path, size: str):
 
 def write(a) -> int:
     from pyriver import Llama
-    from pyriver.tools import synth
+    sys.path.append(str(REPO))   # after the installed pyriver: only pyriver_dev comes from the tree
+    from pyriver_dev import synth
     p = paths(Path(a.dir), a.size)
     t = time.time()
     if not p.exists():

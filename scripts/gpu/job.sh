@@ -125,7 +125,7 @@ smol() {
   ferry; ready 560
   gputests "smol or exit_decision or host_and_graph or prefill_exit or one_ggml" 300
   step "diagnostic: logits by step shape on CUDA"
-  timeout 120 python3 -m pyriver.tools.stepcheck $SMOL --n-gpu-layers -1; timeout 120 python3 -m pyriver.tools.stepcheck $SMOL --n-gpu-layers -1 --flash-attn
+  timeout 120 python3 -m pyriver_dev.stepcheck $SMOL --n-gpu-layers -1; timeout 120 python3 -m pyriver_dev.stepcheck $SMOL --n-gpu-layers -1 --flash-attn
   wait_bg
   step "bench SmolLM2 full depth"
   $PR bench $SMOL $NGL -t 4 -r 5 --json $R/bench-smol.json 2>&1 | tail -6
@@ -182,7 +182,7 @@ real_smol() {   # item 5 on SmolLM2 Q8_0: similarity exits, speed and fidelity
 real_gemma() {   # Gemma 3 270M on CUDA: parity, invariants, similarity exits
   ferry; ready 560
   gputests "270m" 300
-  timeout 120 python3 -m pyriver.tools.stepcheck $GEMMA --n-gpu-layers -1
+  timeout 120 python3 -m pyriver_dev.stepcheck $GEMMA --n-gpu-layers -1
   step "sweep Gemma 3 270M"
   $PR sweep $GEMMA $NGL --river q3_K --tau 0.95 0.97 0.985 --min-exit-layer 4 --limit 8 -n 48 -r 3 \
     --json $R/sweep-gemma.json --markdown $R/sweep-gemma.md 2>&1 | tail -12

@@ -1,7 +1,7 @@
 """Device-side model preparation for the GPU issue, run in the background while other work runs.
 
 `write`: the tests' synthetic models and the synthetic 1B/8B llamas of `bench --systems` (F16; the
-1B also Q8_0), with pyriver.tools.synth (no native library needed yet) and
+1B also Q8_0), with pyriver_dev.synth (no native library needed yet) and
 vocab.gguf (SmolLM2's tokenizer metadata only, written here by `vocab`) as the tokenizer source: the files are
 byte-identical to what the fixtures and systems.ensure_model write.
 `derive` (needs llama_cpp and pyriver installed): the 8B Q8_0 (llama.cpp's quantize of the F16),
@@ -35,7 +35,7 @@ def path(dtype, size):
 
 
 def write():
-    from pyriver.tools import synth  # needs no native library
+    from pyriver_dev import synth  # needs no native library
     sys.path.insert(0, "tests")
     from conftest import SYNTH_DIR
     from helpers import ARCH_SPECS, SYNTH_SPECS
@@ -84,7 +84,7 @@ def vocab():
 
     from pyriver import models
     from pyriver.tools.gguf_io import KV, Plan, write_plan
-    from pyriver.tools.synth import _tokenizer_kv as tokenizer_kv
+    from pyriver_dev.synth import _tokenizer_kv as tokenizer_kv
     kv = {"general.architecture": KV("llama", GGUFValueType.STRING)}
     kv.update(tokenizer_kv(str(models.resolve(None))))
     write_plan(Path(VOC), Plan(kv=kv))

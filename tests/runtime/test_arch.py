@@ -9,7 +9,8 @@ import pytest
 
 from helpers import ARCH_SPECS
 from pyriver import Llama, ModelLoadError
-from pyriver.tools import gguf_io, synth
+from pyriver.tools import gguf_io
+from pyriver_dev import synth
 from pyriver.tools.engine import LlamaCppEngine, StepwiseEngine
 
 

@@ -15,7 +15,7 @@ import llama_cpp.llama_cpp as llama_low
 
 from helpers import x86_cpu_has
 from pyriver import Llama
-from pyriver.tools import synth
+from pyriver_dev import synth
 from pyriver.tools.engine import LlamaCppEngine
 from pyriver.tools.quantize import quantize
 

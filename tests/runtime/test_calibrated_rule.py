@@ -8,7 +8,7 @@ import pytest
 from pyriver import Llama
 from pyriver.engine.backends import device_key
 from pyriver.river.sidecar import read_calibration
-from pyriver.tools import synth
+from pyriver_dev import synth
 from pyriver.tools.calibrate import store
 
 SETTING = {"river": "q4_0", "tau": 0.9, "min_exit_layer": 2, "lossless": False}

@@ -1,7 +1,7 @@
 """Forced tool calls (tool_choice naming a function, or "required") on SmolLM2: the whole answer is
 a call whose arguments validate against the tool's schema, in Llama.create_chat_completion and in
 `pyriver serve`, streamed or not (issue 39). The prompts, tools and verdicts are
-pyriver.tools.toolcall_check's (its full run, 50 prompts on the three shipped models, is in
+pyriver_dev.toolcall_check's (its full run, 50 prompts on the three shipped models, is in
 docs/api.md#forced-tool-calls-on-the-shipped-models); here a subset."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from pyriver import Llama
 from pyriver.text import toolcall
 from pyriver.text.grammar import Grammar
-from pyriver.tools import toolcall_check as TC
+from pyriver_dev import toolcall_check as TC
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from helpers import ARCH_SPECS
 from pyriver import Llama
 from pyriver.engine import debug
 from pyriver.api.batch import BatchDecoder, Feed
-from pyriver.tools import synth
+from pyriver_dev import synth
 
 
 def _reads(path, **kw):

@@ -14,7 +14,7 @@ import pytest
 from helpers import ARCH_SPECS, RIVER_PROMPT, forced_logits, rewrite_sidecar, river_copy
 from pyriver import Llama
 from pyriver.engine import debug
-from pyriver.tools import synth
+from pyriver_dev import synth
 from pyriver.tools.engine import LlamaCppEngine
 from pyriver.tools.quantize import quantize
 

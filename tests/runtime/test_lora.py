@@ -1,5 +1,5 @@
 """LoRA adapters on pyriver.Llama (lora_path, lora_scale as llama-cpp-python's; lora_adapters, pyriver's
-list): the adapter tests/conftest.py writes for SmolLM2 (pyriver.tools.synth_lora) changes the logits
+list): the adapter tests/conftest.py writes for SmolLM2 (pyriver_dev.synth_lora) changes the logits
 measurably, and pyriver's logits with it equal llama-cpp-python's bit for bit on the same files, at
 scale 1 and 0.5. A model with adapters runs on the llama.cpp engine; the native engine, River and
 bad adapters are clear errors."""
@@ -43,7 +43,7 @@ def test_logits_equal_llama_cpp_with_the_same_adapter(smol_path, smol_lora_path,
 def test_lora_adapters_list_and_what_runs(smol_path, smol_lora_path, tmp_path, capfd):
     """pyriver's lora_adapters: several adapters at their scales, one at 0 left out (llama.cpp's rule),
     so the list equals llama_cpp's one adapter; the engine is llama.cpp's, and verbose says why."""
-    from pyriver.tools.synth_lora import write_lora
+    from pyriver_dev.synth_lora import write_lora
     other = write_lora(tmp_path / "other.gguf", smol_path, seed=1)
     want = _logits(llama_cpp.Llama, smol_path, lora_path=smol_lora_path, lora_scale=0.5)
     assert np.array_equal(_logits(Llama, smol_path, lora_adapters=[(smol_lora_path, 0.5), (other, 0.0)]), want)
@@ -67,7 +67,7 @@ def test_what_cannot_run_is_a_clear_error(smol_path, smol_lora_path, kw, err, ma
 
 def test_bad_adapter_files_are_clear_errors(smol_path, gemma_path, tmp_path):
     from pyriver.errors import ModelLoadError
-    from pyriver.tools.synth_lora import write_lora
+    from pyriver_dev.synth_lora import write_lora
     with pytest.raises(FileNotFoundError, match="LoRA adapter not found"):
         Llama(smol_path, n_ctx=64, verbose=False, lora_path=str(tmp_path / "none.gguf"))
     with pytest.raises(ModelLoadError, match="could not load the LoRA adapter"):   # a model, not an adapter

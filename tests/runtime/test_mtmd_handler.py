@@ -1,5 +1,5 @@
 """pyriver.Llama with llama-cpp-python's multimodal chat handler (MTMDChatHandler over libmtmd), on
-the local tinygemma3 (pyriver.tools.synth_mmproj): the greedy answers of llama_cpp.Llama with the same
+the local tinygemma3 (pyriver_dev.synth_mmproj): the greedy answers of llama_cpp.Llama with the same
 handler on the same files, on the llama.cpp engine (chosen for the handler; the native engine refuses
 it). A projector is checked before libmtmd loads it: one that does not fit the model, or a misshapen
 one, is a ModelLoadError, never an abort."""
@@ -15,7 +15,7 @@ from llama_cpp.llama_chat_format import MTMDChatHandler
 from pyriver import Llama
 from pyriver.errors import ModelLoadError
 from pyriver.tools.gguf_io import plan_from_file, reshape_prefix, write_plan
-from pyriver.tools.synth_mmproj import png_bytes, write_mmproj
+from pyriver_dev.synth_mmproj import png_bytes, write_mmproj
 
 N = 12
 

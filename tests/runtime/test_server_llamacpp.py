@@ -314,7 +314,7 @@ BAD = [
     ("/apply-template", {"messages": "hi"}, "'messages' must be"),
     ("/apply-template", {"messages": [{"content": "x"}]}, "role"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logit_bias": {"1": "x"}}, "logit_bias"),
-    # what the request fuzzer (pyriver.tools.server_fuzz) found answered 500: a lone surrogate, deep nesting
+    # what the request fuzzer (pyriver_dev.server_fuzz) found answered 500: a lone surrogate, deep nesting
     ("/completion", b'{"prompt": "\\udcff"}', "UTF-8"),
     ("/v1/responses", b"[" * 100000, "not valid JSON"),
     # llama-server's prefill rules, its words

@@ -1,5 +1,5 @@
 """`pyriver serve --mmproj`: images through libmtmd on the llama.cpp engine, on the local tinygemma3
-(pyriver.tools.synth_mmproj). Real server processes and the openai client: an image's greedy answer
+(pyriver_dev.synth_mmproj). Real server processes and the openai client: an image's greedy answer
 and tokens equal llama-server's on the same files and requests (both at their default attention,
 flash attention; its --swa-full: pyriver's cache; -cram 0 on both, each request on a fresh slot); /completion's JSON prompt with
 multimodal_data; two image requests decoded together equal each alone; the --media-path rules;
@@ -19,7 +19,7 @@ import pytest
 
 from pyriver.tools import llama_server as ls
 from pyriver.tools.gguf_io import plan_from_file, reshape_prefix, write_plan
-from pyriver.tools.synth_mmproj import png_bytes, write_mmproj
+from pyriver_dev.synth_mmproj import png_bytes, write_mmproj
 from server_proc import ServerProcess, http, llama_server, together
 
 ARGS = ("-np", "2", "-c", "1024", "-t", "2", "-cram", "0")

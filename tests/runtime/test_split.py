@@ -19,7 +19,7 @@ from helpers import generate_logits
 from pyriver import Llama, ModelLoadError
 from pyriver.engine import check_file
 from pyriver.engine.shards import shard_paths
-from pyriver.tools import gguf_split
+from pyriver_dev import gguf_split
 from pyriver.tools.gguf_io import plan_from_file, rewrite_kv, write_plan
 
 PROMPT = "The capital of France is"

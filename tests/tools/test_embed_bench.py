@@ -1,4 +1,4 @@
-"""pyriver.tools.embed_bench (peer): /v1/embeddings of `pyriver serve --embedding` against
+"""pyriver_dev.embed_bench (peer): /v1/embeddings of `pyriver serve --embedding` against
 llama-server's on the same file: each text's vector the same (cosine), a text's vector in a batch
 the one it gets alone, and a throughput figure for each server."""
 from __future__ import annotations
@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from pyriver.tools import embed_bench, llama_server
+from pyriver.tools import llama_server
+from pyriver_dev import embed_bench
 
 
 @pytest.mark.peer

@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from helpers import TESTS
-from pyriver.tools import synth
-from pyriver.tools.fuzz import run
-from pyriver.tools.synth_foreign import ARCHS
+from pyriver_dev import synth
+from pyriver_dev.fuzz import run
+from pyriver_dev.synth_foreign import ARCHS
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ def base(smol_path, tmp_path_factory):
 
 
 def test_short_fuzz_run_model(base):
-    r = subprocess.run([sys.executable, "-m", "pyriver.tools.fuzz", "--source", str(base), "--cases", "300", "--seed", "11"],
+    r = subprocess.run([sys.executable, "-m", "pyriver_dev.fuzz", "--source", str(base), "--cases", "300", "--seed", "11"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr[-2000:]
     assert "300 cases" in r.stdout and "0 crashes or hangs" in r.stdout
@@ -54,7 +54,7 @@ REPLAY = """
 import json, random, sys
 from pathlib import Path
 from pyriver import Llama, ModelLoadError
-from pyriver.tools.fuzz import _meta_end, mutate
+from pyriver_dev.fuzz import _meta_end, mutate
 sources, cases, tmp = json.loads(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()), Path(sys.argv[3])
 for c in cases:
     src = sources[c.get("arch", "llama")]

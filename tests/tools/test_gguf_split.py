@@ -1,4 +1,4 @@
-"""pyriver.tools.gguf_split: where a shard ends, as llama-gguf-split's split_strategy decides it (a
+"""pyriver_dev.gguf_split: where a shard ends, as llama-gguf-split's split_strategy decides it (a
 shard every N tensors; or before a tensor that takes the shard's padded tensor bytes past the size),
 and its command line. The shards themselves: tests/runtime/test_split.py."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
 
-from pyriver.tools import gguf_split as G
+from pyriver_dev import gguf_split as G
 from pyriver.tools.gguf_io import Plan, Tensor, write_plan
 
 

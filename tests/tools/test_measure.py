@@ -20,7 +20,7 @@ from helpers import REPO, default_sigint, pyriver_cli as _pyriver
 from pyriver.models.cache import file_sha256
 from pyriver.speculative.draftlen import DEFAULT_COST
 from pyriver.river.sidecar import read_calibration
-from pyriver.tools import synth
+from pyriver_dev import synth
 from pyriver.tools.results import schema
 
 pytestmark = pytest.mark.slow

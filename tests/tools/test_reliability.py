@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyriver.tools import longrun, memshare
+from pyriver_dev import longrun, memshare
 
 pytestmark = pytest.mark.slow
 

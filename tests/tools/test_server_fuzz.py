@@ -1,10 +1,10 @@
-"""pyriver.tools.server_fuzz: the cases are the seed's, reach every endpoint with broken bodies too;
+"""pyriver_dev.server_fuzz: the cases are the seed's, reach every endpoint with broken bodies too;
 a short live run over loopback gets no 5xx, no hang, no slot left busy."""
 from __future__ import annotations
 
 import pytest
 
-from pyriver.tools import server_fuzz as F
+from pyriver_dev import server_fuzz as F
 
 
 def test_cases_are_seeded_and_reach_every_endpoint():

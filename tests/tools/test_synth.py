@@ -1,4 +1,4 @@
-"""Tests for pyriver.tools.synth (synthetic GGUF models loadable by llama-cpp-python), quantize
+"""Tests for pyriver_dev.synth (synthetic GGUF models loadable by llama-cpp-python), quantize
 and corrupt."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 gguf = pytest.importorskip("gguf")
 llama_cpp = pytest.importorskip("llama_cpp")
 
-from pyriver.tools import synth  # noqa: E402
-from pyriver.tools.corrupt import write_corrupt_variants  # noqa: E402
+from pyriver_dev import synth  # noqa: E402
+from pyriver_dev.corrupt import write_corrupt_variants  # noqa: E402
 from pyriver.tools.engine import LlamaCppEngine, greedy  # noqa: E402
 from pyriver.tools.quantize import quantize  # noqa: E402
 

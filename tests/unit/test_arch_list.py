@@ -64,7 +64,7 @@ def test_native_list_runs_on_both_engines(lists):
 
 
 def test_tested_list_is_the_suites_synthetic_files(lists):
-    from pyriver.tools.synth_foreign import ARCHS
+    from pyriver_dev.synth_foreign import ARCHS
     assert set(lists[LABELS[1]]) == set(ARCHS) == engine_suite_keys()
 
 

@@ -206,7 +206,7 @@ def test_the_command_check_rejects_bad_arguments(line, capsys):
 def test_commands_are_split_as_a_shell_splits_them():
     code = ('CMAKE_ARGS="-DA=on -DB" pip install . && pyriver run --chat "What is a river?"   # note\n'
             "pyriver bench -t 2 --rpc-servers 127.0.0.1:1,127.0.0.1:2 \\\n    --n-gpu-layers -1\n"
-            "python -m pyriver.tools.fuzz --cases 3; python -m pyriver.server M.gguf --port 8000\n")
+            "python -m pyriver_dev.fuzz --cases 3; python -m pyriver.server M.gguf --port 8000\n")
     assert commands(code) == [["pyriver", "run", "--chat", "What is a river?"],
                               ["pyriver", "bench", "-t", "2", "--rpc-servers", "127.0.0.1:1,127.0.0.1:2",
                                "--n-gpu-layers", "-1"],

@@ -105,7 +105,7 @@ def _in_child(code: str) -> str:
 
 
 @pytest.mark.parametrize("module", ["pyriver", "pyriver.models", "pyriver.river.sidecar", "pyriver.cli",
-                                    "pyriver.tools.synth", "pyriver.tools.gguf_io", "pyriver.tools.corrupt"])
+                                    "pyriver_dev.synth", "pyriver.tools.gguf_io", "pyriver_dev.corrupt"])
 def test_imports_without_the_native_library(module):
     out = _in_child(f"import sys, {module}; print(sorted(m for m in sys.modules if m in "
                     "('pyriver.engine.binding', 'llama_cpp')))")

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import pathlib
 
-from pyriver.tools import synth
+from pyriver_dev import synth
 from pyriver.tools.gguf_io import write_plan
-from pyriver.tools.synth_foreign_hybrid import granitehybrid, lfm2, qwen35
-from pyriver.tools.synth_parts import Parts
+from pyriver_dev.synth_foreign_hybrid import granitehybrid, lfm2, qwen35
+from pyriver_dev.synth_parts import Parts
 
 ARCHS = ("granite", "lfm2", "qwen35", "qwen35moe", "gemma4", "gpt-oss", "granitehybrid", "llama4", "glm4",
          "glm4moe", "deepseek2")

@@ -3,7 +3,7 @@ dropped when the context fills and a fresh conversation every few turns, then re
 load/close cycles. Samples resident memory, file descriptors and threads as it goes, so a leak
 shows as a slope after warm-up.
 
-    python -m pyriver.tools.longrun --tokens 10000 --json longrun.json
+    python -m pyriver_dev.longrun --tokens 10000 --json longrun.json
 """
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def summary(res: Dict, warmup_tokens: int = 1000) -> Dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pyriver.tools.longrun")
+    ap = argparse.ArgumentParser(prog="python -m pyriver_dev.longrun")
     ap.add_argument("model", nargs="?", default=None)
     ap.add_argument("--tokens", type=int, default=10000)
     ap.add_argument("--river", default=DEFAULT_RIVER, help="river type, or 'none'")

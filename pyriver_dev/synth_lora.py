@@ -4,7 +4,7 @@ some of each block's matrices, in llama.cpp's adapter format (src/llama-adapter.
 [rank, n_out] in ggml order). gain sizes the change: the logits move measurably, the text stays
 sane at the default (SmolLM2-135M-Instruct: tests/runtime/test_lora.py). For tests and examples.
 
-    python -m pyriver.tools.synth_lora OUT.gguf [--base MODEL] [--rank 8] [--gain G] [--seed 0]"""
+    python -m pyriver_dev.synth_lora OUT.gguf [--base MODEL] [--rank 8] [--gain G] [--seed 0]"""
 from __future__ import annotations
 
 import argparse
@@ -61,7 +61,7 @@ def write_lora(out: "str | os.PathLike[str]", base: str, rank: int = 8, gain: fl
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pyriver.tools.synth_lora", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m pyriver_dev.synth_lora", description=__doc__.split("\n\n")[0])
     ap.add_argument("out", help="the adapter GGUF to write")
     ap.add_argument("--base", default=None, help="the model it adapts (default: SmolLM2-135M-Instruct Q4_1)")
     ap.add_argument("--rank", type=int, default=8)

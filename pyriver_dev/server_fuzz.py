@@ -7,7 +7,7 @@ Each case must be answered, within the time bound, by a 2xx or an OpenAI-shaped 
 busy (`pyriver_slots_busy` of /metrics, after the streams drained) and the RSS after the run is
 compared with the RSS after a warm-up round of the valid requests.
 
-    python -m pyriver.tools.server_fuzz --cases 600 --seed 0 --json fuzz.json
+    python -m pyriver_dev.server_fuzz --cases 600 --seed 0 --json fuzz.json
 """
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ def run(model: Optional[str], n: int, seed: int, timeout: float) -> Dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pyriver.tools.server_fuzz", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m pyriver_dev.server_fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("model", nargs="?", default=None, help="GGUF path or registry name (default SmolLM2)")
     p.add_argument("--cases", type=int, default=600)
     p.add_argument("--seed", type=int, default=0)

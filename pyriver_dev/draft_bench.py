@@ -5,7 +5,7 @@ n-gram lookup drafts). Every server in its own process; within each repeat the s
 reported: medians over repeats of aggregate decode tok/s, and of each drafter's ratio to no drafter
 within a repeat, with the drafts kept (timings of a /completion per prompt).
 
-  python -m pyriver.tools.draft_bench [--model M] [--draft D] [--repeats 3] [--json out.json]
+  python -m pyriver_dev.draft_bench [--model M] [--draft D] [--repeats 3] [--json out.json]
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def kept(url: str, prompts: List[str], n: int) -> Dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pyriver.tools.draft_bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m pyriver_dev.draft_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="the target (default SmolLM2-135M-Instruct)")
     p.add_argument("--draft", default=None, help="the draft model (default: the target itself)")
     p.add_argument("--draft-max", type=int, default=4)

@@ -6,8 +6,8 @@ key: byte for byte the files llama-gguf-split writes (checked against it on Smol
 starts every --split-max-tensors tensors, or before a tensor that would take the shard's tensor
 bytes (each padded to 32) past --split-max-size.
 
-  python -m pyriver.tools.gguf_split IN.gguf OUT_PREFIX --split-max-tensors 128
-  python -m pyriver.tools.gguf_split IN.gguf OUT_PREFIX --split-max-size 500M [--no-tensor-first-split]
+  python -m pyriver_dev.gguf_split IN.gguf OUT_PREFIX --split-max-tensors 128
+  python -m pyriver_dev.gguf_split IN.gguf OUT_PREFIX --split-max-size 500M [--no-tensor-first-split]
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def split(src: str, prefix: str, max_tensors: int = 0, max_size: int = 0, no_ten
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pyriver.tools.gguf_split", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m pyriver_dev.gguf_split", description=__doc__.split("\n\n")[0])
     p.add_argument("input")
     p.add_argument("output_prefix", help="the shards are OUTPUT_PREFIX-00001-of-0000N.gguf ...")
     g = p.add_mutually_exclusive_group()

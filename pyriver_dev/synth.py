@@ -7,11 +7,11 @@ that llama.cpp (and llama-cpp-python) can load and run them. Only numpy and gguf
 native library is loaded (the default tokenizer file comes from the model registry).
 
 ``write_model(path, arch=..., ...)`` writes any of ``ARCHS``; ``write_llama(path, ...)`` a llama.
-Requantizing one with llama.cpp: pyriver.tools.quantize; broken files: pyriver.tools.corrupt.
+Requantizing one with llama.cpp: pyriver.tools.quantize; broken files: pyriver_dev.corrupt.
 
 Command line::
 
-    python -m pyriver.tools.synth OUT.gguf [--arch gemma3 --head-dim 48 --sliding-window 16] --layers 4 --embd 128 \\
+    python -m pyriver_dev.synth OUT.gguf [--arch gemma3 --head-dim 48 --sliding-window 16] --layers 4 --embd 128 \\
         --heads 4 --heads-kv 2 --ff 352 --dtype f16 --seed 0 [--tokenizer-from SOME.gguf] [--untied] [--quantize q4_0]
 
 Weight recipe (see ``write_llama``): every matrix is N(0, 1/fan_in) times a
@@ -499,7 +499,7 @@ def write_llama(path: str | os.PathLike[str], *, n_layer: int = 4, n_embd: int =
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pyriver.tools.synth",
+    ap = argparse.ArgumentParser(prog="python -m pyriver_dev.synth",
                                  description="Write a synthetic GGUF model with random weights.")
     ap.add_argument("out", help="output .gguf path")
     ap.add_argument("--arch", default="llama", choices=ARCHS)

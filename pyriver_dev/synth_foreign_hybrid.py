@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from pyriver.tools.synth_parts import Parts
+from pyriver_dev.synth_parts import Parts
 
 
 def lfm2(kw, attn_layers=(2,), l_cache=3):

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Optional
 
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from pyriver.tools import synth
+from pyriver_dev import synth
 from pyriver.tools.gguf_io import KV, Plan, Tensor
 
 F32 = GGMLQuantizationType.F32

@@ -2,7 +2,7 @@
 the file mapping are page-cache pages shared by every mapper, so the proportional set size (PSS:
 each shared page divided among its mappers) of N processes should stay near one copy.
 
-    python -m pyriver.tools.memshare --procs 3
+    python -m pyriver_dev.memshare --procs 3
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def measure(model: Optional[str] = None, procs: int = 3, per_proc: int = 1, time
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pyriver.tools.memshare")
+    ap = argparse.ArgumentParser(prog="python -m pyriver_dev.memshare")
     ap.add_argument("model", nargs="?", default=None)
     ap.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--llamas", type=int, default=1, help="Llama objects per process")

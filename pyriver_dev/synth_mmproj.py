@@ -1,11 +1,11 @@
-"""A synthetic multimodal model: a Gemma 3 text GGUF (pyriver.tools.synth) and a projector GGUF
+"""A synthetic multimodal model: a Gemma 3 text GGUF (pyriver_dev.synth) and a projector GGUF
 (mmproj) with random weights for llama.cpp's clip loader (tools/mtmd/clip.cpp, clip-impl.h), the
 local stand-in of llama.cpp's test model ggml-org/tinygemma3-GGUF. The projector is type "gemma3":
 a small SigLIP-style vision tower (patch convolution, learned positions, pre-norm blocks with GELU
 FFNs, a final norm), an average pool of n_merge x n_merge patches, an RMS norm and the projection
 into the text model's embedding width. Only numpy and gguf do the work, as in synth.py.
 
-    python -m pyriver.tools.synth_mmproj OUT_DIR [--text-embd 64] [--image-size 32 --patch-size 4 --merge 2]
+    python -m pyriver_dev.synth_mmproj OUT_DIR [--text-embd 64] [--image-size 32 --patch-size 4 --merge 2]
 
 writes OUT_DIR/tinygemma3.gguf and OUT_DIR/mmproj-tinygemma3.gguf. png_bytes() makes a test image
 (a PNG, no imaging package needed)."""
@@ -106,7 +106,7 @@ def write_mmproj(path: "str | os.PathLike[str]", *, text_n_embd: int, n_embd: in
 
 def write_text_model(path: "str | os.PathLike[str]", tokenizer_from: "str | os.PathLike[str]", **spec) -> pathlib.Path:
     """The Gemma 3 text half (TEXT_SPEC, overridden by spec) with CHAT_TEMPLATE."""
-    from pyriver.tools.synth import write_model
+    from pyriver_dev.synth import write_model
     p = write_model(path, tokenizer_from=tokenizer_from, **{**TEXT_SPEC, **spec})
     return rewrite_kv(p, {"tokenizer.chat_template": (CHAT_TEMPLATE, GGUFValueType.STRING)})
 
@@ -142,7 +142,7 @@ def png_bytes(width: int = 24, height: int = 20, seed: int = 0) -> bytes:
 
 
 def main(argv: Optional[list] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pyriver.tools.synth_mmproj", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m pyriver_dev.synth_mmproj", description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir")
     ap.add_argument("--tokenizer-from", default=None, help="a GGUF with Gemma 3's vocabulary (default: gemma3-270m)")
     ap.add_argument("--image-size", type=int, default=32)

@@ -7,8 +7,8 @@ another; the child reports each case before running it, so when the child dies (
 answering (a hang, over the per-case time bound) the parent knows the case, keeps its input, and
 starts a new child at the next case.
 
-    python -m pyriver.tools.fuzz --cases 10000 --out tests/fuzz_regressions
-    python -m pyriver.tools.fuzz --engine llama.cpp --source models/synthetic/foreign_qwen35.gguf --cases 300
+    python -m pyriver_dev.fuzz --cases 10000 --out tests/fuzz_regressions
+    python -m pyriver_dev.fuzz --engine llama.cpp --source models/synthetic/foreign_qwen35.gguf --cases 300
 
 With --engine llama.cpp a case goes through what Llama(..., engine="llama.cpp") does with a file
 (llama.cpp's own loader, a context, one step): the load path of every architecture pyriver has no
@@ -32,7 +32,7 @@ import gguf
 
 from pyriver import models
 
-from pyriver.tools import synth
+from pyriver_dev import synth
 
 INTERESTING = [0, 1, 2, 3, 4, 7, 8, 31, 32, 255, 256, 0x7FFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF,
                0x100000000, 0x7FFFFFFFFFFFFFFF, 0xFFFFFFFFFFFFFFFF, 1 << 40]
@@ -137,7 +137,7 @@ def run(src: str, kind: str, cases: int, seed: int, out_dir: Optional[Path], bac
     i = 0
     t0 = time.time()
     while i < cases:
-        cmd = [sys.executable, "-m", "pyriver.tools.fuzz", "--child", src, kind, str(seed), str(i), str(cases - i),
+        cmd = [sys.executable, "-m", "pyriver_dev.fuzz", "--child", src, kind, str(seed), str(i), str(cases - i),
                backbone or "", engine]
         err = tempfile.TemporaryFile(mode="w+")   # not a pipe: a chatty child must never block on it
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
@@ -181,7 +181,7 @@ def main(argv=None) -> int:
         _, src, kind, seed, start, count, backbone, engine = argv
         _child(src, kind, int(seed), int(start), int(count), backbone or None, engine)
         return 0
-    ap = argparse.ArgumentParser(prog="python -m pyriver.tools.fuzz")
+    ap = argparse.ArgumentParser(prog="python -m pyriver_dev.fuzz")
     ap.add_argument("--source", default=None, help="GGUF to mutate (default: a small synthetic model)")
     ap.add_argument("--kind", choices=["model", "river"], default="model")
     ap.add_argument("--engine", choices=["native", "llama.cpp"], default="native",

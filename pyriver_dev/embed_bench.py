@@ -1,4 +1,4 @@
-"""`python -m pyriver.tools.embed_bench MODEL`: /v1/embeddings throughput of `pyriver serve
+"""`python -m pyriver_dev.embed_bench MODEL`: /v1/embeddings throughput of `pyriver serve
 --embedding` against llama.cpp's `llama-server --embedding` on the same file, pooling and threads
 (llama-server built once into the cache: llama_server.py). Each repeat sends both servers the same
 requests (C concurrent clients, each posting batches of B texts) in turn, the order rotating between

@@ -1,4 +1,4 @@
-"""`python -m pyriver.tools.toolcall_check MODEL ...`: forced tool calls on varied chat prompts.
+"""`python -m pyriver_dev.toolcall_check MODEL ...`: forced tool calls on varied chat prompts.
 Eight tools whose parameters cover strings (with newlines, quotes, code and unicode in the
 prompts), numbers, integers, booleans, enums, nested objects and arrays (of strings, enums,
 integers and objects) are offered on every request; each prompt is sent with tool_choice naming
@@ -275,7 +275,7 @@ def summary(results: List[Dict]) -> Dict[str, int]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pyriver.tools.toolcall_check", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m pyriver_dev.toolcall_check", description=__doc__.split("\n\n")[0])
     p.add_argument("models", nargs="+", help="GGUF paths or registry names")
     p.add_argument("-n", "--prompts", type=int, default=50, help="how many of the 50 prompts")
     p.add_argument("--max-tokens", type=int, default=200)

@@ -1,7 +1,7 @@
 """Does a token's result depend on the step it was computed in, on this device? The logits of the
 last tokens of a text computed in one multi-token step and in single-token steps, compared.
 
-    python -m pyriver.tools.stepcheck [MODEL] [--n-gpu-layers N] [--flash-attn] [--batch-invariant auto|on|off]
+    python -m pyriver_dev.stepcheck [MODEL] [--n-gpu-layers N] [--flash-attn] [--batch-invariant auto|on|off]
 
 By default ggml's kernels depend on the number of tokens in a step, as llama.cpp's do; with
 --batch-invariant on (CPU) every position is identical (docs/gpu.md for devices)."""
@@ -35,7 +35,7 @@ def compare(llm, n_tokens: int, tail: int):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pyriver.tools.stepcheck", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m pyriver_dev.stepcheck", description=__doc__.split("\n\n")[0])
     ap.add_argument("model", nargs="?", default=None)
     ap.add_argument("--n-gpu-layers", type=int, default=0)
     ap.add_argument("--flash-attn", action="store_true")
