@@ -199,7 +199,7 @@ class Completion:
                     fix -= 1
                     lim.n = max(lim.n, n + 1)
                 yield piece
-            # _generate_tokens ends by itself on EOG (stop) or on max_tokens / context end (length)
+            # Context.generate_tokens ends by itself on EOG (stop) or on max_tokens / context end (length)
             state["eog"] = n < lim.n and len(prompt_tokens) + n < L.n_ctx()
 
         for text, stopped in C.text_events(pieces(), stops):

@@ -2,7 +2,7 @@
 predicted, guarded) measured on this device, teacher-forced as the grid was (sweep.measure, the
 rules' points interleaved in rotated order), and the fastest meeting the calibration's fidelity
 target recorded for this device (backends.device_key). `Llama` takes it when exit_rule is not
-named (Llama._calibrated_rule); a device with no record of its own gets checked."""
+named (Llama.river.calibrated_rule); a device with no record of its own gets checked."""
 from __future__ import annotations
 
 import copy

@@ -15,6 +15,7 @@ import pytest
 
 from helpers import code_lines, interrupted_at
 from pyriver import Llama
+from pyriver.api.generation import Context   # Llama.context: the cache bookkeeping and decode loop
 
 pytestmark = pytest.mark.slow
 
@@ -158,7 +159,7 @@ def _first(llm):
     return llm.create_completion(FIRST, max_tokens=3, temperature=0)["choices"][0]["text"]
 
 
-@pytest.mark.parametrize("fn", ["decode_logits", "_sync_prefix", "_truncate", "_generate_tokens"])
+@pytest.mark.parametrize("fn", ["decode_logits", "sync_prefix", "truncate", "generate_tokens"])
 def test_interrupt_at_every_line_of_the_decode_path(smol_path, fresh_result, fn):
     """Between the interrupted call and the check, FIRST runs again: it shares a longer prefix
     with the cache than the interrupted prompt did, so stale bookkeeping would show."""
@@ -166,10 +167,10 @@ def test_interrupt_at_every_line_of_the_decode_path(smol_path, fresh_result, fn)
         first_ref = _first(fresh)
     with Llama(smol_path, n_ctx=1024, n_threads=2, verbose=False, **RIVER) as llm:
         fired = 0
-        for line in code_lines(getattr(Llama, fn)):
+        for line in code_lines(getattr(Context, fn)):
             _first(llm)   # a cache to reuse and cut
             # "A river is" cuts the cache to BOS
-            fired += interrupted_at(getattr(Llama, fn), line,
+            fired += interrupted_at(getattr(Context, fn), line,
                                     lambda: llm.create_completion("A river is", max_tokens=6, temperature=0))
             assert _first(llm) == first_ref, f"after an interrupt at {fn} line {line}"
             assert _check(llm) == fresh_result, f"after an interrupt at {fn} line {line}"
