@@ -1,0 +1,121 @@
+"""A reasoning model's thinking apart from its answer, as llama-server splits it (llama.cpp's
+common/chat.cpp autoparser, parsed by chat-peg-parser.cpp). llama-cpp-python binds no part of
+llama.cpp's common/, so the rule is written out here, checked against llama-server's answers
+(tests/runtime/test_server_reasoning.py):
+
+- the template's thinking tags (<think> and </think>, and the few other pairs llama.cpp knows)
+  are found in its source; a template without them has no reasoning, its text all content;
+- the generated text is parsed after the generation prompt's tail from its opening tag, so a
+  template that opens <think> itself (Qwen3.5, DeepSeek-R1) has its answer's start as reasoning;
+- whitespace before the opening tag, after it and after the closing tag is skipped; reasoning runs
+  to the closing tag (a closing tag cut short at the end is held back); whitespace-only reasoning
+  is dropped; an opening tag later in the text is content;
+- reasoning_format none: no split, and the text after the generation prompt's tail, opening tag
+  included, is all content (leading whitespace skipped); auto, deepseek and deepseek-legacy split
+  alike (llama.cpp's PEG parsers no longer keep the tags in content for deepseek-legacy);
+- a stream's deltas are the differences between successive parses, reasoning before content.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
+_WS = " \t\n\r"
+# Pairs llama.cpp's templates think in (models/templates): DeepSeek/Qwen/GLM..., Seed-OSS, Command R7B, Magistral
+_PAIRS = (("<think>", "</think>"), ("<seed:think>", "</seed:think>"),
+          ("<|START_THINKING|>", "<|END_THINKING|>"), ("[THINK]", "[/THINK]"))
+
+
+def check_format(name) -> str:
+    """The reasoning format, or llama.cpp's error for one it does not know."""
+    if not isinstance(name, str) or name not in FORMATS:
+        raise ValueError(f"Unknown reasoning format: {name}")
+    return name
+
+
+class Tags(NamedTuple):
+    start: str
+    end: str
+
+
+def template_tags(source: Optional[str]) -> Optional[Tags]:
+    """The thinking tags a chat template writes, None for a template that does not think."""
+    for start, end in _PAIRS:
+        if source and end in source:
+            return Tags(start, end)
+    return None
+
+
+def opened(prompt: str, tags: Optional[Tags]) -> str:
+    """The generation prompt's tail from an opening tag the template wrote itself ("<think>\\n"),
+    or "": the text the model's answer is parsed after. Only a tail that is the tag, whitespace
+    and at most a closed empty block counts (a tag in an earlier message does not)."""
+    if tags is None:
+        return ""
+    i = prompt.rfind(tags.start)
+    if i < 0:
+        return ""
+    tail = prompt[i:]
+    rest = tail[len(tags.start):].strip(_WS)
+    return tail if rest in ("", tags.end) else ""
+
+
+def _held(text: str, tag: str) -> int:
+    """How many characters at text's end begin tag (a tag still coming)."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-n:]):
+            return n
+    return 0
+
+
+def split(text: str, tags: Optional[Tags], fmt: str = "auto", prefix: str = "") -> Tuple[str, str]:
+    """(reasoning, content) of generated text; prefix: opened()'s tail of the prompt."""
+    if tags is None:
+        return "", text
+    s = (prefix + text).lstrip(_WS)
+    if fmt == "none":
+        return "", s
+    if not s.startswith(tags.start):
+        if tags.start.startswith(s):   # the opening tag may still be coming
+            return "", ""
+        return "", s
+    body = s[len(tags.start):].lstrip(_WS)
+    k = body.find(tags.end)
+    if k < 0:
+        reasoning, content = body[:len(body) - _held(body, tags.end)], ""
+    else:
+        reasoning, content = body[:k], body[k + len(tags.end):].lstrip(_WS)
+    return ("" if not reasoning.strip(_WS) else reasoning), content
+
+
+def message_fields(reasoning: str, content: str) -> Dict[str, str]:
+    """An assistant message's text fields, as llama-server writes them (reasoning_content only when there is some)."""
+    return {"content": content, "reasoning_content": reasoning} if reasoning else {"content": content}
+
+
+class Stream:
+    """A stream's deltas: feed() the text of each token, get [{"reasoning_content": ...}, {"content": ...}]
+    as llama-server sends them (each a chunk of its own)."""
+
+    def __init__(self, tags: Optional[Tags], fmt: str = "auto", prefix: str = ""):
+        self.tags, self.fmt, self.prefix = tags, fmt, prefix
+        self.text = ""
+        self.reasoning = self.content = ""
+
+    def feed(self, text: str) -> List[Dict[str, str]]:
+        if not text:
+            return []
+        self.text += text
+        reasoning, content = split(self.text, self.tags, self.fmt, self.prefix)
+        out = []
+        if reasoning != self.reasoning:
+            out.append({"reasoning_content": _diff(self.reasoning, reasoning)})
+        if content != self.content:
+            out.append({"content": _diff(self.content, content)})
+        self.reasoning, self.content = reasoning, content
+        return out
+
+
+def _diff(old: str, new: str) -> str:
+    """What new adds to old (llama.cpp's string_diff: new must extend old)."""
+    return new[len(old):] if new.startswith(old) else new
