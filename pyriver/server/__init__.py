@@ -133,6 +133,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cors-origins", default="*", help="'*' (default), 'localhost' or an origin: CORS as llama-server")
     p.add_argument("--reasoning", choices=["on", "off", "auto"], default="auto",
                    help="thinking in the chat template: off renders enable_thinking=false and closes a forced <think>")
+    p.add_argument("--reasoning-format", choices=["none", "auto", "deepseek", "deepseek-legacy"], default="auto",
+                   help="a thinking model's thoughts: none leaves them in content; auto, deepseek and deepseek-legacy "
+                   "put them in message.reasoning_content (llama-server's; a request's reasoning_format wins)")
+    p.add_argument("--reasoning-budget", type=_budget, default=-1, metavar="N",
+                   help="thinking tokens: -1 unrestricted, 0 ends thinking at once where the template opens it "
+                   "(llama-server's; a request's reasoning_budget_tokens wins; N > 0 is not enforced)")
     p.add_argument("--jinja", action="store_true", help="accepted: chat templates always render with jinja2")
     p.add_argument("--no-jinja", action="store_true", help="accepted: chat templates always render with jinja2")
     p.add_argument("--metrics", action="store_true", help="serve GET /metrics, Prometheus text (llama-server's; "
@@ -164,6 +170,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-models-autoload", dest="models_autoload", action="store_false",
                    help="a request for a model not loaded is refused (POST /models/load loads it)")
     return p
+
+
+def _budget(v: str) -> int:
+    n = int(v)
+    if n < -1:   # llama-server's check
+        raise argparse.ArgumentTypeError("invalid value")
+    return n
 
 
 def check_lossless_draft(a: argparse.Namespace) -> None:
@@ -256,7 +269,7 @@ def settings(a: argparse.Namespace) -> dict:
                 slot_prompt_similarity=a.slot_prompt_similarity, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias, tags=a.tags,
                 verbose=a.verbose, spm_infill=a.spm_infill, webui=not a.no_webui, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
                 chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
-                reasoning=a.reasoning, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,
+                reasoning=a.reasoning, reasoning_format=a.reasoning_format, reasoning_budget=a.reasoning_budget, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,
                 drafts_by_default=by_default, endpoint_metrics=a.metrics, endpoint_slots=a.slots, endpoint_props=a.props,
                 slot_save_path=a.slot_save_path, models_dir=a.models_dir, models_preset=a.models_preset,
                 models_max=a.models_max, models_autoload=a.models_autoload, kv_pool=kv_pool, mmproj=a.mmproj,

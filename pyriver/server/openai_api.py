@@ -16,9 +16,10 @@ from starlette.routing import Route
 from pyriver.text import chat_template as chat
 from pyriver.text import completion as C
 from pyriver.text.logprobs import as_dict as logprobs_dict
+from pyriver.text.reasoning import opened
 from pyriver.text.structured import ChatPlan, request_grammar
 from pyriver.text.toolcall import DeltaStream
-from pyriver.server import llamacpp_api as L, multimodal, streams, verbose
+from pyriver.server import llamacpp_api as L, multimodal, streams, thinking, verbose
 from pyriver.server.disconnect import or_cancel
 from pyriver.server.river_tokens import TokenExits
 from pyriver.server.scheduler import Request
@@ -147,6 +148,7 @@ def routes(srv, guarded) -> list:
         except ValueError as e:
             raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
         if media is None:
+            toks = await run_in_threadpool(thinking.after_prompt, srv, plan.thinking, plan.prompt, toks, f)
             srv.prompt_tokens(toks)
         rs = srv.submit_n(f, toks, (f["top_logprobs"] or 0) if f["logprobs"] else None,
                           await run_in_threadpool(srv.samplers, f, toks, plan.grammar), media)
@@ -159,7 +161,7 @@ def routes(srv, guarded) -> list:
         texts = await or_cancel(req, rs, _collect_all(rs, stops, evs))
         choices = []
         for i, (ri, (text, finish)) in enumerate(zip(rs, texts)):
-            c = dict(chat.chat_dict(cid, created, model, text, finish, {}, plan.tools)["choices"][0], index=i)
+            c = _chat_choice(cid, created, model, text, finish, plan, i)
             if f["logprobs"]:
                 c["logprobs"] = L.chat_logprobs(srv, ri.logprob_entries[:_n_tokens(srv, ri, text)])
             choices.append(c)
@@ -191,15 +193,23 @@ def _tokenize(srv, text: str) -> List[int]:
 
 
 def _chat_plan(srv, f: Dict) -> ChatPlan:
-    """The request's messages, template variables, grammar and tools (pyriver.text.structured)."""
-    return ChatPlan(srv.llm.chats.template.source, f["messages"], f["response_format"], f["grammar"], f["json_schema"],
+    """The request's messages, template variables, grammar and tools (pyriver.text.structured),
+    and its reasoning (plan.thinking: server/thinking.py)."""
+    source = srv.llm.chats.template.source
+    think = thinking.plan(srv, f, source)
+    plan = ChatPlan(source, f["messages"], f["response_format"], f["grammar"], f["json_schema"],
                     f["tools"], f["tool_choice"], f["parallel_tool_calls"])
+    plan.extra = dict(thinking.template_extra(srv, f, think), **plan.extra)
+    plan.thinking, plan.prompt = think, ""
+    return plan
 
 
 def _chat_tokens(srv, plan: ChatPlan, f: Dict) -> List[int]:
     with srv.sched.vocab_lock:
-        return srv.llm.chat_tokens(plan.messages, f["add_generation_prompt"], f["continue_final"], server_bos=True,
-                                   **plan.extra)
+        text, add_bos = srv.llm.chat_prompt(plan.messages, f["add_generation_prompt"], f["continue_final"],
+                                            server_bos=True, **plan.extra)
+        plan.prompt = text   # the answer is parsed after its opened thinking tag (server/thinking.py)
+        return srv.llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
 
 def _chat_media_prompt(srv, plan: ChatPlan, f: Dict, files):
@@ -207,7 +217,18 @@ def _chat_media_prompt(srv, plan: ChatPlan, f: Dict, files):
     with srv.sched.vocab_lock:
         text, _ = srv.llm.chat_prompt(plan.messages, f["add_generation_prompt"], f["continue_final"], server_bos=True,
                                       **plan.extra)
+    plan.prompt, plan.thinking.prefix = text, opened(text, plan.thinking.tags)
     return multimodal.tokenize(srv, text, files or [])
+
+
+def _chat_choice(cid: str, created: int, model: str, text: str, finish: str, plan: ChatPlan, i: int = 0) -> dict:
+    """A choice of a chat answer: its reasoning apart (as llama-server), then content and tool calls."""
+    think = getattr(plan, "thinking", None)
+    reasoning, text = think.split(text) if think is not None else ("", text)
+    c = dict(chat.chat_dict(cid, created, model, text, finish, {}, plan.tools)["choices"][0], index=i)
+    if reasoning:
+        c["message"]["reasoning_content"] = reasoning
+    return c
 
 
 async def _collect(r: Request, stops: List[str], ev: Optional[Events] = None):
@@ -277,13 +298,14 @@ async def _chat_chunks(srv, r: Request, f: Dict, toks: List[int], stops: List[st
     last = _role_chunk(cid, created, model)
     lp = _LogprobCursor(srv, r) if f["logprobs"] else None
     ds = DeltaStream(plan.tools)   # content, or tool calls parsed at the end
+    think = plan.thinking.stream() if plan.thinking.tags is not None else None   # reasoning deltas apart
     ev = Events(r, stops)
     tags = TokenExits.make(srv, r, ev, f["river_tokens"])
     async for text, fin in events(r, stops, ev):
         if text is None:   # prompt progress (return_progress): llama-server's role chunk with the report
             yield dict(_role_chunk(cid, created, model), prompt_progress=fin)
             continue
-        for ch in chat.tool_delta_chunks(ds, cid, created, model, text, fin):
+        for ch in _text_chunks(ds, think, cid, created, model, text, fin):
             if lp is not None and ch["choices"][0]["delta"].get("content"):
                 ch["choices"][0]["logprobs"] = lp.take(ch["choices"][0]["delta"]["content"])
             yield last
@@ -294,6 +316,20 @@ async def _chat_chunks(srv, r: Request, f: Dict, toks: List[int], stops: List[st
     yield last
     if f["include_usage"]:
         yield _usage_chunk(chat.chunk_dict(cid, created, model, {}, None), r)
+
+
+def _text_chunks(ds: DeltaStream, think, cid: str, created: int, model: str, text: str, fin) -> List[dict]:
+    """A piece of the answer's chunks: reasoning deltas (think: a reasoning.Stream) each a chunk of
+    its own, content through the tool-call stream; the finishing chunk last."""
+    if think is None:
+        return chat.tool_delta_chunks(ds, cid, created, model, text, fin)
+    out = []
+    for d in think.feed(text):
+        if "reasoning_content" in d:
+            out.append(chat.chunk_dict(cid, created, model, d, None))
+        else:
+            out += chat.tool_delta_chunks(ds, cid, created, model, d["content"], None)
+    return out + (chat.tool_delta_chunks(ds, cid, created, model, "", fin) if fin else [])
 
 
 def _role_chunk(cid: str, created: int, model: str) -> dict:
@@ -320,4 +356,4 @@ class _LogprobCursor:
 
 # What the chat-shaped families (messages.py, responses.py) take from here
 CHAT_API = types.SimpleNamespace(plan=_chat_plan, tokens=_chat_tokens, media_prompt=_chat_media_prompt, collect=_collect,
-                                 events=events, new_events=Events)
+                                 events=events, new_events=Events, after_prompt=thinking.after_prompt)

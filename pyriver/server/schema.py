@@ -91,7 +91,13 @@ CHAT = dict(_COMMON, messages=(_messages, "a list of {role, content} objects", N
             tool_choice=(lambda v: isinstance(v, (str, dict)), "'none', 'auto', 'required' or a named function", None),
             parallel_tool_calls=(lambda v: isinstance(v, bool), "a boolean", None),
             add_generation_prompt=(lambda v: isinstance(v, bool), "a boolean", True),
-            continue_final_message=(lambda v: True, "", None))   # llama.cpp: true, "content", "reasoning_content"
+            continue_final_message=(lambda v: True, "", None),   # llama.cpp: true, "content", "reasoning_content"
+            # llama-server's reasoning fields (pyriver.text.reasoning; the format and budget checked in openai_api)
+            chat_template_kwargs=(lambda v: isinstance(v, dict), "an object of template variables", None),
+            reasoning_effort=(lambda v: isinstance(v, str), "a string", None),
+            reasoning_format=(lambda v: True, "", None),
+            reasoning_budget_tokens=(_int, "an integer", None),
+            thinking_budget_tokens=(_int, "an integer", None))
 _LOGIT_BIAS = (lambda v: isinstance(v, (dict, list)), "an object {token: bias}", None)   # checked in llamacpp_api
 COMPLETION["logit_bias"] = CHAT["logit_bias"] = _LOGIT_BIAS
 

@@ -1,0 +1,89 @@
+"""A thinking model's answer on `pyriver serve` as llama-server gives it (issue 70, item 2): SmolLM2
+with Qwen3's chat template (the model opens <think>) and with Qwen3.5's (the template opens it),
+from llama.cpp's models/templates, the answer held by a grammar to fixed text; content,
+reasoning_content and the streamed deltas field by field, for each reasoning_format and a budget of
+0; a bad format or budget gets llama-server's message (a 400, never its 500)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from server_proc import ServerProcess, http, llama_server, sse
+
+pytestmark = pytest.mark.slow
+
+MSG = [{"role": "user", "content": "Hi"}]
+FORMATS = [None, "none", "deepseek", "deepseek-legacy", "auto"]
+
+
+def _template(name: str) -> str:
+    from pyriver.tools import llama_server as ls
+    return str(ls.sdist_root() / "vendor" / "llama.cpp" / "models" / "templates" / name)
+
+
+def _answers(url: str, opens: bool) -> dict:
+    text = "abc</think>The answer" if opens else "<think>abc</think>The answer"
+    out = {}
+    for fmt in FORMATS:
+        body = {"messages": MSG, "max_tokens": 30, "temperature": 0, "grammar": "root ::= " + json.dumps(text)}
+        if fmt:
+            body["reasoning_format"] = fmt
+        code, got = http("POST", url + "/v1/chat/completions", body)
+        assert code == 200, got
+        out[fmt] = got["choices"][0]["message"]
+        lines = [json.loads(ln[6:]) for ln in sse(url, "/v1/chat/completions", dict(body, stream=True))
+                 if ln.startswith("data: {")]
+        out[f"{fmt} stream"] = [ch["choices"][0]["delta"] for ch in lines if ch.get("choices")]
+    code, got = http("POST", url + "/v1/chat/completions", {"messages": MSG, "max_tokens": 12, "temperature": 0,
+                                                            "reasoning_budget_tokens": 0})
+    assert code == 200, got
+    out["budget 0"] = got["choices"][0]["message"]
+    for bad in ({"reasoning_format": "xx"}, {"reasoning_budget_tokens": -2}):
+        code, got = http("POST", url + "/v1/chat/completions", dict({"messages": MSG, "max_tokens": 2}, **bad))
+        out[json.dumps(bad)] = (code, got["error"]["message"])
+    return out
+
+
+@pytest.fixture(scope="module", params=[("Qwen-Qwen3-0.6B.jinja", False), ("Qwen3.5-4B.jinja", True)],
+                ids=["model-opens", "template-opens"])
+def both(request, smol_path):
+    name, opens = request.param
+    args = ("-m", smol_path, "-c", "512", "-np", "1", "-t", "2", "--jinja", "--chat-template-file", _template(name))
+    answers = {}
+    for start, extra in ((llama_server, ()), (ServerProcess, ("--no-lossless",))):
+        s = start(*args, *extra)
+        try:
+            answers[start.__name__] = _answers(s.url, opens)
+        finally:
+            s.close()
+    return opens, answers["llama_server"], answers["ServerProcess"]
+
+
+def _joined(deltas):
+    return {k: "".join(d.get(k) or "" for d in deltas) for k in ("content", "reasoning_content")}
+
+
+def test_reasoning_is_llama_server_s(both):
+    opens, peer, ours = both
+    for fmt in FORMATS:
+        assert ours[fmt] == peer[fmt], fmt
+        if fmt != "none":
+            assert ours[f"{fmt} stream"] == peer[f"{fmt} stream"], fmt
+        else:   # the same text; pyriver holds a "<" back a token longer (the template's EOS text is a stop string)
+            assert _joined(ours["none stream"]) == _joined(peer["none stream"])
+    assert peer["deepseek"] == {"role": "assistant", "content": "The answer", "reasoning_content": "abc"}
+    assert peer["none"]["content"] == ("<think>\nabc</think>The answer" if opens else "<think>abc</think>The answer")
+
+
+def test_budget_zero_ends_thinking_at_once(both):
+    opens, peer, ours = both
+    assert ours["budget 0"] == peer["budget 0"]
+    assert "reasoning_content" not in peer["budget 0"]
+
+
+def test_bad_format_and_budget_get_llama_server_s_message(both):
+    _, peer, ours = both
+    assert ours['{"reasoning_format": "xx"}'] == (400, "Unknown reasoning format: xx")
+    assert peer['{"reasoning_format": "xx"}'][1] == "Unknown reasoning format: xx"   # llama-server: a 500
+    assert ours['{"reasoning_budget_tokens": -2}'] == peer['{"reasoning_budget_tokens": -2}']
