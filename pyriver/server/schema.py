@@ -43,8 +43,9 @@ def _prompt(v):   # a JSON prompt {prompt_string, multimodal_data} too, as llama
         (isinstance(v, list) and len(v) == 1 and isinstance(v[0], (str, dict)))
 
 
-def _messages(v):   # content (text, text parts, null with tool_calls) is checked by pyriver.text.toolcall
-    return isinstance(v, list) and len(v) > 0 and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in v)
+def _messages(v):   # content (text, text parts, null with tool_calls) is checked by pyriver.text.toolcall;
+    # an empty list renders the generation prompt alone, as llama-server answers it (200)
+    return isinstance(v, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in v)
 
 
 # name: (check, what it must be, default). Fields the API has that change nothing here (user, n=1 ...) pass.
@@ -162,6 +163,11 @@ def continuation(f: Dict[str, Any]) -> bool:
     for a continuation with the generation prompt on, or of a message with tool calls, is refused."""
     msgs, agp = f["messages"], f["add_generation_prompt"]
     cont = f["continue_final_message"] is True or f["continue_final_message"] in ("content", "reasoning_content")
+    if not msgs:
+        if cont and agp:
+            raise APIError(400, "Cannot set both add_generation_prompt and continue_final_message to true.",
+                           param="continue_final_message")
+        return False
     if not cont and msgs[-1]["role"] == "assistant":
         if len(msgs) >= 2 and msgs[-2]["role"] == "assistant":
             raise APIError(400, "Cannot have 2 or more assistant messages at the end of the list.", param="messages")

@@ -85,8 +85,8 @@ def _args_obj(args: Any) -> Any:
 def normalize_messages(messages: List[Dict], template_knows_tools: bool) -> List[Dict]:
     """Messages ready for the template: text parts joined, tool calls' arguments as objects (as
     HF templates iterate them); for a template that knows no tools, calls and results as text."""
-    if not isinstance(messages, list) or not messages:
-        raise ToolError("messages must be a non-empty list")
+    if not isinstance(messages, list):   # empty: the generation prompt alone (llama-server answers it)
+        raise ToolError("messages must be a list")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):

@@ -81,9 +81,35 @@ def test_bad_blocks_are_400(client):
         client.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": [
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}])
     with pytest.raises(anthropic.BadRequestError):
-        client.messages.create(model="m", max_tokens=8, messages=[])
-    with pytest.raises(anthropic.BadRequestError):
         client.messages.create(model="m", max_tokens=8, messages=ASK, tool_choice={"type": "sometimes"}, tools=[WEATHER])
+
+
+EMPTY = [("/v1/messages", {"model": "m", "max_tokens": 8, "messages": []}),
+         ("/v1/messages", {"model": "m", "max_tokens": 8, "messages": [], "system": "Be brief."}),
+         ("/v1/messages/count_tokens", {"model": "m", "messages": []}),
+         ("/v1/chat/completions", {"max_tokens": 8, "messages": []})]
+
+
+def _empty_answers(url):
+    out = []
+    for path, body in EMPTY:
+        code, got = http("POST", url + path, body)
+        assert code == 200, (path, got)
+        out.append(got.get("content") or got.get("input_tokens") or got["choices"][0]["message"]["content"])
+        if path == "/v1/messages":   # llama.cpp's test_anthropic_empty_messages
+            assert got["type"] == "message"
+    return out
+
+
+@pytest.mark.peer
+def test_empty_messages_are_answered_as_llama_server_does(server, smol_path):
+    # llama-server is permissive: no messages render the generation prompt alone (issue 70, item 5)
+    ours = _empty_answers(server.url)
+    p = llama_server("-m", smol_path, "-c", "1024", "-np", "1", "-t", "2", "--temp", "0")
+    try:
+        assert ours == _empty_answers(p.url)
+    finally:
+        p.close()
 
 
 @pytest.mark.peer
