@@ -23,7 +23,6 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from pyriver.text import chat_template as chat
 from pyriver.text.toolcall import DeltaStream
 from pyriver.server import multimodal, streams
 from pyriver.server.disconnect import or_cancel
@@ -168,9 +167,12 @@ def to_chat(body: Dict) -> Dict:
     for i, m in enumerate(msgs):
         out += _message(m, i)
     chat_body: Dict = {"messages": out, "max_tokens": body.get("max_tokens", DEFAULT_MAX_TOKENS)}
-    for k in ("model", "temperature", "top_p", "top_k", "stream", "lora", "id_slot"):   # the last two: llama-server's
-        if k in body:
+    for k in ("model", "temperature", "top_p", "top_k", "stream", "lora", "id_slot", "chat_template_kwargs"):
+        if k in body:   # lora, id_slot and chat_template_kwargs: llama-server's
             chat_body[k] = body[k]
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":   # llama-server's: a thinking budget
+        chat_body["thinking_budget_tokens"] = thinking.get("budget_tokens", 10000)
     if body.get("stop_sequences") is not None:
         chat_body["stop"] = body["stop_sequences"]
     tools = body.get("tools")
@@ -189,8 +191,11 @@ def to_chat(body: Dict) -> Dict:
 
 
 def _blocks(msg: Dict) -> List[Dict]:
-    """The content blocks of a chat answer: its text, then a tool_use block per tool call."""
+    """The content blocks of a chat answer: its thinking (llama-server's: an empty signature), its
+    text, then a tool_use block per tool call."""
     out = []
+    if msg.get("reasoning_content"):
+        out.append({"type": "thinking", "thinking": msg["reasoning_content"], "signature": ""})
     if msg.get("content"):
         out.append({"type": "text", "text": msg["content"]})
     for c in msg.get("tool_calls") or []:
@@ -216,7 +221,7 @@ def _usage(r) -> Dict:
     return {"input_tokens": len(r.prompt), "output_tokens": r.n_decoded, "cache_read_input_tokens": r.n_cached}
 
 
-async def _prepare(srv, req: HTTPRequest, app_chat):
+async def _prepare(srv, req: HTTPRequest, app_chat, generate: bool = True):
     """The request, its chat fields, plan, prompt tokens and media (None without a projector: the
     chat route's path, image parts through server/multimodal.py)."""
     body = json_object(await req.body())
@@ -231,13 +236,15 @@ async def _prepare(srv, req: HTTPRequest, app_chat):
             toks, media = multimodal.check(srv, mp), mp.media
         else:
             toks = await run_in_threadpool(app_chat.tokens, srv, plan, f)
+            if generate:   # a budget of 0 closes a template-opened <think> (server/thinking.py)
+                toks = await run_in_threadpool(app_chat.after_prompt, srv, plan.thinking, plan.prompt, toks, f)
     except ValueError as e:
         raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
     return body, f, plan, toks, media
 
 
 async def _count(srv, req: HTTPRequest, app_chat):
-    _, _, _, toks, _ = await _prepare(srv, req, app_chat)
+    _, _, _, toks, _ = await _prepare(srv, req, app_chat, generate=False)
     return JSONResponse({"input_tokens": len(toks)})
 
 
@@ -266,11 +273,16 @@ async def _handle(srv, req: HTTPRequest, app_chat):
                 parts.append(text)
                 finish = fin or finish
             return "".join(parts), finish
-        msg = chat.chat_dict("", 0, model, *await or_cancel(req, [r], collect()), {}, plan.tools)["choices"][0]
+        msg = app_chat.choice("", 0, model, *await or_cancel(req, [r], collect()), plan)
         return JSONResponse(message(_blocks(msg["message"]), *_stop(msg["finish_reason"], word())))
 
     def sse(kind: str, data: Dict) -> str:
         return f"event: {kind}\ndata: {json.dumps(dict(type=kind, **data))}\n\n"
+
+    def stop(index: int, kind: str) -> str:
+        """A block's end; a thinking block's after llama-server's empty signature_delta (the API requires one)."""
+        sig = sse("content_block_delta", {"index": index, "delta": {"type": "signature_delta", "signature": ""}})
+        return (sig if kind == "thinking" else "") + sse("content_block_stop", {"index": index})
 
     async def stream():
         try:
@@ -278,29 +290,37 @@ async def _handle(srv, req: HTTPRequest, app_chat):
             head["usage"] = {"input_tokens": len(r.prompt), "output_tokens": 0}
             yield sse("message_start", {"message": head})
             ds = DeltaStream(plan.tools)   # content, or tool calls parsed at the end
+            think = plan.thinking.stream() if plan.thinking.tags is not None else None   # thinking apart
             index, open_kind, finish = -1, None, "length"
             async for text, fin in app_chat.events(r, [], ev):
-                for ch in chat.tool_delta_chunks(ds, "", 0, model, text, fin):
+                for ch in app_chat.text_chunks(ds, think, "", 0, model, text, fin):
                     c = ch["choices"][0]
                     finish = c["finish_reason"] or finish
                     d = c["delta"]
+                    if d.get("reasoning_content"):
+                        if open_kind != "thinking":
+                            index, open_kind = index + 1, "thinking"
+                            yield sse("content_block_start", {"index": index, "content_block": {"type": "thinking",
+                                                                                                "thinking": ""}})
+                        yield sse("content_block_delta", {"index": index, "delta": {"type": "thinking_delta",
+                                                                                    "thinking": d["reasoning_content"]}})
                     if d.get("content"):
                         if open_kind != "text":
                             if open_kind is not None:
-                                yield sse("content_block_stop", {"index": index})
+                                yield stop(index, open_kind)
                             index, open_kind = index + 1, "text"
                             yield sse("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}})
                         yield sse("content_block_delta", {"index": index, "delta": {"type": "text_delta", "text": d["content"]}})
                     for call in d.get("tool_calls") or []:
                         if open_kind is not None:
-                            yield sse("content_block_stop", {"index": index})
+                            yield stop(index, open_kind)
                         index, open_kind = index + 1, "tool_use"
                         yield sse("content_block_start", {"index": index, "content_block": {
                             "type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": {}}})
                         yield sse("content_block_delta", {"index": index, "delta": {
                             "type": "input_json_delta", "partial_json": call["function"]["arguments"] or "{}"}})
             if open_kind is not None:
-                yield sse("content_block_stop", {"index": index})
+                yield stop(index, open_kind)
             reason, seq = _stop(finish, word())
             yield sse("message_delta", {"delta": {"stop_reason": reason, "stop_sequence": seq},
                                         "usage": {"output_tokens": r.n_decoded}})

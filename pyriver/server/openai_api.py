@@ -356,4 +356,5 @@ class _LogprobCursor:
 
 # What the chat-shaped families (messages.py, responses.py) take from here
 CHAT_API = types.SimpleNamespace(plan=_chat_plan, tokens=_chat_tokens, media_prompt=_chat_media_prompt, collect=_collect,
-                                 events=events, new_events=Events, after_prompt=thinking.after_prompt)
+                                 events=events, new_events=Events, after_prompt=thinking.after_prompt,
+                                 choice=_chat_choice, text_chunks=_text_chunks)

@@ -7,7 +7,11 @@ convert_responses_to_chatcmpl: `instructions` a system message, `input` a string
 response.in_progress event with `prompt_progress` once the prompt is in the cache: pyriver's
 scheduler reports the prompt when it is done, not chunk by chunk), `timings_per_token` (`timings`
 on each delta); response.completed carries `timings`. POST /v1/responses/input_tokens: the prompt's
-token count ({"input_tokens", "object": "response.input_tokens"}). Tools, files and images: 400."""
+token count ({"input_tokens", "object": "response.input_tokens"}). Tools, files and images: 400.
+A thinking model's reasoning (server/thinking.py) comes first as a `reasoning` output item (its
+text a reasoning_text part; streamed, response.reasoning_text.delta events); `reasoning.effort` is
+the chat's reasoning_effort and an input `reasoning` item the assistant's reasoning_content, as
+llama-server converts them."""
 from __future__ import annotations
 
 import json
@@ -73,7 +77,10 @@ def to_chat(body: Dict) -> Dict:
         raise APIError(400, "'tools' are not supported by /v1/responses here (use /v1/chat/completions)", param="tools")
     if "input" not in body:
         raise APIError(400, "'input' is required", param="input")
-    chat = {k: v for k, v in body.items() if k not in ("input", "instructions", "max_output_tokens", "tools")}
+    chat = {k: v for k, v in body.items() if k not in ("input", "instructions", "max_output_tokens", "tools",
+                                                          "reasoning")}
+    if isinstance(body.get("reasoning"), dict) and "effort" in body["reasoning"]:   # llama-server's conversion
+        chat["reasoning_effort"] = body["reasoning"]["effort"]
     msgs = []
     if "instructions" in body:
         if not isinstance(body["instructions"], str):
@@ -84,6 +91,12 @@ def to_chat(body: Dict) -> Dict:
         msgs.append({"role": "user", "content": inp})
     elif isinstance(inp, list):
         for item in inp:
+            if isinstance(item, dict) and item.get("type") == "reasoning":   # an assistant turn's reasoning
+                if msgs and msgs[-1]["role"] == "assistant":
+                    msgs[-1]["reasoning_content"] = _reasoning_text(item)
+                else:
+                    msgs.append({"role": "assistant", "content": "", "reasoning_content": _reasoning_text(item)})
+                continue
             role = item.get("role") if isinstance(item, dict) else None
             if role not in ("user", "system", "developer", "assistant"):
                 raise APIError(400, "each input item must be a message with a role (user, system, developer, "
@@ -93,6 +106,10 @@ def to_chat(body: Dict) -> Dict:
                 content = _text_parts(content, role)
             if not isinstance(content, str):
                 raise APIError(400, "a message's 'content' must be a string or a list of text parts", param="input")
+            if role == "assistant" and msgs and msgs[-1].get("reasoning_content") is not None \
+                    and msgs[-1]["role"] == "assistant" and not msgs[-1]["content"]:
+                msgs[-1]["content"] = content   # the reasoning item's message
+                continue
             msgs.append({"role": "system" if role == "developer" else role, "content": content})
     else:
         raise APIError(400, "'input' must be a string or a list of messages", param="input")
@@ -104,9 +121,25 @@ def to_chat(body: Dict) -> Dict:
     return chat
 
 
-def _response(rid: str, mid: str, model: str, text: str, r, created: int) -> Dict:
+def _reasoning_text(item: Dict) -> str:
+    parts = item.get("content")
+    if not isinstance(parts, list) or not parts or not isinstance(parts[0], dict) \
+            or not isinstance(parts[0].get("text"), str):
+        raise APIError(400, "a 'reasoning' input item needs 'content': [{type: 'reasoning_text', text}]", param="input")
+    return parts[0]["text"]
+
+
+def _reasoning_item(rsid: str, reasoning: str) -> Dict:
+    return {"id": rsid, "summary": [], "type": "reasoning",
+            "content": [{"text": reasoning, "type": "reasoning_text"}], "encrypted_content": ""}
+
+
+def _response(rid: str, mid: str, model: str, text: str, r, created: int, reasoning: str = "",
+              rsid: str = "") -> Dict:
     part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
-    output = [{"type": "message", "status": "completed", "id": mid, "content": [part], "role": "assistant"}] \
+    output = [dict(_reasoning_item(rsid or "rs_" + secrets.token_hex(16), reasoning), status="completed")] \
+        if reasoning else []
+    output += [{"type": "message", "status": "completed", "id": mid, "content": [part], "role": "assistant"}] \
         if text else []
     n_in, n_out = len(r.prompt), r.n_decoded
     return {"id": rid, "object": "response", "created_at": created, "completed_at": int(time.time()),
@@ -132,6 +165,7 @@ async def _handle(srv, req: HTTPRequest, app_chat):
         toks = await run_in_threadpool(app_chat.tokens, srv, plan, f)
     except ValueError as e:
         raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="input")
+    toks = await run_in_threadpool(app_chat.after_prompt, srv, plan.thinking, plan.prompt, toks, f)
     srv.prompt_tokens(toks)
     r = srv.submit_n(f, toks, None, await run_in_threadpool(srv.samplers, f, toks, plan.grammar))[0]
     stops = srv.llm.chat_stops(f["stops"])
@@ -139,7 +173,8 @@ async def _handle(srv, req: HTTPRequest, app_chat):
         f["model"] or srv.model_id
     if not f["stream"]:
         text, _ = await or_cancel(req, [r], app_chat.collect(r, stops))
-        return JSONResponse(_response(rid, mid, model, text, r, created))
+        reasoning, text = plan.thinking.split(text)
+        return JSONResponse(_response(rid, mid, model, text, r, created, reasoning))
 
     def sse(kind: str, data: Dict) -> str:
         return f"event: {kind}\ndata: {json.dumps(dict(type=kind, **data))}\n\n"
@@ -150,13 +185,25 @@ async def _handle(srv, req: HTTPRequest, app_chat):
             yield sse("response.created", head)
             yield sse("response.in_progress", head)
             parts, started, progressed = [], False, not extra["return_progress"]
-            async for text, _fin in app_chat.events(r, stops):
+            think = plan.thinking.stream()
+            rsid, thinking = "rs_" + secrets.token_hex(16), []
+            async for piece, _fin in app_chat.events(r, stops):
                 if not progressed and r.t_first is not None:
                     progressed = True
                     n = len(r.prompt)
                     yield sse("response.in_progress", dict(head, prompt_progress={
                         "total": n, "cache": r.n_cached, "processed": n,
                         "time_ms": (r.t_first - r.t_submit) * 1e3}))
+                text = ""
+                for d in think.feed(piece or ""):   # reasoning deltas apart, content as before
+                    if "reasoning_content" in d:
+                        if not thinking:
+                            yield sse("response.output_item.added", {"item": dict(
+                                _reasoning_item(rsid, ""), content=[], status="in_progress")})
+                        thinking.append(d["reasoning_content"])
+                        yield sse("response.reasoning_text.delta", {"delta": d["reasoning_content"], "item_id": rsid})
+                    else:
+                        text += d["content"]
                 if not text:
                     continue
                 if not started:
@@ -169,13 +216,15 @@ async def _handle(srv, req: HTTPRequest, app_chat):
                 if extra["timings_per_token"]:
                     d["timings"] = L.timings(r)
                 yield sse("response.output_text.delta", d)
-            text = "".join(parts)
-            final = _response(rid, mid, model, text, r, created)
+            text, reasoning = "".join(parts), "".join(thinking)
+            final = _response(rid, mid, model, text, r, created, reasoning, rsid)
+            if reasoning:   # llama-server's: the reasoning item done first
+                yield sse("response.output_item.done", {"item": _reasoning_item(rsid, reasoning)})
             if text:
-                part = final["output"][0]["content"][0]
+                part = final["output"][-1]["content"][0]
                 yield sse("response.output_text.done", {"item_id": mid, "text": text})
                 yield sse("response.content_part.done", {"item_id": mid, "part": part})
-                yield sse("response.output_item.done", {"item": final["output"][0]})
+                yield sse("response.output_item.done", {"item": final["output"][-1]})
             del final["completed_at"]
             yield sse("response.completed", {"response": final, "timings": L.timings(r)})
         except APIError as e:   # after the headers went out: the error as an event

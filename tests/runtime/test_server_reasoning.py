@@ -2,7 +2,8 @@
 with Qwen3's chat template (the model opens <think>) and with Qwen3.5's (the template opens it),
 from llama.cpp's models/templates, the answer held by a grammar to fixed text; content,
 reasoning_content and the streamed deltas field by field, for each reasoning_format and a budget of
-0; a bad format or budget gets llama-server's message (a 400, never its 500)."""
+0, thinking blocks of /v1/messages and reasoning items of /v1/responses (plain and streamed);
+a bad format or budget gets llama-server's message (a 400, never its 500)."""
 from __future__ import annotations
 
 import json
@@ -39,9 +40,37 @@ def _answers(url: str, opens: bool) -> dict:
                                                             "reasoning_budget_tokens": 0})
     assert code == 200, got
     out["budget 0"] = got["choices"][0]["message"]
+    # Anthropic's Messages: thinking blocks (the model's own words at temperature 0, 12 tokens)
+    msg = {"model": "m", "max_tokens": 12, "temperature": 0, "messages": MSG}
+    code, got = http("POST", url + "/v1/messages", msg)
+    assert code == 200, got
+    out["messages"] = got["content"]
+    out["messages stream"] = _events(url, "/v1/messages", dict(msg, stream=True), "content_block_")
+    # OpenAI's Responses: a reasoning item before the message (ids apart)
+    resp = {"input": "Hi", "max_output_tokens": 30, "temperature": 0, "grammar": "root ::= " + json.dumps(text)}
+    code, got = http("POST", url + "/v1/responses", resp)
+    assert code == 200, got
+    out["responses"] = [{k: v for k, v in item.items() if k != "id"} for item in got["output"]]
+    out["responses stream"] = _events(url, "/v1/responses", dict(resp, stream=True), "response.output_item",
+                                      "response.reasoning_text", "response.output_text")
     for bad in ({"reasoning_format": "xx"}, {"reasoning_budget_tokens": -2}):
         code, got = http("POST", url + "/v1/chat/completions", dict({"messages": MSG, "max_tokens": 2}, **bad))
         out[json.dumps(bad)] = (code, got["error"]["message"])
+    return out
+
+
+def _events(url: str, path: str, body: dict, *kinds: str) -> list:
+    """The streamed events of these kinds, their data without ids."""
+    out = []
+    for ln in sse(url, path, body):
+        if ln.startswith("data: {"):
+            d = json.loads(ln[6:])
+            if d.get("type", "").startswith(kinds):
+                for k in ("item_id", "id"):
+                    d.pop(k, None)
+                if isinstance(d.get("item"), dict):
+                    d["item"] = {k: v for k, v in d["item"].items() if k != "id"}
+                out.append(d)
     return out
 
 
@@ -87,3 +116,12 @@ def test_bad_format_and_budget_get_llama_server_s_message(both):
     assert ours['{"reasoning_format": "xx"}'] == (400, "Unknown reasoning format: xx")
     assert peer['{"reasoning_format": "xx"}'][1] == "Unknown reasoning format: xx"   # llama-server: a 500
     assert ours['{"reasoning_budget_tokens": -2}'] == peer['{"reasoning_budget_tokens": -2}']
+
+
+def test_thinking_blocks_and_reasoning_items_are_llama_server_s(both):
+    opens, peer, ours = both
+    for k in ("messages", "messages stream", "responses", "responses stream"):
+        assert ours[k] == peer[k], k
+    assert [b["type"] for b in peer["messages"]] == (["thinking"] if opens else ["text"])
+    assert [i["type"] for i in peer["responses"]] == ["reasoning", "message"]
+    assert peer["responses"][0]["content"] == [{"text": "abc", "type": "reasoning_text"}]
