@@ -3,7 +3,10 @@
 Answers stream as they are generated; the conversation is kept and re-rendered each turn, and
 the KV cache reuses the common prefix, so a turn only prefills what is new. After each answer a
 status line: tokens, tok/s, mean exit block and the share of block work on the river. Ctrl-C
-stops an answer, Ctrl-D quits. From a pipe: one message a line, answers on stdout."""
+stops an answer, Ctrl-D quits. From a pipe: one message a line, answers on stdout. A thinking
+model's thoughts (its template's <think> ... </think>, split as llama-server splits them:
+pyriver.text.reasoning) are shown apart, between [thinking] and [/thinking], and are not kept in
+the conversation's content (its reasoning_content, which the template renders as it likes)."""
 from __future__ import annotations
 
 import sys
@@ -13,6 +16,7 @@ from pyriver.cli.args import device_kwargs, layout_kwargs
 from pyriver.api.llama import DEFAULT_RIVER, DEFAULT_TAU, Llama
 from pyriver.speculative.draft import DRAFTERS
 from pyriver.speculative.lossless import describe
+from pyriver.text import reasoning
 
 HELP = """commands:
   /reset          forget the conversation
@@ -125,22 +129,44 @@ class ChatSession:
             print(f"usage: /lossless on [{'|'.join(DRAFTERS)}] or /lossless off", file=out)
 
     def answer(self, text: str, out) -> str:
+        """The answer to text, written as it comes (thinking apart); its content returned."""
         self.messages.append({"role": "user", "content": text})
         parts: List[str] = []
+        thought: List[str] = []
         try:
+            split = self._thinking()
             for ch in self.llm.create_chat_completion(self.messages, stream=True, max_tokens=self.max_tokens,
                                                       temperature=self.temperature):
                 piece = ch["choices"][0]["delta"].get("content", "")
-                if piece:
-                    parts.append(piece)
-                    out.write(piece)
+                for d in (split.feed(piece) if split is not None else [{"content": piece}] if piece else []):
+                    if "reasoning_content" in d:
+                        out.write(("" if thought else "[thinking] ") + d["reasoning_content"])
+                        thought.append(d["reasoning_content"])
+                    elif d["content"]:
+                        if thought and not parts:
+                            out.write("\n[/thinking]\n")
+                        parts.append(d["content"])
+                        out.write(d["content"])
                     out.flush()
         except KeyboardInterrupt:
             out.write(" [stopped]")
+        if thought and not parts:
+            out.write("\n[/thinking]")
         reply = "".join(parts)
-        self.messages.append({"role": "assistant", "content": reply})
+        msg = {"role": "assistant", "content": reply}
+        if thought:
+            msg["reasoning_content"] = "".join(thought)
+        self.messages.append(msg)
         out.write("\n")
         return reply
+
+    def _thinking(self) -> Optional[reasoning.Stream]:
+        """The split of this turn's answer, None where the template does not think."""
+        prompt, _ = self.llm.chat_prompt(self.messages)   # compiles the template on the first turn
+        tags = reasoning.template_tags(getattr(self.llm.chats.template, "source", None))
+        if tags is None:
+            return None
+        return reasoning.Stream(tags, "auto", reasoning.opened(prompt, tags))
 
     def status(self) -> str:
         s = self.llm.last_stats
