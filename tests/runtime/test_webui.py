@@ -398,3 +398,31 @@ def test_the_router_page_answers_with_the_model_picked(browser, router):
     browser.refresh()   # the pick is kept
     _wait(lambda: browser.find_element(By.ID, "model-pick").is_displayed(), what="the picker after a reload")
     assert Select(browser.find_element(By.ID, "model-pick")).first_selected_option.get_attribute("value") == "gemma-3"
+
+
+@pytest.fixture(scope="module")
+def thinking_server(smol_path):
+    """SmolLM2 under Qwen3.5's template (from llama.cpp's models/templates): it opens <think> itself."""
+    from pyriver.tools import llama_server as ls
+    tmpl = ls.sdist_root() / "vendor" / "llama.cpp" / "models" / "templates" / "Qwen3.5-4B.jinja"
+    s = ServerProcess(smol_path, "--parallel", "1", "--ctx", "512", "--threads", "2", "--no-lossless",
+                      "--chat-template-file", str(tmpl))
+    yield s
+    s.close()
+
+
+@pytest.mark.slow
+def test_the_thinking_shows_apart_from_the_answer(browser, thinking_server):
+    from selenium.webdriver.common.by import By
+    _open(browser, thinking_server.url)
+    _settings(browser, **{"s-temperature": 0, "s-max-tokens": 12})
+    _send(browser, "Hi")
+    _wait(lambda: _done(browser), what="the end of the answer")
+    want = http("POST", thinking_server.url + "/v1/chat/completions",
+                {"messages": [{"role": "user", "content": "Hi"}], "temperature": 0, "max_tokens": 12,
+                 "top_p": 0.95})[1]["choices"][0]["message"]
+    assert want.get("reasoning_content")   # 12 tokens: all thinking
+    shown = _answers(browser)[-1].find_element(By.CSS_SELECTOR, "details.thinking")
+    assert shown.get_attribute("open") is None   # folded once the answer is in
+    text = browser.execute_script("return arguments[0].querySelector('.thinking-body').textContent", shown)
+    assert text == want["reasoning_content"] and _body(browser) == want["content"]

@@ -160,6 +160,13 @@ async function run(conv) {
       if (ch.river !== undefined) msg.river = ch.river;
       const c = ch.choices && ch.choices[0];
       if (!c) return;
+      // a thinking model's reasoning comes apart (llama-server's delta.reasoning_content): shown folded
+      const thought = (c.delta && c.delta.reasoning_content) || "";
+      if (thought) {
+        if (t.first === null) t.first = performance.now();
+        msg.reasoning = (msg.reasoning || "") + thought;
+        scheduleDraw();
+      }
       const text = (c.delta && c.delta.content) || "";
       if (text) {
         if (t.first === null) t.first = performance.now();
@@ -393,6 +400,20 @@ function messageBody(msg, conv) {
   return body;
 }
 
+// The answer's reasoning, apart from its text: open while the model still thinks, folded after.
+function thinkingEl(msg) {
+  const d = document.createElement("details");
+  d.className = "thinking";
+  d.open = !!(busy && busy.msg === msg && !msg.content);
+  const head = document.createElement("summary");
+  head.textContent = "Thinking";
+  const text = document.createElement("div");
+  text.className = "thinking-body";
+  text.textContent = msg.reasoning;
+  d.append(head, text);
+  return d;
+}
+
 function messageEl(msg, i, conv) {
   const art = document.createElement("article");
   art.className = "msg " + msg.role;
@@ -423,6 +444,7 @@ function messageEl(msg, i, conv) {
   }
   head.appendChild(actions);
   art.appendChild(head);
+  if (msg.role === "assistant" && msg.reasoning) art.appendChild(thinkingEl(msg));
   art.appendChild(messageBody(msg, conv));
   if (msg.role === "assistant") {
     const foot = document.createElement("p");
