@@ -204,10 +204,21 @@ def _chat_plan(srv, f: Dict) -> ChatPlan:
     return plan
 
 
+def _render(srv, plan: ChatPlan, f: Dict):
+    """chat_prompt's (text, add_bos); a template's own error (raise_exception: no messages, a role it
+    refuses) as ValueError, which the routes answer with a 400."""
+    try:
+        return srv.llm.chat_prompt(plan.messages, f["add_generation_prompt"], f["continue_final"], server_bos=True,
+                                   **plan.extra)
+    except ValueError:
+        raise
+    except Exception as e:   # jinja2's TemplateError and the like: the request's messages, not the server
+        raise ValueError(str(e)) from None
+
+
 def _chat_tokens(srv, plan: ChatPlan, f: Dict) -> List[int]:
     with srv.sched.vocab_lock:
-        text, add_bos = srv.llm.chat_prompt(plan.messages, f["add_generation_prompt"], f["continue_final"],
-                                            server_bos=True, **plan.extra)
+        text, add_bos = _render(srv, plan, f)
         plan.prompt = text   # the answer is parsed after its opened thinking tag (server/thinking.py)
         return srv.llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
@@ -215,8 +226,7 @@ def _chat_tokens(srv, plan: ChatPlan, f: Dict) -> List[int]:
 def _chat_media_prompt(srv, plan: ChatPlan, f: Dict, files):
     """The chat's prompt text with its media markers, through the projector (server/multimodal.py)."""
     with srv.sched.vocab_lock:
-        text, _ = srv.llm.chat_prompt(plan.messages, f["add_generation_prompt"], f["continue_final"], server_bos=True,
-                                      **plan.extra)
+        text, _ = _render(srv, plan, f)
     plan.prompt, plan.thinking.prefix = text, opened(text, plan.thinking.tags)
     return multimodal.tokenize(srv, text, files or [])
 

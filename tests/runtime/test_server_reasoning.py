@@ -56,6 +56,8 @@ def _answers(url: str, opens: bool) -> dict:
     for bad in ({"reasoning_format": "xx"}, {"reasoning_budget_tokens": -2}):
         code, got = http("POST", url + "/v1/chat/completions", dict({"messages": MSG, "max_tokens": 2}, **bad))
         out[json.dumps(bad)] = (code, got["error"]["message"])
+    code, got = http("POST", url + "/v1/chat/completions", {"messages": [], "max_tokens": 2})
+    out["no messages"] = (code, got["error"]["message"] if code != 200 else "")
     return out
 
 
@@ -125,3 +127,14 @@ def test_thinking_blocks_and_reasoning_items_are_llama_server_s(both):
     assert [b["type"] for b in peer["messages"]] == (["thinking"] if opens else ["text"])
     assert [i["type"] for i in peer["responses"]] == ["reasoning", "message"]
     assert peer["responses"][0]["content"] == [{"text": "abc", "type": "reasoning_text"}]
+
+
+def test_a_template_that_refuses_the_messages_is_a_400(both):
+    """No messages under a template that cannot render them is the request's mistake, a 400, never a 500:
+    Qwen3.5's raises "No messages provided."; Qwen3's reads messages[0].role, which jinja2 refuses where
+    llama.cpp's engine takes it as undefined (llama-server answers it, 200: a difference)."""
+    opens, peer, ours = both
+    assert ours["no messages"][0] == 400
+    assert ("No messages provided." if opens else "no element 0") in ours["no messages"][1]
+    if not opens:
+        assert peer["no messages"] == (200, "")
