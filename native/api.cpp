@@ -507,8 +507,14 @@ pr_status pr_context_counters(const pr_context * ctx, pr_counters * out) {
     return guarded([&] {
         if (!ctx || !out) pr::fail(PR_ERR_INVALID_ARG, "ctx and out must not be NULL");
         const pr::gpu_counts & k = ctx->c->counts;
-        *out = pr_counters{k.graphs, k.graph_changes, k.graph_captures, k.nodes, k.syncs, k.host_bytes, k.host_bytes_pinned};
+        *out = pr_counters{k.graphs, k.graph_changes, k.graph_captures, k.nodes, k.syncs, k.host_bytes, k.host_bytes_pinned, k.reads};
     });
+}
+
+const char * pr_context_output_buffer(const pr_context * ctx, int32_t * pinned) {
+    if (!live(ctx, "ctx")) return nullptr;
+    if (pinned) *pinned = ctx->c->output_pinned() ? 1 : 0;
+    return ggml_backend_buft_name(ggml_backend_buffer_get_type(ctx->c->outbuf));
 }
 
 pr_status pr_context_counters_reset(pr_context * ctx) {

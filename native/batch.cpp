@@ -139,13 +139,33 @@ static void fill_lane(const context & c, const std::vector<step_group> & groups,
     }
 }
 
-// A head graph's logits rows into the step's rows (logits: n_outputs x nv, by batch output row).
-static void take_rows(const context & c, const built_graph & gr, const step_plan & p, std::vector<float> & logits, size_t nv) {
-    if (p.graph_out.empty()) return;
-    const std::vector<float> all = read_tensor(c, gr.logits);
-    for (size_t r = 0; r < p.graph_out.size(); r++) {
-        std::copy(all.begin() + r * nv, all.begin() + (r + 1) * nv, logits.begin() + (size_t) p.graph_out[r] * nv);
+// A head graph's logits rows, every output row of the step, queued in one copy into the output
+// buffer in the graph's order (as llama.cpp's decode reads a ubatch's rows).
+static void queue_rows(const context & c, const built_graph & gr, const step_plan & p) {
+    if (p.graph_out.size() != (size_t) c.n_outputs || (gr.logits && ggml_nelements(gr.logits) != (int64_t) (p.graph_out.size() * c.m->hp.n_vocab))) {
+        fail(PR_ERR_INTERNAL, "a head graph without every output row");
     }
+    if (!p.graph_out.empty()) c.fetch(gr.logits, c.out, 0, ggml_nbytes(gr.logits));
+}
+
+// Once they have landed: each row to its batch output row, swapped in place on the host (llama.cpp's
+// output_swaps), where the lanes put the sequences in another order than the batch.
+static void order_rows(const context & c, const step_plan & p, size_t nv) {
+    std::vector<int> at = p.graph_out;   // at[r]: the batch row that graph row r belongs to
+    for (size_t r = 0; r < at.size(); r++) {
+        while (at[r] != (int) r) {
+            const int d = at[r];
+            if (d < 0 || (size_t) d >= at.size() || at[d] == d) fail(PR_ERR_INTERNAL, "output rows are not a permutation");
+            std::swap_ranges(c.out + r * nv, c.out + (r + 1) * nv, c.out + (size_t) d * nv);
+            std::swap(at[r], at[d]);
+        }
+    }
+}
+
+static void take_rows(const context & c, const built_graph & gr, const step_plan & p, size_t nv) {
+    queue_rows(c, gr, p);
+    c.settle();
+    order_rows(c, p, nv);
 }
 
 static void plan_step(const context & c, const std::vector<step_group> & groups, const std::vector<batch_token> & b,
@@ -287,11 +307,31 @@ static void run_predicted_step(context & c, std::vector<step_group> & groups, co
     }
     p.seg.host_checks = c.rule.host_checks != 0 && c.on_cpu(0, L - 1);
     built_graph & gr = c.compute(p.seg, p.feeds);
-    take_rows(c, gr, p, c.logits, nv);
+    // The rows and every lane's similarities computed in the graph: queued copies into the output
+    // buffer, one wait.
+    queue_rows(c, gr, p);
+    std::vector<size_t> check_at(p.seg.lanes.size(), 0);
+    size_t used = 0;
+    for (size_t li = 0; li < p.seg.lanes.size() && !p.seg.host_checks; li++) {
+        const lane & ln = p.seg.lanes[li];
+        if (ln.n_checks() == 0) continue;
+        check_at[li] = used;
+        used += (size_t) ln.n_checks() * ln.n_tokens();
+        if (used > c.checks_room) fail(PR_ERR_INTERNAL, "similarities not reserved");
+        queue_checks(c, gr, li, c.checks_out + check_at[li]);
+    }
+    c.settle();
+    order_rows(c, p, nv);
     for (size_t li = 0; li < p.seg.lanes.size(); li++) {
         const lane & ln = p.seg.lanes[li];
         const int nc = ln.n_checks();
-        const std::vector<float> sim = nc > 0 ? lane_similarities(c, gr, li) : std::vector<float>();
+        std::vector<float> sim;
+        if (nc > 0 && p.seg.host_checks) {
+            sim = lane_similarities(c, gr, li);
+        } else if (nc > 0) {
+            const float * s0 = c.checks_out + check_at[li];
+            sim.assign(s0, s0 + (size_t) nc * ln.n_tokens());
+        }
         const size_t T = (size_t) ln.n_tokens();
         size_t row = 0;
         for (int gi : p.lane_groups[li]) {
@@ -330,11 +370,11 @@ void context::decode_batch(const std::vector<batch_token> & b, const std::vector
     // Forecasts are for decode steps: a step with a prompt under prefill_exit keeps the checked rule.
     bool forecast = exiting && rule.mode != exit_mode::checked && rule.force_layer < 0;
     for (const step_group & g : groups) forecast = forecast && (!g.exits || (g.idx.size() == 1 && !prompt[g.idx[0]]));
-    begin_step();
     std::vector<int> out_row(b.size(), -1);
-    for (size_t i = 0; i < b.size(); i++) if (b[i].logits) out_row[i] = n_outputs++;
-    logits.assign((size_t) n_outputs * nv, 0.0f);
-    out = logits.data();
+    int rows = 0;
+    for (size_t i = 0; i < b.size(); i++) if (b[i].logits) out_row[i] = rows++;
+    begin_step(rows, (int) b.size());
+    n_outputs = rows;
 
     auto undecided = [&] {
         for (const step_group & g : groups) if (g.exits && !g.river) return true;
@@ -360,7 +400,7 @@ void context::decode_batch(const std::vector<batch_token> & b, const std::vector
         plan_step(*this, groups, b, out_row, start, end, p);
         built_graph & gr = compute(p.seg, p.feeds);
         if (end == L - 1) {
-            take_rows(*this, gr, p, logits, nv);
+            take_rows(*this, gr, p, nv);
             break;
         }
         std::vector<std::pair<int, int>> leaving = backbone_exits(*this, gr, p, groups, end);

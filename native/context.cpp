@@ -44,12 +44,10 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     for (ggml_backend_t b : backends) {
         if (b != cpu && !host_buft) host_buft = ggml_backend_dev_host_buffer_type(ggml_backend_get_device(b));
     }
-    // The one row of logits a decode step reads lands in this buffer: pinned memory with a GPU,
-    // plain host memory of the CPU backend without one (the same path, so that the counters
-    // count on the CPU what a GPU's step reads).
-    pinned = ggml_backend_buft_alloc_buffer(host_buft ? host_buft : ggml_backend_cpu_buffer_type(),
-                                            (size_t) m->hp.n_vocab * sizeof(float));
-    if (!pinned) fail(PR_ERR_BACKEND, "cannot allocate pinned host memory for the logits");
+    // The output buffer, sized for a row per slot as llama.cpp's (n_seq_max rows): pinned memory
+    // with a GPU, plain host memory of the CPU backend without one (the same path, so that the
+    // counters count on the CPU what a GPU's step reads).
+    reserve_outputs(p.n_seq_max, 0);
     ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(m->cpu_dev);
     set_n_threads = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
 
@@ -81,7 +79,20 @@ context::~context() {
     if (main.sched) ggml_backend_sched_free(main.sched);
     main.sched = nullptr;
     for (auto b : backends) ggml_backend_free(b);
-    if (pinned) ggml_backend_buffer_free(pinned);
+    if (outbuf) ggml_backend_buffer_free(outbuf);
+}
+
+void context::reserve_outputs(int rows, size_t check_floats) {
+    const size_t need = ((size_t) rows * m->hp.n_vocab + check_floats) * sizeof(float);
+    if (!outbuf || ggml_backend_buffer_get_size(outbuf) < need) {
+        settle();   // no read may still be landing in the old buffer
+        if (outbuf) ggml_backend_buffer_free(outbuf);
+        outbuf = ggml_backend_buft_alloc_buffer(host_buft ? host_buft : ggml_backend_cpu_buffer_type(), need);
+        if (!outbuf) fail(PR_ERR_BACKEND, "cannot allocate %zu bytes of host memory for the outputs", need);
+    }
+    out = (float *) ggml_backend_buffer_get_base(outbuf);
+    checks_out = out + (size_t) rows * m->hp.n_vocab;
+    checks_room = check_floats;
 }
 
 ggml_backend_sched_t context::new_sched(size_t capacity) {
@@ -298,21 +309,17 @@ built_graph & context::run_segment(const segment & seg, const int32_t * tokens, 
     return compute(seg, {f});
 }
 
-void context::take_logits(const built_graph & g) {
+// The graph's logits rows after those the step already holds, in the output buffer (begin_step
+// reserved them); wait: false leaves the copy queued for the step's next settle().
+void context::take_logits(const built_graph & g, bool wait) {
     const int n_out = g.seg.n_outputs();
-    const size_t nv = m->hp.n_vocab, base = (size_t) n_outputs * nv;
-    if (pinned && n_outputs == 0 && n_out == 1) {   // a decode step, a prompt's last token
-        float * row = (float *) ggml_backend_buffer_get_base(pinned);
-        read(g.logits, row, 0, nv * sizeof(float));
-        out = row;
-        n_outputs = 1;
-        return;
+    const size_t nv = m->hp.n_vocab;
+    if (n_out > 0) {
+        if (!out || (size_t) (n_outputs + n_out) * nv > (size_t) (checks_out - out)) fail(PR_ERR_INTERNAL, "output rows not reserved");
+        fetch(g.logits, out + (size_t) n_outputs * nv, 0, (size_t) n_out * nv * sizeof(float));
+        n_outputs += n_out;
     }
-    if (n_outputs > 0 && out != logits.data()) logits.assign(out, out + base);   // the first row was pinned
-    logits.resize(base + (size_t) n_out * nv);
-    read(g.logits, logits.data() + base, 0, (size_t) n_out * nv * sizeof(float));
-    out = logits.data();
-    n_outputs += n_out;
+    if (wait) settle();
 }
 
 std::vector<float> read_tensor(const context & c, ggml_tensor * t) {
@@ -326,7 +333,7 @@ std::vector<float> read_tensor(const context & c, ggml_tensor * t) {
 std::vector<float> lane_similarities(const context & c, const built_graph & g, size_t i) {
     const lane_io & io = g.lanes[i];
     const int nc = g.seg.lanes[i].n_checks();
-    if (!g.seg.host_checks) return read_tensor(c, io.checks);
+    if (!g.seg.host_checks) return read_tensor(c, io.checks);   // a step's own read: see queue_checks
     std::vector<float> prev = read_tensor(c, io.check_in);
     const size_t E = (size_t) io.check_in->ne[0], T = prev.size() / E;
     std::vector<float> sims((size_t) nc * T);
@@ -344,6 +351,12 @@ std::vector<float> lane_similarities(const context & c, const built_graph & g, s
         prev.swap(cur);
     }
     return sims;
+}
+
+void queue_checks(const context & c, const built_graph & g, size_t i, float * dst) {
+    const lane_io & io = g.lanes[i];
+    if (g.seg.host_checks || !io.checks) fail(PR_ERR_INTERNAL, "lane %zu has no similarities in its graph", i);
+    c.fetch(io.checks, dst, 0, ggml_nbytes(io.checks));
 }
 
 // One step of at most n_batch tokens at the end of the cache: a decode step under the exit rule,
@@ -434,9 +447,21 @@ void context::run_predicted(const int32_t * tokens, int n_out) {
     segment seg = make_segment(1, n_out, 0, L - 1, false, lo, std::min(f, hi));
     if (f < L - 1) seg.lanes[0].river_from = f + 1;
     built_graph & g = run_segment(seg, tokens, nullptr, 1);
-    if (n_out > 0) take_logits(g);
     const int nc = seg.one().n_checks();
-    const int seen = nc > 0 ? first_at_tau(lane_similarities(*this, g, 0), lo, nc, rule.tau) : -1;
+    // The logits and the similarities computed in the graph come back in two queued copies into the
+    // output buffer and one wait, as llama.cpp's logits alone.
+    const bool in_graph = nc > 0 && !seg.host_checks;
+    if (n_out > 0) take_logits(g, !in_graph);
+    std::vector<float> sims;
+    if (in_graph) {
+        if ((size_t) nc > checks_room) fail(PR_ERR_INTERNAL, "similarities not reserved");
+        queue_checks(*this, g, 0, checks_out);
+        settle();
+        sims.assign(checks_out, checks_out + nc);
+    } else if (nc > 0) {
+        sims = lane_similarities(*this, g, 0);
+    }
+    const int seen = nc > 0 ? first_at_tau(sims, lo, nc, rule.tau) : -1;
     const int obs = seen >= 0 || f < L - 1 ? seen : L - 1;   // -1: left at f before any block reached tau
     fc.observe(obs, L);
     prev_exit = f;
@@ -517,10 +542,11 @@ void context::note_tokens(int n, int exit_block, int forecast, int seen) {
     observed.insert(observed.end(), n, seen);
 }
 
-void context::begin_step() {
+void context::begin_step(int rows, int tokens) {
     n_outputs = 0;
-    logits.clear();
-    out = nullptr;
+    // Rows for the step's logits and room for the similarities of one check per block and token
+    // (a predicted step reads them with its logits).
+    reserve_outputs(rows, (size_t) m->hp.n_layer * std::max(tokens, 1));
     exits.clear();
     forecast_of.clear();
     observed.clear();
@@ -556,7 +582,7 @@ void context::decode(int s, const int32_t * tokens, int n, bool logits_all, int 
     const bool decoding = n == 1 && !prompt;
     seq = s;
     verifying = prompt == PR_VERIFY;
-    begin_step();
+    begin_step(logits_all ? n : 1, n);
     // A prompt starts a sequence's forecasts afresh: what it decodes next does not depend on what
     // the cache held before (as with the checked path).
     if (!decoding) forget_forecast(s);
@@ -565,7 +591,8 @@ void context::decode(int s, const int32_t * tokens, int n, bool logits_all, int 
         const bool last = done + step == n;
         run(tokens + done, step, logits_all ? step : (last ? 1 : 0), decoding);
         done += step;
-    }    settle();   // no graph in flight when a call returns
+    }
+    settle();   // no graph in flight when a call returns
 }
 
 // Embeddings are a prompt's: every token at full depth, whatever the exit rule (exits are a
@@ -580,7 +607,7 @@ void context::embed(int s, const int32_t * tokens, int n) {
     const size_t E = m->hp.n_embd;
     seq = s;
     verifying = false;
-    begin_step();
+    begin_step(0, 0);
     forget_forecast(s);   // a prompt's
     embd.reserve((size_t) n * E);
     for (int done = 0; done < n;) {
@@ -595,7 +622,8 @@ void context::embed(int s, const int32_t * tokens, int n) {
         n_embd_rows += step;
         note_tokens(step, L - 1, -1, -1);
         done += step;
-    }    settle();
+    }
+    settle();
 }
 
 void context::truncate(int s, int n_keep) {
@@ -604,8 +632,6 @@ void context::truncate(int s, int n_keep) {
     kv->used[s] = n_keep;   // rows past n_keep are masked out and overwritten by later tokens
     forget_forecast(s);
     n_outputs = 0;
-    logits.clear();
-    out = nullptr;
     n_embd_rows = 0;
     embd.clear();
 }

@@ -47,7 +47,7 @@ struct handoff {
 // What a step costs a GPU, counted on any device (pr_counters, pyriver_debug.h; counters.cpp).
 struct gpu_counts {
     int64_t graphs = 0, graph_changes = 0, graph_captures = 0, nodes = 0;
-    int64_t syncs = 0, host_bytes = 0, host_bytes_pinned = 0;
+    int64_t syncs = 0, host_bytes = 0, host_bytes_pinned = 0, reads = 0;
 };
 
 // ggml-cuda's record of one CUDA graph (ggml_cuda_graph::node_properties, common.cuh), kept per
@@ -94,15 +94,19 @@ struct context {
     int64_t n_graph_runs = 0;              // graphs computed since creation (the cost of checks)
     int last_input_reads = 0;              // the last computed graph's input_reads
 
-    std::vector<float> logits;             // n_outputs x n_vocab (several rows)
     int n_outputs = 0;
-    const float * out = nullptr;           // the rows of the last decode: logits, or one row in pinned memory
+    float * out = nullptr;                 // the rows of the last decode: n_outputs x n_vocab in the output buffer
     std::vector<float> embd;               // n_embd_rows x n_embd: the last embed's hidden states after the final norm
     int n_embd_rows = 0;
     // With a GPU: its pinned host memory holds the scheduler's host-side buffers (inputs are copied
-    // from it) and one row of logits, as llama.cpp does; copies to and from pageable memory are slower.
+    // from it) and the output buffer, as llama.cpp does; copies to and from pageable memory are slower.
     ggml_backend_buffer_type_t host_buft = nullptr;
-    ggml_backend_buffer_t pinned = nullptr;
+    // The output buffer (llama.cpp's buf_output, output_reserve): a step's logits rows and then its
+    // exit similarities, read from the device in one queued copy each and one wait. Allocated from
+    // host_buft (pinned) or, without a GPU, the CPU buffer type; grown, never shrunk, to a step's rows.
+    ggml_backend_buffer_t outbuf = nullptr;
+    float * checks_out = nullptr;          // past the logits rows: room for the step's similarities
+    size_t checks_room = 0;                // ... in floats
 
     // Host synchronizations, graph changes and reads, as a GPU would see them (counters.cpp).
     mutable gpu_counts counts;
@@ -131,21 +135,28 @@ struct context {
     built_graph & compute(const segment & seg, const std::vector<lane_feed> & feeds);
     bool on_cpu(int first, int last) const;
     int chunk_after(int block) const;
-    void begin_step();
+    void begin_step(int rows, int tokens); // the step's logits rows and tokens, at most
     void note_tokens(int n, int exit_block, int forecast, int seen);
     void forget_forecast(int s) { forecasts[s].reset(); }
     void check_append(int s, const int32_t * tokens, int n) const;
-    // Every read of a device result goes through read(): the first after a graph waits for it (one
-    // host synchronization, as llama.cpp's read of its logits), later ones are each a blocking copy.
+    // Every read of a device result goes through fetch(): while the graph is in flight it is queued
+    // on the device's stream, and settle() waits once for the graph and every read queued after it
+    // (one host synchronization, as llama.cpp's read of its logits); after that each read is a
+    // blocking copy. read() is fetch() and settle().
+    void fetch(ggml_tensor * t, void * dst, size_t offset, size_t size) const;
     void read(ggml_tensor * t, void * dst, size_t offset, size_t size) const;
     void settle() const;                   // waits for a graph still in flight (before touching its buffers)
     void note_graph(ggml_cgraph * gf);     // the graph just launched, against ggml-cuda's rule
+    // Room in the output buffer for rows of logits and the step's similarities (begin_step's; no
+    // graph in flight): grown from host_buft as llama.cpp's output_reserve grows its buffer.
+    void reserve_outputs(int rows, size_t check_floats);
+    bool output_pinned() const { return host_buft != nullptr; }
 
 private:
     ggml_backend_sched_t new_sched(size_t capacity);
     built_graph & graph_for(const segment & seg);
     void set_lane_inputs(const built_graph & g, size_t i, const lane_feed & f);
-    void take_logits(const built_graph & g);
+    void take_logits(const built_graph & g, bool wait = true);
     void run(const int32_t * tokens, int n, int n_out, bool decoding);
     void run_exiting(const int32_t * tokens, int n, int n_out);
     void run_predicted(const int32_t * tokens, int n_out);
@@ -160,6 +171,8 @@ private:
 // Similarities of the checked blocks of lane i of a graph, [n_checks][n_tokens]: computed on the
 // host from its hidden outputs, or read from the graph.
 std::vector<float> lane_similarities(const context & c, const built_graph & g, size_t i);
+// The read of lane i's similarities computed in the graph, queued into dst (n_checks x n_tokens floats).
+void queue_checks(const context & c, const built_graph & g, size_t i, float * dst);
 std::vector<float> read_tensor(const context & c, ggml_tensor * t);   // an F32 tensor on the host
 void check_tokens(const model & m, const int32_t * tokens, int n);   // ids in the vocabulary
 

@@ -14,27 +14,34 @@ void context::settle() const {
     counts.syncs++;
 }
 
-// The first read after a graph was launched is queued on the stream of the backend that holds the
-// tensor and then waited for: one synchronization (llama.cpp reads its logits so:
-// ggml_backend_tensor_get_async, then ggml_backend_sched_synchronize). A later read of the same
-// graph is ggml_backend_tensor_get, a blocking copy: on a GPU another synchronization (ggml-cuda's
-// buffer get_tensor copies and then waits for cudaStreamPerThread). Every read counts as a device's,
-// whatever holds the tensor here, as when all of the graph is on one GPU.
-void context::read(ggml_tensor * t, void * dst, size_t offset, size_t size) const {
+// A read while a graph is in flight is queued on the stream of the backend that holds the tensor
+// (ggml_backend_tensor_get_async, as llama.cpp reads its logits); settle() then waits once for the
+// graph and all the reads queued after it (ggml_backend_sched_synchronize): one synchronization
+// however many results a step reads. A read with nothing in flight is ggml_backend_tensor_get, a
+// blocking copy: on a GPU a synchronization of its own (ggml-cuda's buffer get_tensor copies and
+// then waits for cudaStreamPerThread). Every read counts as a device's, whatever holds the tensor
+// here, as when all of the graph is on one GPU; its bytes count as pinned where they land in the
+// output buffer (pinned memory on a GPU: the device's host buffer type).
+void context::fetch(ggml_tensor * t, void * dst, size_t offset, size_t size) const {
+    if (size == 0) return;
     ggml_backend_t b = pending ? ggml_backend_sched_get_tensor_backend(pending, t) : nullptr;
     if (b) {
         ggml_backend_tensor_get_async(b, t, dst, offset, size);
-        ggml_backend_sched_synchronize(pending);
-        pending = nullptr;
     } else {
         settle();
         ggml_backend_tensor_get(t, dst, offset, size);
+        counts.syncs++;
     }
-    counts.syncs++;
+    counts.reads++;
     counts.host_bytes += (int64_t) size;
-    const char * base = pinned ? (const char *) ggml_backend_buffer_get_base(pinned) : nullptr;
+    const char * base = outbuf ? (const char *) ggml_backend_buffer_get_base(outbuf) : nullptr;
     const char * d = (const char *) dst;
-    if (base && d >= base && d + size <= base + ggml_backend_buffer_get_size(pinned)) counts.host_bytes_pinned += (int64_t) size;
+    if (base && d >= base && d + size <= base + ggml_backend_buffer_get_size(outbuf)) counts.host_bytes_pinned += (int64_t) size;
+}
+
+void context::read(ggml_tensor * t, void * dst, size_t offset, size_t size) const {
+    fetch(t, dst, offset, size);
+    settle();
 }
 
 // ggml-cuda's rule (ggml/src/ggml-cuda/ggml-cuda.cu of llama.cpp as llama-cpp-python 0.3.36 pins it):

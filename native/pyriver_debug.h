@@ -48,8 +48,10 @@ PR_API int32_t   pr_graph_input_reads(const pr_context * ctx);
  *   syncs             host synchronizations: waits for a computed graph, each read of a result
  *                     (logits, exit similarities, hidden states, embeddings) after the first of a graph
  *   host_bytes        device-to-host bytes read
- *   host_bytes_pinned of those, bytes into the context's host buffer of its GPU's host buffer type
- *                     (pinned memory; without a GPU the same buffer of the CPU backend) */
+ *   host_bytes_pinned of those, bytes into the context's output buffer, of its GPU's host buffer type
+ *                     (pinned memory; without a GPU the same buffer of the CPU backend's type: see
+ *                     pr_context_output_buffer)
+ *   reads             device-to-host copies (queued ones and blocking ones) */
 typedef struct {
     int64_t graphs;
     int64_t graph_changes;
@@ -58,11 +60,16 @@ typedef struct {
     int64_t syncs;
     int64_t host_bytes;
     int64_t host_bytes_pinned;
+    int64_t reads;
 } pr_counters;
 
 PR_API pr_status pr_context_counters(const pr_context * ctx, pr_counters * out);
 /* Zeroes the counters; the first call also starts comparing graphs (graphs already seen are kept). */
 PR_API pr_status pr_context_counters_reset(pr_context * ctx);
+/* The buffer type of the context's output buffer (the rows of logits and the exit similarities a step
+ * reads back; llama.cpp's output buffer): its name, and in *pinned 1 when it is a GPU's host buffer
+ * type (pinned memory), 0 when it is the CPU backend's (no GPU: what a GPU's would hold). NULL on error. */
+PR_API const char * pr_context_output_buffer(const pr_context * ctx, int32_t * pinned);
 /* Fills every cache slot with a value (NaN proves that no unwritten slot is read). */
 PR_API pr_status pr_kv_fill(pr_context * ctx, float value);
 /* The block placement arithmetic alone: the device index (0..n_devices-1, or -1 for the CPU) of

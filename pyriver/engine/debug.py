@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from pyriver.engine.binding import check, ffi, lib
+from pyriver.engine.binding import check, ffi, last_error, lib
 from pyriver.engine.native import NativeEngine
 
 
@@ -86,16 +86,29 @@ def place_layers(n_layer: int, n_gpu_layers: int, shares: Sequence[float]) -> Li
     return list(out)
 
 
-COUNTER_FIELDS = ("graphs", "graph_changes", "graph_captures", "nodes", "syncs", "host_bytes", "host_bytes_pinned")
+COUNTER_FIELDS = ("graphs", "graph_changes", "graph_captures", "nodes", "syncs", "host_bytes", "host_bytes_pinned",
+                  "reads")
 
 
 def counters(llm_or_batch) -> dict:
     """What the context's steps since the last reset_counters cost a GPU (pr_context_counters,
     native/counters.cpp): graphs, graph_changes and graph_captures by ggml-cuda's rule for reusing a
-    captured CUDA graph, nodes, host syncs, device-to-host bytes and those into pinned memory."""
+    captured CUDA graph, nodes, host syncs, device-to-host bytes, those into the output buffer (pinned
+    memory on a GPU: see output_buffer) and the device-to-host copies."""
     out = ffi.new("pr_counters *")
     check(lib.pr_context_counters(_native(llm_or_batch, "ctx"), out))
     return {f: int(getattr(out, f)) for f in COUNTER_FIELDS}
+
+
+def output_buffer(llm_or_batch) -> dict:
+    """The context's output buffer (a step's logits rows and exit similarities; llama.cpp's output
+    buffer): its buffer type's name and whether that is pinned memory (a GPU's host buffer type; on
+    the CPU alone it is the CPU backend's, where a GPU's pinned buffer would be)."""
+    pinned = ffi.new("int32_t *")
+    name = lib.pr_context_output_buffer(_native(llm_or_batch, "ctx"), pinned)
+    if name == ffi.NULL:
+        raise ValueError(last_error())
+    return {"type": ffi.string(name).decode(), "pinned": bool(pinned[0])}
 
 
 def reset_counters(llm_or_batch) -> None:

@@ -4,8 +4,10 @@ Each mode runs a few warm-up tokens, then -n tokens, with the native context's c
 (pyriver.engine.debug.counters; native/counters.cpp) on: host synchronizations (every wait for the
 device: the read of logits, exit similarities, hidden states), graph changes by ggml-cuda's own
 rule for reusing a captured CUDA graph (ggml_cuda_graph_update_required: a changed graph runs
-uncaptured and is captured again), device-to-host bytes and whether they land in pinned memory,
-nodes. One JSON object a line per mode:
+uncaptured and is captured again), device-to-host copies and bytes and whether they land in the
+output buffer (`pinned`: True on a GPU, whose host buffer type is pinned memory; "would be" on the
+CPU alone, where the same buffer is the CPU backend's, as llama.cpp's; see pinned()), nodes. One
+JSON object a line per mode:
 
   decode           steady greedy decode, one token a step
   verify           lossless verify steps of 16 tokens (every row's logits; per token = per verified token)
@@ -34,18 +36,30 @@ BATCH = 4
 MODES = ("decode", "verify", "river-checked", "river-predicted", "batch4")
 
 
-def _per_token(c: Dict[str, int], tokens: int, mode: str, **extra) -> Dict:
+def pinned(c: Dict[str, int], buf: Dict) -> object:
+    """Where a mode's device-to-host bytes land: True when all of them land in the output buffer and
+    that is pinned memory (a GPU's host buffer type); "would be" when they all land there but it is
+    the CPU backend's buffer type (no GPU: the same buffer, from the type a GPU's pinned one replaces,
+    as llama.cpp allocates its output buffer); False when any lands elsewhere (heap memory)."""
+    if c["host_bytes"] == 0 or c["host_bytes_pinned"] != c["host_bytes"]:
+        return False
+    return True if buf["pinned"] else "would be"
+
+
+def _per_token(c: Dict[str, int], tokens: int, mode: str, buf: Dict, **extra) -> Dict:
     row = {
         "mode": mode,
         "tokens": tokens,
         "syncs_per_token": c["syncs"] / tokens,
+        "reads_per_token": c["reads"] / tokens,
         "graph_changes_per_token": c["graph_changes"] / tokens,
         "graph_captures_per_token": c["graph_captures"] / tokens,
         "graphs_per_token": c["graphs"] / tokens,
         "nodes_per_token": c["nodes"] / tokens,
         "host_bytes_per_token": c["host_bytes"] / tokens,
-        "pinned": c["host_bytes"] > 0 and c["host_bytes_pinned"] == c["host_bytes"],
+        "pinned": pinned(c, buf),
         "pinned_bytes_per_token": c["host_bytes_pinned"] / tokens,
+        "output_buffer": buf,
     }
     row.update(extra)
     return row
@@ -73,13 +87,14 @@ def _single(llm, mode: str, n: int, warmup: int) -> Dict:
         debug.reset_counters(llm)
         for _ in range(n):
             verify()
-        return _per_token(debug.counters(llm), n * VERIFY_TOKENS, mode, steps=n, tokens_per_step=VERIFY_TOKENS)
+        return _per_token(debug.counters(llm), n * VERIFY_TOKENS, mode, debug.output_buffer(llm), steps=n,
+                          tokens_per_step=VERIFY_TOKENS)
     for _ in range(warmup):
         tok = _greedy(llm, tok)
     debug.reset_counters(llm)
     for _ in range(n):
         tok = _greedy(llm, tok)
-    return _per_token(debug.counters(llm), n, mode)
+    return _per_token(debug.counters(llm), n, mode, debug.output_buffer(llm))
 
 
 def _batch(llm, n: int, warmup: int) -> Dict:
@@ -100,12 +115,13 @@ def _batch(llm, n: int, warmup: int) -> Dict:
         debug.reset_counters(dec)
         for _ in range(n):
             step()
-        return _per_token(debug.counters(dec), n * BATCH, "batch4", steps=n, sequences=BATCH)
+        return _per_token(debug.counters(dec), n * BATCH, "batch4", debug.output_buffer(dec), steps=n, sequences=BATCH)
     finally:
         dec.close()
 
 
-def llama_cpp_counts(model: str, n: int, warmup: int, threads: int, n_gpu_layers: int, n_ctx: int) -> Dict:
+def llama_cpp_counts(model: str, n: int, warmup: int, threads: int, n_gpu_layers: int, n_ctx: int,
+                     pinned_memory: bool) -> Dict:
     """llama.cpp's context on the same file, decoding the same way. Measured: graphs it reused
     (llama_perf_context's n_reused, llama-context.cpp process_ubatch: a reused graph keeps its
     scheduler split and uid, so ggml-cuda's ggml_cuda_graph_update_required returns "unchanged" at
@@ -113,7 +129,9 @@ def llama_cpp_counts(model: str, n: int, warmup: int, threads: int, n_gpu_layers
     (llama-context.cpp of the pinned sdist), not measured: one sync a token (decode queues the logits
     read, ggml_backend_tensor_get_async; llama_get_logits waits, llama_context::synchronize), the last
     row's n_vocab floats read a token, into its output buffer, allocated from the output device's
-    ggml_backend_dev_host_buffer_type (pinned memory on CUDA; output_reserve)."""
+    ggml_backend_dev_host_buffer_type (pinned memory on CUDA; output_reserve), else the CPU buffer
+    type: pinned_memory says which, as pyriver's context on the same devices found it (pyriver's
+    output buffer is chosen by the same rule)."""
     import llama_cpp
 
     from pyriver.engine.llamacpp import graphs_reused, reset_graph_reuse
@@ -137,12 +155,13 @@ def llama_cpp_counts(model: str, n: int, warmup: int, threads: int, n_gpu_layers
             "syncs_per_token": 1.0,
             "graph_changes_per_token": (n - reused) / n,
             "host_bytes_per_token": float(n_vocab * 4),
-            "pinned": True,
+            "pinned": True if pinned_memory else "would be",
             "graphs_reused": reused,
             "how": {"graph_changes_per_token": "measured: graphs rebuilt, 1 - n_reused/n (llama_perf_context)",
                     "syncs_per_token": "source: llama-context.cpp decode (tensor_get_async) + llama_get_logits (synchronize)",
                     "host_bytes_per_token": "source: one row of n_vocab floats (logits of the last token)",
-                    "pinned": "source: output_reserve allocates from ggml_backend_dev_host_buffer_type (CUDA: pinned)"},
+                    "pinned": "source: output_reserve allocates from the output device's "
+                              "ggml_backend_dev_host_buffer_type (CUDA: pinned), else the CPU buffer type"},
         }
     finally:
         llm.close()
@@ -176,7 +195,8 @@ def measure(model: str, n: int = 32, warmup: int = 4, threads: int = 2, n_gpu_la
         finally:
             llm.close()
     if llama_cpp:
-        rows.append(llama_cpp_counts(model, n, warmup, threads, n_gpu_layers, n_ctx))
+        pinned_memory = any(r["output_buffer"]["pinned"] for r in rows) if rows else n_gpu_layers != 0
+        rows.append(llama_cpp_counts(model, n, warmup, threads, n_gpu_layers, n_ctx, pinned_memory))
     return rows
 
 
