@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from helpers import RIVER_PROMPT
+from helpers import PROMPTS, RIVER_PROMPT
 from pyriver import Llama
 from pyriver.engine import debug
 from pyriver.tools import counts
@@ -125,7 +125,7 @@ def test_river_predicted_batch_step_is_one_sync(smol_path):
         llm.set_exit(0.975, min_exit_layer=4, host_checks=False, exit_rule="predicted")
         dec = BatchDecoder(llm, 4)
         try:
-            prompts = [llm.tokenize(RIVER_PROMPT)[:12 + 3 * i] for i in range(4)]
+            prompts = [llm.tokenize(p.encode()) for p in PROMPTS[:4]]
             res = dec.step([Feed(i, p, prompt=True) for i, p in enumerate(prompts)])
             lanes, steps = set(), 12
             debug.reset_counters(dec)
