@@ -22,6 +22,8 @@
 #            ngram-mod and ngram-cache, code edits and chat, 1 stream
 #   serve    (c) pyriver serve against llama-server at 4 and 16 streams (aggregate tok/s, p50/p95 ITL)
 #   drafts   (e) River drafts verified at full depth on chat against plain decoding (bench --lossless)
+#   counts   (issue 69 item 2) bench --counts on the device: syncs, copies, graph changes, bytes and
+#            whether they land in pinned memory per mode (the CPU counts in docs/gpu.md, checked on CUDA)
 #   profile  (f) a synthetic Llama 3.1 8B shape (F16: bandwidth-bound on the GPU) with the 1.5B's exit
 #            profile measured on the H200 (docs/results/gpu/qwen1.5b/plane.json), River against full depth
 #            (scripts/gpu/exit_profile.py)
@@ -67,6 +69,7 @@ if [ "$CPU" = 1 ]; then
   SERVE="-r 1 --streams 1 4 --gen-tokens 8 --requests-per-stream 1"
   DRAFTS="--tau 0.95 --min-exit-layer 4 --draft-max 4 --prompts 1 --gen-tokens 8 -r 1"
   PROFILE="--tokens 16 -r 1"
+  COUNTS="-n 8"
 else
   NGL=-1; T=${THREADS:-4}
   FULL="-r 5"
@@ -76,9 +79,10 @@ else
   SERVE="-r 2 --streams 4 16 --gen-tokens 128 --requests-per-stream 2"
   DRAFTS="--tau 0.95 0.97 --min-exit-layer 4 --draft-max 4 8 --prompts 4 --gen-tokens 96 -r 3"
   PROFILE="--tokens 96 -r 3"
+  COUNTS="-n 16"
 fi
 FULL=${GK_FULL:-$FULL}; PLANE=${GK_PLANE:-$PLANE}; PREDICT=${GK_PREDICT:-$PREDICT}; SPEC=${GK_SPEC:-$SPEC}; SERVE=${GK_SERVE:-$SERVE}
-DRAFTS=${GK_DRAFTS:-$DRAFTS}; PROFILE=${GK_PROFILE:-$PROFILE}
+DRAFTS=${GK_DRAFTS:-$DRAFTS}; PROFILE=${GK_PROFILE:-$PROFILE}; COUNTS=${GK_COUNTS:-$COUNTS}
 RIVERS="q3_K q2_K"                         # (d): the rivers over the published Q4_K_M
 UNIFORM="q4_0 iq4_nl q3_k_m"   # (d): llama.cpp's requantizations of the same file (the rivers' own types: the sweep adds q3_K_S and q2_K; iq3_xxs: llama_model_quantize refused it without an imatrix on the H200, 2026-12-04)
 DRAFT_RIVER=q3_K                           # (e)
@@ -362,6 +366,11 @@ for f in sorted(glob.glob(os.path.join(R, "*.json"))):
         res[os.path.basename(f)[:-5]] = json.load(open(f))
     except ValueError as e:
         res[os.path.basename(f)[:-5]] = {"unreadable": str(e)}
+for f in sorted(glob.glob(os.path.join(R, "*.jsonl"))):   # JSON lines (bench --counts)
+    try:
+        res[os.path.basename(f)] = [json.loads(x) for x in open(f) if x.strip()]
+    except ValueError as e:
+        res[os.path.basename(f)] = {"unreadable": str(e)}
 for f in sorted(glob.glob(os.path.join(R, "*.md"))):
     res[os.path.basename(f)] = open(f).read()
 lines = lambda n: open(os.path.join(S, "results", n)).read().split("\n")[:-1] if os.path.exists(os.path.join(S, "results", n)) else []
@@ -473,12 +482,20 @@ profile() {   # (f) River on a bandwidth-bound shape with the 1.5B's exit profil
   stage_end profile
 }
 
+counts() {   # issue 69 item 2: the counts of docs/gpu.md on the device (the q3_K river that derive made)
+  stage_begin counts
+  gate_models "$Q4KM" || { stage_end counts; return 1; }
+  run_cmd "counts" $PR bench "$Q4KM" --counts $COUNTS --river $DRAFT_RIVER --river-force --n-gpu-layers $NGL -t $T \
+    --json "$R/counts.jsonl"
+  stage_end counts
+}
+
 status() { bg_status; cat "$S/ferry/state.json" 2>/dev/null | head -40; }
 
 rc=0
 for st in "${STAGES[@]}"; do
   case $st in
-    setup|ferry|derive|full|plane|spec|serve|drafts|profile|status) ;;
+    setup|ferry|derive|full|plane|spec|serve|drafts|profile|counts|status) ;;
     *) echo "unknown stage $st"; exit 2 ;;
   esac
   T0=$(now)
