@@ -544,8 +544,8 @@ void context::note_tokens(int n, int exit_block, int forecast, int seen) {
 
 void context::begin_step(int rows, int tokens) {
     n_outputs = 0;
-    // Rows for the step's logits and room for the similarities of one check per block and token
-    // (a predicted step reads them with its logits).
+    // Rows for the step's logits and room for the similarities of one check per block for each of
+    // `tokens` (a predicted step reads them with its logits).
     reserve_outputs(rows, (size_t) m->hp.n_layer * std::max(tokens, 1));
     exits.clear();
     forecast_of.clear();
@@ -582,7 +582,7 @@ void context::decode(int s, const int32_t * tokens, int n, bool logits_all, int 
     const bool decoding = n == 1 && !prompt;
     seq = s;
     verifying = prompt == PR_VERIFY;
-    begin_step(logits_all ? n : 1, n);
+    begin_step(logits_all ? n : 1, 1);   // similarities into the buffer: a decode step's, one token
     // A prompt starts a sequence's forecasts afresh: what it decodes next does not depend on what
     // the cache held before (as with the checked path).
     if (!decoding) forget_forecast(s);
