@@ -113,7 +113,8 @@ def parser() -> argparse.ArgumentParser:
                    help="--serve: exit rules, each a River server under every --batch-rules (docs/river.md, Predicted exits)")
     b.add_argument("--chat-turns", action="store_true", help="second chat turn's time to first token, with and without prefix reuse")
     b.add_argument("--counts", action="store_true", help="GPU costs counted on the CPU: host syncs, CUDA graph changes "
-                   "(ggml-cuda's rule), device-to-host bytes and pinned, nodes per token, a JSON line per mode (counts.py)")
+                   "(ggml-cuda's rule), device-to-host copies and bytes and whether they land in the output buffer (pinned), "
+                   "nodes per token, a JSON line per mode (counts.py)")
     b.add_argument("--count-tokens", "-n", type=int, default=32, help="--counts: tokens (steps) per mode after warm-up")
     b.add_argument("--systems", action="store_true", help="synthetic ~1B model, forced exit: measured vs byte-predicted speedup")
     b.add_argument("--systems-dtype", default="q8_0", choices=["f16", "q8_0"], help="backbone type of the synthetic model")
