@@ -40,7 +40,7 @@ def family_of(template_source: str) -> Family:
         return mistral.MistralNemo()
     if "<|tool_call|>" in src:
         return mistral.Granite3()
-    if "<function=" in src:
+    if "<function=" in src and "<parameter=" not in src:   # not Seed-OSS's XML parameters
         return functionary.FunctionaryV31()
     if "<|start_header_id|>" in src and ("tools" in src or "ipython" in src):
         return llama3.Llama3()

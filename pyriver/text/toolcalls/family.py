@@ -35,6 +35,8 @@ class Family:
     words: Tuple[str, ...] = ()      # what opens a call (tool_choice auto's lazy grammar)
     patterns: Tuple[str, ...] = ()   # patterns whose first group opens a call
     knows_tools = True               # False: the template has no tools; they go in a system message
+    channels = False                 # True: even without calls the text is markup (gpt-oss), content parsed out
+    strip_content = True             # False: content before the calls kept as written (llama.cpp's qwen3-coder)
 
     def parse(self, text: str, tools: List[Dict], partial: bool) -> Parsed:
         names = names_of(tools)

@@ -18,6 +18,7 @@ class FunctionaryV31(Marked):
 
 class FunctionaryV32(Family):
     name = "functionary-v3.2"
+    channels = True   # `all\n` before content is markup
     patterns = (r">>>((?!all)[\s\S])",)   # the group: where the call's name begins
 
     def parse(self, text: str, tools: List[Dict], partial: bool) -> Parsed:

@@ -22,6 +22,7 @@ _CHANNEL = re.compile(r"<\|channel\|>(\w+)")
 
 class Harmony(Family):
     name = "gpt-oss"
+    channels = True
     patterns = (r"<\|start\|>assistant(\s+to)", r"<\|start\|>assistant(<\|channel\|>(?:commentary|analysis)\s+to)")
 
     def parse(self, text: str, tools: List[Dict], partial: bool) -> Parsed:

@@ -21,6 +21,18 @@ class KimiK2(Marked):
         m = _HEAD.match(text, k)
         if m and m.group(1) in names:
             return "done", m.group(1), f"functions.{m.group(1)}:{m.group(2)}", m.end()
-        if partial and re.fullmatch(r"(f(u(n(c(t(i(o(n(s(\.([^:<]*(:(\d*(<[^>]*)?)?)?)?)?)?)?)?)?)?)?)?)?", text[k:]):
+        if partial and _coming(text[k:], names):
             return "partial", None, "", len(text)
         return "fail", None, "", k
+
+
+def _coming(rest: str, names: Sequence[str]) -> bool:
+    """Whether rest may still become `functions.NAME:IDX<|tool_call_argument_begin|>`."""
+    for n in names:
+        head = f"functions.{n}:"
+        if head.startswith(rest):
+            return True
+        if rest.startswith(head):
+            tail = rest[len(head):].lstrip("0123456789")
+            return "<|tool_call_argument_begin|>".startswith(tail)
+    return False

@@ -78,4 +78,18 @@ class MistralArgs(Marked):
             m = _CALL_ID.match(text, k + len(n)) if text.startswith(n, k) else None
             if m:
                 return "done", n, m.group(1), m.end()
+            rest = text[k + len(n):] if text.startswith(n, k) else None
+            if partial and rest is not None and _coming(rest):
+                return "partial", None, "", len(text)
         return super().head(text, k, partial, names)
+
+
+def _coming(rest: str) -> bool:
+    """Whether rest may still become `[CALL_ID]id[ARGS]`."""
+    if "[CALL_ID]".startswith(rest):
+        return True
+    if not rest.startswith("[CALL_ID]"):
+        return False
+    tail = rest[len("[CALL_ID]"):]
+    k = tail.find("[")
+    return k < 0 or "[ARGS]".startswith(tail[k:])

@@ -46,6 +46,7 @@ def _is_string(schema: Optional[Dict], value: str) -> bool:
 
 class Qwen3Coder(Family):
     name = "qwen3-coder"
+    strip_content = False
 
     def __init__(self, thinking: bool):
         self.thinking = thinking

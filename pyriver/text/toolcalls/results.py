@@ -27,6 +27,12 @@ def read(text: str, tp: ToolPlan, partial: bool = False) -> Parsed:
     return p
 
 
+def _content(p: Parsed, tp: ToolPlan) -> Optional[str]:
+    """The content beside calls: None where there is none."""
+    c = p.content.strip() if tp.family.strip_content else p.content
+    return c if c.strip() else None
+
+
 def _openai(c: Call, cid: str) -> Dict:
     return {"id": cid, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
 
@@ -36,7 +42,7 @@ def parse(text: str, tp: ToolPlan) -> Tuple[Optional[str], List[Dict]]:
     p = read(text, tp)
     if not p.calls:
         return text, []
-    return (p.content.strip() or None), [_openai(c, c.id or _new_id()) for c in p.calls]
+    return _content(p, tp), [_openai(c, c.id or _new_id()) for c in p.calls]
 
 
 def message(text: str, finish: Optional[str], tp: Optional[ToolPlan]) -> Tuple[Dict, Optional[str]]:
@@ -44,7 +50,8 @@ def message(text: str, finish: Optional[str], tp: Optional[ToolPlan]) -> Tuple[D
     if tp is None:
         return {"role": "assistant", "content": text}, finish
     p = read(text, tp)
-    msg: Dict = {"role": "assistant", "content": text if not p.calls else (p.content.strip() or None)}
+    plain = not p.calls and not tp.family.channels
+    msg: Dict = {"role": "assistant", "content": text if plain else _content(p, tp)}
     if p.reasoning:
         msg["reasoning_content"] = p.reasoning
     if not p.calls:
