@@ -69,7 +69,9 @@ class Hermes(Family):
                 else:
                     k2 = j
             k, marker = J.find_any(text, (OPEN,), k2, partial)
-            content.append(text[k2:k] if k >= 0 else text[k2:])
+            between = text[k2:k] if k >= 0 else text[k2:]
+            if between.strip():   # whitespace between and after calls is not content (llama.cpp's space())
+                content.append(between)
         if not partial and not calls:
             return Parsed(text, complete=complete)
         return Parsed("".join(content), calls, complete=complete)

@@ -123,8 +123,10 @@ def plan(tools: Any, tool_choice: Any, parallel_tool_calls: Any, template_source
         raise ToolError("tool_choice must be 'none', 'auto', 'required' or {type: 'function', function: {name}}")
     if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
         raise ToolError("parallel_tool_calls must be a boolean")
-    parallel = parallel_tool_calls is not False and not (choice not in ("auto", "required"))
     fam = detect.family_of(template_source)
+    # unset: as llama-server, parallel calls where the template renders them (one that knows no tools does not)
+    wanted = fam.knows_tools if parallel_tool_calls is None else parallel_tool_calls
+    parallel = wanted and choice in ("auto", "required")
     return ToolPlan([dict(t, type="function") for t in tools], choice, parallel, fam.name, fam)
 
 
