@@ -194,3 +194,11 @@ def test_cut_call_is_content():
     assert ds.finish("length") == ([], "length")
     content, calls = T.parse(one + "\n" + cut, _plan())
     assert content is None and _names_args(calls) == [("get_time", {})]
+
+
+def test_cut_closing_tag_is_not_content():
+    """A call whose closing tag max_tokens cut: the call, and no stray `</tool` in content (seen on
+    `pyriver serve` with Qwen3's template: two parallel calls, the second's tag cut)."""
+    text = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool'
+    msg, finish = T.message(text, "length", _plan())
+    assert msg["content"] is None and _names_args(msg["tool_calls"]) == [("get_time", {})]

@@ -64,8 +64,10 @@ class Hermes(Family):
                 j = J.skip_ws(text, end)
                 if text.startswith(CLOSE, j):
                     k2 = j + len(CLOSE)
-                elif partial and CLOSE.startswith(text[j:]):
-                    break
+                elif CLOSE.startswith(text[j:]) and (partial or j < len(text)):
+                    if partial:
+                        break
+                    k2 = len(text)   # the closing tag cut by max_tokens: not content
                 else:
                     k2 = j
             k, marker = J.find_any(text, (OPEN,), k2, partial)
