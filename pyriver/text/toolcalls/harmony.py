@@ -23,7 +23,8 @@ _CHANNEL = re.compile(r"<\|channel\|>(\w+)")
 class Harmony(Family):
     name = "gpt-oss"
     channels = True
-    patterns = (r"<\|start\|>assistant(\s+to)", r"<\|start\|>assistant(<\|channel\|>(?:commentary|analysis)\s+to)")
+    # the group starts the call (the generation prompt ends with <|start|>assistant: a first message's header is the text's start)
+    patterns = (r"^(<\|channel\|>commentary to=)", r"<\|start\|>assistant(<\|channel\|>commentary to=)")
 
     def parse(self, text: str, tools: List[Dict], partial: bool) -> Parsed:
         names = names_of(tools)
@@ -69,6 +70,6 @@ class Harmony(Family):
         return out
 
     def root(self, conv, tools: List[Dict], parallel: bool, force: bool) -> str:
-        heads = [(lit(conv, "<|start|>assistant<|channel|>commentary to=functions." + n + " <|constrain|>json<|message|>"), r)
+        heads = [(lit(conv, "<|channel|>commentary to=functions." + n + " <|constrain|>json<|message|>"), r)
                  for n, r, _ in args_rules(conv, tools)]
         return conv.add_rule("tool-call", alts([f"{h} {r}" for h, r in heads]))
