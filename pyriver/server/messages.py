@@ -289,7 +289,7 @@ async def _handle(srv, req: HTTPRequest, app_chat):
             head = message([], None, None)
             head["usage"] = {"input_tokens": len(r.prompt), "output_tokens": 0}
             yield sse("message_start", {"message": head})
-            ds = DeltaStream(plan.tools)   # content, or tool calls parsed at the end
+            ds = DeltaStream(plan.tools)   # content, reasoning and tool calls as they come
             think = plan.thinking.stream() if plan.thinking.tags is not None else None   # thinking apart
             index, open_kind, finish = -1, None, "length"
             async for text, fin in app_chat.events(r, [], ev):
@@ -311,14 +311,16 @@ async def _handle(srv, req: HTTPRequest, app_chat):
                             index, open_kind = index + 1, "text"
                             yield sse("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}})
                         yield sse("content_block_delta", {"index": index, "delta": {"type": "text_delta", "text": d["content"]}})
-                    for call in d.get("tool_calls") or []:
-                        if open_kind is not None:
-                            yield stop(index, open_kind)
-                        index, open_kind = index + 1, "tool_use"
-                        yield sse("content_block_start", {"index": index, "content_block": {
-                            "type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": {}}})
-                        yield sse("content_block_delta", {"index": index, "delta": {
-                            "type": "input_json_delta", "partial_json": call["function"]["arguments"] or "{}"}})
+                    for call in d.get("tool_calls") or []:   # a call opens a block; its arguments stream as deltas
+                        if call.get("id"):
+                            if open_kind is not None:
+                                yield stop(index, open_kind)
+                            index, open_kind = index + 1, "tool_use"
+                            yield sse("content_block_start", {"index": index, "content_block": {
+                                "type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": {}}})
+                        if call["function"].get("arguments"):
+                            yield sse("content_block_delta", {"index": index, "delta": {
+                                "type": "input_json_delta", "partial_json": call["function"]["arguments"]}})
             if open_kind is not None:
                 yield stop(index, open_kind)
             reason, seq = _stop(finish, word())

@@ -307,7 +307,7 @@ async def _chat_chunks(srv, r: Request, f: Dict, toks: List[int], stops: List[st
                        model: str, plan: ChatPlan) -> AsyncIterator[dict]:
     last = _role_chunk(cid, created, model)
     lp = _LogprobCursor(srv, r) if f["logprobs"] else None
-    ds = DeltaStream(plan.tools)   # content, or tool calls parsed at the end
+    ds = DeltaStream(plan.tools)   # content, reasoning and tool calls as they come
     think = plan.thinking.stream() if plan.thinking.tags is not None else None   # reasoning deltas apart
     ev = Events(r, stops)
     tags = TokenExits.make(srv, r, ev, f["river_tokens"])

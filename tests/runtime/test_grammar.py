@@ -11,6 +11,8 @@ import time
 import jsonschema
 import numpy as np
 import pytest
+
+from pyriver_dev import toolcall_check as TC
 from llama_cpp import LlamaGrammar
 
 from helpers import assert_json_object
@@ -197,9 +199,8 @@ def test_forced_tool_calls_and_loop(llm, stream):
                                          max_tokens=80, stream=stream)
         if stream:
             chunks = list(res)
-            calls = [tc for ch in chunks for tc in ch["choices"][0]["delta"].get("tool_calls", [])]
-            finish = chunks[-1]["choices"][0]["finish_reason"]
-            assert [tc["index"] for tc in calls] == list(range(len(calls)))
+            _, calls, finish = TC._gather(ch["choices"][0] for ch in chunks)   # arguments come as deltas
+            assert finish == chunks[-1]["choices"][0]["finish_reason"]
         else:
             msg = res["choices"][0]["message"]
             calls, finish = msg["tool_calls"], res["choices"][0]["finish_reason"]
@@ -331,7 +332,7 @@ def test_qwen_calls_tools_by_itself():
         jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), CITY_WEATHER["function"]["parameters"])
         assert json.loads(calls[0]["function"]["arguments"])["city"] == "Paris"
         chunks = list(q.create_chat_completion(msgs, tools=[CITY_WEATHER], temperature=0.0, max_tokens=60, stream=True))
-        streamed = [tc for ch in chunks for tc in ch["choices"][0]["delta"].get("tool_calls", [])]
+        _, streamed, _ = TC._gather(ch["choices"][0] for ch in chunks)   # arguments come as deltas
         assert [c["function"] for c in streamed] == [c["function"] for c in calls]
         turn = msgs + [{"role": "assistant", "content": None, "tool_calls": calls},
                        {"role": "tool", "tool_call_id": calls[0]["id"], "content": "23 C and sunny"}]

@@ -13,6 +13,8 @@ import jsonschema
 import openai
 import pytest
 
+from pyriver_dev import toolcall_check as TC
+
 from helpers import assert_json_object
 from server_proc import ServerProcess, http, sse
 
@@ -108,10 +110,8 @@ def test_tool_loop(client, stream):
                                        temperature=0.0, max_tokens=60, stream=stream)
     if stream:
         chunks = list(r)
-        deltas = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
-        finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason][-1]
-        calls = [{"id": d.id, "type": "function", "function": {"name": d.function.name,
-                                                               "arguments": d.function.arguments}} for d in deltas]
+        # a call's arguments come as deltas (as llama-server streams them): gathered as a client does
+        _, calls, finish = TC._gather(c.choices[0].model_dump() for c in chunks if c.choices)
     else:
         finish = r.choices[0].finish_reason
         calls = [tc.model_dump() for tc in r.choices[0].message.tool_calls]

@@ -66,19 +66,48 @@ def test_parallel_false_keeps_one_call():
     assert len(T.parse(text, _plan())[1]) == 2
 
 
+def _joined(deltas):
+    """A stream's deltas put together as a client does: content, and each call's name and arguments."""
+    content, calls = "", {}
+    for d in deltas:
+        content += d.get("content", "")
+        for tc in d.get("tool_calls", []):
+            c = calls.setdefault(tc["index"], {"id": tc.get("id"), "name": "", "arguments": ""})
+            c["name"] += tc.get("function", {}).get("name", "")
+            c["arguments"] += tc.get("function", {}).get("arguments", "")
+    return content, [calls[i] for i in sorted(calls)]
+
+
 def test_stream_holds_only_calls():
+    """Content streams until a call may begin; the call streams as llama-server streams it: its
+    id and name once the name is complete, then its arguments as they grow."""
     ds = T.DeltaStream(_plan())
     deltas = []
     for piece in ["It is ", "sunny. <tool", "_call>\n{\"name\": \"get_time\", ", "\"arguments\": {}}\n</tool_call>"]:
         deltas += ds.feed(piece)
-    assert "".join(d["content"] for d in deltas) == "It is sunny. "
     more, finish = ds.finish("stop")
-    assert finish == "tool_calls" and _names_args([more[0]["tool_calls"][0]]) == [("get_time", {})]
-    assert more[0]["tool_calls"][0]["index"] == 0
+    content, calls = _joined(deltas + more)
+    assert content == "It is sunny. " and finish == "tool_calls"
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [("get_time", {})]
+    first = [d for d in deltas if "tool_calls" in d][0]["tool_calls"][0]
+    assert first["index"] == 0 and first["id"].startswith("call_") and first["function"]["name"] == "get_time"
     ds = T.DeltaStream(_plan())
     assert ds.feed("No call <tool") == [{"content": "No call "}]
     assert ds.feed("s here") == [{"content": "<tools here"}]
     assert ds.finish("stop") == ([], "stop")
+
+
+def test_stream_arguments_as_deltas():
+    """The arguments arrive piece by piece (the model's JSON text), not at the end."""
+    ds = T.DeltaStream(_plan())
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    deltas = []
+    for ch in text:
+        deltas += ds.feed(ch)
+    more, finish = ds.finish("stop")
+    args = [tc["function"].get("arguments", "") for d in deltas for tc in d.get("tool_calls", [])]
+    assert len([a for a in args if a]) > 3 and "".join(args) == '{"city": "Paris"}'
+    assert more == [] and finish == "tool_calls"
 
 
 def test_plan_checks():
@@ -153,13 +182,23 @@ def test_call_with_close_tag_in_a_string():
 
 def test_cut_call_is_content():
     """A call max_tokens cut short is no call: alone, the answer is content with finish "length"
-    (what llama-server returns); complete calls before it are kept (llama-server's final parse
+    (what llama-server returns; streamed, the call's deltas as far as it came); complete calls before it are kept (llama-server's final parse
     would return the whole answer as content: docs/api.md#forced-tool-calls-on-the-shipped-models)."""
     one = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
     cut = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'
     assert T.parse(cut, _plan()) == (cut, [])
     assert T.message(cut, "length", _plan()) == ({"role": "assistant", "content": cut}, "length")
-    ds = T.DeltaStream(_plan())
-    assert ds.feed(cut) == [] and ds.finish("length") == ([{"content": cut}], "length")
+    ds = T.DeltaStream(_plan())   # streamed: the call as far as it came, as llama-server streams it
+    content, calls = _joined(ds.feed(cut))
+    assert content == "" and calls[0]["name"] == "get_weather" and calls[0]["arguments"] == '{"city": "Par'
+    assert ds.finish("length") == ([], "length")
     content, calls = T.parse(one + "\n" + cut, _plan())
     assert content is None and _names_args(calls) == [("get_time", {})]
+
+
+def test_cut_closing_tag_is_not_content():
+    """A call whose closing tag max_tokens cut: the call, and no stray `</tool` in content (seen on
+    `pyriver serve` with Qwen3's template: two parallel calls, the second's tag cut)."""
+    text = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool'
+    msg, finish = T.message(text, "length", _plan())
+    assert msg["content"] is None and _names_args(msg["tool_calls"]) == [("get_time", {})]

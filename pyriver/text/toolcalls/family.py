@@ -1,0 +1,95 @@
+"""What every tool-call family provides (one file each beside this one): the syntax a template
+teaches its model, read back from the model's text (parse), the grammar that holds a call to it
+(forced: tool_choice required or named; lazy: auto, from the call's opening on), and the calls
+found so far while a stream is still coming (parse with partial=True), as llama-server's parser
+reports them: a call appears once its name is complete, its arguments the model's own JSON text so
+far (llama.cpp's common/chat-peg-parser.cpp mapper: "{" until the arguments begin)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from pyriver.text.grammar import GrammarError
+from pyriver.text.schema_gbnf import SchemaConverter
+
+
+@dataclass
+class Call:
+    name: str
+    arguments: str        # the model's JSON text of the arguments (a prefix of it while streaming)
+    id: str = ""          # the call's id where the syntax carries one (Mistral Nemo, Kimi K2)
+
+
+@dataclass
+class Parsed:
+    content: str
+    calls: List[Call] = field(default_factory=list)
+    reasoning: str = ""
+    complete: bool = True   # False: a call the text cuts short (llama.cpp's final parse fails there)
+
+
+class Family:
+    """One syntax. Subclasses set name, triggers (words, patterns) and implement parse and root."""
+    name = "?"
+    words: Tuple[str, ...] = ()      # what opens a call (tool_choice auto's lazy grammar)
+    patterns: Tuple[str, ...] = ()   # patterns whose first group opens a call
+    knows_tools = True               # False: the template has no tools; they go in a system message
+    channels = False                 # True: even without calls the text is markup (gpt-oss), content parsed out
+    strip_content = True             # False: content before the calls kept as written (llama.cpp's qwen3-coder)
+
+    def parse(self, text: str, tools: List[Dict], partial: bool) -> Parsed:
+        names = names_of(tools)
+        raise NotImplementedError
+
+    def root(self, conv: SchemaConverter, tools: List[Dict], parallel: bool, force: bool) -> str:
+        """The GBNF of the calls (rules added to conv): forced, the whole answer; else one call's span."""
+        raise NotImplementedError
+
+    def holds(self, text: str) -> bool:
+        """Whether a stream holds text back whole until the end (a bare JSON call may be coming)."""
+        return False
+
+
+def args_rules(conv: SchemaConverter, tools: List[Dict]) -> List[Tuple[str, str, Dict]]:
+    """(name, rule of its JSON arguments, parameters schema) of each tool."""
+    out = []
+    for i, t in enumerate(tools):
+        fn = t["function"]
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        try:   # on a copy: resolve_refs rewrites $refs in place (the tools also go into the template)
+            schema = conv.resolve_refs(json.loads(json.dumps(params)), f"tool{i}")
+            rule = conv.visit(schema, f"tool{i}-args")
+        except Exception as e:
+            raise GrammarError(f"the parameters of tool {fn['name']!r} cannot be turned into a grammar: "
+                               f"{type(e).__name__}: {e}") from None
+        out.append((fn["name"], rule, schema))
+    return out
+
+
+def lit(conv: SchemaConverter, s: str) -> str:
+    return conv.format_literal(s)
+
+
+def alts(xs: List[str]) -> str:
+    return " | ".join(f"( {x} )" for x in xs)
+
+
+def repeat(one: str, sep: str, parallel: bool) -> str:
+    """One call, or with parallel calls one or more (sep between them)."""
+    return one + (f" ( {sep} {one} )*" if parallel else "")
+
+
+def names_of(tools: List[Dict]) -> List[str]:
+    return [t["function"]["name"] for t in tools]
+
+
+def until(conv: SchemaConverter, delim: str, name: str) -> str:
+    """A rule for any text that does not contain delim (llama.cpp's until() in a grammar)."""
+    parts = []
+    for i in range(len(delim)):
+        c = delim[i]
+        esc = c.replace("\\", "\\\\").replace("]", "\\]").replace("^", "\\^").replace("-", "\\-")
+        esc = esc.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+        parts.append((lit(conv, delim[:i]) + " " if i else "") + f"[^{esc}]")
+    return conv.add_rule(name, f"( {' | '.join(parts)} )*")

@@ -1,0 +1,196 @@
+"""Every tool-call family pyriver.text.toolcalls knows, on the texts llama.cpp's own tests hold it
+to (tests/test-chat.cpp in llama-cpp-python 0.3.36's sdist: the model output, the expected content,
+reasoning and calls): the family read off the template as llama.cpp's chat.cpp reads it, the calls
+parsed, a stream's deltas adding up to the same message, and the forcing grammar accepting the
+family's own syntax (llama.cpp's grammar parser)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pyriver.text import toolcalls as T
+
+SPECIAL = {"type": "function", "function": {"name": "special_function", "description": "I'm special",
+                                            "parameters": {"type": "object", "properties": {
+                                                "arg1": {"type": "integer", "description": "The arg."}},
+                                                "required": ["arg1"]}}}
+GET_TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+EDIT = {"type": "function", "function": {"name": "edit", "parameters": {"type": "object", "properties": {
+    "oldString": {"type": "string"}, "newString": {"type": "string"}, "replaceAll": {"type": "boolean"}},
+    "required": ["oldString", "newString"]}}}
+
+# (template file, a marker that makes the family's template in the source, family)
+TEMPLATES = [
+    ("Qwen-Qwen3-0.6B", "hermes"), ("Qwen-Qwen2.5-7B-Instruct", "hermes"),
+    ("NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", "hermes"), ("ibm-granite-granite-4.0", "hermes"),
+    ("Qwen3-Coder", "qwen3-coder"), ("Qwen3.5-4B", "qwen3-coder"), ("openai-gpt-oss-120b", "gpt-oss"),
+    ("meta-llama-Llama-3.1-8B-Instruct", "llama3"), ("meta-llama-Llama-3.3-70B-Instruct", "llama3"),
+    ("mistralai-Mistral-Nemo-Instruct-2407", "mistral-nemo"),
+    ("mistralai-Ministral-3-14B-Reasoning-2512", "mistral-args"),
+    ("Mistral-Small-3.2-24B-Instruct-2506", "mistral-args"),
+    ("llama-cpp-deepseek-r1", "deepseek-r1"), ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "deepseek-r1"),
+    ("deepseek-ai-DeepSeek-V3.1", "deepseek-v3.1"), ("meetkai-functionary-medium-v3.1", "functionary-v3.1"),
+    ("meetkai-functionary-medium-v3.2", "functionary-v3.2"), ("moonshotai-Kimi-K2", "kimi-k2"),
+    ("Kimi-K2-Thinking", "kimi-k2"), ("ibm-granite-granite-3.3-2B-Instruct", "granite-3"),
+    ("google-gemma-2-2b-it", "generic"),
+]
+
+
+def _templates_dir():
+    """llama.cpp's models/templates in the unpacked sdist (pyriver.tools.llama_server), if there."""
+    from pyriver.tools import llama_server
+    root = llama_server.cache_dir() / "llama-server"
+    for d in sorted(root.glob("*/llama_cpp_python-*/vendor/llama.cpp/models/templates")) if root.is_dir() else []:
+        return d
+    return None
+
+
+@pytest.mark.parametrize("name,family", TEMPLATES)
+def test_family_of_llama_cpp_templates(name, family):
+    d = _templates_dir()
+    if d is None:
+        pytest.skip("llama-cpp-python's sdist is not unpacked (pyriver.tools.llama_server)")
+    assert T.family_of((d / f"{name}.jinja").read_text()).name == family
+
+
+# (family's template marker source, tools, model text, content, reasoning, calls [(name, arguments)], id)
+CASES = [
+    ("hermes", "<tool_call>", [SPECIAL],
+     '<tool_call>\n{"name": "special_function", "arguments": {"arg1": 1}}</tool_call>', None, "", [("special_function", {"arg1": 1})]),
+    ("hermes-content", "<tool_call>", [SPECIAL],
+     "Hello, world!\nWhat's up?<tool_call>\n{\"name\": \"special_function\", \"arguments\": {\"arg1\": 1}}</tool_call>",
+     "Hello, world!\nWhat's up?", "", [("special_function", {"arg1": 1})]),
+    ("granite-4", "<tool_call>", [SPECIAL],
+     '<tool_call>\n{"name": "special_function", "arguments": {"arg1": 1}}\n</tool_call>', None, "", [("special_function", {"arg1": 1})]),
+    ("qwen3-coder", "<tool_call><function=<parameter=", [SPECIAL],
+     "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>",
+     None, "", [("special_function", {"arg1": 1})]),
+    ("qwen3-coder-no-open", "<tool_call><function=<parameter=", [SPECIAL],
+     "<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>",
+     None, "", [("special_function", {"arg1": 1})]),
+    ("qwen3-coder-content", "<tool_call><function=<parameter=", [SPECIAL],
+     "Let me call it.\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>",
+     "Let me call it.\n", "", [("special_function", {"arg1": 1})]),
+    ("qwen3-coder-string", "<tool_call><function=<parameter=", [GET_TIME],
+     '<tool_call>\n<function=get_time>\n<parameter=city>\nNew "York"\n</parameter>\n</function>\n</tool_call>',
+     None, "", [("get_time", {"city": 'New "York"'})]),
+    ("gpt-oss-role", "<|channel|>", [SPECIAL],
+     ' to=functions.special_function<|channel|>analysis<|message|>{"arg1": 1}', None, "", [("special_function", {"arg1": 1})]),
+    ("gpt-oss-channel", "<|channel|>", [SPECIAL],
+     '<|channel|>commentary to=functions.special_function<|message|>{"arg1": 1}', None, "",
+     [("special_function", {"arg1": 1})]),
+    ("gpt-oss-constrain", "<|channel|>", [SPECIAL],
+     ' to=functions.special_function<|channel|>analysis <|constrain|>json<|message|>{"arg1": 1}', None, "",
+     [("special_function", {"arg1": 1})]),
+    ("gpt-oss-thoughts", "<|channel|>", [SPECIAL],
+     "<|channel|>analysis<|message|>I'm\nthinking<|end|><|start|>assistant to=functions.special_function"
+     '<|channel|>analysis<|message|>{"arg1": 1}', None, "I'm\nthinking", [("special_function", {"arg1": 1})]),
+    ("gpt-oss-edit", "<|channel|>", [EDIT],
+     "<|channel|>analysis<|message|>Thinking about edit...<|end|><|start|>assistant<|channel|>commentary to=functions.edit "
+     '<|constrain|>json<|message|>{"oldString": "if (part < railCount - 1) {", "newString": "if (part < 4) {", "replaceAll": false}',
+     None, "Thinking about edit...",
+     [("edit", {"oldString": "if (part < railCount - 1) {", "newString": "if (part < 4) {", "replaceAll": False})]),
+    ("gpt-oss-final", "<|channel|>", [SPECIAL],
+     "<|channel|>analysis<|message|>I'm\nthinking<|end|><|start|>assistant<|channel|>final<|message|>Hello, world!\nWhat's up?",
+     "Hello, world!\nWhat's up?", "I'm\nthinking", []),
+    ("llama3", "<|start_header_id|>ipython", [SPECIAL],
+     '{"name": "special_function", "parameters": {"arg1": 1}}', None, "", [("special_function", {"arg1": 1})]),
+    ("llama3-builtin", "<|start_header_id|>ipython", [{"type": "function", "function": {"name": "brave_search", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}}}}}],
+     '<|python_tag|>brave_search.call(query="weather in Paris")', None, "", [("brave_search", {"query": "weather in Paris"})]),
+    ("mistral-nemo", "[TOOL_CALLS]", [SPECIAL],
+     '[TOOL_CALLS][{"name": "special_function", "arguments": {"arg1": 1}, "id": "123456789"}]', None, "",
+     [("special_function", {"arg1": 1})]),
+    ("ministral-3", "[SYSTEM_PROMPT][TOOL_CALLS][ARGS]", [SPECIAL],
+     '[TOOL_CALLS]special_function[ARGS]{"arg1": 1}', None, "", [("special_function", {"arg1": 1})]),
+    ("mistral-small-3.2", "[TOOL_CALLS][ARGS][CALL_ID]", [SPECIAL],
+     '[TOOL_CALLS]special_function[CALL_ID]123456789[ARGS]{"arg1": 1}', None, "", [("special_function", {"arg1": 1})]),
+    ("deepseek-r1", "<｜tool▁calls▁begin｜>```json", [SPECIAL],
+     "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>special_function\n```json\n{\"arg1\": 1}```"
+     "<｜tool▁call▁end｜><｜tool▁calls▁end｜>", None, "", [("special_function", {"arg1": 1})]),
+    ("deepseek-v3.1", "<｜tool▁calls▁begin｜>", [GET_TIME],
+     "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"city\": \"XYZCITY\"}<｜tool▁call▁end｜>"
+     "<｜tool▁calls▁end｜>", None, "", [("get_time", {"city": "XYZCITY"})]),
+    ("functionary-v3.1", "<function=", [SPECIAL],
+     '<function=special_function>{"arg1": 1}</function>', None, "", [("special_function", {"arg1": 1})]),
+    ("functionary-v3.2", ">>>all >>>${recipient}", [SPECIAL],
+     'special_function\n{"arg1": 1}', None, "", [("special_function", {"arg1": 1})]),
+    ("functionary-v3.2-content", ">>>all >>>${recipient}", [SPECIAL],
+     "all\nHello, world!\nWhat's up?", "Hello, world!\nWhat's up?", "", []),
+    ("kimi-k2", "<|tool_calls_section_begin|><|tool_call_begin|>", [SPECIAL],
+     "<|tool_calls_section_begin|><|tool_call_begin|>functions.special_function:0<|tool_call_argument_begin|>"
+     '{"arg1": 1}<|tool_call_end|><|tool_calls_section_end|>', None, "", [("special_function", {"arg1": 1})]),
+    ("granite-3", "<|tool_call|>", [SPECIAL],
+     '<|tool_call|>[{"name": "special_function", "arguments": {"arg1": 1}}]', None, "", [("special_function", {"arg1": 1})]),
+]
+IDS = {"mistral-nemo": "123456789", "kimi-k2": "functions.special_function:0", "mistral-small-3.2": "123456789"}
+
+
+def _calls(calls):
+    return [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+
+
+@pytest.mark.parametrize("case,src,tools,text,content,reasoning,calls", CASES, ids=[c[0] for c in CASES])
+def test_parse(case, src, tools, text, content, reasoning, calls):
+    tp = T.plan(tools, "auto", None, src)
+    msg, finish = T.message(text, "stop", tp)
+    assert msg["content"] == content
+    assert msg.get("reasoning_content", "") == reasoning
+    assert _calls(msg.get("tool_calls", [])) == calls
+    assert finish == ("tool_calls" if calls else "stop")
+    if case in IDS:
+        assert msg["tool_calls"][0]["id"] == IDS[case]
+
+
+def _joined(deltas):
+    content, reasoning, calls = "", "", {}
+    for d in deltas:
+        content += d.get("content", "")
+        reasoning += d.get("reasoning_content", "")
+        for tc in d.get("tool_calls", []):
+            c = calls.setdefault(tc["index"], {"id": tc.get("id"), "name": "", "arguments": ""})
+            assert "id" not in tc or tc["id"] == c["id"]
+            c["name"] += tc.get("function", {}).get("name", "")
+            c["arguments"] += tc.get("function", {}).get("arguments", "")
+    return content, reasoning, [calls[i] for i in sorted(calls)]
+
+
+@pytest.mark.parametrize("case,src,tools,text,content,reasoning,calls", CASES, ids=[c[0] for c in CASES])
+def test_stream_adds_up(case, src, tools, text, content, reasoning, calls):
+    """Fed a character at a time, the deltas add up to the message, and a call's arguments arrive
+    before the end (JSON-argument families: as the model's own text)."""
+    tp = T.plan(tools, "auto", None, src)
+    ds, deltas, before_end = T.DeltaStream(tp), [], []
+    for ch in text:
+        deltas += ds.feed(ch)
+    before_end = list(deltas)
+    more, finish = ds.finish("stop")
+    got_content, got_reasoning, got_calls = _joined(deltas + more)
+    msg, _ = T.message(text, "stop", tp)
+    if calls:
+        assert finish == "tool_calls"
+        assert [(c["name"], json.loads(c["arguments"])) for c in got_calls] == calls
+        assert [c["function"]["arguments"] for c in msg["tool_calls"]] == [c["arguments"] for c in got_calls]
+        if not case.startswith(("llama3-builtin",)):
+            assert _joined(before_end)[2], "the call streamed before the end"
+        if case in IDS and case != "mistral-nemo":   # Nemo's id comes after the arguments: llama-server
+            assert got_calls[0]["id"] == IDS[case]           # keeps the id it gave the call first
+    assert (got_content.strip() or None) == ((msg["content"] or "").strip() or None)
+    assert got_reasoning == reasoning
+
+
+@pytest.mark.parametrize("case,src,tools,text,content,reasoning,calls", CASES, ids=[c[0] for c in CASES])
+def test_forced_grammar_accepts_the_family(case, src, tools, text, content, reasoning, calls):
+    """tool_choice required: a grammar llama.cpp's parser compiles, of the family's own syntax."""
+    if not calls:
+        return
+    import llama_cpp
+    tp = T.plan(tools, "required", None, src)
+    g = T.call_grammar(tp)
+    assert g and llama_cpp.LlamaGrammar.from_string(g, verbose=False) is not None
+    lazy = T.auto_grammar(tp)
+    assert lazy.words or lazy.patterns
+    assert llama_cpp.LlamaGrammar.from_string(lazy.text, verbose=False) is not None
