@@ -10,12 +10,14 @@ import pytest
 from server_proc import ServerProcess, http, llama_server
 
 PROMPT = "Write a list of fruits, one per line:\n1. apple\n2. banana\n3."
+# DRY penalizes what would extend a repeat: a prompt that repeats itself
+REPEATS = "I like the red car and the blue car. " * 3 + "I like the red car and the"
 N = 24
 CASES = {   # name: the request's sampling fields (a seed each, so that every draw is llama-server's)
     "dry": dict(seed=7, temperature=0.9, dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2,
-                dry_penalty_last_n=32),
-    "dry_breakers": dict(seed=7, temperature=0.9, dry_multiplier=2.0, dry_allowed_length=1,
-                         dry_sequence_breakers=["\n"]),
+                dry_penalty_last_n=32, prompt=REPEATS),
+    "dry_breakers": dict(seed=7, temperature=0.9, dry_multiplier=0.8, dry_allowed_length=2,
+                         dry_sequence_breakers=["car"], prompt=REPEATS),
     "xtc": dict(seed=11, temperature=1.0, xtc_probability=0.7, xtc_threshold=0.05),
     "xtc_greedy": dict(seed=11, temperature=0.0, xtc_probability=1.0, xtc_threshold=0.05),   # no argmax shortcut
     "mirostat1": dict(seed=3, temperature=1.0, mirostat=1, mirostat_tau=4.0, mirostat_eta=0.2,
@@ -36,14 +38,14 @@ def _answers(url):
     """{case: (/completion's text, /v1/completions' text, its generation_settings)} and the chat case's text."""
     out = {}
     for name, fields in CASES.items():
-        status, native = http("POST", url + "/completion", dict(fields, prompt=PROMPT, n_predict=N))
+        fields = dict({"prompt": PROMPT}, **fields)
+        status, native = http("POST", url + "/completion", dict(fields, n_predict=N))
         assert status == 200, (name, native)
-        status, v1 = http("POST", url + "/v1/completions", dict(fields, prompt=PROMPT, max_tokens=N))
+        status, v1 = http("POST", url + "/v1/completions", dict(fields, max_tokens=N))
         assert status == 200, (name, v1)
         out[name] = (native["content"], v1["choices"][0]["text"], native["generation_settings"])
     status, chat = http("POST", url + "/v1/chat/completions",
-                        dict(CASES[CHAT_CASE], messages=[{"role": "user", "content": "Name five fruits."}],
-                             max_tokens=N))
+                        dict(CASES[CHAT_CASE], messages=[{"role": "user", "content": REPEATS}], max_tokens=N))
     assert status == 200, chat
     return out, chat["choices"][0]["message"]["content"]
 
@@ -75,6 +77,8 @@ def test_sampler_gives_llama_servers_text(case, ours, llama_servers_answers):
     assert mine[case][1] == theirs[case][1], case        # /v1/completions
     settings = mine[case][2]
     for k, v in CASES[case].items():
+        if k == "prompt":
+            continue
         want = theirs[case][2].get(k)
         if k == "samplers":
             assert settings[k] == want, (settings[k], want)
