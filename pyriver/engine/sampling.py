@@ -2,13 +2,17 @@
 a token-data array filled from pyriver's logits, as llama_sampler_sample fills it from a llama.cpp
 context: the same logits, settings and seed draw the same tokens as llama_cpp.Llama and llama-server.
 
-The chain is llama-server's order (common_sampler), which is llama_cpp.Llama's where the samplers
-llama_cpp lacks are off: logit bias -> penalties -> DRY -> top-n-sigma -> top-k -> typical ->
-top-p -> min-p -> XTC -> temperature -> draw (temperature 0: greedy; < 0: greedy in llama-server,
-a draw from the penalized softmax in llama_cpp.Llama). It is held in three parts so that pyriver can ask the questions a chain
-cannot answer: the history part (bias, penalties, DRY: they remember accepted tokens) is fed the
-history each call is given and rebuilt when that history was rewound (lossless drafts);
-`distribution` is the filters' softmax without a draw (what speculative sampling compares)."""
+Two chains. llama-server's (Sampler; common_sampler_init): logit bias, then the request's
+`samplers` in their order (default penalties -> DRY -> top-n-sigma -> top-k -> typical -> top-p ->
+min-p -> XTC -> temperature, dynamic with dynatemp_range), then the draw (dist, or adaptive-p when
+named); with mirostat 1 or 2: logit bias -> temperature -> mirostat, nothing else. llama_cpp.Llama's
+(ChainSampler, pyriver.text.sampling_chain; Llama._init_sampler): penalties -> top-k -> typical ->
+top-p -> min-p -> temperature -> dist (temperature 0: greedy; < 0: a draw from the penalized
+softmax; mirostat without temperature). A chain is held in stages so that pyriver can ask the
+questions a chain cannot answer: the history stages (bias, penalties, DRY: they remember accepted
+tokens) are fed the history each call is given and rebuilt when that history was rewound (lossless
+drafts); `distribution` is the stages' softmax without a draw (what speculative sampling compares);
+a chain whose every filter keeps the best token draws nothing at temperature 0 (`greedy`)."""
 from __future__ import annotations
 
 import ctypes
@@ -22,6 +26,10 @@ import numpy as np
 TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 # llama-server's default DRY sequence breakers (common_params_sampling::dry_sequence_breakers)
 DRY_BREAKERS = ("\n", ":", "\"", "*")
+# llama-server's default sampler order (common_params_sampling::samplers), by common_sampler_type_to_str's names
+SERVER_ORDER = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
+SAMPLER_NAMES = frozenset(SERVER_ORDER) | {"infill", "adaptive_p"}
+_HISTORY = frozenset({"penalties", "dry"})   # the samplers that remember accepted tokens
 
 
 @dataclass
@@ -39,13 +47,23 @@ class SamplingParams:
     dry_multiplier: float = 0.0
     dry_base: float = 1.75
     dry_allowed_length: int = 2
-    dry_penalty_last_n: int = -1
+    # llama.cpp's default (common_params_sampling); llama_sampler_init_dry takes -1 as 0, which is off
+    dry_penalty_last_n: int = 64
     dry_sequence_breakers: Tuple[str, ...] = field(default=DRY_BREAKERS)
     xtc_probability: float = 0.0
     xtc_threshold: float = 0.1
     top_n_sigma: float = -1.0
     dynatemp_range: float = 0.0
     dynatemp_exponent: float = 1.0
+    # llama-server's chain only (Sampler): min_keep of top-p, min-p, typical and XTC; the order of
+    # the samplers; mirostat (0 off, 1, 2); adaptive-p's settings (used when `samplers` names it)
+    min_keep: int = 0
+    samplers: Tuple[str, ...] = field(default=SERVER_ORDER)
+    mirostat: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    adaptive_target: float = -1.0
+    adaptive_decay: float = 0.9
 
     def validate(self) -> None:
         if not np.isfinite(self.temperature):
@@ -59,11 +77,12 @@ class SamplingParams:
         if self.repeat_penalty <= 0.0:
             raise ValueError(f"repeat_penalty must be > 0, got {self.repeat_penalty}")
         for name in ("frequency_penalty", "presence_penalty", "dry_multiplier", "dry_base", "xtc_probability",
-                     "xtc_threshold", "top_n_sigma", "dynatemp_range", "dynatemp_exponent"):
+                     "xtc_threshold", "top_n_sigma", "dynatemp_range", "dynatemp_exponent", "mirostat_tau",
+                     "mirostat_eta", "adaptive_target", "adaptive_decay"):
             if not np.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be finite")
         if self.penalty_last_n < -1 or self.dry_penalty_last_n < -1:
-            raise ValueError("penalty_last_n and dry_penalty_last_n must be >= -1 (-1: the whole context)")
+            raise ValueError("penalty_last_n and dry_penalty_last_n must be >= -1")
         if self.dry_multiplier < 0.0 or self.dry_allowed_length < 0:
             raise ValueError("dry_multiplier and dry_allowed_length must be >= 0")
         if self.dry_multiplier > 0.0 and self.dry_base < 1.0:
@@ -72,11 +91,24 @@ class SamplingParams:
             raise ValueError(f"xtc_probability must be in [0, 1], got {self.xtc_probability}")
         if not all(isinstance(s, str) and s for s in self.dry_sequence_breakers):
             raise ValueError("dry_sequence_breakers must be non-empty strings")
+        if self.min_keep < 0:
+            raise ValueError(f"min_keep must be >= 0, got {self.min_keep}")
+        if self.mirostat not in (0, 1, 2):
+            raise ValueError(f"mirostat must be 0, 1 or 2, got {self.mirostat}")
+        if not 0.0 <= self.adaptive_decay <= 0.99:
+            raise ValueError(f"adaptive_decay must be in [0, 0.99], got {self.adaptive_decay}")
+        bad = [s for s in self.samplers if s not in SAMPLER_NAMES]
+        if bad:
+            raise ValueError(f"unknown sampler {bad[0]!r}: samplers are {', '.join(sorted(SAMPLER_NAMES))}")
 
     @property
     def penalized(self) -> bool:
         return self.penalty_last_n != 0 and (self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0
                                              or self.presence_penalty != 0.0)
+
+    @property
+    def dry(self) -> bool:
+        return self.dry_multiplier != 0.0 and self.dry_base >= 1.0 and self.dry_penalty_last_n > 0
 
 
 def _seed(seed: Optional[int]) -> int:
@@ -90,6 +122,7 @@ class _Chain:
     def __init__(self):
         self.ptr = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         self.n = 0
+        self.history = False   # its samplers remember the accepted tokens (Sampler._sync feeds it)
 
     def add(self, smpl) -> None:
         if not smpl:
@@ -124,86 +157,182 @@ class _Chain:
 
 
 class Sampler:
-    """One request's sampler. sample(logits, history) -> token; history[skip:] is what the
-    penalties and DRY have seen (llama_cpp.Llama feeds them the tokens it drew, llama-server also the
-    prompt). bias: {token id: logit bias} (llama.cpp's logit-bias sampler, first in the chain);
-    vocab (a pyriver Vocab) is needed for DRY; n_vocab for the bias and mirostat."""
+    """One request's sampler, llama-server's chain. sample(logits, history) -> token; history[skip:]
+    is what the penalties and DRY have seen (llama_cpp.Llama feeds them the tokens it drew,
+    llama-server also the prompt). bias: {token id: logit bias} (llama.cpp's logit-bias sampler,
+    first in the chain); vocab (a pyriver Vocab) is needed for DRY and infill; n_vocab for the bias
+    and mirostat. mirostat_*: llama_cpp's names for params.mirostat* (None: the params')."""
 
-    # llama-server's temperature <= 0 is greedy; llama_cpp.Llama's < 0 draws from the softmax (ChainSampler)
-    NEGATIVE_TEMPERATURE_DRAWS = False
+    # llama-server's chain; ChainSampler (pyriver.text.sampling_chain) sets it for llama_cpp.Llama's
+    # (whose temperature < 0 draws from the penalized softmax where llama-server's is greedy)
+    LLAMA_CPP_CHAIN = False
 
     def __init__(self, params: SamplingParams, seed: Optional[int] = None, *, bias=None, vocab=None,
-                 n_vocab: int = 0, mirostat_mode: int = 0, mirostat_tau: float = 5.0, mirostat_eta: float = 0.1):
+                 n_vocab: int = 0, mirostat_mode: Optional[int] = None, mirostat_tau: Optional[float] = None,
+                 mirostat_eta: Optional[float] = None):
         params.validate()
+        mirostat_mode = params.mirostat if mirostat_mode is None else mirostat_mode
         if mirostat_mode not in (0, 1, 2):
             raise ValueError(f"mirostat_mode must be 0, 1 or 2, got {mirostat_mode}")
-        if params.dry_multiplier > 0.0 and vocab is None:
-            raise ValueError("DRY sampling needs the model's vocabulary")
         self.p = params
         self.seed = seed
         self.vocab = vocab
         self.n_vocab = int(n_vocab or (vocab.n_vocab if vocab is not None else 0))
         self.bias = dict(bias or {})
-        self.mirostat_mode, self.tau, self.eta = int(mirostat_mode), float(mirostat_tau), float(mirostat_eta)
+        self.mirostat_mode = int(mirostat_mode)
+        self.tau = float(params.mirostat_tau if mirostat_tau is None else mirostat_tau)
+        self.eta = float(params.mirostat_eta if mirostat_eta is None else mirostat_eta)
         # lossless mode's own draws (its drafts on the river, its acceptance test): default_rng(seed)'s
         # stream, its seed sequence kept (the server's synthetic drafts spawn from it)
         self.seed_seq = np.random.SeedSequence(seed)
         self.rng = np.random.Generator(np.random.PCG64(self.seed_seq))
         self.skip = 0
-        self._fed: List[int] = []     # the history the history part has accepted
-        self._hist = self._build_history()
-        self._filters, self._draw = self._build_rest()
+        self._fed: List[int] = []     # the history the history stages have accepted
+        self._adaptive = False
+        steps, draw = self._plan()
+        self._stages = self._group(steps)
+        self._draw = self._chain_of(draw) if draw is not None else None
         self._arr: Optional[np.ndarray] = None
 
-    def _build_history(self) -> _Chain:
-        p, c = self.p, _Chain()
-        if self.bias:
-            if not self.n_vocab:
-                raise ValueError("a logit bias needs n_vocab")
-            lb = (llama_cpp.llama_logit_bias * len(self.bias))(*[llama_cpp.llama_logit_bias(int(t), float(b))
-                                                                  for t, b in self.bias.items()])
-            c.add(llama_cpp.llama_sampler_init_logit_bias(self.n_vocab, len(self.bias), lb))
-        if p.penalized:
-            c.add(llama_cpp.llama_sampler_init_penalties(self.n_vocab, p.penalty_last_n, p.repeat_penalty,
-                                                         p.frequency_penalty, p.presence_penalty))
-        if p.dry_multiplier > 0.0:
-            br = [s.encode("utf-8") for s in p.dry_sequence_breakers]
+    # -- the chain ----------------------------------------------------------------------------
+    def _bias_sampler(self):
+        if not self.n_vocab:
+            raise ValueError("a logit bias needs n_vocab")
+        lb = (llama_cpp.llama_logit_bias * len(self.bias))(*[llama_cpp.llama_logit_bias(int(t), float(b))
+                                                              for t, b in self.bias.items()])
+        return llama_cpp.llama_sampler_init_logit_bias(self.n_vocab, len(self.bias), lb)
+
+    def _needs_vocab(self, what: str):
+        if self.vocab is None:
+            raise ValueError(f"{what} sampling needs the model's vocabulary")
+        return self.vocab.handle
+
+    def _make(self, name: str, temp: float):
+        """llama.cpp's sampler `name` (common_sampler_init's arguments), or None where it would
+        change nothing and remember nothing (penalties and DRY off: no history to feed)."""
+        p, s, k = self.p, _seed(self.seed), self.p.min_keep
+        if name == "penalties":
+            return llama_cpp.llama_sampler_init_penalties(self.n_vocab, p.penalty_last_n, p.repeat_penalty,
+                                                          p.frequency_penalty, p.presence_penalty) if p.penalized else None
+        if name == "dry":
+            if not p.dry:
+                return None
+            br = [x.encode("utf-8") for x in p.dry_sequence_breakers]
             arr = (ctypes.c_char_p * max(1, len(br)))(*br)
-            c.add(llama_cpp.llama_sampler_init_dry(self.vocab.handle, p.dry_multiplier, p.dry_base,
-                                                   p.dry_allowed_length, p.dry_penalty_last_n, arr, len(br)))
+            return llama_cpp.llama_sampler_init_dry(self._needs_vocab("DRY"), p.dry_multiplier, p.dry_base,
+                                                    p.dry_allowed_length, p.dry_penalty_last_n, arr, len(br))
+        if name == "top_n_sigma":
+            return llama_cpp.llama_sampler_init_top_n_sigma(p.top_n_sigma)
+        if name == "top_k":
+            return llama_cpp.llama_sampler_init_top_k(p.top_k)
+        if name == "typ_p":
+            return llama_cpp.llama_sampler_init_typical(p.typical_p, k)
+        if name == "top_p":
+            return llama_cpp.llama_sampler_init_top_p(p.top_p, k)
+        if name == "min_p":
+            return llama_cpp.llama_sampler_init_min_p(p.min_p, k)
+        if name == "xtc":
+            return llama_cpp.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, k, s)
+        if name == "temperature":
+            return llama_cpp.llama_sampler_init_temp_ext(temp, p.dynatemp_range, p.dynatemp_exponent)
+        if name == "infill":
+            return llama_cpp.llama_sampler_init_infill(self._needs_vocab("infill"))
+        raise ValueError(f"unknown sampler {name!r}")
+
+    def _greedy_ok(self, temp: float) -> bool:
+        """At temperature <= 0 the chain's token is the argmax after its history samplers: every
+        filter keeps the best token and no history sampler comes after a filter."""
+        p = self.p
+        if temp > 0.0 or "temperature" not in p.samplers or p.dynatemp_range > 0.0 or "adaptive_p" in p.samplers:
+            return False
+        seen_filter = False
+        for name in p.samplers:
+            if name in _HISTORY:
+                if seen_filter and (p.penalized if name == "penalties" else p.dry):
+                    return False
+                continue
+            seen_filter = True
+            if name == "infill" or (name == "typ_p" and p.typical_p < 1.0) or \
+                    (name == "xtc" and p.xtc_probability > 0.0 and p.xtc_threshold <= 0.5):
+                return False
+        return True
+
+    def _plan(self):
+        """([(sampler, is a history sampler)], the drawing sampler or None for greedy): llama-server's
+        common_sampler_init."""
+        p, s = self.p, _seed(self.seed)
+        steps = [(self._bias_sampler(), True)] if self.bias else []
+        if self.LLAMA_CPP_CHAIN:
+            return self._plan_llama_cpp(steps)
+        t = max(p.temperature, 0.0)   # llama-server clamps it
+        if self.mirostat_mode:
+            if t <= 0.0:   # temperature 0 leaves one candidate: mirostat draws it
+                return steps, None
+            steps.append((llama_cpp.llama_sampler_init_temp(t), False))
+            if self.mirostat_mode == 1:
+                return steps, llama_cpp.llama_sampler_init_mirostat(self.n_vocab, s, self.tau, self.eta, 100)
+            return steps, llama_cpp.llama_sampler_init_mirostat_v2(s, self.tau, self.eta)
+        greedy = self._greedy_ok(t)
+        for name in p.samplers:
+            if name == "adaptive_p":
+                continue
+            if greedy and name not in _HISTORY:
+                break   # filters that keep the best token, then the argmax
+            smpl = self._make(name, t)
+            if smpl is not None:
+                steps.append((smpl, name in _HISTORY))
+        if greedy:
+            return steps, None
+        if "adaptive_p" in p.samplers:
+            self._adaptive = True
+            return steps, llama_cpp.llama_sampler_init_adaptive_p(p.adaptive_target, p.adaptive_decay, s)
+        return steps, llama_cpp.llama_sampler_init_dist(s)
+
+    def _plan_llama_cpp(self, steps):
+        """llama_cpp.Llama._init_sampler's chain (penalties always, mirostat without temperature),
+        with llama-server's samplers it lacks where they are on, in llama-server's places."""
+        p, s, t = self.p, _seed(self.seed), self.p.temperature
+        for name in ("penalties", "dry"):
+            smpl = self._make(name, t)
+            if smpl is not None:
+                steps.append((smpl, True))
+        if t < 0.0:   # a draw from the penalized softmax
+            return steps, llama_cpp.llama_sampler_init_dist(s)
+        if t == 0.0:   # greedy: np.argmax is llama.cpp's greedy sampler (the first of equals)
+            return steps, None
+        if self.mirostat_mode == 1:
+            return steps, llama_cpp.llama_sampler_init_mirostat(self.n_vocab, s, self.tau, self.eta, 100)
+        if self.mirostat_mode == 2:
+            return steps, llama_cpp.llama_sampler_init_mirostat_v2(s, self.tau, self.eta)
+        if p.top_n_sigma > 0.0:
+            steps.append((llama_cpp.llama_sampler_init_top_n_sigma(p.top_n_sigma), False))
+        steps += [(llama_cpp.llama_sampler_init_top_k(p.top_k), False),
+                  (llama_cpp.llama_sampler_init_typical(p.typical_p, 1), False),
+                  (llama_cpp.llama_sampler_init_top_p(p.top_p, 1), False),
+                  (llama_cpp.llama_sampler_init_min_p(p.min_p, 1), False)]
+        if p.xtc_probability > 0.0:
+            steps.append((llama_cpp.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, 1, s), False))
+        steps.append((llama_cpp.llama_sampler_init_temp_ext(t, p.dynatemp_range, p.dynatemp_exponent)
+                       if p.dynatemp_range > 0.0 else llama_cpp.llama_sampler_init_temp(t), False))
+        return steps, llama_cpp.llama_sampler_init_dist(s)
+
+    @staticmethod
+    def _chain_of(smpl) -> _Chain:
+        c = _Chain()
+        c.add(smpl)
         return c
 
-    def _build_rest(self):
-        """(filters, the drawing sampler): llama_cpp's branches on temperature and mirostat."""
-        p, s, f = self.p, _seed(self.seed), _Chain()
-        t = p.temperature
-        if t < 0.0 and self.NEGATIVE_TEMPERATURE_DRAWS:   # a draw from the penalized softmax
-            draw = _Chain()
-            draw.add(llama_cpp.llama_sampler_init_dist(s))
-        elif t <= 0.0:         # greedy: np.argmax is llama.cpp's greedy sampler (the first of equals)
-            draw = None
-        elif self.mirostat_mode == 1:
-            draw = _Chain()
-            draw.add(llama_cpp.llama_sampler_init_mirostat(self.n_vocab, s, self.tau, self.eta, 100))
-        elif self.mirostat_mode == 2:
-            draw = _Chain()
-            draw.add(llama_cpp.llama_sampler_init_mirostat_v2(s, self.tau, self.eta))
-        else:
-            if p.top_n_sigma > 0.0:
-                f.add(llama_cpp.llama_sampler_init_top_n_sigma(p.top_n_sigma))
-            f.add(llama_cpp.llama_sampler_init_top_k(p.top_k))
-            f.add(llama_cpp.llama_sampler_init_typical(p.typical_p, 1))
-            f.add(llama_cpp.llama_sampler_init_top_p(p.top_p, 1))
-            f.add(llama_cpp.llama_sampler_init_min_p(p.min_p, 1))
-            if p.xtc_probability > 0.0:
-                f.add(llama_cpp.llama_sampler_init_xtc(p.xtc_probability, p.xtc_threshold, 1, s))
-            if p.dynatemp_range > 0.0:
-                f.add(llama_cpp.llama_sampler_init_temp_ext(t, p.dynatemp_range, p.dynatemp_exponent))
-            else:
-                f.add(llama_cpp.llama_sampler_init_temp(t))
-            draw = _Chain()
-            draw.add(llama_cpp.llama_sampler_init_dist(s))
-        return f, draw
+    @staticmethod
+    def _group(steps) -> List[_Chain]:
+        """Consecutive samplers of one kind in one chain; a history chain is marked `history`."""
+        out: List[_Chain] = []
+        for smpl, hist in steps:
+            if not out or out[-1].history != hist:
+                c = _Chain()
+                c.history = hist
+                out.append(c)
+            out[-1].add(smpl)
+        return out
 
     @property
     def greedy(self) -> bool:
@@ -212,23 +341,26 @@ class Sampler:
 
     @property
     def stateful(self) -> bool:
-        """Mirostat learns from each draw: its distribution depends on the draws before."""
-        return self.mirostat_mode != 0 and self.p.temperature > 0
+        """Mirostat and adaptive-p learn from each draw: their distribution depends on the draws before."""
+        return (self.mirostat_mode != 0 or self._adaptive) and not self.greedy
 
-    # -- the history part ---------------------------------------------------------------------
+    # -- the history stages ---------------------------------------------------------------------
     def _sync(self, history: Sequence[int]) -> None:
-        """Feed the history part what it has not seen of history[skip:]; rebuild it when that
-        history is not an extension of what it saw (a rewind)."""
-        if not self._hist.n:
+        """Feed the history stages what they have not seen of history[skip:]; rebuild them when that
+        history is not an extension of what they saw (a rewind)."""
+        hist = [c for c in self._stages if c.history]
+        if not hist:
             return
         h = [int(t) for t in history[self.skip:]]
         k = len(self._fed)
         if len(h) < k or h[:k] != self._fed:
-            llama_cpp.llama_sampler_reset(self._hist.ptr)
+            for c in hist:
+                llama_cpp.llama_sampler_reset(c.ptr)
             self._fed, k = [], 0
         for t in h[k:]:
             if t >= 0:   # a media position (NULL_TOKEN) is no token: llama-server accepts text tokens only
-                llama_cpp.llama_sampler_accept(self._hist.ptr, t)
+                for c in hist:
+                    llama_cpp.llama_sampler_accept(c.ptr, t)
         self._fed = h
 
     def _array(self, logits: np.ndarray) -> np.ndarray:
@@ -243,26 +375,28 @@ class Sampler:
         arr["p"] = 0.0
         return arr
 
-    def _penalized(self, logits: np.ndarray, history: Sequence[int]) -> np.ndarray:
-        """The token-data array after the history part (bias, penalties, DRY), still in id order."""
+    def _filtered(self, logits: np.ndarray, history: Sequence[int]) -> Tuple[np.ndarray, bool]:
+        """(the candidates after every stage, sorted): the chain up to its draw."""
         arr = self._array(logits)
         self._sync(history)
-        self._hist.apply(arr)
-        return arr
+        sub, srt = arr, False
+        for c in self._stages:
+            sub, _, srt = c.apply(sub, srt)
+        return sub, srt
 
     def _greedy_logits(self, logits: np.ndarray, history: Sequence[int]) -> np.ndarray:
-        """What a greedy sampler takes the argmax of: the logits themselves when nothing changes
-        them (no bias, penalties or DRY: no token-data array to fill, the common case)."""
-        if not self._hist.n:
+        """What a greedy sampler takes the argmax of: the logits after its history stages (a greedy
+        chain has no other), the logits themselves when it has none (the common case)."""
+        if not self._stages:
             return np.asarray(logits, dtype=np.float32)
-        return self._penalized(logits, history)["logit"]
+        sub, _ = self._filtered(logits, history)   # history stages keep every candidate in id order
+        return sub["logit"]
 
     # -- what the generation loops call ------------------------------------------------------
     def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
         if self._draw is None:
             return int(np.argmax(self._greedy_logits(logits, history)))
-        arr = self._penalized(logits, history)
-        sub, _, srt = self._filters.apply(arr)
+        sub, srt = self._filtered(logits, history)
         sub, sel, _ = self._draw.apply(sub, srt)
         if not 0 <= sel < sub.size:
             raise ValueError("the sampler selected no token (every candidate was removed)")
@@ -279,22 +413,22 @@ class Sampler:
         """The distribution sample() draws from, over the whole vocabulary (float64; one-hot at
         the argmax when greedy): what speculative decoding compares drafts against."""
         if self.stateful:
-            raise ValueError("mirostat sampling cannot be verified in lossless mode (its distribution "
-                             "changes with every draw); use lossless=False")
+            raise ValueError("mirostat and adaptive-p sampling cannot be verified in lossless mode (their "
+                             "distribution changes with every draw); use lossless=False")
         if self._draw is None:
             x = self._greedy_logits(logits, history)
             out = np.zeros(x.size, dtype=np.float64)
             out[int(np.argmax(x))] = 1.0
             return out
-        arr = self._penalized(logits, history)
-        out = np.zeros(arr.size, dtype=np.float64)
-        sub, _, _ = self._filters.apply(arr)
+        n = np.asarray(logits).size
+        sub, _ = self._filtered(logits, history)
+        out = np.zeros(n, dtype=np.float64)
         x = sub["logit"].astype(np.float64)
         e = np.exp(x - x.max())
         out[sub["id"]] = e / e.sum()
         return out
 
     def close(self) -> None:
-        for c in (self._hist, self._filters, self._draw):
+        for c in (*self._stages, self._draw):
             if c is not None:
                 c.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import sys
 import threading
@@ -135,6 +136,9 @@ class Server:
 
     def base_sampler(self, params, seed, bias) -> Sampler:
         """llama.cpp's samplers for a request (llama-server's chain; penalties see the prompt too)."""
+        n_ctx = self.sched.n_ctx   # a window past the context sees the same tokens: llama.cpp allocates the window
+        params = dataclasses.replace(params, penalty_last_n=min(params.penalty_last_n, n_ctx),
+                                     dry_penalty_last_n=min(params.dry_penalty_last_n, n_ctx))
         try:
             return Sampler(params, seed, bias=bias, vocab=self.llm.vocab)
         except ValueError as e:

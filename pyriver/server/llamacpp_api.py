@@ -17,10 +17,9 @@ from starlette.routing import Route
 
 from pyriver import __version__
 from pyriver.text import completion as C
-from pyriver.engine.sampling import SamplingParams
-from pyriver.server import multimodal, streams
+from pyriver.server import multimodal, sampling_fields as SF, streams
 from pyriver.server.disconnect import or_cancel
-from pyriver.server.schema import APIError, end_error, json_object
+from pyriver.server.schema import APIError, end_error, generation, json_object
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF   # what llama-server reports for "a random seed"
 
@@ -206,30 +205,17 @@ def prompt_input(srv, p) -> Tuple[List[int], Optional[Dict]]:
     return multimodal.check(srv, mp), mp.media
 
 
-def _num(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
-
-
 def _int(v):
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-_FIELDS = {   # name: (check, what)
-    "n_predict": (_int, "an integer"), "max_tokens": (_int, "an integer"), "temperature": (_num, "a number"),
-    "id_slot": (_int, "an integer"),
-    "top_k": (_int, "an integer"), "top_p": (_num, "a number"), "min_p": (_num, "a number"),
-    "typical_p": (_num, "a number"), "repeat_penalty": (_num, "a number"), "repeat_last_n": (_int, "an integer"),
-    "presence_penalty": (_num, "a number"), "frequency_penalty": (_num, "a number"), "seed": (_int, "an integer"),
+_BOOL = (lambda v: isinstance(v, bool), "a boolean")
+# /completion's own fields beside the generation fields both APIs share (server/sampling_fields.py): name: (check, what)
+_FIELDS = {
     "stop": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v) or isinstance(v, str),
              "a list of strings"),
-    "stream": (lambda v: isinstance(v, bool), "a boolean"), "n_probs": (_int, "an integer"),
-    "ignore_eos": (lambda v: isinstance(v, bool), "a boolean"), "cache_prompt": (lambda v: isinstance(v, bool),
-                                                                                 "a boolean"),
-    "return_tokens": (lambda v: isinstance(v, bool), "a boolean"),
-    "post_sampling_probs": (lambda v: isinstance(v, bool), "a boolean"),
-    "return_progress": (lambda v: isinstance(v, bool), "a boolean"), "verbose": (lambda v: isinstance(v, bool), "a boolean"),
-    # llama.cpp samples on the device with it; pyriver samples on the host either way, the same distribution
-    "backend_sampling": (lambda v: isinstance(v, bool), "a boolean"),
+    "n_probs": (_int, "an integer"), "ignore_eos": _BOOL, "return_tokens": _BOOL, "post_sampling_probs": _BOOL,
+    "timings_per_token": _BOOL,
     "response_fields": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings"),
 }
 
@@ -241,20 +227,8 @@ def parse_native(srv, raw: bytes) -> Dict[str, Any]:
     for name, (ok, what) in _FIELDS.items():
         if body.get(name) is not None and not ok(body[name]):
             raise APIError(400, f"'{name}' must be {what}, got {json.dumps(body[name])[:80]}", param=name)
-    d = srv.settings.get("defaults", {})
-    g = lambda k, default: body[k] if body.get(k) is not None else d.get(k, default)  # noqa: E731
-    params = SamplingParams(temperature=float(g("temperature", 0.8)), top_k=int(g("top_k", 40)),
-                            top_p=float(g("top_p", 0.95)), min_p=float(g("min_p", 0.05)),
-                            typical_p=float(g("typical_p", 1.0)), repeat_penalty=float(g("repeat_penalty", 1.0)),
-                            frequency_penalty=float(g("frequency_penalty", 0.0)),
-                            presence_penalty=float(g("presence_penalty", 0.0)),
-                            penalty_last_n=int(g("repeat_last_n", 64)))
-    try:
-        params.validate()
-    except ValueError as e:
-        raise APIError(400, str(e)) from None
-    seed = g("seed", None)
-    n_predict = body.get("n_predict", body.get("max_tokens"))
+    gen, params = generation(body, srv.settings.get("defaults", {}))
+    n_predict = gen["n_predict"]
     n_probs = int(body.get("n_probs") or 0)
     if not 0 <= n_probs <= 100:
         raise APIError(400, f"'n_probs' must be in [0, 100], got {n_probs}", param="n_probs")
@@ -262,23 +236,19 @@ def parse_native(srv, raw: bytes) -> Dict[str, Any]:
     bias = logit_bias(srv, body.get("logit_bias"))
     if body.get("ignore_eos"):
         bias.update(eog_bias(srv))
-    return {"body": body, "params": params, "seed": None if seed is None or seed < 0 else seed,
+    return {"body": body, "params": params, "seed": gen["seed"],
             "n_predict": None if n_predict is None or n_predict < 0 else n_predict, "n_probs": n_probs,
-            "stops": [stop] if isinstance(stop, str) else stop, "bias": bias, "stream": bool(body.get("stream")),
+            "stops": [stop] if isinstance(stop, str) else stop, "bias": bias, "stream": gen["stream"],
             "return_tokens": bool(body.get("return_tokens")), "fields": body.get("response_fields") or [],
             "post": bool(body.get("post_sampling_probs")), "lora": body.get("lora"),
-            "id_slot": body.get("id_slot", -1), "timings_per_token": bool(body.get("timings_per_token")),
-            "progress": bool(body.get("stream") and body.get("return_progress")),
-            "cache_prompt": body.get("cache_prompt", True)}
+            "id_slot": gen["id_slot"], "timings_per_token": bool(body.get("timings_per_token")),
+            "progress": bool(gen["stream"] and gen["return_progress"]), "cache_prompt": gen["cache_prompt"]}
 
 
 def _settings(srv, f: Dict, max_tokens: int) -> Dict[str, Any]:
-    p = f["params"]
+    """llama-server's generation_settings: every sampling field by its name, and the request's own."""
     return {"n_predict": max_tokens, "seed": LLAMA_DEFAULT_SEED if f["seed"] is None else f["seed"],
-            "temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p,
-            "typical_p": p.typical_p, "repeat_last_n": p.penalty_last_n, "repeat_penalty": p.repeat_penalty,
-            "presence_penalty": p.presence_penalty, "frequency_penalty": p.frequency_penalty,
-            "stop": f["stops"], "n_probs": f["n_probs"], "stream": f["stream"],
+            **SF.settings(f["params"]), "stop": f["stops"], "n_probs": f["n_probs"], "stream": f["stream"],
             "ignore_eos": bool(f["body"].get("ignore_eos")), "backend_sampling": bool(f["body"].get("backend_sampling")),
             "logit_bias": [{"token": t, "bias": None if b == float("-inf") else b} for t, b in f["bias"].items()]}
 

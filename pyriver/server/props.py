@@ -28,12 +28,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from pyriver.atomic import replacing
-from pyriver.server import llamacpp_api as L, multimodal
+from pyriver.server import llamacpp_api as L, multimodal, sampling_fields as SF
 from pyriver.server.lora import brief as lora_brief
 from pyriver.server.schema import APIError, json_object
 
-# llama.cpp's sampler chain (common_params_sampling::samplers), which pyriver's Sampler runs in that order
-SAMPLERS = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"]
 MAGIC, VERSION = b"PRSL", 1
 _HEAD = struct.Struct("<4sIII")   # magic, version, n_vocab, n_tokens; then the tokens (int32), then the state
 
@@ -49,10 +47,10 @@ def default_params(srv) -> Dict[str, Any]:
     s, d = srv.settings, srv.settings.get("defaults", {})
     n_predict = s.get("n_predict", -1)
     n_predict = n_predict if n_predict and n_predict > 0 else -1
-    return {"seed": d.get("seed", L.LLAMA_DEFAULT_SEED), "temperature": d.get("temperature", 0.8),
-            "top_k": 40, "top_p": 0.95, "min_p": 0.05, "typical_p": 1.0, "repeat_last_n": 64, "repeat_penalty": 1.0,
-            "presence_penalty": 0.0, "frequency_penalty": 0.0, "max_tokens": n_predict, "n_predict": n_predict,
-            "ignore_eos": False, "stream": False, "n_probs": 0, "samplers": list(SAMPLERS),
+    sampling = {f.name: d.get(f.name, f.default) for f in SF.FIELDS if f.param}   # the request fields' table
+    return {"seed": d.get("seed", L.LLAMA_DEFAULT_SEED), **sampling, "dry_sequence_breakers":
+            list(sampling["dry_sequence_breakers"]), "samplers": list(sampling["samplers"]),
+            "max_tokens": n_predict, "n_predict": n_predict, "ignore_eos": False, "stream": False, "n_probs": 0,
             "timings_per_token": False, "post_sampling_probs": False,
             # llama-server prints its request default ([]); pyriver the adapters such a request gets
             "lora": lora_brief(srv.sched.lora)}

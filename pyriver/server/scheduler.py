@@ -370,6 +370,8 @@ class Scheduler:
             s.k = self.spec.draft_max   # each request starts afresh, as Llama's lossless calls do
             s.dl = None if self.spec.cost is None else DraftLength(self.spec.cost, self.spec.draft_max)
             r.lossless = lossless.new_stats("river", lossless.length_rule(self.spec.cost))
+            if getattr(r.sampler, "stateful", False):   # mirostat, adaptive-p: no distribution to verify river
+                s.k, s.dl = 0, None                     # drafts against (a drafter's drafts are sampled as they come)
         if self.drafter is not None:
             r.lossless = lossless.new_stats(self.drafter.source, self.drafter.length)
             self.drafter.start(s.seq, r.sampler, len(r.prompt))

@@ -4,9 +4,10 @@ Llama.create_completion gives for the same arguments."""
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from pyriver.engine.sampling import SamplingParams
+from pyriver.server import sampling_fields as SF
 
 
 class APIError(Exception):
@@ -48,22 +49,11 @@ def _messages(v):   # content (text, text parts, null with tool_calls) is checke
     return isinstance(v, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in v)
 
 
-# name: (check, what it must be, default). Fields the API has that change nothing here (user, n=1 ...) pass.
+# The fields of one route beside the generation fields both APIs share (server/sampling_fields.py):
+# name: (check, what it must be, default). Fields the API has that change nothing here (user ...) pass.
 _COMMON = {
     "model": (lambda v: v is None or isinstance(v, str), "a string", None),
-    "max_tokens": (lambda v: v is None or _int(v), "an integer", None),
-    "max_completion_tokens": (lambda v: v is None or _int(v), "an integer", None),
-    "temperature": (_num, "a number", 0.8),
-    "top_p": (_num, "a number", 0.95),
-    "top_k": (_int, "an integer", 40),
-    "min_p": (_num, "a number", 0.05),
-    "typical_p": (_num, "a number", 1.0),
     "stop": (_stop, "a string or a list of strings", None),
-    "seed": (lambda v: v is None or _int(v), "an integer", None),
-    "presence_penalty": (_num, "a number", 0.0),
-    "frequency_penalty": (_num, "a number", 0.0),
-    "repeat_penalty": (_num, "a number", 1.0),
-    "stream": (lambda v: isinstance(v, bool), "a boolean", False),
     "stream_options": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("include_usage", False), bool)),
                        "an object {include_usage: boolean}", None),
     "n": (lambda v: v is None or (_int(v) and 1 <= v <= 16), "an integer in [1, 16]", 1),
@@ -73,14 +63,6 @@ _COMMON = {
     "json_schema": (lambda v: isinstance(v, (dict, bool)), "a JSON schema (an object)", None),
     "river_tokens": (lambda v: isinstance(v, bool), "a boolean", False),   # pyriver: exits per token (river_tokens.py)
     "lora": (lambda v: isinstance(v, list), "an array of {id, scale} objects", None),   # llama-server's (server/lora.py)
-    "id_slot": (_int, "an integer", -1),   # llama-server's: the slot that runs the request (-1: any)
-    # llama-server's: false runs the whole prompt again instead of reusing the slot's cached prefix
-    "cache_prompt": (lambda v: isinstance(v, bool), "a boolean", True),
-    # llama-server's: prompt progress reports in a stream (scheduler.Request.progress), the __verbose
-    # field (server/verbose.py; default --verbose), backend sampling (pyriver samples on the host either way)
-    "return_progress": (lambda v: isinstance(v, bool), "a boolean", False),
-    "verbose": (lambda v: isinstance(v, bool), "a boolean", None),
-    "backend_sampling": (lambda v: isinstance(v, bool), "a boolean", False),
 }
 COMPLETION = dict(_COMMON, prompt=(_prompt, "a string, a list of token ids or a JSON prompt", None),
                   logprobs=(lambda v: v is None or (_int(v) and v >= 0), "an integer >= 0", None),
@@ -132,29 +114,35 @@ def parse(raw: bytes, fields: Dict, required: str, defaults: Optional[Dict] = No
             out[name] = body[name]
         else:
             out[name] = (defaults or {}).get(name, default)
-    if out["seed"] is not None and out["seed"] < 0:   # -1: a random seed, as llama.cpp's
-        out["seed"] = None
+    if body.get("n_predict") is None:   # OpenAI's limits ask for at least one token (n_predict: llama-server's rule)
+        for name in ("max_completion_tokens", "max_tokens"):
+            v = body.get(name)
+            if _int(v) and v <= 0:
+                raise APIError(400, f"'{name}' must be > 0, got {v}", param=name)
+    gen, params = generation(body, defaults)
+    out.update((k, v) for k, v in gen.items() if k != "_sent")
     if out["stream"] and out["n"] > 1:
         raise APIError(400, "'n' > 1 is not streamed: ask for n choices without stream", param="n")
-    if out["max_tokens"] is None:
-        out["max_tokens"] = out["max_completion_tokens"]
-    if out["max_tokens"] is not None and out["max_tokens"] <= 0:
-        raise APIError(400, f"'max_tokens' must be > 0, got {out['max_tokens']}", param="max_tokens")
-    params = SamplingParams(temperature=float(out["temperature"]), top_k=int(out["top_k"]), top_p=float(out["top_p"]),
-                            min_p=float(out["min_p"]), typical_p=float(out["typical_p"]),
-                            repeat_penalty=float(out["repeat_penalty"]),
-                            frequency_penalty=float(out["frequency_penalty"]),
-                            presence_penalty=float(out["presence_penalty"]))
-    try:
-        params.validate()
-    except ValueError as e:
-        raise APIError(400, str(e)) from None
+    # llama-server reads n_predict, then max_completion_tokens, then max_tokens; -1: no limit
+    out["max_tokens"] = None if gen["n_predict"] is None or gen["n_predict"] < 0 else gen["n_predict"]
     out["sampling"] = params
     out["stops"] = [out["stop"]] if isinstance(out["stop"], str) else list(out["stop"] or [])
     out["include_usage"] = bool((out["stream_options"] or {}).get("include_usage", False))
     if required == "messages":
         out["continue_final"] = continuation(out)
     return out
+
+
+def generation(body: Dict[str, Any], defaults: Optional[Dict] = None) -> Tuple[Dict[str, Any], SamplingParams]:
+    """(the generation fields both APIs share, read by server/sampling_fields.py's table; their
+    SamplingParams); APIError 400 for a bad one."""
+    try:
+        gen = SF.read(body, defaults)
+        return gen, SF.sampling_params(gen)
+    except SF.FieldError as e:
+        raise APIError(400, str(e), param=e.param) from None
+    except ValueError as e:
+        raise APIError(400, str(e)) from None
 
 
 def continuation(f: Dict[str, Any]) -> bool:

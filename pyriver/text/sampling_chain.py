@@ -42,7 +42,7 @@ def logit_bias_processor(logit_bias: Dict, n_vocab: int) -> LogitBias:
 class ChainSampler(Sampler):
     """A Sampler with llama_cpp's logits processors. sample(logits, history, input_ids): history
     feeds the penalties; input_ids (default: history) is what the logits processors see."""
-    NEGATIVE_TEMPERATURE_DRAWS = True
+    LLAMA_CPP_CHAIN = True
 
     def __init__(self, params: SamplingParams, seed=None, *, logits_processor=None, **kwargs):
         if logits_processor is not None and not callable(logits_processor):
