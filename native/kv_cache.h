@@ -10,7 +10,8 @@
 namespace pr {
 
 struct kv_cache {
-    ggml_type type = GGML_TYPE_F16;
+    ggml_type type_k = GGML_TYPE_F16;
+    ggml_type type_v = GGML_TYPE_F16;
     int n_seq = 1;                   // sequences, one region each
     int n_rows = 0;                  // rows per region
     std::vector<int> used;           // per sequence: positions 0..used-1 hold valid K/V
@@ -20,14 +21,23 @@ struct kv_cache {
     ggml_context * ctx = nullptr;
     std::vector<ggml_backend_buffer_t> buffers;
 
-    kv_cache(const model & m, int n_rows, int n_seq, bool v_trans);
+    // type_k, type_v: llama.cpp's cache types; check_types refuses the others, a quantized V
+    // without flash attention (transposed V is read a column at a time) and a block that does not
+    // divide the head dimension, with llama.cpp's messages.
+    kv_cache(const model & m, int n_rows, int n_seq, bool v_trans, ggml_type type_k, ggml_type type_v);
     ~kv_cache();
     kv_cache(const kv_cache &) = delete;
     kv_cache & operator=(const kv_cache &) = delete;
 
     int64_t row(int seq, int pos) const { return (int64_t) seq * n_rows + pos; }
+    // Bytes of n elements of a K (V) row: views of a quantized cache are in whole blocks.
+    size_t k_bytes(int64_t n) const { return ggml_row_size(type_k, n); }
+    size_t v_bytes(int64_t n) const { return ggml_row_size(type_v, n); }
+    size_t total_bytes(bool v_side) const;
     void clear();
     void fill(float value);
 };
+
+void check_kv_types(const model & m, int type_k, int type_v, bool flash_attn);
 
 } // namespace pr
