@@ -254,6 +254,17 @@ static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const 
     return ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, T);
 }
 
+// llama-impl.h's llama_mul_mat_hadamard: x's rows of rot's size times the Hadamard matrix rot,
+// with the hint that lets a backend transform instead of multiply (the same bits as llama.cpp's).
+static ggml_tensor * hadamard(ggml_context * ctx, ggml_tensor * x, ggml_tensor * rot) {
+    const int64_t n = rot->ne[0];
+    ggml_tensor * r = ggml_is_contiguous(x) ? ggml_reshape_2d(ctx, x, n, ggml_nelements(x) / n)
+                                            : ggml_cont_2d(ctx, x, n, ggml_nelements(x) / n);
+    r = ggml_mul_mat(ctx, rot, r);
+    ggml_mul_mat_set_hint(r, GGML_HINT_SRC0_IS_HADAMARD);
+    return ggml_reshape_4d(ctx, r, x->ne[0], x->ne[1], x->ne[2], x->ne[3]);
+}
+
 // Attention of one block: writes the lane's K/V rows into layer il's cache, then each sequence
 // group attends over its own region (the sliding-window mask on the arch's local layers).
 static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cache & kv, const graph_inputs & in,
@@ -277,6 +288,11 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
         scale = 1.0f;
     }
     const float cap = hp.attn_softcap;
+    if (kv.k_rot[il]) {   // a quantized cache holds rotated K (llama.cpp's attn_rot_k); Q turns with it
+        q = hadamard(ctx, q, kv.k_rot[il]);
+        k = hadamard(ctx, k, kv.k_rot[il]);
+    }
+    if (kv.v_rot[il]) v = hadamard(ctx, v, kv.v_rot[il]);
 
     // The attention reads views of the set_rows results, so it is ordered after the writes.
     const int E = hp.n_embd_k_gqa();
@@ -298,6 +314,7 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
             : group_attention(ctx, m, kv, s, r.one_query, groups[r.group], r.t0, q, k_all, v_all, mask, scale, cap);
         o = o ? ggml_concat(ctx, o, og, 1) : og;
     }
+    if (kv.v_rot[il]) o = hadamard(ctx, o, kv.v_rot[il]);   // back from V's rotation
     return linear(ctx, s, w.wo, o, w.bo);
 }
 

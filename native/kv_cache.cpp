@@ -1,6 +1,8 @@
 #include "kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -38,7 +40,7 @@ kv_cache::kv_cache(const model & m, int n_rows_, int n_seq_, bool v_trans_, ggml
     check_kv_types(m, type_k, type_v, !v_trans);
     const hparams & hp = m.hp;
     const int L = hp.n_layer;
-    ggml_init_params ip = {ggml_tensor_overhead() * (size_t) (2 * L + 1), nullptr, true};
+    ggml_init_params ip = {ggml_tensor_overhead() * (size_t) (4 * L + 1), nullptr, true};
     ctx = ggml_init(ip);
     if (!ctx) fail(PR_ERR_BACKEND, "cannot create the KV cache context");
     std::map<ggml_backend_dev_t, std::vector<ggml_tensor *>> per_dev;
@@ -53,6 +55,30 @@ kv_cache::kv_cache(const model & m, int n_rows_, int n_seq_, bool v_trans_, ggml
         v.push_back(vt);
         per_dev[m.layer_dev[il]].push_back(kt);
         per_dev[m.layer_dev[il]].push_back(vt);
+    }
+    // llama.cpp's rule for the rotations (LLAMA_ATTN_ROT_DISABLE=1 turns them off there and here)
+    const char * off = getenv("LLAMA_ATTN_ROT_DISABLE");
+    const bool rot_off = off && atoi(off) != 0;
+    const int hd = hp.n_embd_head;
+    int n_rot_k = 64;
+    do { n_rot_k *= 2; } while (hd % n_rot_k == 0);
+    n_rot_k /= 2;
+    const bool rot_k = !rot_off && ggml_is_quantized(type_k) && hd % 64 == 0;
+    const bool rot_v = !rot_off && ggml_is_quantized(type_v) && hd % 64 == 0;
+    std::map<ggml_backend_dev_t, std::pair<ggml_tensor *, ggml_tensor *>> rot_of;
+    for (int il = 0; il < L; il++) {
+        auto & r = rot_of[m.layer_dev[il]];
+        if (!r.first && (rot_k || rot_v)) {
+            if (rot_k) r.first = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_rot_k, n_rot_k);
+            if (rot_v) r.second = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 64, 64);
+            for (ggml_tensor * t : {r.first, r.second}) {
+                if (!t) continue;
+                ggml_set_name(t, t == r.first ? "attn_k_rot" : "attn_v_rot");
+                per_dev[m.layer_dev[il]].push_back(t);
+            }
+        }
+        k_rot.push_back(r.first);
+        v_rot.push_back(r.second);
     }
     std::string what = "the KV cache of n_ctx=" + std::to_string(n_rows);
     if (n_seq > 1) what += " x " + std::to_string(n_seq) + " sequences";
@@ -74,6 +100,34 @@ kv_cache::~kv_cache() {
 void kv_cache::clear() {
     for (auto b : buffers) ggml_backend_buffer_clear(b, 0);
     std::fill(used.begin(), used.end(), 0);
+    set_rot();   // the clear wiped them
+}
+
+// llama-kv-cache.cpp's ggml_gen_hadamard: orthonormal, its own inverse.
+static std::vector<float> hadamard(int n) {
+    std::vector<float> d((size_t) n * n);
+    d[0] = 1.0f / sqrtf((float) n);
+    for (int s = 1; s < n; s *= 2) {
+        for (int i = 0; i < s; i++) {
+            for (int j = 0; j < s; j++) {
+                const float val = d[(size_t) i * n + j];
+                d[(size_t) (i + s) * n + j] = val;
+                d[(size_t) i * n + j + s] = val;
+                d[(size_t) (i + s) * n + j + s] = -val;
+            }
+        }
+    }
+    return d;
+}
+
+void kv_cache::set_rot() {
+    for (const auto * rots : {&k_rot, &v_rot}) {
+        for (ggml_tensor * t : *rots) {
+            if (!t) continue;
+            const std::vector<float> h = hadamard((int) t->ne[0]);
+            ggml_backend_tensor_set(t, h.data(), 0, ggml_nbytes(t));
+        }
+    }
 }
 
 size_t kv_cache::total_bytes(bool v_side) const {

@@ -18,6 +18,11 @@ struct kv_cache {
     bool v_trans = true;             // V stored [n_seq * n_rows, n_embd_v] for the mul_mat attention path
     std::vector<ggml_tensor *> k;    // [n_embd_k_gqa, n_seq * n_rows]
     std::vector<ggml_tensor *> v;    // [n_seq * n_rows, n_embd_v_gqa] if v_trans, else like k
+    // llama.cpp rotates what a quantized cache holds (llama-kv-cache.cpp's attn_rot_k/v): Q and K by
+    // an orthonormal Walsh-Hadamard matrix of n_rot_k (the largest power of 2 from 64 dividing the
+    // head), V and the attention's output by one of 64, so that quantization error spreads over a
+    // head's dimensions. Per block, the matrix on its device; nullptr where not rotated.
+    std::vector<ggml_tensor *> k_rot, v_rot;
     ggml_context * ctx = nullptr;
     std::vector<ggml_backend_buffer_t> buffers;
 
@@ -35,6 +40,7 @@ struct kv_cache {
     size_t v_bytes(int64_t n) const { return ggml_row_size(type_v, n); }
     size_t total_bytes(bool v_side) const;
     void clear();
+    void set_rot();
     void fill(float value);
 };
 

@@ -20,6 +20,7 @@ import contextlib
 import functools
 import multiprocessing
 import os
+import sys
 import threading
 from collections import deque
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -208,9 +209,17 @@ class Llama:
                            c.batch_invariant, bool(c.embedding), type_k=type_k, type_v=type_v)
         self.context = Context(self, self._engine.new_context(args), args, self._logits_all)
         self.context_params = self.context.engine.params   # the engine's (native: pr_context_params; llama.cpp's llama_context_params)
+        if self.verbose and self.engine == "native":   # llama.cpp's own log says it on the llama.cpp engine
+            print(f"pyriver: {kv_types.line(self.kv_cache())} ({n_ctx} cells)", file=sys.stderr)
         self.batch_invariant = self.context.engine.batch_invariant
         self._n_ctx = self.context.n_ctx
         self.n_batch, self.n_ubatch = n_batch, min(n_batch, int(c.n_ubatch))
+
+    def kv_cache(self) -> Dict:
+        """pyriver's: the context's KV cache types and bytes ({"type_k": "q8_0", "type_v": ..., "k_bytes": ...,
+        "v_bytes": ..., "bytes": ...})."""
+        a = self.context.args
+        return kv_types.describe(a.type_k, a.type_v, *self.context.engine.kv_bytes())
 
     def _set_wide_prompt_rows(self, n: Optional[int]) -> None:
         """From how many rows a prompt step reads the second layout: n, or None: this machine's

@@ -51,12 +51,14 @@ def add_cache_type_args(p: argparse.ArgumentParser) -> None:
                        "(default: f16)" + ("; a quantized V needs flash attention (-fa on or auto)" if side == "v" else ""))
 
 
-def cache_kwargs(a) -> Dict:
-    """Llama's type_k and type_v from -ctk/-ctv; nothing where a command has no such flags."""
+def cache_kwargs(a, flash: bool) -> Dict:
+    """Llama's type_k and type_v from -ctk/-ctv, checked against flash attention (llama.cpp's rules:
+    ValueError); nothing where a command has no such flags."""
     from pyriver.engine import kv_types
     if not hasattr(a, "cache_type_k"):
         return {}
-    return {"type_k": kv_types.type_id(a.cache_type_k), "type_v": kv_types.type_id(a.cache_type_v)}
+    k, v = kv_types.check(a.cache_type_k, a.cache_type_v, flash)
+    return {"type_k": k, "type_v": v}
 
 
 def device_kwargs(a) -> Dict:
@@ -65,7 +67,7 @@ def device_kwargs(a) -> Dict:
     -ctk/-ctv; absent ones at Llama's defaults)."""
     fa = getattr(a, "flash_attn", False)
     fa = flash_attn(fa, bool(getattr(a, "batch_invariant", False))) if isinstance(fa, str) else bool(fa)
-    kw = {"n_gpu_layers": getattr(a, "n_gpu_layers", 0), "flash_attn": fa, **cache_kwargs(a)}
+    kw = {"n_gpu_layers": getattr(a, "n_gpu_layers", 0), "flash_attn": fa, **cache_kwargs(a, fa)}
     split = tensor_split(getattr(a, "tensor_split", None))
     if split:
         kw["tensor_split"] = split

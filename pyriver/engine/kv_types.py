@@ -68,3 +68,16 @@ def check(type_k: Union[None, int, str], type_v: Union[None, int, str], flash_at
             raise ValueError(f"{side} cache type {name(t)} with block size {blck} does not divide "
                              f"n_embd_head_{side.lower()}={n_embd_head}")
     return k, v
+
+
+def describe(type_k: int, type_v: int, k_bytes: int, v_bytes: int) -> dict:
+    """A context's cache as /props and Llama.kv_cache() report it."""
+    return {"type_k": name(type_k), "type_v": name(type_v), "k_bytes": int(k_bytes), "v_bytes": int(v_bytes),
+            "bytes": int(k_bytes) + int(v_bytes)}
+
+
+def line(d: dict) -> str:
+    """describe()'s dict in llama.cpp's log words (llama_kv_cache: size = ..., K (q8_0): ..., V (...): ...)."""
+    mib = 1024.0 * 1024.0
+    return (f"KV cache size = {d['bytes'] / mib:.2f} MiB, K ({d['type_k']}): {d['k_bytes'] / mib:.2f} MiB, "
+            f"V ({d['type_v']}): {d['v_bytes'] / mib:.2f} MiB")

@@ -249,7 +249,7 @@ def settings(a: argparse.Namespace) -> dict:
     if a.batch_invariant or a.not_batch_invariant:
         kw["batch_invariant"] = bool(a.batch_invariant)
     kw["flash_attn"] = flash_attn(a.flash_attn, a.batch_invariant)
-    kw.update(cache_kwargs(a))
+    kw.update(cache_kwargs(a, kw["flash_attn"]))   # a quantized V without -fa fails here, before the load
     kw.update(layout_kwargs(a))
     if a.reranking:   # as llama-server's: embeddings on, pooling RANK
         a.embedding, a.pooling = True, "rank"
