@@ -17,6 +17,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from pyriver.engine import kv_types
 from pyriver.errors import ContextFullError
 from pyriver.text.grammar import GrammarError, constrain
 from pyriver.engine.sampling import Sampler

@@ -225,3 +225,29 @@ def test_batch_decoder_reports_its_cache(smol_path):
         one = llm.kv_cache()
     assert (d["type_k"], d["type_v"]) == ("q4_0", "q8_0")
     assert d["k_bytes"] == 2 * one["k_bytes"] and d["v_bytes"] == 2 * one["v_bytes"]
+
+
+@pytest.mark.slow
+def test_serve_reports_its_cache_in_props_and_verbose(smol_path):
+    """pyriver serve -ctk q8_0 -ctv q4_0: /props's kv_cache (the slots' cache: 2 slots of 512 rows),
+    and --verbose's llama.cpp-style line; -ctv q8_0 -fa off: llama.cpp's message, exit status 1."""
+    from server_proc import ServerProcess, http
+    srv = ServerProcess(smol_path, "--ctx", "512", "--threads", "2", "--no-lossless", "--parallel", "2",
+                        "-ctk", "q8_0", "-ctv", "q4_0", "--verbose")
+    try:
+        status, p = http("GET", srv.url + "/props")
+        assert status == 200
+        kv = p["kv_cache"]
+        assert (kv["type_k"], kv["type_v"]) == ("q8_0", "q4_0")
+        cells = 2 * 30 * 512 * 192   # slots x blocks x rows x (3 KV heads of 64)
+        assert kv["k_bytes"] == cells * 34 // 32 and kv["v_bytes"] == cells * 18 // 32
+        status, r = http("POST", srv.url + "/completion", {"prompt": PROMPT, "n_predict": 8, "temperature": 0})
+        assert status == 200 and r["content"]
+    finally:
+        srv.proc.terminate()
+        _, out = srv.exited(60)
+    mib = 1024 * 1024
+    assert f"K (q8_0): {cells * 34 / 32 / mib:.2f} MiB, V (q4_0): {cells * 18 / 32 / mib:.2f} MiB (2 slots x 512 tokens)" in out
+    bad = ServerProcess(smol_path, "-ctv", "q8_0", "-fa", "off", wait=False)
+    code, out = bad.exited()
+    assert code != 0 and "quantized V cache requires flash_attn to be enabled" in out
