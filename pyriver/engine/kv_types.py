@@ -48,6 +48,11 @@ def quantized(tid: int) -> bool:
     return TYPES[_BY_ID[tid]][1] > 1
 
 
+def tileable(type_k: int, type_v: int) -> bool:
+    """Whether flash attention's tiled kernel reads this cache (graph.cpp's rule: F16 or F32, K as V)."""
+    return type_k == type_v and name(type_k) in ("f16", "f32")
+
+
 def row_bytes(tid: int, n: int) -> int:
     """Bytes of n elements of a cache row (ggml_row_size)."""
     _, blck, size = TYPES[_BY_ID[tid]]
