@@ -60,11 +60,10 @@ kv_cache::kv_cache(const model & m, int n_rows_, int n_seq_, bool v_trans_, ggml
     const char * off = getenv("LLAMA_ATTN_ROT_DISABLE");
     const bool rot_off = off && atoi(off) != 0;
     const int hd = hp.n_embd_head;
-    int n_rot_k = 64;
-    do { n_rot_k *= 2; } while (hd % n_rot_k == 0);
-    n_rot_k /= 2;
-    const bool rot_k = !rot_off && ggml_is_quantized(type_k) && hd % 64 == 0;
-    const bool rot_v = !rot_off && ggml_is_quantized(type_v) && hd % 64 == 0;
+    const bool rot_k = !rot_off && ggml_is_quantized(type_k) && hd > 0 && hd % 64 == 0;
+    const bool rot_v = !rot_off && ggml_is_quantized(type_v) && hd > 0 && hd % 64 == 0;
+    int n_rot_k = 64;   // the largest power of 2 dividing the head (llama.cpp's build_input_k_rot)
+    while (rot_k && hd % (2 * n_rot_k) == 0) n_rot_k *= 2;
     std::map<ggml_backend_dev_t, std::pair<ggml_tensor *, ggml_tensor *>> rot_of;
     for (int il = 0; il < L; il++) {
         auto & r = rot_of[m.layer_dev[il]];
