@@ -218,6 +218,7 @@ class Llama:
     def kv_cache(self) -> Dict:
         """pyriver's: the context's KV cache types and bytes ({"type_k": "q8_0", "type_v": ..., "k_bytes": ...,
         "v_bytes": ..., "bytes": ...})."""
+        self.check_live()
         a = self.context.args
         return kv_types.describe(a.type_k, a.type_v, *self.context.engine.kv_bytes())
 
