@@ -6,7 +6,7 @@ from __future__ import annotations
 import llama_cpp
 import pytest
 
-from helpers import PROMPTS
+from helpers import PROMPTS, model_path
 from pyriver import Llama
 from pyriver.api.batch import BatchDecoder
 from pyriver.engine.sampling import Sampler, SamplingParams
@@ -41,6 +41,20 @@ def test_greedy_text_equals_llama_cpp_python_with_the_same_types(smol_path, peer
                verbose=False) as llm:
         assert llm.context_params.type_k == tk and llm.context_params.type_v == tv
         assert _text(llm) == peer_texts[tk, tv]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tk, tv", [(Q8_0, Q8_0), (Q4_0, Q4_0)])
+def test_a_head_of_256_rotates_as_llama_cpp_does(request, tk, tv):
+    """Gemma 3 270M: heads of 256 (K rotated by a 256-matrix, V by 64s), the sliding-window layers,
+    Q pre-scaled: the native engine's greedy text is llama-cpp-python's on the same types."""
+    path = model_path(request, "gemma3_270m")
+    ref = llama_cpp.Llama(path, n_ctx=256, n_threads=2, flash_attn=True, type_k=tk, type_v=tv, verbose=False)
+    want = _text(ref)
+    ref.close()
+    with Llama(path, n_ctx=256, n_threads=2, flash_attn=True, type_k=tk, type_v=tv, engine="native", river=None,
+               verbose=False) as llm:
+        assert _text(llm) == want
 
 
 def _logits(llm, prompt):
