@@ -211,6 +211,8 @@ pr_context_params pr_context_default_params(void) {
     p.flash_attn = 0;
     p.batch_invariant = -1;
     p.n_seq_max = 1;
+    p.type_k = GGML_TYPE_F16;
+    p.type_v = GGML_TYPE_F16;
     return p;
 }
 
@@ -259,6 +261,14 @@ pr_status pr_context_set_verify_tile_rows(pr_context * ctx, int32_t n) {
         if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
         if (n < 0) pr::fail(PR_ERR_INVALID_ARG, "verify_tile_rows must be >= 0, got %d", n);
         ctx->c->verify_tile_rows = n;
+    });
+}
+
+pr_status pr_context_kv_bytes(const pr_context * ctx, int64_t * k_bytes, int64_t * v_bytes) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        if (k_bytes) *k_bytes = (int64_t) ctx->c->kv->total_bytes(false);
+        if (v_bytes) *v_bytes = (int64_t) ctx->c->kv->total_bytes(true);
     });
 }
 

@@ -26,7 +26,9 @@ context::context(model * m_, const pr_context_params & p) : m(m_), params(p) {
     // Each region holds a multiple of kv_pad rows, as llama.cpp pads n_ctx, so that the attended
     // rows (n_kv) are always such a multiple: ggml-cuda's flash attention takes its fast path only
     // then. Tokens past n_ctx are still refused (kv->n_rows is not the limit; params.n_ctx is).
-    kv.reset(new kv_cache(*m, (int) GGML_PAD(p.n_ctx, kv_pad), p.n_seq_max, p.flash_attn == 0));
+    check_kv_types(*m, p.type_k, p.type_v, p.flash_attn != 0);   // before any allocation
+    kv.reset(new kv_cache(*m, (int) GGML_PAD(p.n_ctx, kv_pad), p.n_seq_max, p.flash_attn == 0, (ggml_type) p.type_k,
+                          (ggml_type) p.type_v));
     forecasts.resize(p.n_seq_max);
 
     std::set<ggml_backend_dev_t> devs(m->layer_dev.begin(), m->layer_dev.end());

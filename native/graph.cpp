@@ -171,17 +171,18 @@ static ggml_tensor * run_attention(ggml_context * ctx, const model & m, const kv
                                    ggml_tensor * mask, float scale, float cap) {
     const hparams & hp = m.hp;
     const int hd = hp.n_embd_head, n_kv = g.n_kv, E = hp.n_embd_k_gqa();
-    const size_t es = ggml_type_size(kv.type);
+    const size_t kr = kv.k_bytes(E), kh = kv.k_bytes(hd), vr = kv.v_bytes(E), vh = kv.v_bytes(hd);   // whole blocks
     const int64_t base = kv.row(g.seq, 0), stride = kv.row(g.seq + 1, 0) - base, rows = kv.v[0]->ne[0];
     ggml_tensor * qq = ggml_view_4d(ctx, q, hd, 1, hp.n_head, n_seq, q->nb[2], q->nb[1], q->nb[2], q->nb[2] * t0);
-    ggml_tensor * kk = ggml_view_4d(ctx, k_all, hd, n_kv, hp.n_head_kv, n_seq, es * E, es * hd, es * E * stride, es * E * base);
+    ggml_tensor * kk = ggml_view_4d(ctx, k_all, hd, n_kv, hp.n_head_kv, n_seq, kr, kh, kr * stride, kr * base);
     if (!kv.v_trans) {   // flash attention: V laid out as K, one product over the sequences (llama.cpp's streams)
-        ggml_tensor * vv = ggml_view_4d(ctx, v_all, hd, n_kv, hp.n_head_kv, n_seq, es * E, es * hd, es * E * stride, es * E * base);
+        ggml_tensor * vv = ggml_view_4d(ctx, v_all, hd, n_kv, hp.n_head_kv, n_seq, vr, vh, vr * stride, vr * base);
         ggml_tensor * o = ggml_flash_attn_ext(ctx, qq, kk, vv, mask, scale, 0.0f, cap);   // [hd, n_head, 1, n_seq]
         ggml_prec_set_acc(o, GGML_PREC_F32);
         return ggml_reshape_2d(ctx, o, hd * hp.n_head, n_seq);
     }
     ggml_tensor * kq = attn_weights(ctx, kk, qq, mask, scale, cap);                     // [n_kv, 1, n_head, n_seq]
+    const size_t es = ggml_type_size(kv.type_v);   // transposed V is never quantized (check_kv_types)
     ggml_tensor * vv = ggml_view_4d(ctx, v_all, n_kv, hd, hp.n_head_kv, n_seq, es * rows, es * rows * hd, es * stride, es * base);
     return ggml_reshape_2d(ctx, ggml_mul_mat(ctx, vv, kq), hd * hp.n_head, n_seq);           // [hd, 1, n_head, n_seq]
 }
@@ -222,16 +223,16 @@ static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const 
     const hparams & hp = m.hp;
     const int hd = hp.n_embd_head, T = g.n_tokens, n_kv = g.n_kv;
     const int E = hp.n_embd_k_gqa();
-    const size_t es = ggml_type_size(kv.type);
     const int64_t base = kv.row(g.seq, 0);
     q = ggml_view_3d(ctx, q, hd, hp.n_head, T, q->nb[1], q->nb[2], q->nb[2] * t0);
-    ggml_tensor * kk = ggml_view_3d(ctx, k_all, hd, n_kv, hp.n_head_kv, es * E, es * hd, es * E * base);
+    ggml_tensor * kk = ggml_view_3d(ctx, k_all, hd, n_kv, hp.n_head_kv, kv.k_bytes(E), kv.k_bytes(hd), kv.k_bytes(E) * base);
     ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [hd, T, n_head]
     if (!kv.v_trans) {
-        ggml_tensor * vv = ggml_view_3d(ctx, v_all, hd, n_kv, hp.n_head_kv, es * E, es * hd, es * E * base);
-        // the tiled kernel reads an F16 or F32 cache; from 64 rows a group takes it as it is
+        ggml_tensor * vv = ggml_view_3d(ctx, v_all, hd, n_kv, hp.n_head_kv, kv.v_bytes(E), kv.v_bytes(hd), kv.v_bytes(E) * base);
+        // the tiled kernel reads an F16 or F32 cache (K and V); from 64 rows a group takes it as it is
+        auto tileable = [](ggml_type t) { return t == GGML_TYPE_F16 || t == GGML_TYPE_F32; };
         if (g.verify && s.verify_tile_rows > 0 && T >= s.verify_tile_rows && T < fa_tile_q && !s.invariant && mask &&
-            (kv.type == GGML_TYPE_F16 || kv.type == GGML_TYPE_F32)) {
+            tileable(kv.type_k) && kv.type_k == kv.type_v) {
             return tiled_attention(ctx, hp, q, kk, vv, mask, scale, cap);
         }
         ggml_tensor * o = ggml_flash_attn_ext(ctx, qp, kk, vv, mask, scale, 0.0f, cap);
@@ -239,6 +240,7 @@ static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const 
         return ggml_reshape_2d(ctx, o, hd * hp.n_head, T);
     }
     // V is transposed in the cache: row d holds element d of every position.
+    const size_t es = ggml_type_size(kv.type_v);
     const int64_t rows = kv.v[0]->ne[0];
     ggml_tensor * vv = ggml_view_3d(ctx, v_all, n_kv, hd, hp.n_head_kv, es * rows, es * rows * hd, es * base);
     if (one_query) {
@@ -250,6 +252,17 @@ static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const 
     ggml_tensor * kq = attn_weights(ctx, kk, qp, mask, scale, cap);        // [n_kv, T, n_head]
     ggml_tensor * kqv = ggml_mul_mat(ctx, vv, kq);                         // [hd, T, n_head]
     return ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, T);
+}
+
+// llama-impl.h's llama_mul_mat_hadamard: x's rows of rot's size times the Hadamard matrix rot,
+// with the hint that lets a backend transform instead of multiply (the same bits as llama.cpp's).
+static ggml_tensor * hadamard(ggml_context * ctx, ggml_tensor * x, ggml_tensor * rot) {
+    const int64_t n = rot->ne[0];
+    ggml_tensor * r = ggml_is_contiguous(x) ? ggml_reshape_2d(ctx, x, n, ggml_nelements(x) / n)
+                                            : ggml_cont_2d(ctx, x, n, ggml_nelements(x) / n);
+    r = ggml_mul_mat(ctx, rot, r);
+    ggml_mul_mat_set_hint(r, GGML_HINT_SRC0_IS_HADAMARD);
+    return ggml_reshape_4d(ctx, r, x->ne[0], x->ne[1], x->ne[2], x->ne[3]);
 }
 
 // Attention of one block: writes the lane's K/V rows into layer il's cache, then each sequence
@@ -275,6 +288,11 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
         scale = 1.0f;
     }
     const float cap = hp.attn_softcap;
+    if (kv.k_rot[il]) {   // a quantized cache holds rotated K (llama.cpp's attn_rot_k); Q turns with it
+        q = hadamard(ctx, q, kv.k_rot[il]);
+        k = hadamard(ctx, k, kv.k_rot[il]);
+    }
+    if (kv.v_rot[il]) v = hadamard(ctx, v, kv.v_rot[il]);
 
     // The attention reads views of the set_rows results, so it is ordered after the writes.
     const int E = hp.n_embd_k_gqa();
@@ -296,6 +314,7 @@ static ggml_tensor * attention(ggml_context * ctx, const model & m, const kv_cac
             : group_attention(ctx, m, kv, s, r.one_query, groups[r.group], r.t0, q, k_all, v_all, mask, scale, cap);
         o = o ? ggml_concat(ctx, o, og, 1) : og;
     }
+    if (kv.v_rot[il]) o = hadamard(ctx, o, kv.v_rot[il]);   // back from V's rotation
     return linear(ctx, s, w.wo, o, w.bo);
 }
 

@@ -89,6 +89,10 @@ typedef struct {
                                  same bits as llama.cpp for the same steps. 1 with flash_attn is refused */
     int32_t n_seq_max;        /* sequences the cache holds (0..n_seq_max-1), n_ctx tokens each; the
                                  single-sequence calls work on sequence 0 */
+    int32_t type_k;           /* ggml type of the K cache: llama.cpp's cache types (f32, f16 (the default),
+                                 bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1); a quantized type needs
+                                 head dimensions that are multiples of its block */
+    int32_t type_v;           /* of the V cache, the same types; a quantized V needs flash_attn (llama.cpp's rule) */
 } pr_context_params;
 
 PR_API const char * pr_last_error(void);
@@ -138,6 +142,9 @@ PR_API pr_status pr_context_set_wide_prompt_rows(pr_context * ctx, int32_t n);
  * Only with flash attention, an F16 or F32 cache and not batch-invariant; other bits than a step of
  * per-row attention. Where it pays depends on the model and CPU: pyriver.costcurve measures it. */
 PR_API pr_status pr_context_set_verify_tile_rows(pr_context * ctx, int32_t n);
+/* Bytes of the context's K and V cache tensors, all blocks and sequences (what llama.cpp's
+ * "K (type): MiB, V (type): MiB" counts). */
+PR_API pr_status pr_context_kv_bytes(const pr_context * ctx, int64_t * k_bytes, int64_t * v_bytes);
 
 /* A prompt flag's value for a verify step: a prompt (full depth) whose every row checks a draft. */
 #define PR_VERIFY 2

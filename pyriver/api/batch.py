@@ -8,9 +8,9 @@ as llama-server)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
-from pyriver.engine import BATCH_RULES, VERIFY
+from pyriver.engine import BATCH_RULES, VERIFY, kv_types
 
 
 @dataclass
@@ -49,6 +49,13 @@ class BatchDecoder:
         if llm.river.exit is not None:
             self._ectx.set_exit(llm.river.exit, batch_rule)
             self.exiting = llm.river.exit.exits
+
+    def kv_cache(self) -> Optional[Dict]:
+        """The slots' KV cache: its types and bytes (Llama.kv_cache's shape); None once closed."""
+        if self._ectx is None:
+            return None
+        a = self.llm.context.args
+        return kv_types.describe(a.type_k, a.type_v, *self._ectx.kv_bytes())
 
     def close(self) -> None:
         ctx, self._ectx = self._ectx, None   # cleared first, as Llama.close

@@ -9,9 +9,6 @@ from typing import Any, Dict, Optional, Tuple
 
 import llama_cpp
 
-_F16 = 1   # GGML_TYPE_F16: pyriver's KV cache type
-
-
 def _falsy(v) -> bool:
     return not v
 
@@ -37,8 +34,6 @@ INERT: Dict[str, tuple] = {
     "swa_full": (None, lambda v: True, ""),
     "no_perf": (False, lambda v: True, ""),
     "numa": (False, _falsy, "pyriver sets no NUMA policy"),
-    "type_k": (None, lambda v: v is None or v == _F16, "pyriver's KV cache is f16 (type_k=None or 1)"),
-    "type_v": (None, lambda v: v is None or v == _F16, "pyriver's KV cache is f16 (type_v=None or 1)"),
 }
 # the inert arguments llama_cpp.Llama keeps as attributes of the same name
 ATTRS = ("kv_overrides", "numa")

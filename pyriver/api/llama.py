@@ -20,6 +20,7 @@ import contextlib
 import functools
 import multiprocessing
 import os
+import sys
 import threading
 from collections import deque
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -38,7 +39,7 @@ from pyriver.api.low_level import PyriverTokenizer, Sampling
 from pyriver.api.river import River
 from pyriver.api.settings import ContextSettings, ModelSettings, Settings
 from pyriver.api.state import State
-from pyriver.engine import ContextArgs, ModelArgs, check_exit_rule, load as load_engine
+from pyriver.engine import ContextArgs, ModelArgs, check_exit_rule, kv_types, load as load_engine
 from pyriver.engine.logs import set_verbose
 from pyriver.speculative.lossless import Speculator
 from pyriver.engine.vocab import Vocab
@@ -69,6 +70,7 @@ class Llama:
                  n_batch: int = 512, n_ubatch: int = 512, n_threads: Optional[int] = None,
                  n_threads_batch: Optional[int] = None, logits_all: bool = False, embedding: bool = False,
                  pooling_type: int = llama_cpp.LLAMA_POOLING_TYPE_UNSPECIFIED, flash_attn: bool = False,
+                 type_k: Optional[int] = None, type_v: Optional[int] = None,
                  last_n_tokens_size: int = 64, chat_format: Optional[str] = None, chat_handler=None,
                  draft_model=None, tokenizer=None, spm_infill: bool = False, verbose: bool = True,
                  rope_freq_base: float = 0.0, rope_freq_scale: float = 0.0, lora_base: Optional[str] = None,
@@ -96,6 +98,7 @@ class Llama:
         check_inert(llama_cpp_args, verbose)   # the rest of llama_cpp's arguments: inert values only; others ignored
         self.__dict__.update(inert_attrs(llama_cpp_args))   # kv_overrides, lora_path, ... as llama_cpp keeps them
         m, c, r = s.model, s.context, s.river
+        kv_types.check(c.type_k, c.type_v, bool(c.flash_attn))   # a bad cache type fails before the model loads
         self.spm_infill, self.tensor_split = bool(s.chat.spm_infill), m.tensor_split
         self.lora_base, self.lora_scale, self.lora_path = m.lora_base, m.lora_scale, m.lora_path   # as llama_cpp keeps them
         self.lora_adapters, self._lora_adapter = [], None   # the loaded ones (engine.lora.Adapter), set by _load
@@ -200,13 +203,24 @@ class Llama:
         # give llama.cpp's bits: a prompt in steps of min(n_batch, n_ubatch) tokens, as llama_cpp.Llama's
         # decode splits it. True: a token's logits do not depend on the step it was computed in, at a
         # cost in prompt speed (docs/default-cpu.md; pr_context_params.batch_invariant).
+        # llama.cpp's KV cache types and its rules for them, on either engine (engine.kv_types)
+        type_k, type_v = kv_types.check(c.type_k, c.type_v, bool(c.flash_attn), int(self.info.get("n_embd_head") or 0))
         args = ContextArgs(n_ctx, n_batch, c.n_ubatch, self.n_threads, self.n_threads_batch, bool(c.flash_attn),
-                           c.batch_invariant, bool(c.embedding))
+                           c.batch_invariant, bool(c.embedding), type_k=type_k, type_v=type_v)
         self.context = Context(self, self._engine.new_context(args), args, self._logits_all)
         self.context_params = self.context.engine.params   # the engine's (native: pr_context_params; llama.cpp's llama_context_params)
+        if self.verbose and self.engine == "native":   # llama.cpp's own log says it on the llama.cpp engine
+            print(f"pyriver: {kv_types.line(self.kv_cache())} ({n_ctx} cells)", file=sys.stderr)
         self.batch_invariant = self.context.engine.batch_invariant
         self._n_ctx = self.context.n_ctx
         self.n_batch, self.n_ubatch = n_batch, min(n_batch, int(c.n_ubatch))
+
+    def kv_cache(self) -> Dict:
+        """pyriver's: the context's KV cache types and bytes ({"type_k": "q8_0", "type_v": ..., "k_bytes": ...,
+        "v_bytes": ..., "bytes": ...})."""
+        self.check_live()
+        a = self.context.args
+        return kv_types.describe(a.type_k, a.type_v, *self.context.engine.kv_bytes())
 
     def _set_wide_prompt_rows(self, n: Optional[int]) -> None:
         """From how many rows a prompt step reads the second layout: n, or None: this machine's

@@ -38,6 +38,8 @@ class ContextSettings:
     n_threads: Optional[int] = None
     n_threads_batch: Optional[int] = None
     flash_attn: bool = False
+    type_k: Optional[int] = None   # KV cache types: ggml type ids or names (engine.kv_types), None: f16
+    type_v: Optional[int] = None
     batch_invariant: Optional[bool] = None
     logits_all: bool = False
     embedding: bool = False

@@ -9,7 +9,7 @@ import sys
 from typing import Callable, List, Optional
 
 from pyriver import models
-from pyriver.cli.args import add_draft_args, add_flash_attn_arg, add_layout_arg, device_kwargs, layout_kwargs, require_lossless
+from pyriver.cli.args import add_cache_type_args, add_draft_args, add_flash_attn_arg, add_layout_arg, device_kwargs, layout_kwargs, require_lossless
 
 # Tool commands: the module that parses and runs each (its main(argv)), and its line in --help.
 TOOLS = {
@@ -153,6 +153,7 @@ def parser() -> argparse.ArgumentParser:
                    "the default n-gram drafts)")
     add_draft_args(r)   # --draft river|ngram|both, --draft-cost default|FILE.json
     add_flash_attn_arg(r)
+    add_cache_type_args(r)
     add_layout_arg(r)
     _add_river_args(r)
     r.set_defaults(fn=cmd_run)
@@ -174,6 +175,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--batch-invariant", action="store_true",
                    help="a token's logits never depend on how it reached the cache (slower prompts; docs/determinism.md)")
     add_flash_attn_arg(c)
+    add_cache_type_args(c)
     add_layout_arg(c)
     c.set_defaults(fn=cmd_chat)
 

@@ -32,13 +32,42 @@ def flash_attn(setting: str, batch_invariant: bool) -> bool:
     return setting == "on" or (setting == "auto" and not batch_invariant)
 
 
+def cache_type(text: str) -> str:
+    """An argparse type: one of llama.cpp's KV cache type names, else its message."""
+    from pyriver.engine import kv_types
+    try:
+        kv_types.type_id(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def add_cache_type_args(p: argparse.ArgumentParser) -> None:
+    """-ctk/--cache-type-k and -ctv/--cache-type-v TYPE, llama.cpp's flags (llama-server's, llama-cli's)."""
+    from pyriver.engine import kv_types
+    for side in ("k", "v"):
+        p.add_argument(f"--cache-type-{side}", f"-ct{side}", dest=f"cache_type_{side}", type=cache_type, default="f16",
+                       metavar="TYPE", help=f"KV cache data type for {side.upper()}, llama.cpp's: {kv_types.allowed()} "
+                       "(default: f16)" + ("; a quantized V needs flash attention (-fa on or auto)" if side == "v" else ""))
+
+
+def cache_kwargs(a, flash: bool) -> Dict:
+    """Llama's type_k and type_v from -ctk/-ctv, checked against flash attention (llama.cpp's rules:
+    ValueError); nothing where a command has no such flags."""
+    from pyriver.engine import kv_types
+    if not hasattr(a, "cache_type_k"):
+        return {}
+    k, v = kv_types.check(a.cache_type_k, a.cache_type_v, flash)
+    return {"type_k": k, "type_v": v}
+
+
 def device_kwargs(a) -> Dict:
-    """Llama's (and llama.cpp's) n_gpu_layers, flash_attn and tensor_split from a command's
-    arguments (--n-gpu-layers, -fa on|off|auto or the tools' --flash-attn, --tensor-split; absent
-    ones at Llama's defaults)."""
+    """Llama's (and llama.cpp's) n_gpu_layers, flash_attn, tensor_split and KV cache types from a
+    command's arguments (--n-gpu-layers, -fa on|off|auto or the tools' --flash-attn, --tensor-split,
+    -ctk/-ctv; absent ones at Llama's defaults)."""
     fa = getattr(a, "flash_attn", False)
     fa = flash_attn(fa, bool(getattr(a, "batch_invariant", False))) if isinstance(fa, str) else bool(fa)
-    kw = {"n_gpu_layers": getattr(a, "n_gpu_layers", 0), "flash_attn": fa}
+    kw = {"n_gpu_layers": getattr(a, "n_gpu_layers", 0), "flash_attn": fa, **cache_kwargs(a, fa)}
     split = tensor_split(getattr(a, "tensor_split", None))
     if split:
         kw["tensor_split"] = split

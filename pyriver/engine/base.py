@@ -43,6 +43,8 @@ class ContextArgs:
     batch_invariant: Optional[bool] = None
     embedding: bool = False
     n_seq_max: int = 1
+    type_k: int = 1   # KV cache types, ggml type ids (engine.kv_types: llama.cpp's; 1 = f16)
+    type_v: int = 1
     wide_prompt_rows: Optional[int] = None   # with a batch layout, prompt steps of more rows read it (None: 16)
     verify_tile_rows: Optional[int] = None   # verify steps of more tokens attend tiled (None: never; costcurve)
 
@@ -127,6 +129,10 @@ class Context:
         kernel (0: never; pyriver.h's pr_context_set_verify_tile_rows): the native engine's."""
         if n:
             raise ValueError("verify_tile_rows: only the native engine attends verify steps tiled")
+
+    def kv_bytes(self) -> Tuple[int, int]:
+        """Bytes of the K and of the V cache, all blocks and sequences (llama.cpp's "K (q8_0): MiB")."""
+        raise NotImplementedError
 
     def pos(self, seq: int = 0) -> int:
         """Tokens of seq in the cache."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from pyriver.engine import binding as native
 from pyriver.errors import ContextFullError, ModelLoadError, PyriverError
-from pyriver.engine import lora
+from pyriver.engine import kv_types, lora
 from pyriver.engine.base import Context, ContextArgs, Engine, ModelArgs
 from pyriver.engine.mtmd import NULL_TOKEN
 
@@ -48,6 +48,7 @@ class LlamaCppContext(Context):
         p.n_threads, p.n_threads_batch = int(args.n_threads), int(args.n_threads_batch)
         p.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if args.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         p.rope_freq_base, p.rope_freq_scale = engine.rope
+        p.type_k, p.type_v = int(args.type_k), int(args.type_v)
         p.embeddings = bool(args.embedding)
         if args.embedding:   # per-token rows; pyriver pools them (embedding.py)
             p.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE
@@ -148,6 +149,16 @@ class LlamaCppContext(Context):
         if not 0 <= int(seq) < self.n_seq_max:
             raise ValueError(f"sequence {seq} is out of range [0, {self.n_seq_max})")
         return int(seq)
+
+    def kv_bytes(self):
+        """llama.cpp's cache of n_layer blocks of llama_n_ctx cells (its own sliding-window layers,
+        which may keep fewer, counted at full length)."""
+        info, cells, arch = self.engine.info, llama_cpp.llama_n_ctx(self.ctx), self.engine.info["arch"]
+        out = []
+        for t, side in ((self.params.type_k, "key"), (self.params.type_v, "value")):
+            hd = int(self.engine.meta(f"{arch}.attention.{side}_length") or info["n_embd_head"])
+            out.append(info["n_layer"] * cells * kv_types.row_bytes(int(t), info["n_head_kv"] * hd))
+        return tuple(out)
 
     def pos(self, seq: int = 0) -> int:
         return len(self._hist[self._seq(seq)])

@@ -25,6 +25,7 @@ class NativeContext(Context):
         cp.flash_attn = 1 if args.flash_attn else 0
         cp.batch_invariant = -1 if args.batch_invariant is None else (1 if args.batch_invariant else 0)
         cp.n_seq_max = int(args.n_seq_max)
+        cp.type_k, cp.type_v = int(args.type_k), int(args.type_v)
         self.can_batch_invariant = not args.flash_attn   # the native context refuses both together
         out = ffi.new("pr_context **")
         check(lib.pr_context_new(engine.model, cp, out))
@@ -46,6 +47,11 @@ class NativeContext(Context):
 
     def set_batch_invariant(self, on: bool) -> None:
         check(lib.pr_context_set_batch_invariant(self.handle, 1 if on else 0))
+
+    def kv_bytes(self):
+        k, v = ffi.new("int64_t *"), ffi.new("int64_t *")
+        check(lib.pr_context_kv_bytes(self.handle, k, v))
+        return int(k[0]), int(v[0])
 
     def set_wide_prompt_rows(self, n: int) -> None:
         check(lib.pr_context_set_wide_prompt_rows(self.handle, int(n)))

@@ -29,10 +29,15 @@ def cache_dir() -> Path:
 def setting_key(llm, **what) -> str:
     """The key of a measurement of llm's model file in its setting on this machine (the file's real
     path, size and mtime, threads, devices, batch invariance, flash attention: SmolLM2's 48-row step
-    costs 970 ms with it and 277 without on the 2-core Xeon) and of what was measured (what). A link
+    costs 970 ms with it and 277 without on the 2-core Xeon; KV cache types other than f16) and of
+    what was measured (what). A link
     to the file (a --models-dir entry) shares the file's measurement, so that the choices made from it
     (the prompt layout's threshold: the bits of a prompt step) are the file's wherever it is named."""
     st = os.stat(llm.model_path)
+    args = getattr(getattr(llm, "context", None), "args", None)
+    # a quantized cache's steps cost otherwise (flash attention dequantizes V rows); f16's keys stay as they were
+    kv = [getattr(args, "type_k", 1), getattr(args, "type_v", 1)]
+    what = {**what, **({"kv_types": kv} if kv != [1, 1] else {})}
     ident = {"path": os.path.realpath(llm.model_path), "size": st.st_size, "mtime": int(st.st_mtime), "threads": llm.n_threads,
              "threads_batch": llm.n_threads_batch, "devices": llm.devices(), "batch_invariant": llm.batch_invariant,
              "flash_attn": bool(getattr(getattr(getattr(llm, "context", None), "args", None), "flash_attn", False)), **what}

@@ -9,7 +9,8 @@ import socket
 import sys
 from typing import List, Optional
 
-from pyriver.cli.args import add_draft_args, add_flash_attn_arg, add_layout_arg, flash_attn, layout_kwargs, require_lossless
+from pyriver.cli.args import (add_cache_type_args, add_draft_args, add_flash_attn_arg, add_layout_arg, cache_kwargs,
+                              flash_attn, layout_kwargs, require_lossless)
 from pyriver.server.prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY
 
 
@@ -108,6 +109,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--not-batch-invariant", action="store_true",
                    help="llama.cpp's multi-token kernels, as llama-server runs them (the default)")
     add_flash_attn_arg(p)
+    add_cache_type_args(p)
     add_layout_arg(p)
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
     p.add_argument("--alias", "-a", default=None, help="the model's names, comma-separated: /v1/models reports the first "
@@ -247,6 +249,7 @@ def settings(a: argparse.Namespace) -> dict:
     if a.batch_invariant or a.not_batch_invariant:
         kw["batch_invariant"] = bool(a.batch_invariant)
     kw["flash_attn"] = flash_attn(a.flash_attn, a.batch_invariant)
+    kw.update(cache_kwargs(a, kw["flash_attn"]))   # a quantized V without -fa fails here, before the load
     kw.update(layout_kwargs(a))
     if a.reranking:   # as llama-server's: embeddings on, pooling RANK
         a.embedding, a.pooling = True, "rank"

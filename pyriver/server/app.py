@@ -18,6 +18,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from pyriver.engine import kv_types
 from pyriver.errors import ContextFullError
 from pyriver.text.grammar import GrammarError, constrain
 from pyriver.engine.sampling import Sampler
@@ -76,6 +77,8 @@ class Server:
                                    slot_similarity=s.get("slot_prompt_similarity", SLOT_SIMILARITY),
                                    log=_log if s.get("verbose") else None,
                                    handoff=None if self.inbox is None else self.inbox.flush)
+            if self.sched.log:   # llama.cpp's llama_kv_cache line, of the slots' cache
+                _log(f"{kv_types.line(self.sched.dec.kv_cache())} ({s['parallel']} slots x {self.sched.n_ctx} tokens)")
             if self.sched.log and self.sched.cache_idle:   # llama-server's debug line, as its test reads it
                 _log("idle slots will be saved to prompt cache upon starting a new task"
                      + (" and cleared" if s.get("kv_pool") else "") + " __TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__")

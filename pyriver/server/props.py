@@ -84,6 +84,8 @@ def props(srv) -> Dict[str, Any]:
         "bos_token": _token_text(srv, llm.token_bos()),
         "eos_token": _token_text(srv, llm.token_eos()),
         "build_info": L.fingerprint(),
+        # pyriver's: the slots' KV cache, its types (-ctk/-ctv) and bytes (llama.cpp logs them at load)
+        "kv_cache": srv.sched.dec.kv_cache() if srv.sched is not None else None,
         "is_sleeping": False,
         "cors_proxy_enabled": False,
     }

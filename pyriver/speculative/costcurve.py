@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from pyriver.atomic import write_text
 from pyriver.models.cache import cache_dir, setting_key
 from pyriver.speculative.draftlen import DEFAULT_COST, FA_TILE, DraftCost
-from pyriver.engine import VERIFY
+from pyriver.engine import VERIFY, kv_types
 from pyriver.engine.debug import tiled_in_use
 
 # The step sizes the automatic table measures: every size to 4, then the kernels' steps (16, 32, 48,
@@ -158,9 +158,11 @@ def tile_rows(far: Dict[int, Dict[str, List[float]]], near: Optional[Dict[int, D
 
 def can_tile(llm) -> bool:
     """Whether llm's verify steps can attend tiled: the native engine's flash attention on the CPU
-    (the kernel whose row-at-a-time path the tiling avoids), unless made with tiled_verify=False."""
+    (the kernel whose row-at-a-time path the tiling avoids) over an f16 or f32 cache (the tiled
+    kernel's; graph.cpp keeps a quantized one off it), unless made with tiled_verify=False."""
+    a = llm.context.args
     return bool(getattr(llm, "tiled_verify", False) and getattr(llm.backend, "supports_river", False) and
-                llm.context.args.flash_attn and all(d == "CPU" for d in llm.devices()))
+                a.flash_attn and kv_types.tileable(a.type_k, a.type_v) and all(d == "CPU" for d in llm.devices()))
 
 
 def to_json(cost: DraftCost, model: str, threads: int, tile: int = 0) -> str:

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 from tqdm import tqdm
 
 from pyriver import models
-from pyriver.cli.args import add_draft_args, add_layout_arg, layout_kwargs, tensor_split
+from pyriver.cli.args import add_cache_type_args, add_draft_args, add_layout_arg, cache_kwargs, layout_kwargs, tensor_split
 from pyriver.cli import TOOLS, guarded
 from pyriver.engine import ENGINES
 from pyriver.api.llama import DEFAULT_TAU, Llama
@@ -59,6 +59,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--predict", choices=["on", "off", "both"], default="off",
                    help="--inprocess: the first graph runs to the previous token's exit block")
     b.add_argument("--flash-attn", action="store_true", help="flash attention, both engines (--serve, --spec-serve: every server; else off)")
+    add_cache_type_args(b)   # -ctk/-ctv: both engines' KV cache types (a quantized V needs --flash-attn)
     b.add_argument("--engine", choices=ENGINES, default="auto", help="what computes pyriver's side (its Llama, "
                    "--paired; its server, --serve): pyriver's graphs (native), llama.cpp's own (llama.cpp), or auto")
     b.add_argument("--batched", action="store_true",
@@ -127,7 +128,7 @@ def parser() -> argparse.ArgumentParser:
 def engines_for(a, path: str) -> List[Dict]:
     base = {"model": path, "threads": a.threads, "n_prompt": a.prompt_tokens, "n_gen": a.gen_tokens,
             "n_gpu_layers": a.n_gpu_layers, "rpc_servers": a.rpc_servers, "flash_attn": a.flash_attn,
-            "tensor_split": tensor_split(a.tensor_split)}
+            "tensor_split": tensor_split(a.tensor_split), **cache_kwargs(a, a.flash_attn)}
     # pyriver with the layouts `pyriver run` and serve load (--no-batch-layout: llama.cpp's one)
     es = [dict(base, name="llama.cpp", engine="llama.cpp"), dict(base, name="pyriver", engine="pyriver",
                                                                  pyriver_engine=a.engine, **layout_kwargs(a))]
@@ -177,7 +178,8 @@ def processes(a) -> int:
                                  prompt_set="bench.TEXT (fixed prose, repeated to length)", river=a.river, tau=a.tau,
                                  min_exit_layer=a.min_exit_layer, force_exit_layer=a.force_exit_layer,
                                  calibrated=a.calibrated, n_gpu_layers=a.n_gpu_layers, rpc_servers=a.rpc_servers,
-                                 tensor_split=a.tensor_split, flash_attn=a.flash_attn, **layout_kwargs(a)),
+                                 tensor_split=a.tensor_split, flash_attn=a.flash_attn, cache_type_k=a.cache_type_k,
+                                 cache_type_v=a.cache_type_v, **layout_kwargs(a)),
         "engines": {},
     }
     for e in engines:
@@ -185,13 +187,15 @@ def processes(a) -> int:
         d = {m: summary([x[m] for x in rr]) for m in METRICS}
         d["mean_exit_layer"] = statistics.median(x["mean_exit_layer"] for x in rr) if "mean_exit_layer" in rr[0] else None
         d["model"] = e["model"]
+        d["kv_mib"] = rr[0].get("kv_mib")   # pyriver's KV cache (-ctk/-ctv), the worker's n_ctx
         res["engines"][e["name"]] = d
     ref = res["engines"]["llama.cpp"]
     base = res["engines"]["pyriver"]
     for name, d in res["engines"].items():
         d["ratio_to_llama_cpp"] = {m: d[m]["median"] / ref[m]["median"] for m in METRICS}
         d["ratio_to_pyriver_full_depth"] = {m: d[m]["median"] / base[m]["median"] for m in METRICS}
-    print(f"\nmodel {os.path.basename(path)}  threads {a.threads}  prompt {a.prompt_tokens}  gen {a.gen_tokens}  repeats {n}")
+    print(f"\nmodel {os.path.basename(path)}  threads {a.threads}  prompt {a.prompt_tokens}  gen {a.gen_tokens}  repeats {n}"
+          f"  KV cache K {a.cache_type_k} V {a.cache_type_v}" + (f" ({base['kv_mib']:.1f} MiB)" if base.get("kv_mib") else ""))
     if a.rpc_servers:
         print(f"rpc_servers {a.rpc_servers}  n_gpu_layers {a.n_gpu_layers}  tensor_split {a.tensor_split or 'by free memory'}")
     print(f"{'engine':<34}{'prefill tok/s':>20}{'decode tok/s':>20}{'TTFT ms':>18}{'peak RSS MiB':>18}{'exit':>6}")

@@ -38,6 +38,9 @@ def engine_kwargs(cfg: Dict) -> Dict:
     kw = {"n_gpu_layers": cfg.get("n_gpu_layers", 0), "flash_attn": bool(cfg.get("flash_attn", False))}
     if cfg.get("tensor_split"):
         kw["tensor_split"] = cfg["tensor_split"]
+    for k in ("type_k", "type_v"):   # the KV cache types (-ctk/-ctv), both engines
+        if cfg.get(k) is not None:
+            kw[k] = cfg[k]
     return kw
 
 
@@ -64,6 +67,8 @@ def worker(cfg: Dict) -> Dict:
            "ttft_ms": 1000 * run.prefill_s, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
     if run.exits:
         res["mean_exit_layer"] = float(np.mean(run.exits))
+    if cfg["engine"] == "pyriver":
+        res["kv_mib"] = llm.kv_cache()["bytes"] / 2**20
     return res
 
 

@@ -60,7 +60,8 @@ def test_every_llama_cpp_constructor_argument_is_accepted_at_its_default(smol_pa
 
 @pytest.mark.parametrize("kw, err, match", [
     ({"lora_path": "x.gguf", "engine": "native"}, ValueError, "LoRA"),
-    ({"type_k": llama_cpp.GGML_TYPE_Q8_0}, ValueError, "type_k"),
+    ({"type_k": llama_cpp.GGML_TYPE_Q4_K}, ValueError, "Unsupported cache type"),
+    ({"type_v": llama_cpp.GGML_TYPE_Q8_0}, ValueError, "quantized V cache requires flash_attn"),
     ({"rope_freq_base": -1.0}, ValueError, "rope_freq_base"),
     ({"kv_overrides": {"a": 1}}, ValueError, "kv_overrides"),
     ({"numa": True}, ValueError, "numa"),
