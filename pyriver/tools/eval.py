@@ -162,10 +162,12 @@ def kl_divergence(a) -> int:
             raise ValueError("writing a --kl-divergence-base needs the text: -f FILE")
         if river:
             raise ValueError("the base is the model at full depth: --river/--tau apply with --kl-divergence")
-        text = open(a.file, encoding="utf-8").read()
+        with open(a.file, "rb") as f:
+            text = f.read()
+        text = text[:-1] if text.endswith(b"\n") else text   # llama.cpp's -f drops one final newline
         llm = Llama(a.model, n_ctx=a.ctx or 512, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
                     river=None, **device_kwargs(a))
-        kld.write_base(llm, a.kl_divergence_base, llm.tokenize(text.encode("utf-8"), add_bos=True), llm.n_ctx(), a.chunks)
+        kld.write_base(llm, a.kl_divergence_base, llm.tokenize(text, add_bos=True), llm.n_ctx(), a.chunks)
         llm.close()
         return 0
     n_ctx = kld.read_header(a.kl_divergence_base).n_ctx   # the base's chunks set the context
