@@ -51,6 +51,7 @@ def test_kl_divergence_both_ways_within_1pct_of_llama_perplexity(peer, smol_path
     with open(ours, "rb") as a, open(theirs, "rb") as b:   # the same header and tokens: the same chunks
         head = 20 + 4 * N_CTX * CHUNKS
         assert a.read(head) == b.read(head)
+    seen = {}
     for base in (ours, theirs):
         r = pyriver_cli("eval", peer["q"], "--kl-divergence-base", base, "--kl-divergence", timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]
@@ -59,3 +60,7 @@ def test_kl_divergence_both_ways_within_1pct_of_llama_perplexity(peer, smol_path
         assert want["kld"] > 0.001 and want["same_top"] < 100   # the requantization does move the logits
         assert got["kld"] == pytest.approx(want["kld"], rel=0.01), (base, got, want)
         assert got["same_top"] == pytest.approx(want["same_top"], rel=0.01), (base, got, want)
+        seen[base] = want
+    # the two bases hold the same model: llama-perplexity finds the same figures against either
+    assert seen[ours]["kld"] == pytest.approx(seen[theirs]["kld"], rel=0.01), seen
+    assert seen[ours]["same_top"] == pytest.approx(seen[theirs]["same_top"], rel=0.01), seen
