@@ -67,6 +67,11 @@ class KLDivergence:
         self.p_diff_values.append(p_diff)
 
 
+def _sqrt(v: float) -> float:
+    """C's sqrt: nan below 0 (a rounding-negative variance; printed as it prints it)."""
+    return math.sqrt(v) if v >= 0 else float("nan")
+
+
 def mean_and_uncertainty(s: float, s2: float, count: int) -> Tuple[float, float]:
     if count < 1:
         return 0.0, 0.0
@@ -104,7 +109,7 @@ def summary(k: KLDivergence, tails: bool = True) -> dict:
     lb = mean_and_uncertainty(k.sum_nll_base, k.sum_nll_base2, k.count)
     cov = covariance(k.sum_nll, k.sum_nll_base, k.sum_nll_nll_base, k.count)
     ratio = lp[0] - lb[0]
-    ratio_unc = math.sqrt(max(lp[1] ** 2 + lb[1] ** 2 - 2.0 * cov, 0.0))
+    ratio_unc = _sqrt(lp[1] ** 2 + lb[1] ** 2 - 2.0 * cov)
     ppl, ppl_base = math.exp(lp[0]), math.exp(lb[0])
     kl = mean_and_uncertainty(k.sum_kld, k.sum_kld2, k.count)
     mse = mean_and_uncertainty(k.sum_p_diff2, k.sum_p_diff4, k.count)
@@ -115,7 +120,7 @@ def summary(k: KLDivergence, tails: bool = True) -> dict:
            "ln_ppl_ratio": ratio, "ln_ppl_ratio_unc": ratio_unc,
            "ppl_ratio": math.exp(ratio), "ppl_ratio_unc": math.exp(ratio) * ratio_unc,
            "ppl_diff": ppl - ppl_base,
-           "ppl_diff_unc": math.sqrt(max((ppl * lp[1]) ** 2 + (ppl_base * lb[1]) ** 2 - 2.0 * ppl * ppl_base * cov, 0.0)),
+           "ppl_diff_unc": _sqrt((ppl * lp[1]) ** 2 + (ppl_base * lb[1]) ** 2 - 2.0 * ppl * ppl_base * cov),
            "kld": kl[0], "kld_unc": kl[1],
            "p_diff": mean_and_uncertainty(k.sum_p_diff, k.sum_p_diff2, k.count),
            "rms_p_diff": rms, "rms_p_diff_unc": 0.5 / rms * mse[1] if rms else 0.0,
