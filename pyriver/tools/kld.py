@@ -54,12 +54,26 @@ def write_base(llm, path: str, tokens: List[int], n_ctx: int, chunks: Optional[i
     n_vocab = llm.n_vocab()
     bos = llm.token_bos() if adds_bos(llm) else None
     bar = progress(n_chunk * n_ctx, "kl-divergence base")
+    nll = nll2 = 0.0
+    count = 0
+    first = n_ctx // 2
     with open(path, "wb") as f:
         kld_file.write_header(f, n_ctx, n_vocab, n_chunk, tokens)
         for c in range(n_chunk):
-            kld_file.write_chunk(f, chunk_logits(llm, tokens[c * n_ctx:(c + 1) * n_ctx], bos, False), n_vocab)
+            chunk = tokens[c * n_ctx:(c + 1) * n_ctx]
+            logits = chunk_logits(llm, chunk, bos, False)
+            kld_file.write_chunk(f, logits, n_vocab)
+            x = np.asarray(logits, np.float32)[:, :n_vocab]
+            mx, lse = kld_file.log_sum_exp(x)
+            v = (mx + lse - x[np.arange(len(x)), chunk[first + 1:]]).astype(np.float64)   # its per-token nll
+            nll, nll2, count = nll + v.sum(), nll2 + (v * v).sum(), count + len(v)
             bar.update(n_ctx)
+            bar.clear()
+            print(f"[{c + 1}]{np.exp(nll / count):.4f},", end="", flush=True)
     bar.close()
+    m = nll / count
+    var = nll2 / count - m * m
+    print(f"\nFinal estimate: PPL = {np.exp(m):.4f} +/- {np.sqrt(var / (count - 1)) * np.exp(m) if var > 0 else float('nan'):.5f}")
     print(f"kl-divergence base: {n_chunk} chunks of {n_ctx} tokens, {n_vocab} log-probs a row, written to {path}")
     return n_chunk
 
