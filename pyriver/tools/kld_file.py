@@ -103,6 +103,8 @@ def read_header(f: BinaryIO, path: str) -> Header:
     if n_ctx < 4 or n_vocab < 1 or n_chunk < 1:
         raise ValueError(f"{path}: bad header (n_ctx {n_ctx}, n_vocab {n_vocab}, n_chunk {n_chunk})")
     toks = np.frombuffer(_read(f, 4 * n_ctx * n_chunk, "the evaluation tokens", path), np.int32).copy()
+    if toks.size and (toks.min() < 0 or toks.max() >= n_vocab):
+        raise ValueError(f"{path}: a token outside the vocabulary [0, {n_vocab})")
     return Header(n_ctx, n_vocab, n_chunk, toks)
 
 

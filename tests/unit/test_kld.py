@@ -56,7 +56,7 @@ def test_rows_are_perplexity_cpps_loop(n_vocab):
 
 def test_file_round_trips_in_its_layout():
     n_ctx, n_vocab, n_chunk = 8, 7, 2
-    toks = list(range(100, 100 + n_ctx * n_chunk + 3))   # more text than whole chunks: only theirs written
+    toks = [(5 * i + 1) % n_vocab for i in range(n_ctx * n_chunk + 3)]   # more text than whole chunks: only theirs written
     chunks = [_logits(kld_file.scored_rows(n_ctx), n_vocab, seed=s) for s in range(n_chunk)]
     buf = io.BytesIO()
     kld_file.write_header(buf, n_ctx, n_vocab, n_chunk, toks)
@@ -85,10 +85,14 @@ def test_bad_files_are_clear_errors():
     with pytest.raises(ValueError, match="does not look like"):
         kld_file.read_header(io.BytesIO(b"_nologs_" + bytes(12)), "x.kld")
     buf = io.BytesIO()
-    kld_file.write_header(buf, 8, 7, 2, list(range(16)))
+    kld_file.write_header(buf, 8, 7, 2, [i % 7 for i in range(16)])
     with pytest.raises(ValueError, match="truncated"):
         kld_file.read_header(io.BytesIO(buf.getvalue()[:-5]), "x.kld")
     h = kld_file.read_header(io.BytesIO(buf.getvalue()), "x.kld")
+    bad = io.BytesIO()
+    kld_file.write_header(bad, 8, 7, 2, [3] * 15 + [7])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        kld_file.read_header(io.BytesIO(bad.getvalue()), "x.kld")
     with pytest.raises(ValueError, match="chunk 0"):
         kld_file.read_chunk(io.BytesIO(bytes(10)), h, 0, "x.kld")
 
