@@ -10,7 +10,8 @@ each token's log-probability as round((logit - min_logit) / scale), min_logit cl
 (a logit at or below it stores 0), then a padding uint16 (0) when n_vocab is odd.
 
 The arithmetic is float32 where perplexity.cpp's is float and float64 where it is double, so
-that pyriver's rows are its rows bit for bit on the same logits."""
+that pyriver's rows are its rows bit for bit on the same logits (up to the order its float64 sum
+of exponentials adds them in)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
