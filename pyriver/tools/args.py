@@ -19,7 +19,7 @@ def add_set_args(p: argparse.ArgumentParser, n_default: int, limit_default) -> N
     p.add_argument("--limit", type=positive, default=limit_default, help="use this many prompts, round-robin over categories")
     p.add_argument("-n", type=positive, default=n_default, help="reference tokens per prompt")
     p.add_argument("--threads", "-t", type=positive, default=2)
-    p.add_argument("--ctx", type=int, default=1024)
+    p.add_argument("--ctx", "-c", type=int, default=1024, help="context size (eval with -f: the chunk size, default 512)")
     p.add_argument("--river-force", action="store_true", help="allow a river not cheaper than the backbone")
     p.add_argument("--n-gpu-layers", type=int, default=0, help="last blocks (and the head) on devices, every engine; -1 = all")
     p.add_argument("--flash-attn", action="store_true", help="flash attention, every engine")

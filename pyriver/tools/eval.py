@@ -16,7 +16,7 @@ from pyriver.cli.args import device_kwargs, positive
 from pyriver.cli import TOOLS, guarded
 from pyriver.api.llama import DEFAULT_RIVER, Llama
 
-from pyriver.tools import datasets
+from pyriver.tools import datasets, kld
 from pyriver.tools.args import add_set_args, apply_calibration
 from pyriver.tools.engine import LlamaCppEngine, perplexity, progress, references, teacher_forced
 from pyriver.tools.quantize import requantized
@@ -44,6 +44,14 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--text-tokens", type=int, default=256, help="longest passage in tokens (0: no perplexity)")
     e.add_argument("--text-limit", type=positive, default=None, help="use this many passages, round-robin over categories")
     e.add_argument("--competitor", action="store_true", help="also llama.cpp on the model uniformly requantized to the river type")
+    k = e.add_argument_group("KL divergence, as llama-perplexity computes it (its flags)")
+    k.add_argument("-f", "--file", default=None, help="the text to cut into chunks (UTF-8)")
+    k.add_argument("--chunks", type=int, default=-1, help="at most this many chunks (default: all)")
+    k.add_argument("--kl-divergence-base", default=None, metavar="FILE",
+                   help="llama-perplexity's base file: written from the model at full depth, or read with --kl-divergence")
+    k.add_argument("--kl-divergence", action="store_true", help="compare with the base file: the model at full depth, "
+                   "or with --river/--tau each River point (decode steps over the scored half of each chunk)")
+    e.set_defaults(ctx=None)   # 1024, or llama-perplexity's 512 for the chunks
     return e
 
 
@@ -94,6 +102,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     """`pyriver eval`: every (min layer, tau) of one river type against full depth; with
     --competitor also llama.cpp on the model requantized to the river type."""
     a = parser().parse_args(argv)
+    if a.kl_divergence_base or a.kl_divergence or a.file:
+        return kl_divergence(a)
+    a.ctx = a.ctx or 1024
     prompts = datasets.subset(datasets.load_prompts(a.prompts), a.limit)
     texts = datasets.subset(datasets.load_texts(a.text), a.text_limit) if a.text_tokens > 0 else []
     full = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None,
@@ -139,6 +150,52 @@ def main(argv: Optional[List[str]] = None) -> int:
     if a.json:
         write_json(a.json, res)
     return 130 if res["interrupted"] else 0
+
+
+def kl_divergence(a) -> int:
+    """llama-perplexity's --kl-divergence-base / --kl-divergence, on its files (pyriver.tools.kld)."""
+    if not a.kl_divergence_base:
+        raise ValueError("-f/--kl-divergence need --kl-divergence-base FILE (the base to write, or to read)")
+    river = a.river is not None or a.tau is not None or a.min_exit_layer is not None
+    if not a.kl_divergence:
+        if not a.file:
+            raise ValueError("writing a --kl-divergence-base needs the text: -f FILE")
+        if river:
+            raise ValueError("the base is the model at full depth: --river/--tau apply with --kl-divergence")
+        with open(a.file, "rb") as f:
+            text = f.read()
+        text = text[:-1] if text.endswith(b"\n") else text   # llama.cpp's -f drops one final newline
+        llm = Llama(a.model, n_ctx=a.ctx or 512, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
+                    river=None, **device_kwargs(a))
+        kld.write_base(llm, a.kl_divergence_base, llm.tokenize(text, add_bos=True), llm.n_ctx(), a.chunks)
+        llm.close()
+        return 0
+    n_ctx = kld.read_header(a.kl_divergence_base).n_ctx   # the base's chunks set the context
+    res: Dict = {"schema": "pyriver.kld/1", "base": a.kl_divergence_base, "results": []}
+    if not river:
+        llm = Llama(a.model, n_ctx=n_ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None,
+                    **device_kwargs(a))
+        res["results"].append({"kind": "full_depth", **kld.compare(llm, a.kl_divergence_base, False, a.chunks)})
+        res["model"] = llm.model_path
+        llm.close()
+    else:
+        full = Llama(a.model, n_ctx=n_ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None,
+                     **device_kwargs(a))
+        _settings(a, full)
+        res["model"] = full.model_path
+        full.close()
+        llm = Llama(res["model"], n_ctx=n_ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
+                    river=a.river, river_force=a.river_force, exit_threshold=2.0, **device_kwargs(a))
+        for mn in a.min_exit_layer:
+            for tau in a.tau:
+                llm.set_exit(tau, mn)
+                label = f", river {a.river} tau {tau:.4g} min layer {mn}"
+                s = kld.compare(llm, a.kl_divergence_base, True, a.chunks, label)
+                res["results"].append({"kind": "river", "river": a.river, "tau": tau, "min_exit_layer": mn, **s})
+        llm.close()
+    if a.json:
+        write_json(a.json, res)
+    return 0
 
 
 if __name__ == "__main__":

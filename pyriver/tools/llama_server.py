@@ -68,25 +68,40 @@ def check_runs(exe: Path) -> Path:
     return exe
 
 
-def ensure(jobs: int = 2) -> Path:
-    """The llama-server binary, built first when the cache has none (minutes; progress on stderr)."""
+def _build(target: str, exe: Path, jobs: int) -> Path:
+    """Build one of llama.cpp's targets into the shared build directory (configured once)."""
     import llama_cpp
-    exe = binary()
-    if exe.is_file():
-        return check_runs(exe)
     root = exe.parents[2]
     root.mkdir(parents=True, exist_ok=True)
     src = _source(root, llama_cpp.__version__)
     build = root / "build"
-    print(f"building llama-server {llama_cpp.__version__} into {build} (once)", file=sys.stderr)
+    print(f"building {target} {llama_cpp.__version__} into {build} (once)", file=sys.stderr)
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    subprocess.run(["cmake", "-S", str(src), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=Release",
-                    f"-DCMAKE_PREFIX_PATH={_site()}", "-DLLAMA_USE_SYSTEM_GGML=ON", "-DLLAMA_BUILD_SERVER=ON",
-                    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF",
-                    "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
-                    f"-DCMAKE_BUILD_RPATH={_site() / 'llama_cpp' / 'lib'}"], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", str(build), "--target", "llama-server", "-j", str(jobs)], check=True,
+    if not (build / "CMakeCache.txt").is_file():
+        subprocess.run(["cmake", "-S", str(src), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=Release",
+                        f"-DCMAKE_PREFIX_PATH={_site()}", "-DLLAMA_USE_SYSTEM_GGML=ON", "-DLLAMA_BUILD_SERVER=ON",
+                        "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF",
+                        "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
+                        f"-DCMAKE_BUILD_RPATH={_site() / 'llama_cpp' / 'lib'}"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["cmake", "--build", str(build), "--target", target, "-j", str(jobs)], check=True,
                    stdout=subprocess.DEVNULL)
     if not exe.is_file():
-        raise RuntimeError(f"llama-server build finished without {exe}")
+        raise RuntimeError(f"{target} build finished without {exe}")
     return check_runs(exe)
+
+
+def ensure(jobs: int = 2) -> Path:
+    """The llama-server binary, built first when the cache has none (minutes; progress on stderr)."""
+    exe = binary()
+    return check_runs(exe) if exe.is_file() else _build("llama-server", exe, jobs)
+
+
+def perplexity_binary() -> Path:
+    return binary().parent / "llama-perplexity"
+
+
+def ensure_perplexity(jobs: int = 2) -> Path:
+    """llama-perplexity, the KL-divergence referee, built beside llama-server from the same sdist
+    and against the same libggml (minutes, once)."""
+    exe = perplexity_binary()
+    return check_runs(exe) if exe.is_file() else _build("llama-perplexity", exe, jobs)
