@@ -251,7 +251,8 @@ class Speculator:
                 return [], [], "ngram", None
             if prop or not self.river_fallback:
                 prop, key = cut_proposal(self.draft_model, prop, k if dl is None else room, dl, n_prompt, len(seq) - 1)
-                return prop, [None] * len(prop), "ngram", key
+                # drafts from earlier requests' texts (store.StoreLookup) are counted apart
+                return prop, [None] * len(prop), "store" if getattr(self.draft_model, "from_store", False) else "ngram", key
         if dl is not None:
             k = dl.choose("river", room, context=len(seq) - 1)
             if k <= 0:
