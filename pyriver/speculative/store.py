@@ -250,23 +250,25 @@ class DraftStore:
                 if n_vocab is not None and n and (min(toks) < 0 or max(toks) >= n_vocab):
                     raise ValueError("token ids out of the vocabulary")
                 n_texts += 1
-                store._load_text(toks, w)
+                store.add_seen(toks, w)
         except (struct.error, ValueError) as e:
             raise DraftStoreError(f"{path}: corrupt draft store ({e})") from None
         if n_texts != header.get("texts"):
             raise DraftStoreError(f"{path}: corrupt draft store ({n_texts} texts, the header says {header.get('texts')})")
         return store
 
-    def _load_text(self, toks: array, weight: int) -> None:
+    def add_seen(self, toks: array, weight: int) -> None:
+        """A text seen `weight` times (a file's, as load reads it)."""
         if len(toks) <= KEY_LEN:
             return
         dig = hashlib.blake2b(toks.tobytes(), digest_size=16).digest()
-        if dig in self.digest:
-            self.weight[self.digest[dig]] += weight
-            return
-        self._insert(toks, dig, weight)
-        while self.nbytes > self.max_bytes and self.texts:
-            self._evict(next(iter(self.texts)))
+        with self.lock:
+            if dig in self.digest:
+                self.weight[self.digest[dig]] += weight
+                return
+            self._insert(toks, dig, weight)
+            while self.nbytes > self.max_bytes and self.texts:
+                self._evict(next(iter(self.texts)))
 
 
 _LITTLE = array("i", [1]).tobytes()[0] == 1
