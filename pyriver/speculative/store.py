@@ -33,6 +33,9 @@ FORMAT = "pyriver-draft-store"
 VERSION = 1
 KEY_LEN = 3            # the shortest match the store drafts from: across requests one or two tokens say little
 MAX_CANDIDATES = 32    # occurrences followed per lookup (the most recent)
+# a request's own match this long is kept over a longer one of the store: the request's own text is
+# the more recent evidence (an agent's file, edited turn after turn, outvoted by its older versions)
+OWN_FIRST = 8
 MIN_AGREE = 0.5        # a path goes on while this share of its occurrences (by weight) agree on the next token
 DEFAULT_MAX_BYTES = 64 << 20
 # The estimate of what each part costs in CPython (64-bit), measured with tracemalloc
@@ -289,8 +292,9 @@ def open_store(path: str, model: str, max_bytes: Optional[int] = None, n_vocab: 
 
 class StoreLookup(SuffixLookup):
     """The n-gram drafter with a store: the request's own suffix lookup (SuffixLookup), or the store's
-    draft where the store's match is longer (more evidence) than the request's own, so a request
-    drafts at least what it would without the store. `from_store` says which the last proposal was
+    draft where the request's own proposes nothing, or where the store's match is longer (more
+    evidence) than a short own match (under OWN_FIRST tokens), so a request drafts what it would
+    without the store wherever its own text has a good match. `from_store` says which the last proposal was
     (its DraftLength key is then "store<n>": lossless.proposal_key). learn() adds a finished text."""
 
     def __init__(self, store: DraftStore, max_ngram_size: int = 32, num_pred_tokens: int = 64):
@@ -301,7 +305,7 @@ class StoreLookup(SuffixLookup):
     def propose(self, tokens: List[int]) -> List[int]:
         own = super().propose(tokens)
         prop, m = self.store.lookup(tokens, self.max_ngram_size, self.num_pred_tokens)
-        if prop and (m > self.match_size or m == self.match_size and not own):
+        if prop and (not own or m > self.match_size and self.match_size < OWN_FIRST):
             self.from_store, self.match_size, self.match_end = True, m, -1
             return prop
         self.from_store = False
