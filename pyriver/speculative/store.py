@@ -184,6 +184,14 @@ class DraftStore:
                     texts.move_to_end(tid)
             return out, best
 
+    def __getstate__(self) -> Dict:   # a pickled Llama carries its store (its lock is made anew)
+        with self.lock:
+            return {k: v for k, v in self.__dict__.items() if k != "lock"}
+
+    def __setstate__(self, state: Dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.Lock()
+
     # -- size ------------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.texts)

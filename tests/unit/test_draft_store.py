@@ -171,3 +171,13 @@ def test_a_file_whose_checksum_holds_but_whose_texts_do_not_is_refused(tmp_path)
         tmp = tmp_path / "t.bin"
         tmp.write_bytes(_saved(tmp_path))
         DraftStore.load(str(tmp), "model-a", n_vocab=10)
+
+
+def test_pickled_with_its_texts():
+    """A pickled Llama carries its arguments, draft_store included."""
+    import pickle
+    s = DraftStore("m")
+    s.add([9] + TEMPLATE + ANSWER)
+    t = pickle.loads(pickle.dumps(s))
+    assert t.lookup([8] + TEMPLATE, num_pred=4) == s.lookup([8] + TEMPLATE, num_pred=4) != ([], 0)
+    t.add([1, 2, 3, 4, 5, 6])   # its own lock
