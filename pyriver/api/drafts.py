@@ -2,11 +2,13 @@
 full depth (pyriver.speculative)."""
 from __future__ import annotations
 
+import os
 from typing import Optional
 
-from pyriver.speculative.draft import drafter
+from pyriver.speculative.draft import SuffixLookup, drafter
 from pyriver.speculative.draftlen import AUTO, parse_cost
 from pyriver.speculative.lossless import Speculator
+from pyriver.speculative.store import DraftStore, StoreLookup, open_store
 
 # Lossless mode's longest draft (README, Lossless mode: 2 beat 4 on every model measured there), and
 # with the measured cost table (draft_cost="auto"), where the length rule cuts each draft itself.
@@ -26,6 +28,51 @@ class Drafts:
     def __init__(self, llm):
         self.llm = llm
         self.speculator: Optional[Speculator] = None
+        self.store: Optional[DraftStore] = None   # drafts across requests (pyriver.speculative.store)
+        self.store_path: Optional[str] = None     # where close() keeps it
+
+    def bind_store(self, store, max_bytes: Optional[int] = None) -> None:
+        """Llama(draft_store=...): None/False none; True a new store of this model's; a DraftStore (of
+        this model's vocabulary: shareable between Llamas of the same model); a file's path (read if it
+        exists, DraftStoreError when refused; written back by close() and save_store()). The n-gram
+        drafter ("ngram", "both") then drafts from it too, and every lossless generation teaches it."""
+        fp = self.llm.vocab.fingerprint() if store not in (None, False) else None
+        if store is None or store is False:
+            self.store = None
+        elif store is True:
+            self.store = DraftStore(fp) if max_bytes is None else DraftStore(fp, max_bytes)
+        elif isinstance(store, DraftStore):
+            if store.model != fp:
+                raise ValueError("draft_store: a store of another model (its vocabulary differs); a store never "
+                                 "drafts for another model")
+            self.store = store
+        elif isinstance(store, (str, os.PathLike)):
+            path = os.fspath(store)
+            self.store = open_store(path, fp, max_bytes, n_vocab=self.llm.n_vocab())
+            self.store_path = path
+        else:
+            raise TypeError(f"draft_store must be None, True, a DraftStore or a file's path, not {type(store).__name__}")
+        sp = self.speculator   # lossless mode on already: its n-gram drafter drafts from the store from now on
+        if sp is not None and self.store is not None:
+            inner = getattr(sp.draft_model, "ngram", sp.draft_model)
+            if type(inner) in (SuffixLookup, StoreLookup):
+                wrapped = StoreLookup(self.store, inner.max_ngram_size, inner.num_pred_tokens)
+                if inner is sp.draft_model:
+                    sp.draft_model = wrapped
+                else:
+                    sp.draft_model.ngram = wrapped
+
+    def save_store(self, path: Optional[str] = None) -> None:
+        """Writes the store to path (default: the file it was opened from)."""
+        path = path or self.store_path
+        if self.store is None or path is None:
+            raise ValueError("no draft store to save" if self.store is None else "save_store needs a path")
+        self.store.save(path)
+
+    def close(self) -> None:
+        if self.store is not None and self.store_path is not None:
+            self.save_store()
+            self.store_path = None
 
     def set_lossless(self, on: bool, *, draft_model=None, draft_max: Optional[int] = None,
                      draft_p_min: float = 0.0, draft_cost=None) -> None:
@@ -38,6 +85,11 @@ class Drafts:
         L = self.llm
         if isinstance(draft_model, str):
             draft_model = drafter(draft_model)
+            if self.store is not None and type(getattr(draft_model, "ngram", draft_model)) is SuffixLookup:
+                if hasattr(draft_model, "ngram"):
+                    draft_model.ngram = StoreLookup(self.store)
+                else:
+                    draft_model = StoreLookup(self.store)
             if draft_model is None and not on:
                 return self.set_lossless(False)
         with L.lock:

@@ -80,7 +80,7 @@ class Llama:
                  exit_threshold: Optional[float] = None, min_exit_layer: Optional[int] = None,
                  force_exit_layer: int = -1, prefill_exit: bool = False, river_force: bool = False,
                  river_rebuild: bool = False, batch_invariant: Optional[bool] = None, exit_rule: Optional[str] = None,
-                 lossless: Optional[bool] = None, draft_max: Optional[int] = None, draft_cost=None,
+                 lossless: Optional[bool] = None, draft_max: Optional[int] = None, draft_cost=None, draft_store=None,
                  engine: Optional[str] = "auto", lora_adapters: Optional[Sequence[Tuple[str, float]]] = None,
                  batch_layout: bool = False, wide_prompt_rows: Optional[int] = None, tiled_verify: bool = True,
                  **llama_cpp_args):
@@ -158,6 +158,7 @@ class Llama:
         self.verify_tile_rows = 0   # a verify step of more rows attends tiled (lossless mode's automatic table)
         if self.batch_layout and not self.batch_invariant:
             self._set_wide_prompt_rows(c.wide_prompt_rows)
+        self.drafts.bind_store(s.lossless.draft_store)
         self._lossless_on(s.lossless)
 
     def _lossless_on(self, ls) -> None:
@@ -273,6 +274,11 @@ class Llama:
     @property
     def lossless(self) -> bool:
         return self.drafts.speculator is not None
+
+    @property
+    def draft_store(self):
+        """The draft store (pyriver.speculative.store.DraftStore) lossless mode's n-gram drafts learn in, or None."""
+        return self.drafts.store
 
     @property
     def speculator(self) -> Optional[Speculator]:
@@ -434,6 +440,9 @@ class Llama:
         # Each handle is cleared before it is freed: a Ctrl-C (KeyboardInterrupt between two
         # bytecodes) inside close must leave at worst a leak, never a handle that __del__ frees again.
         with self._lock:
+            drafts = getattr(self, "drafts", None)
+            if drafts is not None:   # a draft store opened from a file is written back
+                drafts.close()
             stack = getattr(self, "_stack", None)
             if stack is not None:   # a chat handler's libmtmd context, before the model it was made for
                 stack.close()

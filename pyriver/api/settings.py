@@ -79,6 +79,7 @@ class LosslessSettings:
     draft_model: Any = None
     draft_max: Optional[int] = None
     draft_cost: Any = None
+    draft_store: Any = None
 
 
 def _pick(cls, args: Dict[str, Any]):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import hashlib
 from typing import Dict, List, Optional, Sequence
 
 import llama_cpp
@@ -145,6 +146,19 @@ class Vocab:
             if llama_cpp.llama_vocab_get_text(a, t) != llama_cpp.llama_vocab_get_text(b, t):
                 return f"token {t} differs ({self.token_text(t)!r} vs {other.token_text(t)!r})"
         return None
+
+    def fingerprint(self) -> str:
+        """A sha256 of what makes token ids mean the same (mismatch's rule: type, BOS/EOS, every token's
+        text): the model a draft store (pyriver.speculative.store) belongs to. Computed once."""
+        got = getattr(self, "_fingerprint", None)
+        if got is None:
+            v = self.handle
+            h = hashlib.sha256(f"{llama_cpp.llama_vocab_type(v)} {self.n_vocab} {self.bos} {self.eos} "
+                               f"{self.add_bos} {self.add_eos}\n".encode())
+            for t in range(self.n_vocab):
+                h.update(llama_cpp.llama_vocab_get_text(v, t) + b"\0")
+            got = self._fingerprint = h.hexdigest()
+        return got
 
     def metadata(self) -> Dict[str, str]:
         """The GGUF's metadata as llama.cpp shows it, key -> text (llama_cpp's Llama.metadata)."""

@@ -78,6 +78,14 @@ def parser() -> argparse.ArgumentParser:
                    help="no drafts at all: every token is one decode step (the default drafts n-grams where they pay)")
     p.add_argument("--draft-max", "--spec-draft-n-max", "--draft", "--draft-n", dest="draft_max", type=int, default=None,
                    help="most tokens drafted per step (lossless mode; a draft model: default 3)")
+    p.add_argument("--draft-store", default=None, metavar="FILE",
+                   help="the n-gram drafts' store of earlier prompts and answers (pyriver.speculative.store), read from "
+                   "FILE at start (a corrupt, truncated or other model's file is refused: the server starts without "
+                   "it) and written back at shutdown; without it the store lives in memory only")
+    p.add_argument("--no-draft-store", action="store_true",
+                   help="n-gram drafts from the request's own tokens only (no store across requests)")
+    p.add_argument("--draft-store-mib", type=int, default=None, metavar="MIB",
+                   help="the store's memory bound in MiB (the least recently used texts go first; default 64)")
     # run's, bench's and calibrate's --draft, named apart: --draft is llama-server's --draft-max here
     add_draft_args(p, flag="--lossless-draft")
     # llama-server's speculative decoding (server/drafting.py): a draft model or n-gram lookup
@@ -244,6 +252,7 @@ def settings(a: argparse.Namespace) -> dict:
     if a.lossless:
         kw.update(lossless=True, draft_model=a.draft, draft_cost=a.draft_cost,
                   **({} if a.draft_max is None else {"draft_max": a.draft_max}))
+    kw.update(draft_store_settings(a))
     if a.batch_invariant and a.not_batch_invariant:
         raise ValueError("--batch-invariant and --not-batch-invariant exclude each other")
     if a.batch_invariant or a.not_batch_invariant:
@@ -277,6 +286,23 @@ def settings(a: argparse.Namespace) -> dict:
                 slot_save_path=a.slot_save_path, models_dir=a.models_dir, models_preset=a.models_preset,
                 models_max=a.models_max, models_autoload=a.models_autoload, kv_pool=kv_pool, mmproj=a.mmproj,
                 media_path=media_path, sleep_idle_seconds=a.sleep_idle_seconds)
+
+
+def draft_store_settings(a: argparse.Namespace) -> dict:
+    """--draft-store, --no-draft-store, --draft-store-mib: Llama's draft_store (True: in memory; a
+    DraftStore sized by --draft-store-mib is made at load, app.Server.load) where n-grams draft."""
+    if a.no_draft_store and (a.draft_store is not None or a.draft_store_mib is not None):
+        raise ValueError("--no-draft-store excludes --draft-store and --draft-store-mib")
+    if a.draft_store_mib is not None and a.draft_store_mib < 1:
+        raise ValueError("--draft-store-mib must be >= 1")
+    if a.no_draft_store or not (a.lossless and a.draft in ("ngram", "both")):
+        if a.draft_store is not None:
+            raise ValueError("--draft-store keeps n-gram drafts (the default drafts, or --lossless --lossless-draft ngram)")
+        return {}
+    if a.draft_store is not None and os.path.isdir(a.draft_store):
+        raise ValueError(f"--draft-store: a directory: {a.draft_store}")
+    return {"draft_store": a.draft_store or True,
+            **({} if a.draft_store_mib is None else {"draft_store_mib": a.draft_store_mib})}
 
 
 def _multimodal(a: argparse.Namespace, kw: dict) -> Optional[str]:

@@ -58,8 +58,7 @@ class Server:
         try:
             from pyriver.api.llama import Llama
             s = self.settings
-            llm = Llama(s["model"], n_ctx=s["n_ctx"], n_threads=s["threads"], n_threads_batch=s["threads"],
-                        verbose=s.get("verbose", False), **s.get("llama_kwargs", {}))
+            llm = load_llama(s)
             if s.get("drafts_by_default") and not llm.context.engine.partial_cuts:
                 # a rejected draft would run the slot's tokens again (a recurrent memory cannot be cut
                 # part-way): default drafts do not pay there; --lossless asks for them anyway
@@ -268,6 +267,29 @@ def build_app(srv: Server) -> Starlette:
                     middleware=[Middleware(CORS, origins=srv.settings.get("cors_origins", "*"))])
     app_ref.append(app)
     return app
+
+
+def load_llama(s: Dict):
+    """The served Llama. Its draft store (--draft-store FILE) when the file is refused (corrupt,
+    truncated, another model's: pyriver.speculative.store.DraftStoreError): said on stderr, and the
+    server runs with a store in memory that does not overwrite the file."""
+    from pyriver.api.llama import Llama
+    from pyriver.speculative.store import DraftStoreError
+    kw = dict(s.get("llama_kwargs", {}))
+    mib = kw.pop("draft_store_mib", None)
+    store = kw.pop("draft_store", None)
+
+    llm = Llama(s["model"], n_ctx=s["n_ctx"], n_threads=s["threads"], n_threads_batch=s["threads"],
+                verbose=s.get("verbose", False), **kw)
+    if store is not None and llm.speculator is not None:
+        bound = None if mib is None else mib << 20
+        try:
+            llm.drafts.bind_store(store, bound)
+        except DraftStoreError as e:
+            print(f"pyriver serve: --draft-store refused: {e}; serving with a new store in memory (the file is left "
+                  "as it is)", file=sys.stderr, flush=True)
+            llm.drafts.bind_store(True, bound)
+    return llm
 
 
 def start(srv: Server):

@@ -118,6 +118,9 @@ class Drafter:
             ss = getattr(sampler, "seed_seq", None) or sampler.rng.bit_generator.seed_seq
             self.rngs[seq] = np.random.default_rng(ss.spawn(1)[0])
 
+    def finish(self, seq: int, tokens: Sequence[int]) -> None:
+        """Slot seq's request ended with these tokens (its prompt and answer)."""
+
     def propose(self, want: Dict[int, Tuple[List[int], int]]) -> Dict[int, List[int]]:
         """want: {slot: (its tokens, the newest not yet run; most drafts)} -> {slot: drafts}."""
         raise NotImplementedError
@@ -221,6 +224,11 @@ class LlamaDrafter(Drafter):
             ks = choose_together([(self.dls[q], keys[q], len(p)) for q, p in props.items()], self.cost, context=context)
             props = {q: p[:k] if k else [] for (q, p), k in zip(props.items(), ks)}
         return props   # lists of ints (draft.proposal)
+
+    def finish(self, seq: int, tokens: Sequence[int]) -> None:
+        learn = getattr(self.model, "learn", None)   # a drafter that learns across requests (store.StoreLookup)
+        if learn is not None:
+            learn(tokens)
 
     def _alone(self, seq: int, hist: Sequence[int], limit: int) -> List[int]:
         """The drafts of a slot decoding alone with the suffix lookup (its own tokens: no vocabulary

@@ -409,6 +409,8 @@ class Scheduler:
                 s.cached = s.history[:self.dec.pos(s.seq)]
             if self.metrics:
                 self.metrics.request_done(r, self.llm.info["n_layer"])
+            if self.drafter is not None:
+                self.drafter.finish(s.seq, s.history)
         finally:   # whatever fails here, the request ends
             r.out.put(("end", reason))
 

@@ -236,8 +236,8 @@ NGRAM_BUCKETS = (1, 2, 3, 4, 6, 9, 16)
 
 
 def parse_ngram(source: str) -> Optional[Tuple[str, int]]:
-    """("ngram" or "repeat", n) of an n-gram source's key with its match length n; None otherwise."""
-    for kind in ("ngram", "repeat"):
+    """("ngram", "repeat" or "store", n) of an n-gram source's key with its match length n; None otherwise."""
+    for kind in ("ngram", "repeat", "store"):
         if source.startswith(kind) and source[len(kind):].isdigit():
             return kind, int(source[len(kind):])
     return None
@@ -251,6 +251,9 @@ def parse_ngram(source: str) -> Optional[Tuple[str, int]]:
 # a repeat of 3 at 0.67 (0.52): chat's short matches, drafted at a loss (docs/lossless.md).
 FIRST_KEPT = {"ngram": {1: 0.16, 2: 0.52, 3: 0.59, 4: 0.90, 6: 0.92, 9: 0.93, 16: 0.98},
               "repeat": {1: 0.21, 2: 0.42, 3: 0.52, 4: 0.72, 6: 0.74, 9: 0.91, 16: 0.98}}
+# A match in an earlier request's text (pyriver.speculative.store): not measured apart; text that is
+# not this prompt's, as the answer repeating itself is, so repeat's chances until its counts learn.
+FIRST_KEPT["store"] = FIRST_KEPT["repeat"]
 
 
 def prior(source: str) -> Tuple[float, float]:

@@ -112,8 +112,11 @@ def proposal_key(draft_model, n_prompt: Optional[int] = None) -> str:
     """The key of a draft model's last proposal in a DraftLength: "ngram<n>" (n: its match length, if
     it says), "repeat<n>" where the match it copies lies in the generated text (its match_end at or
     after n_prompt, the generation's prompt length): the answer repeating itself, whose drafts are
-    kept less often than a copy of the prompt's (draftlen.prior)."""
+    kept less often than a copy of the prompt's (draftlen.prior); "store<n>" where it came from the
+    texts of earlier requests (pyriver.speculative.store.StoreLookup)."""
     n = getattr(draft_model, "match_size", 0)
+    if n and getattr(draft_model, "from_store", False):
+        return f"store{n}"
     if n and n_prompt is not None and getattr(draft_model, "match_end", -1) >= n_prompt:
         return f"repeat{n}"
     return f"ngram{n or ''}"
@@ -169,6 +172,15 @@ class Speculator:
         dl = DraftLength(self.cost, self.draft_max) if self.cost is not None else None
         ready: List[Tuple[int, np.ndarray]] = []   # decided tokens, each with the logits that chose it
         mine = -1   # the cache version when this generation last left the cache
+        try:
+            yield from self._steps(llm, seq, sampler, max_new, logprobs, st, n_prompt, ls, k, dl, ready, mine)
+        finally:   # a drafter that learns across requests (store.StoreLookup) learns the text, however it ended
+            learn = getattr(self.draft_model, "learn", None)
+            if learn is not None:
+                learn(seq)
+
+    def _steps(self, llm, seq, sampler, max_new, logprobs, st, n_prompt, ls, k, dl, ready, mine) -> Iterator[int]:
+        """generate's loop."""
         for emitted in itertools.count():
             if emitted >= max_new.n:   # a TokenLimit (generation.py): its consumer may raise it
                 return
@@ -239,7 +251,8 @@ class Speculator:
                 return [], [], "ngram", None
             if prop or not self.river_fallback:
                 prop, key = cut_proposal(self.draft_model, prop, k if dl is None else room, dl, n_prompt, len(seq) - 1)
-                return prop, [None] * len(prop), "ngram", key
+                # drafts from earlier requests' texts (store.StoreLookup) are counted apart
+                return prop, [None] * len(prop), "store" if getattr(self.draft_model, "from_store", False) else "ngram", key
         if dl is not None:
             k = dl.choose("river", room, context=len(seq) - 1)
             if k <= 0:

@@ -78,6 +78,11 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--long-edit-prompts", type=int, default=0,
                    help="--spec-serve: code edits of a longer file, 900 to 1200 tokens (of 4)")
     b.add_argument("--chat-prompts", type=int, default=4, help="--spec-serve: chat prompts (of 6)")
+    b.add_argument("--batch-prompts", type=int, default=0,
+                   help="--spec-serve: batch-job requests, one instruction over many items (of 24; pyriver.tools.workloads)")
+    b.add_argument("--agent-sessions", type=int, default=0,
+                   help="--spec-serve: agent loops, sessions of --agent-turns turns fed back (pyriver.tools.workloads)")
+    b.add_argument("--agent-turns", type=int, default=4, help="--spec-serve: turns per agent session")
     b.add_argument("--llama-spec-types", nargs="*", default=None, metavar="TYPE",
                    help="--spec-serve: llama-server's --spec-type settings to run (default: ngram-simple ngram-mod "
                         "ngram-map-k; none: plain llama-server only)")

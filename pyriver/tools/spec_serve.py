@@ -10,7 +10,14 @@ the prompts of each kind go in groups of four concurrent requests (a kind's last
 smaller). Reported per server, prompt kind and stream count: end-to-end tokens per second as a client sees them (completion tokens over the wall time of the request,
 prompt processing included; for a group, all its tokens over the group's wall time), as the ratio
 to plain llama-server on the same prompt (or group) and round, median (min..max) over prompts and
-rounds; and how many texts equal plain llama-server's."""
+rounds; and how many texts equal plain llama-server's.
+
+--batch-prompts and --agent-sessions add the workloads whose text repeats across requests
+(pyriver.tools.workloads, issue 71): batch jobs (one instruction over many items, sent in order)
+and agent loops (sessions of turns, each turn a request with the conversation so far: an agent
+session is one item, its turns sent one after another, its tokens over its wall time). Per server
+and kind the drafts' acceptance (accepted over drafted tokens) and the accepted tokens per request,
+from each response's timings (draft_n, draft_n_accepted: llama-server's and pyriver's)."""
 from __future__ import annotations
 
 import json
@@ -21,13 +28,15 @@ import time
 from typing import Dict, List, Tuple
 
 from pyriver.tools.prompts import LONG_EDIT_PROMPTS, PROMPTS, SERVE_EDIT_PROMPTS
+from pyriver.tools.workloads import agent_sessions, agent_turn_messages, batch_prompts
 from pyriver.tools.serve_bench import _get, _port, _Server, attn_flags, gpu_flags
 
 LLAMA_SPEC_TYPES = ("ngram-simple", "ngram-mod", "ngram-map-k")
 # pyriver's settings: name -> the command-line flags after the model
 PYRIVER_SETTINGS = {
     "pyriver plain": ["--no-lossless"],
-    "pyriver default": [],
+    "pyriver default": [],   # its n-gram drafts learn across requests (the draft store, in memory)
+    "pyriver no store": ["--no-draft-store"],
 }
 
 
@@ -51,29 +60,47 @@ def configs(a, path: str) -> List[Tuple[str, List[str]]]:
     return out
 
 
-def prompt_set(a) -> List[Tuple[str, str]]:
+def prompt_set(a) -> List[Tuple[str, object]]:
     edits = [p for _, p in SERVE_EDIT_PROMPTS][:a.edit_prompts]
     longs = [p for _, p in LONG_EDIT_PROMPTS][:getattr(a, "long_edit_prompts", 0)]
     chats = [p for kind, p in PROMPTS if kind == "chat"][:a.chat_prompts]
-    return [("code-edit", p) for p in edits] + [("long-edit", p) for p in longs] + [("chat", p) for p in chats]
+    batch = batch_prompts(getattr(a, "batch_prompts", 0))
+    agents = agent_sessions(getattr(a, "agent_sessions", 0), getattr(a, "agent_turns", 4))
+    return [("code-edit", p) for p in edits] + [("long-edit", p) for p in longs] + [("chat", p) for p in chats] \
+        + [("batch", p) for p in batch] + [("agent", p) for p in agents]
 
 
-KINDS = ("code-edit", "long-edit", "chat")
+KINDS = ("code-edit", "long-edit", "chat", "batch", "agent")
 
 
-def _ask(url: str, prompt: str, n: int, rec: Dict) -> None:
-    t0 = time.perf_counter()
-    status, text = _get(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}],
-                                                        "max_tokens": n, "temperature": 0.0})
-    rec["s"] = time.perf_counter() - t0
+def _ask(url: str, prompt, n: int, rec: Dict) -> None:
+    """One request (prompt: a user message's text, or an agent session: its turns in order)."""
+    if isinstance(prompt, tuple):
+        first, steps = prompt
+        answers: List[str] = []
+        for turn in range(len(steps) + 1):
+            one: Dict = {}
+            _one(url, agent_turn_messages(first, steps[:turn], answers), n, one)
+            answers.append(one["text"])
+            for k in ("tokens", "drafted", "accepted", "requests"):
+                rec[k] = rec.get(k, 0) + one[k]
+        rec["text"] = "\n\x00\n".join(answers)
+        return
+    _one(url, [{"role": "user", "content": prompt}], n, rec)
+
+
+def _one(url: str, messages: List[Dict], n: int, rec: Dict) -> None:
+    status, text = _get(url + "/v1/chat/completions", {"messages": messages, "max_tokens": n, "temperature": 0.0})
     body = json.loads(text)
     if status != 200:
         raise RuntimeError(f"{url}: HTTP {status}: {text[:300]}")
     rec["tokens"] = body["usage"]["completion_tokens"]
     rec["text"] = body["choices"][0]["message"]["content"]
+    t = body.get("timings") or {}
+    rec["drafted"], rec["accepted"], rec["requests"] = t.get("draft_n", 0), t.get("draft_n_accepted", 0), 1
 
 
-def run_group(url: str, prompts: List[str], n: int) -> Dict:
+def run_group(url: str, prompts: List, n: int) -> Dict:
     """The prompts as concurrent requests: their tokens over the group's wall time, and their texts."""
     recs = [dict() for _ in prompts]
     threads = [threading.Thread(target=_ask, args=(url, p, n, r)) for p, r in zip(prompts, recs)]
@@ -86,11 +113,16 @@ def run_group(url: str, prompts: List[str], n: int) -> Dict:
     if any("text" not in r for r in recs):
         raise RuntimeError(f"{url}: a request failed")
     return {"tok_s": sum(r["tokens"] for r in recs) / wall, "texts": [r["text"] for r in recs],
-            "tokens": [r["tokens"] for r in recs]}
+            "tokens": [r["tokens"] for r in recs], "drafted": sum(r["drafted"] for r in recs),
+            "accepted": sum(r["accepted"] for r in recs), "requests": sum(r["requests"] for r in recs)}
 
 
 def _spread(v: List[float]) -> Dict:
     return {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)} if v else None
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
 
 
 def main(a) -> int:
@@ -98,8 +130,8 @@ def main(a) -> int:
     path = str(models.resolve(a.model))
     cfgs = configs(a, path)
     pset = prompt_set(a)
-    # rows[(server, streams)] -> list of (kind, tok/s, texts) per group and round
-    rows: Dict[Tuple[str, int], List[Tuple[str, float, List[str], List[int]]]] = {}
+    # rows[(server, streams)] -> list of (kind, tok/s, texts, tokens, (drafted, accepted, requests)) per group and round
+    rows: Dict[Tuple[str, int], List[Tuple]] = {}
     for rnd, k in ((rnd, k) for rnd in range(a.repeats) for k in a.streams):
         # fresh servers for each stream count: what a server keeps across requests (prompt caches,
         # llama-server's ngram-mod table) never holds the answers the other stream count already gave
@@ -116,7 +148,8 @@ def main(a) -> int:
                 kind = group[0][0]
                 for s in order:
                     r = run_group(s.url, [p for _, p in group], a.gen_tokens)
-                    rows.setdefault((s.name, k), []).append((kind, r["tok_s"], r["texts"], r["tokens"]))
+                    rows.setdefault((s.name, k), []).append((kind, r["tok_s"], r["texts"], r["tokens"],
+                                                             (r["drafted"], r["accepted"], r["requests"])))
                     print(f"round {rnd} streams {k} group {gi} {kind:<9} {s.name:<32} {r['tok_s']:7.2f} tok/s",
                           file=sys.stderr, flush=True)
         finally:
@@ -139,12 +172,17 @@ def main(a) -> int:
                 ratios = [r[1] / b[1] for r, b in pairs]
                 same = sum(x == y for r, b in pairs for x, y in zip(r[2], b[2]))
                 total = sum(len(r[2]) for r, _ in pairs)
+                drafted, accepted, requests = (sum(r[4][i] for r, _ in pairs) for i in range(3))
                 out[kind] = {"ratio": _spread(ratios), "tok_s": _spread([r[1] for r, _ in pairs]),
-                             "texts_equal": [same, total], "tokens_equal": sum(r[3] == b[3] for r, b in pairs)}
+                             "texts_equal": [same, total], "tokens_equal": sum(r[3] == b[3] for r, b in pairs),
+                             "drafted": drafted, "accepted": accepted, "requests": requests,
+                             "acceptance": accepted / drafted if drafted else None,
+                             "accepted_per_request": accepted / requests if requests else None}
             report["servers"].setdefault(name, {})[str(k)] = out
             print(f"{name:<34} streams {k}  " + "  ".join(
                 f"{kind}: {v['ratio']['median']:.2f}x ({v['ratio']['min']:.2f}..{v['ratio']['max']:.2f}) "
-                f"{v['texts_equal'][0]}/{v['texts_equal'][1]}" for kind, v in out.items()))
+                f"{v['texts_equal'][0]}/{v['texts_equal'][1]} acc {_pct(v['acceptance'])} "
+                f"{v['accepted_per_request']:.1f}/req" for kind, v in out.items()))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(report, f, indent=1)
