@@ -42,9 +42,7 @@ def int_range(s: str, allow_negative: bool = False) -> List[int]:
                 raise argparse.ArgumentTypeError(f"invalid range: {s!r} (the step does not advance)")
             i = nxt
         pos = m.end()
-    if not out and s:
-        raise argparse.ArgumentTypeError(f"invalid range format: {s!r}")
-    return out
+    return out   # "4-1" is no value, as in llama-bench (an emptied list falls back to the default)
 
 
 def pg(s: str) -> Tuple[int, int]:
@@ -146,7 +144,9 @@ class Instance:
 
 
 def _flat(v, default):
-    return [x for xs in v for x in (xs if isinstance(xs, list) else [xs])] if v else list(default)
+    """A flag's values, all occurrences together; llama-bench's default where none is left."""
+    out = [x for xs in v or [] for x in (xs if isinstance(xs, list) else [xs])]
+    return out or list(default)
 
 
 def instances(a, models: Sequence[str]) -> List[Instance]:
