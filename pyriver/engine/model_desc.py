@@ -8,10 +8,12 @@ from typing import Dict
 
 import llama_cpp
 
+from pyriver.engine.logs import set_verbose
 from pyriver.errors import ModelLoadError
 
 
 def describe(path: str) -> Dict:
+    set_verbose(False)   # the loader's lines are not the grid's output
     p = llama_cpp.llama_model_default_params()
     p.n_gpu_layers = 0
     m = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), p)

@@ -25,7 +25,7 @@ from pyriver.engine.backends import devices
 from pyriver.engine.model_desc import describe
 
 from pyriver.tools.engine import LlamaCppEngine
-from pyriver.tools.grid_args import Instance, check, instances, parser, type_name
+from pyriver.tools.grid_args import Instance, check, instances, parse, type_name
 from pyriver.tools.grid_out import PRINTERS, Result, from_llama_bench, md_columns
 
 SEED = 1234
@@ -188,7 +188,7 @@ def run_llama_bench(exe: str, a, model: str) -> List[Result]:
 
 
 def main(argv: List[str]) -> int:
-    a = parser().parse_args(argv)
+    a = parse(argv)
     err = check(a)
     if err:
         print(f"error: {err}", file=sys.stderr)

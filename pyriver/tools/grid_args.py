@@ -117,6 +117,18 @@ def parser(prog: str = "pyriver bench") -> argparse.ArgumentParser:
     return g
 
 
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """parser().parse_args, with a list value that starts with a minus (-ngl -1,99) kept a value."""
+    argv = list(argv)
+    out = []
+    for i, x in enumerate(argv):
+        if i and re.fullmatch(r"-\d[\d,+*-]*", x) and argv[i - 1].startswith("-") and "=" not in argv[i - 1]:
+            out[-1] = f"{out[-1]}={x}"
+        else:
+            out.append(x)
+    return parser().parse_args(out)
+
+
 def wants_grid(argv: Sequence[str]) -> bool:
     """The grid mode: --grid or any llama-bench list flag, unless a mode that owns -n (--counts) is asked."""
     flags = {x.split("=", 1)[0] for x in argv}

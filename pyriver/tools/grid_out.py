@@ -77,7 +77,7 @@ class Result:
         return {f: d.get(f, "") for f in FIELDS + EXTRA}
 
 
-def test_name(r: Result) -> str:
+def test_label(r: Result) -> str:
     """llama-bench's test column: pp512, tg128, pp512+tg128, " @ d128"; another engine's row names it."""
     p, n, d = r.n_prompt, r.n_gen, int(r.values.get("n_depth", "0"))
     name = f"pp{p}" if n == 0 else f"tg{n}" if p == 0 else f"pp{p}+tg{n}"
@@ -215,7 +215,7 @@ class Markdown(Printer):
         if f == "backend":
             return v["backends"]
         if f == "test":
-            return test_name(r)
+            return test_label(r)
         if f == "t/s":
             return f"skipped: {r.error}" if r.error else f"{_avg(r.ts()):.2f} ± {_stdev(r.ts()):.2f}"
         return r.row()[f]
