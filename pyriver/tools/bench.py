@@ -33,7 +33,9 @@ from pyriver.tools.worker import METRICS, run_worker
 
 
 def parser() -> argparse.ArgumentParser:
-    b = argparse.ArgumentParser(prog="pyriver bench", description=TOOLS["bench"][1])
+    b = argparse.ArgumentParser(prog="pyriver bench", description=TOOLS["bench"][1],
+                                epilog="llama-bench's grid: any of its lists (-p, -n, -pg, -d, -ngl, -fa, -b, -ub, -o) "
+                                       "or --grid; its flags: pyriver bench --grid --help")
     b.add_argument("model", nargs="?", default=None)
     b.add_argument("--threads", "-t", type=int, default=2)
     b.add_argument("--repeats", "-r", type=int, default=5)
