@@ -153,3 +153,13 @@ def test_a_refused_setting_is_a_row_that_says_why():
     r = _result()
     r.samples_ns, r.error = [], "pyriver's KV cache is f16"
     assert "skipped: pyriver's KV cache is f16" in _print("md", [r])
+
+
+def test_llama_benchs_command_line_is_the_same_grid():
+    from pyriver.tools.grid import llama_bench_args
+    a = parse(["m.gguf", "-p", "16-64*2", "-n", "8", "-pg", "16,8", "-d", "0,128", "-ngl", "-1", "-fa", "0,1",
+               "-ctk", "q8_0", "-t", "2", "-r", "3", "--llama-cpp", "--spec", "lossless", "-o", "md"])
+    assert llama_bench_args(a, "/m.gguf") == ["-m", "/m.gguf", "-p", "16,32,64", "-n", "8", "-d", "0,128", "-t", "2",
+                                              "-ngl", "-1", "-fa", "off,on", "-ctk", "q8_0", "-pg", "16,8", "-r", "3",
+                                              "-o", "jsonl"]
+    assert "-t" in llama_bench_args(parse(["m", "-p", "8"]), "/m")   # pyriver's default threads, said
