@@ -77,3 +77,12 @@ def test_fields_and_columns_are_llama_benchs_own(smol_path):
     assert ours_md[:2] == theirs_md[:2]   # header and rule
     for a, b in zip(ours_md[2:4], theirs_md[2:4]):   # model, size, params, backend, threads, test
         assert a.split("|")[1:7] == b.split("|")[1:7]
+
+
+def test_a_setting_both_engines_refuse_is_a_row_not_a_crash(smol_path):
+    """A quantized V cache without flash attention: llama.cpp cannot make the context, pyriver
+    refuses it; the grid goes on and says so in each row."""
+    md = bench(smol_path, "-p", "8", "-n", "0", "-r", "1", "-t", "2", "-ctv", "q8_0", "-fa", "0", "-pg", "0,0",
+               "--llama-cpp", "-o", "md").splitlines()
+    rows = [line for line in md if "pp8" in line]
+    assert len(rows) == 2 and all("skipped: " in r for r in rows), md
