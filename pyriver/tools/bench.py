@@ -6,7 +6,8 @@ engine's alone), and the engines rotate within each repeat (so machine noise fal
 Reported: medians, min and max, and ratios to llama.cpp on the same file. Timings exclude model
 loading. --paired puts pyriver and llama.cpp in one process, steps alternated (paired.py);
 --overhead, --inprocess and --chat-turns measure in one process (inprocess.py),
---systems a synthetic 1B or 8B model (systems.py)."""
+--systems a synthetic 1B or 8B model (systems.py). llama-bench's lists (-p, -n, -pg, -d, -ngl, -fa,
+-b, -ub, -o) or --grid: llama-bench's grid and output formats (grid.py)."""
 from __future__ import annotations
 
 import argparse
@@ -25,13 +26,16 @@ from pyriver.api.llama import DEFAULT_TAU, Llama
 
 from pyriver.tools import inprocess, paired, specbench, systems, verifycost
 from pyriver.tools.args import apply_calibration
+from pyriver.tools.grid_args import wants_grid
 from pyriver.tools.quantize import requantized
 from pyriver.tools.results import conditions, summary, write_json
 from pyriver.tools.worker import METRICS, run_worker
 
 
 def parser() -> argparse.ArgumentParser:
-    b = argparse.ArgumentParser(prog="pyriver bench", description=TOOLS["bench"][1])
+    b = argparse.ArgumentParser(prog="pyriver bench", description=TOOLS["bench"][1],
+                                epilog="llama-bench's grid: any of its lists (-p, -n, -pg, -d, -ngl, -fa, -b, -ub, -o) "
+                                       "or --grid; its flags: pyriver bench --grid --help")
     b.add_argument("model", nargs="?", default=None)
     b.add_argument("--threads", "-t", type=int, default=2)
     b.add_argument("--repeats", "-r", type=int, default=5)
@@ -215,6 +219,10 @@ def processes(a) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if wants_grid(argv):   # llama-bench's lists (-p, -n, -pg, -d, ...) or --grid: its grid (grid.py)
+        from pyriver.tools import grid
+        return grid.main(argv)
     a = parser().parse_args(argv)
     if a.tau is None and a.inprocess:
         a.tau = [DEFAULT_TAU]

@@ -29,11 +29,11 @@ class LlamaCppEngine:
     last_exits: List[int] = []
 
     def __init__(self, path: str, n_ctx: int, threads: int, *, n_batch: Optional[int] = None,
-                 logits_all: bool = False, **model_kw):
+                 n_ubatch: int = 512, logits_all: bool = False, **model_kw):
         self.model_path = path
         # n_batch = n_ctx (the default) keeps a run in one batch list; n_ubatch = 512 makes
         # llama.cpp compute a prompt in the same 512-token steps as pyriver.
-        self._llm = llama_cpp.Llama(path, n_ctx=n_ctx, n_batch=n_batch or n_ctx, n_ubatch=512, n_threads=threads,
+        self._llm = llama_cpp.Llama(path, n_ctx=n_ctx, n_batch=n_batch or n_ctx, n_ubatch=n_ubatch, n_threads=threads,
                                     n_threads_batch=threads, logits_all=logits_all, verbose=False, **model_kw)
         self.info = {"n_layer": 0}
 
@@ -45,6 +45,9 @@ class LlamaCppEngine:
 
     def n_ctx(self) -> int:
         return self._llm.n_ctx()
+
+    def n_vocab(self) -> int:
+        return self._llm.n_vocab()
 
     def decode_logits(self, tokens: Sequence[int], logits_all: bool = False) -> np.ndarray:
         """Logits [1, n_vocab] of the last token, or [len(tokens), n_vocab] with logits_all (which

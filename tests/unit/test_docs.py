@@ -136,6 +136,10 @@ def parse(cmd: List[str]) -> argparse.Namespace:
     sub, rest = (cmd[1], cmd[2:]) if len(cmd) > 1 else ("", [])
     if sub == "serve":
         return server.settings(server.parser().parse_args(rest))
+    if sub == "bench":   # bench.main's routing: llama-bench's lists go to the grid's parser
+        from pyriver.tools import grid_args
+        if grid_args.wants_grid(rest):
+            return grid_args.parse(rest)
     if sub in cli.TOOLS:
         return importlib.import_module(cli.TOOLS[sub][0]).parser().parse_args(rest)
     a = cli.parser().parse_args(cmd[1:])
@@ -191,6 +195,7 @@ def test_documented_commands_parse():
 @pytest.mark.parametrize("line", [
     "pyriver run 'Hi' --no-such-flag",
     "pyriver bench --repeats",
+    "pyriver bench -p 1-4+0",
     "pyriver sweep --river q4_0 --tau x",
     "CMAKE_ARGS=x pip install . && pyriver serve --tau 0.9",
     "pyriver models fetch",
