@@ -7,6 +7,7 @@ River is a capability: only an engine with `supports_river` builds and binds riv
 error that says so."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -28,6 +29,37 @@ class ModelArgs:
     rope_freq_scale: float = 0.0
     lora: Tuple[Tuple[str, float], ...] = ()   # LoRA adapters (path, scale): the llama.cpp engine's (engine/lora.py)
     batch_layout: bool = False   # the native engine's pr_model_params.batch_layout (docs/lossless.md)
+    # RoPE scaling as llama_context_params takes it (llama_cpp.Llama's defaults: the file's, check_rope)
+    rope_scaling_type: int = -1
+    yarn_ext_factor: float = -1.0
+    yarn_attn_factor: float = 1.0
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    yarn_orig_ctx: int = 0
+
+    def rope_params(self) -> Dict[str, float]:
+        """The RoPE fields of llama_context_params (and pr_model_params), checked: llama.cpp takes
+        any value and computes garbage (NaN frequencies) from bad ones, so they are refused here."""
+        rst = -1 if self.rope_scaling_type is None else self.rope_scaling_type
+        if isinstance(rst, bool) or not isinstance(rst, int) or not -1 <= rst <= 3:
+            raise ValueError(f"rope_scaling_type must be -1 (unspecified: the file's), 0 (none), 1 (linear), "
+                             f"2 (yarn) or 3 (longrope), got {self.rope_scaling_type!r}")
+        out: Dict[str, float] = {"rope_scaling_type": rst}
+        for name in ("rope_freq_base", "rope_freq_scale"):
+            v = float(getattr(self, name) or 0.0)
+            if not (math.isfinite(v) and v >= 0.0):
+                raise ValueError(f"{name} must be finite and >= 0 (0: the file's), got {v}")
+            out[name] = v
+        for name in ("yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow"):
+            v = float(getattr(self, name))
+            if not math.isfinite(v):
+                raise ValueError(f"{name} must be finite (negative: the file's), got {v}")
+            out[name] = v
+        orig = self.yarn_orig_ctx
+        if isinstance(orig, bool) or not isinstance(orig, int) or not 0 <= orig < 1 << 24:
+            raise ValueError(f"yarn_orig_ctx must be an int >= 0 (0: the file's), got {orig!r}")
+        out["yarn_orig_ctx"] = orig
+        return out
 
 
 @dataclass

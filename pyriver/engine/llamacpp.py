@@ -47,7 +47,8 @@ class LlamaCppContext(Context):
         p.n_seq_max = self.n_seq_max
         p.n_threads, p.n_threads_batch = int(args.n_threads), int(args.n_threads_batch)
         p.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if args.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        p.rope_freq_base, p.rope_freq_scale = engine.rope
+        for k, v in engine.rope.items():   # ModelArgs.rope_params
+            setattr(p, k, v)
         p.embeddings = bool(args.embedding)
         if args.embedding:   # per-token rows; pyriver pools them (embedding.py)
             p.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE
@@ -300,7 +301,7 @@ class LlamaCppEngine(Engine):
             self._split = (ctypes.c_float * llama_cpp.LLAMA_MAX_DEVICES)(*args.tensor_split)
             p.tensor_split = self._split
         self.path = path
-        self.rope = float(args.rope_freq_base or 0.0), float(args.rope_freq_scale or 0.0)
+        self.rope = args.rope_params()
         self.n_gpu_layers = int(args.n_gpu_layers)
         self.params = p
         native.check_gguf(path)   # what llama.cpp's loader would abort on, as a ModelLoadError

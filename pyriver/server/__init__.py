@@ -9,7 +9,8 @@ import socket
 import sys
 from typing import List, Optional
 
-from pyriver.cli.args import add_draft_args, add_flash_attn_arg, add_layout_arg, flash_attn, layout_kwargs, require_lossless
+from pyriver.cli.args import (add_draft_args, add_flash_attn_arg, add_layout_arg, add_rope_args, flash_attn, layout_kwargs,
+                              require_lossless, rope_kwargs)
 from pyriver.server.prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY
 
 
@@ -109,6 +110,7 @@ def parser() -> argparse.ArgumentParser:
                    help="llama.cpp's multi-token kernels, as llama-server runs them (the default)")
     add_flash_attn_arg(p)
     add_layout_arg(p)
+    add_rope_args(p)
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
     p.add_argument("--alias", "-a", default=None, help="the model's names, comma-separated: /v1/models reports the first "
                    "in sorted order as its id, and all as its aliases (llama-server's; default: the file name)")
@@ -248,6 +250,7 @@ def settings(a: argparse.Namespace) -> dict:
         kw["batch_invariant"] = bool(a.batch_invariant)
     kw["flash_attn"] = flash_attn(a.flash_attn, a.batch_invariant)
     kw.update(layout_kwargs(a))
+    kw.update(rope_kwargs(a))
     if a.reranking:   # as llama-server's: embeddings on, pooling RANK
         a.embedding, a.pooling = True, "rank"
     if a.embedding:
