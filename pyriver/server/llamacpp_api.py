@@ -18,7 +18,7 @@ from starlette.routing import Route
 from pyriver import __version__
 from pyriver.text import completion as C
 from pyriver.engine.sampling import SamplingParams
-from pyriver.server import multimodal, streams
+from pyriver.server import context_shift, multimodal, streams
 from pyriver.server.disconnect import or_cancel
 from pyriver.server.schema import APIError, end_error, json_object
 
@@ -269,7 +269,7 @@ def parse_native(srv, raw: bytes) -> Dict[str, Any]:
             "post": bool(body.get("post_sampling_probs")), "lora": body.get("lora"),
             "id_slot": body.get("id_slot", -1), "timings_per_token": bool(body.get("timings_per_token")),
             "progress": bool(body.get("stream") and body.get("return_progress")),
-            "cache_prompt": body.get("cache_prompt", True)}
+            "cache_prompt": body.get("cache_prompt", True), "shift": context_shift.check_fields(body)}
 
 
 def _settings(srv, f: Dict, max_tokens: int) -> Dict[str, Any]:
@@ -306,7 +306,7 @@ class Native:
         self.r = srv.submit_request(toks, sampler, self.max_tokens, f["n_probs"] or None,
                                     post_sampling(sampler, f["n_probs"]) if f["post"] else None, f["lora"],
                                     f["id_slot"], progress=f["progress"], media=media, cache_prompt=f["cache_prompt"],
-                                    stream=f["stream"], stops=f["stops"])
+                                    stream=f["stream"], stops=f["stops"], shift=f["shift"])
         self.text = C.TextStream([s.encode("utf-8") for s in f["stops"] if s])
         self.stop_type, self.word, self.t_end, self.raw = "none", "", None, b""
 

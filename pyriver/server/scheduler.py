@@ -27,7 +27,7 @@ from pyriver.speculative.draftlen import DraftLength
 from pyriver.text.grammar import GrammarError
 from pyriver.text.logprobs import entry as logprob_entry
 from pyriver.engine.sampling import Sampler
-from pyriver.server import drafting
+from pyriver.server import context_shift, drafting
 from pyriver.server.prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY, PromptCache, common_prefix
 
 
@@ -78,6 +78,11 @@ class Request:
     # llama-server's cache_prompt: False computes the whole prompt again, none of the slot's cache reused
     # (a row computed alone may differ in its last bits from the same row in a prompt step)
     cache_prompt: bool = True
+    # llama-server's n_keep / n_discard (context_shift.plan; None: the server's --keep, half) and
+    # n_cache_reuse (None: the server's --cache-reuse)
+    n_keep: Optional[int] = None
+    n_discard: Optional[int] = None
+    n_cache_reuse: Optional[int] = None
 
     def cancel(self) -> None:
         """The client is gone or has what it wants (a stop string): the slot frees at the next step."""
@@ -121,8 +126,11 @@ class Scheduler:
                  prompt_chunk: Optional[int] = None,
                  metrics=None, drafter=None, ctx_shift: bool = False, handoff: Optional[Callable[[], None]] = None,
                  cache_ram_mib: int = DEFAULT_MIB, kv_pool: Optional[int] = None, cache_idle: bool = True,
-                 slot_similarity: float = SLOT_SIMILARITY, log: Optional[Callable[[str], None]] = None):
+                 slot_similarity: float = SLOT_SIMILARITY, log: Optional[Callable[[str], None]] = None,
+                 n_keep: int = 0, cache_reuse: int = 0):
         self.llm = llm
+        self.n_keep = n_keep   # llama-server's --keep: a request's n_keep when it gives none
+        self.cache_reuse = cache_reuse   # llama-server's --cache-reuse (0: off): see _reuse_chunks
         self.log = log   # --verbose: llama-server's debug lines where pyriver does the same thing
         # llama-server's --kv-unified: the tokens all slots may hold together (each may grow to n_ctx); None: no pool
         self.kv_pool = kv_pool
@@ -667,12 +675,14 @@ class Scheduler:
             s.next_tok = tok
 
     def _shift(self, s: Slot) -> None:
-        """llama-server's context shift: keep the first n_keep tokens (the BOS), drop half of the
-        rest. Where llama-server moves the kept cache rows to their new positions (rotating their
-        keys), the kept tokens run again here at those positions, as prompt chunks."""
-        n_keep = min(self.n_ctx - 4, 1 if self.llm.vocab.add_bos else 0)
-        n_left = len(s.history) - 1 - n_keep   # the tokens in the cache
-        n_discard = max(0, min(n_left // 2, n_left - 1))
+        """llama-server's context shift: keep the first n_keep tokens (the request's, else --keep;
+        and the BOS), drop n_discard (half) of the rest (context_shift.plan). Where llama-server
+        moves the kept cache rows to their new positions (rotating their keys), the tokens after
+        the dropped ones run again here at their new positions, as prompt chunks."""
+        r = s.req
+        n_keep, n_discard = context_shift.plan(len(r.prompt), len(s.history) - 1, self.n_ctx,
+                                               self.n_keep if r.n_keep is None else r.n_keep, r.n_discard or 0,
+                                               self.llm.vocab.add_bos)
         s.history = s.history[:n_keep] + s.history[n_keep + n_discard:]
         self.dec.truncate(s.seq, n_keep)
         s.cached = s.history[:n_keep]

@@ -81,6 +81,10 @@ _COMMON = {
     "return_progress": (lambda v: isinstance(v, bool), "a boolean", False),
     "verbose": (lambda v: isinstance(v, bool), "a boolean", None),
     "backend_sampling": (lambda v: isinstance(v, bool), "a boolean", False),
+    # llama-server's context shift and cache reuse (server/context_shift.py checks their ranges)
+    "n_keep": (_int, "an integer", None),
+    "n_discard": (_int, "an integer", None),
+    "n_cache_reuse": (_int, "an integer", None),
 }
 COMPLETION = dict(_COMMON, prompt=(_prompt, "a string, a list of token ids or a JSON prompt", None),
                   logprobs=(lambda v: v is None or (_int(v) and v >= 0), "an integer >= 0", None),
