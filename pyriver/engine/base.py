@@ -128,6 +128,9 @@ class Context:
     n_batch: int                # the most tokens one decode_batch takes
     partial_cuts: bool = True   # truncate keeps a prefix in place; False: it runs the kept tokens again
     can_batch_invariant: bool = False   # set_batch_invariant(True) is possible
+    # drop() moves cached rows to new positions (llama.cpp's K-shift: keys rotated again); the native
+    # engine's cache cannot: its context shift and prompt reuse compute the moved tokens again
+    can_shift: bool = False
 
     def decode(self, tokens: Sequence[int], logits_all: bool, prompt: bool) -> np.ndarray:
         """Append tokens to sequence 0 and run them: logits [n_out, n_vocab] (every token's with
@@ -167,6 +170,12 @@ class Context:
     def truncate(self, n_keep: int, seq: int = 0) -> None:
         """Keep the first n_keep tokens of seq."""
         raise NotImplementedError
+
+    def drop(self, seq: int, p0: int, p1: int) -> None:
+        """Removes positions [p0, p1) of seq; the rows after them move down by p1 - p0, their keys
+        rotated to the new positions (llama_memory_seq_rm + seq_add, as llama-server's context shift
+        and --cache-reuse). Only where can_shift."""
+        raise ValueError(f"the {type(self).__name__} cannot move cached rows (can_shift is False)")
 
     def copy(self, src: int, dst: int, n: int) -> None:
         """Sequence dst holds the first n tokens of src (dst's old rows dropped)."""

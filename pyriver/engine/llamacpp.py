@@ -63,6 +63,7 @@ class LlamaCppContext(Context):
         self.n_vocab, self.n_embd = engine.info["n_vocab"], engine.info["n_embd"]
         self.partial_cuts = not (engine.recurrent or engine.hybrid)
         self._mem = llama_cpp.llama_get_memory(self.ctx)
+        self.can_shift = bool(llama_cpp.llama_memory_can_shift(self._mem)) if self.partial_cuts else False
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         if engine.adapters:   # each at its own scale, as llama_cpp.Llama applies lora_path
             self.set_lora([a.scale for a in engine.adapters])
@@ -171,6 +172,21 @@ class LlamaCppContext(Context):
         for i in range(0, len(keep), self.n_batch):
             chunk = keep[i:i + self.n_batch]
             self._step(chunk, [seq] * len(chunk), range(i, i + len(chunk)), [False] * len(chunk))
+
+    def drop(self, seq: int, p0: int, p1: int) -> None:
+        seq, p0, p1 = self._seq(seq), int(p0), int(p1)
+        hist = self._hist[seq]
+        if not self.can_shift:
+            super().drop(seq, p0, p1)
+        if not 0 <= p0 <= p1 <= len(hist):
+            raise ValueError(f"drop [{p0}, {p1}) must lie in [0, {len(hist)}]")
+        if p0 == p1:
+            return
+        # llama.cpp adds the shifts up per cell and rotates the keys once, at the next decode
+        if not llama_cpp.llama_memory_seq_rm(self._mem, seq, p0, p1):
+            raise PyriverError(f"llama.cpp could not remove positions [{p0}, {p1}) of sequence {seq}")
+        llama_cpp.llama_memory_seq_add(self._mem, seq, p1, -1, p0 - p1)
+        del hist[p0:p1]
 
     def copy(self, src: int, dst: int, n: int) -> None:
         src, dst, n = self._seq(src), self._seq(dst), int(n)
