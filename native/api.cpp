@@ -79,6 +79,8 @@ pr_model_params pr_model_default_params(void) {
     p.main_gpu = 0;
     p.rpc_servers = nullptr;
     p.rpc_timeout_ms = 300000;
+    p.rope_scaling_type = PR_ROPE_SCALING_UNSPECIFIED;   // llama_context_default_params' RoPE
+    p.yarn_ext_factor = p.yarn_attn_factor = p.yarn_beta_fast = p.yarn_beta_slow = -1.0f;
     return p;
 }
 

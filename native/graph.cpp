@@ -105,7 +105,7 @@ static bool wide(const model & m, const graph_shape & s, const ggml_tensor * x, 
 // sliding-window layers' own base, scale and YaRN settings where the arch has them.
 static ggml_tensor * rope(ggml_context * ctx, const model & m, const kv_cache & kv, ggml_tensor * x, ggml_tensor * pos, int il) {
     const hparams & hp = m.hp;
-    return ggml_rope_ext(ctx, x, pos, m.rope_factors(kv.n_rows), hp.n_rot, m.arch->rope_type, hp.rope_n_ctx_orig,
+    return ggml_rope_ext(ctx, x, pos, m.rope_factors(kv.n_rows), hp.n_rot, m.arch->rope_type, hp.yarn_n_ctx_orig,
                          hp.rope_base(il), hp.rope_scale(il), hp.rope_ext(il), hp.rope_attn(il),
                          hp.yarn_beta_fast, hp.yarn_beta_slow);
 }

@@ -39,53 +39,80 @@ static void read_swa_pattern(const gguf_context * g, const std::string & key, in
     for (int il = 0; il < hp.n_layer; il++) hp.swa_layer[il] = n == 0 || il % n < n - 1;
 }
 
-// RoPE scaling as llama.cpp reads it (llama_model_base::load_hparams, llama_context's
-// constructor), in the same float operations: a type ("linear" when absent; "none" never
-// scales), a factor (freq_scale = 1/factor; old key rope.scale_linear when the factor key is
-// absent), the original context, and an attention factor that multiplies every rotation.
-// YaRN extrapolates (ext_factor 1) and cancels ggml's magnitude correction for factors below 1.
-// Returns the trained frequency scale (1/factor) that some sliding-window layers use.
+// RoPE scaling as llama.cpp reads it (llama_model_base::load_hparams): a type ("linear" when
+// absent; "none" never scales), a factor (freq_scale = 1/factor; old key rope.scale_linear when the
+// factor key is absent), the original context, an attention factor, and (Mistral 3) YaRN's betas and
+// log multiplier. The effective values are set_rope_params's. Returns the trained frequency scale
+// (1/factor) that some sliding-window layers use.
 static float read_rope_scaling(const gguf_context * g, const std::string & a, const arch_info & ar, hparams & hp) {
     const std::string stype = meta_str(g, (a + "rope.scaling.type").c_str(), "linear");
     const std::string factor_key = gguf_find_key(g, (a + "rope.scaling.factor").c_str()) >= 0 ? a + "rope.scaling.factor" : a + "rope.scale_linear";
     const float ropescale = (float) meta_float(g, factor_key.c_str(), 0.0);
     if (!(ropescale >= 0.0f) || !std::isfinite(ropescale)) fail(PR_ERR_MODEL, "bad %s %g", factor_key.c_str(), ropescale);
     const float freq_scale_train = ropescale == 0.0f ? 1.0f : 1.0f / ropescale;
-    const float rope_attn_factor = (float) meta_float(g, (a + "rope.scaling.attn_factor").c_str(), 1.0);
-    if (!(rope_attn_factor > 0.0f) || !std::isfinite(rope_attn_factor)) fail(PR_ERR_MODEL, "bad rope.scaling.attn_factor %g", rope_attn_factor);
+    hp.rope_attn_factor_train = (float) meta_float(g, (a + "rope.scaling.attn_factor").c_str(), 1.0);
+    if (!(hp.rope_attn_factor_train > 0.0f) || !std::isfinite(hp.rope_attn_factor_train)) fail(PR_ERR_MODEL, "bad rope.scaling.attn_factor %g", hp.rope_attn_factor_train);
     hp.rope_n_ctx_orig = (int) meta_int(g, (a + "rope.scaling.original_context_length").c_str(), hp.n_ctx_train, 1, 1 << 24);
-    hp.rope_freq_scale = freq_scale_train;
+    hp.rope_freq_scale_train = freq_scale_train;
     if (stype == "none") {
         hp.scaling = rope_scaling::none;
-        hp.rope_freq_scale = 1.0f;
+        hp.rope_type_train = PR_ROPE_SCALING_NONE;
     } else if (stype == "linear") {
         hp.scaling = freq_scale_train == 1.0f ? rope_scaling::none : rope_scaling::linear;
+        hp.rope_type_train = PR_ROPE_SCALING_LINEAR;
     } else if (stype == "longrope") {
         hp.scaling = rope_scaling::longrope;
+        hp.rope_type_train = PR_ROPE_SCALING_LONGROPE;
     } else if (stype == "yarn") {
         hp.scaling = rope_scaling::yarn;
-        hp.yarn_ext_factor = 1.0f;
+        hp.rope_type_train = PR_ROPE_SCALING_YARN;
     } else {
         fail(PR_ERR_MODEL, "unsupported rope.scaling.type '%s'", stype.c_str());
     }
-    float log_mul = 0.0f;
     if (ar.yarn_keys) {
-        hp.yarn_beta_fast = (float) meta_float(g, (a + "rope.scaling.yarn_beta_fast").c_str(), 32.0);
-        hp.yarn_beta_slow = (float) meta_float(g, (a + "rope.scaling.yarn_beta_slow").c_str(), 1.0);
-        log_mul = (float) meta_float(g, (a + "rope.scaling.yarn_log_multiplier").c_str(), 0.0);
-        if (!std::isfinite(hp.yarn_beta_fast) || !std::isfinite(hp.yarn_beta_slow) || !std::isfinite(log_mul)) {
+        hp.yarn_beta_fast_train = (float) meta_float(g, (a + "rope.scaling.yarn_beta_fast").c_str(), 32.0);
+        hp.yarn_beta_slow_train = (float) meta_float(g, (a + "rope.scaling.yarn_beta_slow").c_str(), 1.0);
+        hp.yarn_log_mul = (float) meta_float(g, (a + "rope.scaling.yarn_log_multiplier").c_str(), 0.0);
+        if (!std::isfinite(hp.yarn_beta_fast_train) || !std::isfinite(hp.yarn_beta_slow_train) || !std::isfinite(hp.yarn_log_mul)) {
             fail(PR_ERR_MODEL, "bad rope.scaling.yarn_beta_fast / yarn_beta_slow / yarn_log_multiplier");
         }
     }
-    hp.yarn_attn_factor = 1.0f;
+    return freq_scale_train;
+}
+
+// The RoPE a context computes with, as llama_context's constructor derives its cparams from the
+// context parameters (pr_model_params' RoPE block: < 0 / 0 / -1 = the file's) and the file's values,
+// in the same float operations. YaRN extrapolates (ext_factor 1 unless given) and its attention
+// factor (which replaces a given one) cancels ggml's magnitude correction.
+static void set_rope_params(hparams & hp, const pr_model_params & p) {
+    const auto finite_or = [](float v, const char * name) {
+        if (!std::isfinite(v)) fail(PR_ERR_INVALID_ARG, "%s must be finite, got %g", name, v);
+        return v;
+    };
+    if (!std::isfinite(p.rope_freq_base) || p.rope_freq_base < 0.0f || !std::isfinite(p.rope_freq_scale) || p.rope_freq_scale < 0.0f) {
+        fail(PR_ERR_INVALID_ARG, "rope_freq_base and rope_freq_scale must be finite and >= 0 (0: the file's), got %g and %g", p.rope_freq_base, p.rope_freq_scale);
+    }
+    if (p.rope_scaling_type < PR_ROPE_SCALING_UNSPECIFIED || p.rope_scaling_type > PR_ROPE_SCALING_LONGROPE) {
+        fail(PR_ERR_INVALID_ARG, "rope_scaling_type must be -1 (the file's), 0 (none), 1 (linear), 2 (yarn) or 3 (longrope), got %d", p.rope_scaling_type);
+    }
+    if (p.yarn_orig_ctx < 0) fail(PR_ERR_INVALID_ARG, "yarn_orig_ctx must be >= 0 (0: the file's), got %d", p.yarn_orig_ctx);
+    hp.yarn_ext_factor = finite_or(p.yarn_ext_factor, "yarn_ext_factor") >= 0.0f ? p.yarn_ext_factor : -1.0f;
+    hp.yarn_attn_factor = finite_or(p.yarn_attn_factor, "yarn_attn_factor") >= 0.0f ? p.yarn_attn_factor : 1.0f;
+    hp.yarn_beta_fast = finite_or(p.yarn_beta_fast, "yarn_beta_fast") >= 0.0f ? p.yarn_beta_fast : hp.yarn_beta_fast_train;
+    hp.yarn_beta_slow = finite_or(p.yarn_beta_slow, "yarn_beta_slow") >= 0.0f ? p.yarn_beta_slow : hp.yarn_beta_slow_train;
+    if (p.rope_freq_base > 0.0f) hp.rope_freq_base = p.rope_freq_base;
+    hp.rope_freq_scale = p.rope_freq_scale > 0.0f ? p.rope_freq_scale : hp.rope_freq_scale_train;
+    hp.yarn_n_ctx_orig = p.yarn_orig_ctx != 0 ? p.yarn_orig_ctx : hp.rope_n_ctx_orig;
+    const int type = p.rope_scaling_type == PR_ROPE_SCALING_UNSPECIFIED ? hp.rope_type_train : p.rope_scaling_type;
+    if (type == PR_ROPE_SCALING_NONE) hp.rope_freq_scale = 1.0f;
+    if (hp.yarn_ext_factor < 0.0f) hp.yarn_ext_factor = type == PR_ROPE_SCALING_YARN ? 1.0f : 0.0f;
     if (hp.yarn_ext_factor != 0.0f) {
         auto get_mscale = [](float scale, float mscale) { return scale <= 1.0f ? 1.0f : (0.1f * mscale * logf(scale) + 1.0f); };
         const float factor = 1.0f / hp.rope_freq_scale;
-        hp.yarn_attn_factor = log_mul != 0.0f ? get_mscale(factor, 1.0f) / get_mscale(factor, log_mul) : get_mscale(factor, 1.0f);
+        hp.yarn_attn_factor = hp.yarn_log_mul != 0.0f ? get_mscale(factor, 1.0f) / get_mscale(factor, hp.yarn_log_mul) : get_mscale(factor, 1.0f);
         hp.yarn_attn_factor *= 1.0f / (1.0f + 0.1f * logf(factor));
     }
-    hp.yarn_attn_factor *= rope_attn_factor;
-    return freq_scale_train;
+    hp.yarn_attn_factor *= hp.rope_attn_factor_train;
 }
 
 // The keys only some architectures read: attention temperature tuning, sliding windows, soft-caps.
@@ -408,13 +435,9 @@ model * load_model(const char * path, const pr_model_params & params) {
     if (m->hp.arch.empty()) fail(PR_ERR_MODEL, "not a model file: general.architecture is missing");
     m->arch = &find_arch(m->hp.arch);
     read_hparams(m->gguf, m->hp, *m->arch);
-    // llama.cpp's context overrides (cparams.rope_freq_base/scale): the sliding-window layers keep
-    // the trained values, which their defaults were read from above
-    if (!std::isfinite(params.rope_freq_base) || params.rope_freq_base < 0.0f || !std::isfinite(params.rope_freq_scale) || params.rope_freq_scale < 0.0f) {
-        fail(PR_ERR_INVALID_ARG, "rope_freq_base and rope_freq_scale must be finite and >= 0 (0: the file's), got %g and %g", params.rope_freq_base, params.rope_freq_scale);
-    }
-    if (params.rope_freq_base > 0.0f) m->hp.rope_freq_base = params.rope_freq_base;
-    if (params.rope_freq_scale > 0.0f) m->hp.rope_freq_scale = params.rope_freq_scale;
+    // llama.cpp's context overrides (cparams' RoPE): the sliding-window layers keep the trained
+    // base and scale, which their defaults were read from above
+    set_rope_params(m->hp, params);
     validate_and_bind(*m);
 
     for (const weight_file * f : m->file->files()) {

@@ -35,13 +35,21 @@ struct hparams {
     int n_rot = 0;         // rotated dims per head
     float rms_eps = 1e-5f;
     float rope_freq_base = 10000.0f;
-    float rope_freq_scale = 1.0f;
+    float rope_freq_scale = 1.0f;         // the context's (set_rope_params), as the yarn_* below
     rope_scaling scaling = rope_scaling::none;
-    int rope_n_ctx_orig = 0;
+    int rope_n_ctx_orig = 0;              // the file's original context (LongRoPE's factors, temperature tuning)
+    int yarn_n_ctx_orig = 0;              // the context's (yarn_orig_ctx), what ggml_rope_ext takes
     float yarn_ext_factor = 0.0f;
     float yarn_attn_factor = 1.0f;
     float yarn_beta_fast = 32.0f;
     float yarn_beta_slow = 1.0f;
+    // the file's, as llama.cpp's hparams keep them
+    int rope_type_train = PR_ROPE_SCALING_LINEAR;
+    float rope_freq_scale_train = 1.0f;
+    float rope_attn_factor_train = 1.0f;
+    float yarn_beta_fast_train = 32.0f;
+    float yarn_beta_slow_train = 1.0f;
+    float yarn_log_mul = 0.0f;
     std::vector<uint8_t> rope_layer;   // per layer: Q and K are rotated (SmolLM3 leaves every 4th alone)
 
     // Sliding-window attention (Gemma 2 and 3, OLMo 3): layers with swa_layer[il] see the last

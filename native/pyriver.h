@@ -27,6 +27,13 @@
 extern "C" {
 #endif
 
+/* llama.cpp's enum llama_rope_scaling_type */
+#define PR_ROPE_SCALING_UNSPECIFIED -1
+#define PR_ROPE_SCALING_NONE 0
+#define PR_ROPE_SCALING_LINEAR 1
+#define PR_ROPE_SCALING_YARN 2
+#define PR_ROPE_SCALING_LONGROPE 3
+
 /* CDEF BEGIN */
 typedef enum {
     PR_OK = 0,
@@ -58,6 +65,13 @@ typedef struct {
                                  where ggml's tiled kernel for K-quants is faster (verify steps of up to
                                  64 rows keep the repacked one; needs use_mmap: the file's pages stay
                                  resident); 0: one layout, as llama.cpp */
+    /* ---- RoPE scaling, llama_context_params' fields of the same names (long context) ---- */
+    int32_t rope_scaling_type;  /* PR_ROPE_SCALING_*: UNSPECIFIED (-1) the file's rope.scaling.type */
+    float   yarn_ext_factor;    /* < 0: 1 when the scaling is YaRN, else 0 */
+    float   yarn_attn_factor;   /* < 0: 1; replaced by YaRN's own when yarn_ext_factor != 0 (as llama.cpp) */
+    float   yarn_beta_fast;     /* < 0: the file's (Mistral 3's rope.scaling.yarn_beta_fast), else 32 */
+    float   yarn_beta_slow;     /* < 0: the file's, else 1 */
+    int32_t yarn_orig_ctx;      /* 0: the file's rope.scaling.original_context_length, else n_ctx_train */
 } pr_model_params;
 
 typedef struct {

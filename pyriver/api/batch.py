@@ -87,6 +87,15 @@ class BatchDecoder:
     def truncate(self, seq: int, n_keep: int) -> None:
         self._ectx.truncate(int(n_keep), int(seq))
 
+    @property
+    def can_shift(self) -> bool:
+        """Whether drop moves cached rows (the engine's Context.can_shift)."""
+        return self._ectx.can_shift
+
+    def drop(self, seq: int, p0: int, p1: int) -> None:
+        """Removes positions [p0, p1) of seq, the later rows moved down (Context.drop)."""
+        self._ectx.drop(int(seq), int(p0), int(p1))
+
     def state_get(self, seq: int) -> bytes:
         """Sequence seq's cache as bytes (state_set loads them into any sequence of this decoder)."""
         return self._ectx.state_get(int(seq))

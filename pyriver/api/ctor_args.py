@@ -17,17 +17,9 @@ def _falsy(v) -> bool:
 INERT: Dict[str, tuple] = {
     "use_mlock": (False, _falsy, "pyriver does not lock the model in RAM"),
     "kv_overrides": (None, _falsy, "pyriver reads the GGUF's metadata as stored"),
-    "rope_scaling_type": (llama_cpp.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
-                          lambda v: v is None or v in (llama_cpp.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,),
-                          "pyriver uses the GGUF's RoPE settings"),
     "attention_type": (llama_cpp.LLAMA_ATTENTION_TYPE_UNSPECIFIED,
                        lambda v: v in (llama_cpp.LLAMA_ATTENTION_TYPE_UNSPECIFIED, llama_cpp.LLAMA_ATTENTION_TYPE_CAUSAL),
                        "pyriver's attention is causal"),
-    "yarn_ext_factor": (-1.0, lambda v: v == -1.0, "pyriver has no YaRN scaling"),
-    "yarn_attn_factor": (1.0, lambda v: v == 1.0, "pyriver has no YaRN scaling"),
-    "yarn_beta_fast": (32.0, lambda v: v == 32.0, "pyriver has no YaRN scaling"),
-    "yarn_beta_slow": (1.0, lambda v: v == 1.0, "pyriver has no YaRN scaling"),
-    "yarn_orig_ctx": (0, _falsy, "pyriver has no YaRN scaling"),
     "offload_kqv": (True, lambda v: bool(v), "pyriver keeps each block's KV cache on the block's device"),
     "op_offload": (None, lambda v: v is None or bool(v), "pyriver places operations with their weights"),
     # output-identical whatever the value (memory or timing knobs)

@@ -73,7 +73,10 @@ class Llama:
                  type_k: Optional[int] = None, type_v: Optional[int] = None,
                  last_n_tokens_size: int = 64, chat_format: Optional[str] = None, chat_handler=None,
                  draft_model=None, tokenizer=None, spm_infill: bool = False, verbose: bool = True,
-                 rope_freq_base: float = 0.0, rope_freq_scale: float = 0.0, lora_base: Optional[str] = None,
+                 rope_scaling_type: Optional[int] = llama_cpp.LLAMA_ROPE_SCALING_TYPE_UNSPECIFIED,
+                 rope_freq_base: float = 0.0, rope_freq_scale: float = 0.0, yarn_ext_factor: float = -1.0,
+                 yarn_attn_factor: float = 1.0, yarn_beta_fast: float = 32.0, yarn_beta_slow: float = 1.0,
+                 yarn_orig_ctx: int = 0, lora_base: Optional[str] = None,
                  lora_scale: float = 1.0, lora_path: Optional[str] = None,
                  # pyriver's own
                  rpc_servers: Optional[str] = None, rpc_timeout: float = 300.0, river: Optional[str] = "auto",
@@ -179,7 +182,9 @@ class Llama:
         architecture, llama.cpp's own graphs on request or where it does not)."""
         args = ModelArgs(m.n_gpu_layers, m.use_mmap, m.split_mode, m.main_gpu, m.tensor_split, m.rpc_servers or None,
                          m.rpc_timeout, m.rope_freq_base, m.rope_freq_scale,
-                         lora_specs(m.lora_path, m.lora_scale, m.lora_adapters), bool(m.batch_layout))
+                         lora_specs(m.lora_path, m.lora_scale, m.lora_adapters), bool(m.batch_layout),
+                         m.rope_scaling_type, m.yarn_ext_factor, m.yarn_attn_factor, m.yarn_beta_fast,
+                         m.yarn_beta_slow, m.yarn_orig_ctx)
         self.rpc_servers = args.rpc_servers
         self._engine = load_engine(self.model_path, engine, args, self.verbose)
         self.engine = self._engine.name

@@ -22,6 +22,12 @@ class ModelSettings:
     rpc_timeout: float = 300.0
     rope_freq_base: float = 0.0
     rope_freq_scale: float = 0.0
+    rope_scaling_type: Optional[int] = -1
+    yarn_ext_factor: float = -1.0
+    yarn_attn_factor: float = 1.0
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    yarn_orig_ctx: int = 0
     lora_base: Optional[str] = None
     lora_scale: float = 1.0
     lora_path: Optional[str] = None

@@ -9,7 +9,8 @@ import sys
 from typing import Callable, List, Optional
 
 from pyriver import models
-from pyriver.cli.args import add_cache_type_args, add_draft_args, add_flash_attn_arg, add_layout_arg, device_kwargs, layout_kwargs, require_lossless
+from pyriver.cli.args import (add_cache_type_args, add_draft_args, add_flash_attn_arg, add_layout_arg, add_rope_args,
+                              device_kwargs, layout_kwargs, require_lossless, rope_kwargs)
 
 # Tool commands: the module that parses and runs each (its main(argv)), and its line in --help.
 TOOLS = {
@@ -95,7 +96,8 @@ def _write_stats(llm, out) -> None:
 def cmd_run(a) -> int:
     from pyriver.api.llama import Llama
     llm = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, seed=a.seed, verbose=a.verbose,
-                rpc_servers=a.rpc_servers, engine=a.engine, **device_kwargs(a), **layout_kwargs(a), **_river_kwargs(a))
+                rpc_servers=a.rpc_servers, engine=a.engine, **device_kwargs(a), **layout_kwargs(a), **rope_kwargs(a),
+                **_river_kwargs(a))
     kw = dict(max_tokens=a.n, temperature=a.temp, seed=a.seed, stream=True)
     out = sys.stdout
     if a.chat:
@@ -155,6 +157,7 @@ def parser() -> argparse.ArgumentParser:
     add_flash_attn_arg(r)
     add_cache_type_args(r)
     add_layout_arg(r)
+    add_rope_args(r)
     _add_river_args(r)
     r.set_defaults(fn=cmd_run)
 

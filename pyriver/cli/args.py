@@ -127,3 +127,42 @@ def add_draft_args(p: argparse.ArgumentParser, many: bool = False, flag: str = "
     p.add_argument("--draft-cost", type=draft_cost, default=None, metavar="default|FILE.json",
                    help="lossless: the draft length by cost (pyriver.speculative.draftlen) from the CPU table measured here "
                    "('default') or a `pyriver bench --verify-cost --json` file's")
+
+
+ROPE_SCALINGS = {"none": 0, "linear": 1, "yarn": 2}   # llama.cpp's LLAMA_ROPE_SCALING_TYPE_*
+
+
+def add_rope_args(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's RoPE flags (common/arg.cpp), at its defaults: the file's settings."""
+    p.add_argument("--rope-scaling", choices=tuple(ROPE_SCALINGS), default=None,
+                   help="RoPE frequency scaling method, defaults to linear unless specified by the model")
+    p.add_argument("--rope-scale", type=float, default=None, metavar="N",
+                   help="RoPE context scaling factor, expands context by a factor of N (--rope-freq-scale 1/N)")
+    p.add_argument("--rope-freq-base", type=float, default=0.0, metavar="N",
+                   help="RoPE base frequency, used by NTK-aware scaling (default: loaded from model)")
+    p.add_argument("--rope-freq-scale", type=float, default=0.0, metavar="N",
+                   help="RoPE frequency scaling factor, expands context by a factor of 1/N")
+    p.add_argument("--yarn-orig-ctx", type=int, default=0, metavar="N",
+                   help="YaRN: original context size of model (default: 0 = model training context size)")
+    p.add_argument("--yarn-ext-factor", type=float, default=-1.0, metavar="N",
+                   help="YaRN: extrapolation mix factor (default: -1.00, 0.0 = full interpolation)")
+    p.add_argument("--yarn-attn-factor", type=float, default=-1.0, metavar="N",
+                   help="YaRN: scale sqrt(t) or attention magnitude (default: -1.00)")
+    p.add_argument("--yarn-beta-slow", type=float, default=-1.0, metavar="N",
+                   help="YaRN: high correction dim or alpha (default: -1.00)")
+    p.add_argument("--yarn-beta-fast", type=float, default=-1.0, metavar="N",
+                   help="YaRN: low correction dim or beta (default: -1.00)")
+
+
+def rope_kwargs(a) -> Dict:
+    """Llama's RoPE arguments from add_rope_args' flags; negative yarn values are llama.cpp's 'the
+    file's' (llama-server's defaults, where llama-cpp-python's Llama passes 1.0, 32.0 and 1.0)."""
+    scale = a.rope_freq_scale
+    if a.rope_scale is not None:
+        if not a.rope_scale > 0:
+            raise ValueError(f"--rope-scale must be > 0, got {a.rope_scale}")
+        scale = 1.0 / a.rope_scale
+    return {"rope_scaling_type": -1 if a.rope_scaling is None else ROPE_SCALINGS[a.rope_scaling],
+            "rope_freq_base": a.rope_freq_base, "rope_freq_scale": scale, "yarn_orig_ctx": a.yarn_orig_ctx,
+            "yarn_ext_factor": a.yarn_ext_factor, "yarn_attn_factor": a.yarn_attn_factor,
+            "yarn_beta_slow": a.yarn_beta_slow, "yarn_beta_fast": a.yarn_beta_fast}

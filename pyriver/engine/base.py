@@ -7,6 +7,7 @@ River is a capability: only an engine with `supports_river` builds and binds riv
 error that says so."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -28,6 +29,37 @@ class ModelArgs:
     rope_freq_scale: float = 0.0
     lora: Tuple[Tuple[str, float], ...] = ()   # LoRA adapters (path, scale): the llama.cpp engine's (engine/lora.py)
     batch_layout: bool = False   # the native engine's pr_model_params.batch_layout (docs/lossless.md)
+    # RoPE scaling as llama_context_params takes it (llama_cpp.Llama's defaults: the file's, check_rope)
+    rope_scaling_type: int = -1
+    yarn_ext_factor: float = -1.0
+    yarn_attn_factor: float = 1.0
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    yarn_orig_ctx: int = 0
+
+    def rope_params(self) -> Dict[str, float]:
+        """The RoPE fields of llama_context_params (and pr_model_params), checked: llama.cpp takes
+        any value and computes garbage (NaN frequencies) from bad ones, so they are refused here."""
+        rst = -1 if self.rope_scaling_type is None else self.rope_scaling_type
+        if isinstance(rst, bool) or not isinstance(rst, int) or not -1 <= rst <= 3:
+            raise ValueError(f"rope_scaling_type must be -1 (unspecified: the file's), 0 (none), 1 (linear), "
+                             f"2 (yarn) or 3 (longrope), got {self.rope_scaling_type!r}")
+        out: Dict[str, float] = {"rope_scaling_type": rst}
+        for name in ("rope_freq_base", "rope_freq_scale"):
+            v = float(getattr(self, name) or 0.0)
+            if not (math.isfinite(v) and v >= 0.0):
+                raise ValueError(f"{name} must be finite and >= 0 (0: the file's), got {v}")
+            out[name] = v
+        for name in ("yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast", "yarn_beta_slow"):
+            v = float(getattr(self, name))
+            if not math.isfinite(v):
+                raise ValueError(f"{name} must be finite (negative: the file's), got {v}")
+            out[name] = v
+        orig = self.yarn_orig_ctx
+        if isinstance(orig, bool) or not isinstance(orig, int) or not 0 <= orig < 1 << 24:
+            raise ValueError(f"yarn_orig_ctx must be an int >= 0 (0: the file's), got {orig!r}")
+        out["yarn_orig_ctx"] = orig
+        return out
 
 
 @dataclass
@@ -98,6 +130,9 @@ class Context:
     n_batch: int                # the most tokens one decode_batch takes
     partial_cuts: bool = True   # truncate keeps a prefix in place; False: it runs the kept tokens again
     can_batch_invariant: bool = False   # set_batch_invariant(True) is possible
+    # drop() moves cached rows to new positions (llama.cpp's K-shift: keys rotated again); the native
+    # engine's cache cannot: its context shift and prompt reuse compute the moved tokens again
+    can_shift: bool = False
 
     def decode(self, tokens: Sequence[int], logits_all: bool, prompt: bool) -> np.ndarray:
         """Append tokens to sequence 0 and run them: logits [n_out, n_vocab] (every token's with
@@ -141,6 +176,12 @@ class Context:
     def truncate(self, n_keep: int, seq: int = 0) -> None:
         """Keep the first n_keep tokens of seq."""
         raise NotImplementedError
+
+    def drop(self, seq: int, p0: int, p1: int) -> None:
+        """Removes positions [p0, p1) of seq; the rows after them move down by p1 - p0, their keys
+        rotated to the new positions (llama_memory_seq_rm + seq_add, as llama-server's context shift
+        and --cache-reuse). Only where can_shift."""
+        raise ValueError(f"the {type(self).__name__} cannot move cached rows (can_shift is False)")
 
     def copy(self, src: int, dst: int, n: int) -> None:
         """Sequence dst holds the first n tokens of src (dst's old rows dropped)."""

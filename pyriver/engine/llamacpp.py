@@ -47,7 +47,8 @@ class LlamaCppContext(Context):
         p.n_seq_max = self.n_seq_max
         p.n_threads, p.n_threads_batch = int(args.n_threads), int(args.n_threads_batch)
         p.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if args.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        p.rope_freq_base, p.rope_freq_scale = engine.rope
+        for k, v in engine.rope.items():   # ModelArgs.rope_params
+            setattr(p, k, v)
         p.type_k, p.type_v = int(args.type_k), int(args.type_v)
         p.embeddings = bool(args.embedding)
         if args.embedding:   # per-token rows; pyriver pools them (embedding.py)
@@ -63,6 +64,7 @@ class LlamaCppContext(Context):
         self.n_vocab, self.n_embd = engine.info["n_vocab"], engine.info["n_embd"]
         self.partial_cuts = not (engine.recurrent or engine.hybrid)
         self._mem = llama_cpp.llama_get_memory(self.ctx)
+        self.can_shift = bool(llama_cpp.llama_memory_can_shift(self._mem)) if self.partial_cuts else False
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         if engine.adapters:   # each at its own scale, as llama_cpp.Llama applies lora_path
             self.set_lora([a.scale for a in engine.adapters])
@@ -181,6 +183,21 @@ class LlamaCppContext(Context):
         for i in range(0, len(keep), self.n_batch):
             chunk = keep[i:i + self.n_batch]
             self._step(chunk, [seq] * len(chunk), range(i, i + len(chunk)), [False] * len(chunk))
+
+    def drop(self, seq: int, p0: int, p1: int) -> None:
+        seq, p0, p1 = self._seq(seq), int(p0), int(p1)
+        hist = self._hist[seq]
+        if not self.can_shift:
+            super().drop(seq, p0, p1)
+        if not 0 <= p0 <= p1 <= len(hist):
+            raise ValueError(f"drop [{p0}, {p1}) must lie in [0, {len(hist)}]")
+        if p0 == p1:
+            return
+        # llama.cpp adds the shifts up per cell and rotates the keys once, at the next decode
+        if not llama_cpp.llama_memory_seq_rm(self._mem, seq, p0, p1):
+            raise PyriverError(f"llama.cpp could not remove positions [{p0}, {p1}) of sequence {seq}")
+        llama_cpp.llama_memory_seq_add(self._mem, seq, p1, -1, p0 - p1)
+        del hist[p0:p1]
 
     def copy(self, src: int, dst: int, n: int) -> None:
         src, dst, n = self._seq(src), self._seq(dst), int(n)
@@ -311,7 +328,7 @@ class LlamaCppEngine(Engine):
             self._split = (ctypes.c_float * llama_cpp.LLAMA_MAX_DEVICES)(*args.tensor_split)
             p.tensor_split = self._split
         self.path = path
-        self.rope = float(args.rope_freq_base or 0.0), float(args.rope_freq_scale or 0.0)
+        self.rope = args.rope_params()
         self.n_gpu_layers = int(args.n_gpu_layers)
         self.params = p
         native.check_gguf(path)   # what llama.cpp's loader would abort on, as a ModelLoadError

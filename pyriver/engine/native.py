@@ -147,8 +147,9 @@ class NativeEngine(Engine):
 
     def __init__(self, path: str, args: ModelArgs):
         mp = ffi.new("pr_model_params *", lib.pr_model_default_params())
-        # llama.cpp's context overrides, 0 = the file's (LangChain passes 10000 and 1.0 whatever the model)
-        mp.rope_freq_base, mp.rope_freq_scale = float(args.rope_freq_base or 0.0), float(args.rope_freq_scale or 0.0)
+        # llama.cpp's context overrides, 0 / negative = the file's (LangChain passes 10000 and 1.0 whatever the model)
+        for k, v in args.rope_params().items():
+            setattr(mp, k, v)
         mp.n_gpu_layers = int(args.n_gpu_layers)
         mp.use_mmap = 1 if args.use_mmap else 0
         mp.batch_layout = 1 if args.batch_layout else 0

@@ -9,8 +9,8 @@ import socket
 import sys
 from typing import List, Optional
 
-from pyriver.cli.args import (add_cache_type_args, add_draft_args, add_flash_attn_arg, add_layout_arg, cache_kwargs,
-                              flash_attn, layout_kwargs, require_lossless)
+from pyriver.cli.args import (add_cache_type_args, add_draft_args, add_flash_attn_arg, add_layout_arg, add_rope_args,
+                              cache_kwargs, flash_attn, layout_kwargs, require_lossless, rope_kwargs)
 from pyriver.server.prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY
 
 
@@ -109,6 +109,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--context-shift", action="store_true",
                    help="a full slot drops half of its tokens (after the BOS) and generates on, as llama-server")
     p.add_argument("--no-context-shift", action="store_true", help="a full slot ends its request (the default)")
+    p.add_argument("--keep", type=int, default=0, metavar="N",
+                   help="number of tokens to keep from the initial prompt at a context shift (default: 0, -1 = all; "
+                   "a request's n_keep wins), llama-server's")
+    p.add_argument("--cache-reuse", type=int, default=0, metavar="N",
+                   help="min chunk size to attempt reusing from the cache via KV shifting, requires prompt caching "
+                   "to be enabled (default: 0, off), llama-server's")
     p.add_argument("--batch-rule", choices=["split", "minimum", "all"], default="split",
                    help="how a step of several sequences exits (see docs/server.md)")
     p.add_argument("--batch-invariant", action="store_true",
@@ -119,6 +125,7 @@ def parser() -> argparse.ArgumentParser:
     add_flash_attn_arg(p)
     add_cache_type_args(p)
     add_layout_arg(p)
+    add_rope_args(p)
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
     p.add_argument("--alias", "-a", default=None, help="the model's names, comma-separated: /v1/models reports the first "
                    "in sorted order as its id, and all as its aliases (llama-server's; default: the file name)")
@@ -260,6 +267,7 @@ def settings(a: argparse.Namespace) -> dict:
     kw["flash_attn"] = flash_attn(a.flash_attn, a.batch_invariant)
     kw.update(cache_kwargs(a, kw["flash_attn"]))   # a quantized V without -fa fails here, before the load
     kw.update(layout_kwargs(a))
+    kw.update(rope_kwargs(a))
     if a.reranking:   # as llama-server's: embeddings on, pooling RANK
         a.embedding, a.pooling = True, "rank"
     if a.embedding:
@@ -271,6 +279,8 @@ def settings(a: argparse.Namespace) -> dict:
         kw["n_gpu_layers"] = a.n_gpu_layers
     if a.engine != "auto":
         kw["engine"] = a.engine
+    if a.keep < -1 or a.cache_reuse < 0:
+        raise ValueError("--keep must be >= -1 (-1: the whole prompt) and --cache-reuse >= 0")
     if a.cors_origins == "":
         raise ValueError("--cors-origins must not be empty")
     if a.slot_save_path is not None and not os.path.isdir(a.slot_save_path):
@@ -282,6 +292,7 @@ def settings(a: argparse.Namespace) -> dict:
                 verbose=a.verbose, spm_infill=a.spm_infill, webui=not a.no_webui, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
                 chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
                 reasoning=a.reasoning, reasoning_format=a.reasoning_format, reasoning_budget=a.reasoning_budget, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,
+                n_keep=a.keep, cache_reuse=a.cache_reuse,
                 drafts_by_default=by_default, endpoint_metrics=a.metrics, endpoint_slots=a.slots, endpoint_props=a.props,
                 slot_save_path=a.slot_save_path, models_dir=a.models_dir, models_preset=a.models_preset,
                 models_max=a.models_max, models_autoload=a.models_autoload, kv_pool=kv_pool, mmproj=a.mmproj,

@@ -24,7 +24,7 @@ from pyriver.text.grammar import GrammarError, constrain
 from pyriver.engine.sampling import Sampler
 from pyriver.text.toolcall import ToolError
 from pyriver.server import drafting, embeddings, gcp, infill, messages, multimodal, props, rerank, responses
-from pyriver.server import builtin_template, llamacpp_api as L, lora as lora_api, openai_api
+from pyriver.server import builtin_template, context_shift, llamacpp_api as L, lora as lora_api, openai_api
 from pyriver.server.prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY
 from pyriver.server.cors import CORS
 from pyriver.server.inbox import Inbox, hold
@@ -72,6 +72,7 @@ class Server:
             self.sched = Scheduler(llm, s["parallel"], batch_rule=s["batch_rule"], queue_max=s["queue"],
                                    prompt_chunk=s["prompt_chunk"], metrics=self.metrics, drafter=drafter,
                                    ctx_shift=s.get("ctx_shift", False), cache_ram_mib=s.get("cache_ram", DEFAULT_MIB),
+                                   n_keep=s.get("n_keep", 0), cache_reuse=s.get("cache_reuse", 0),
                                    kv_pool=s.get("kv_pool"), cache_idle=s.get("cache_idle_slots", True),
                                    slot_similarity=s.get("slot_prompt_similarity", SLOT_SIMILARITY),
                                    log=_log if s.get("verbose") else None,
@@ -150,7 +151,8 @@ class Server:
         return self.submit_request(toks, sampler, f["max_tokens"] or self.max_tokens(toks), logprobs,
                                    lora=f.get("lora"), id_slot=f.get("id_slot", -1) if f["n"] in (None, 1) else -1,
                                    progress=bool(f["stream"] and f.get("return_progress")), media=media,
-                                   cache_prompt=f.get("cache_prompt", True), stream=f["stream"], stops=f["stops"])
+                                   cache_prompt=f.get("cache_prompt", True), stream=f["stream"], stops=f["stops"],
+                                   shift=context_shift.check_fields(f))
 
     def max_tokens(self, toks: List[int]) -> int:
         """A request's token limit when it gives none: --n-predict, else the rest of the context
@@ -177,16 +179,17 @@ class Server:
 
     def submit_request(self, toks: List[int], sampler: Sampler, max_tokens: int, logprobs: Optional[int],
                        probs=None, lora=None, id_slot: int = -1, progress: bool = False, media=None,
-                       cache_prompt: bool = True, stream: bool = True, stops=()) -> Request:
+                       cache_prompt: bool = True, stream: bool = True, stops=(), shift=None) -> Request:
         """lora: the request's `lora` field as sent (server/lora.py checks it: 400). id_slot:
         llama-server's, the slot that runs it (Scheduler.submit). progress: prompt progress reports.
         media: a multimodal prompt's chunks by position (toks holds NULL_TOKEN there). cache_prompt:
         llama-server's, False runs the whole prompt again. stream False with no stop strings of the
-        caller's (stops): its tokens reach the loop in batches (inbox.hold)."""
+        caller's (stops): its tokens reach the loop in batches (inbox.hold). shift: its n_keep,
+        n_discard and n_cache_reuse (context_shift.check_fields)."""
         scales = lora_api.request_scales(self, lora)
         r = Request(prompt=toks, sampler=sampler, max_tokens=max_tokens, logprobs=logprobs, out=self.inbox.out(),
                     probs=probs, lora=scales, id_slot=-1 if id_slot is None else id_slot, progress=progress,
-                    media=media or {}, cache_prompt=cache_prompt)
+                    media=media or {}, cache_prompt=cache_prompt, **(shift or {}))
         if not stream:
             hold(r.out, stops)
         try:

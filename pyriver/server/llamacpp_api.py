@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from pyriver import __version__
 from pyriver.text import completion as C
-from pyriver.server import multimodal, sampling_fields as SF, streams
+from pyriver.server import context_shift, multimodal, sampling_fields as SF, streams
 from pyriver.server.disconnect import or_cancel
 from pyriver.server.schema import APIError, end_error, generation, json_object
 
@@ -242,7 +242,8 @@ def parse_native(srv, raw: bytes) -> Dict[str, Any]:
             "return_tokens": bool(body.get("return_tokens")), "fields": body.get("response_fields") or [],
             "post": bool(body.get("post_sampling_probs")), "lora": body.get("lora"),
             "id_slot": gen["id_slot"], "timings_per_token": bool(body.get("timings_per_token")),
-            "progress": bool(gen["stream"] and gen["return_progress"]), "cache_prompt": gen["cache_prompt"]}
+            "progress": bool(gen["stream"] and gen["return_progress"]), "cache_prompt": gen["cache_prompt"],
+            "shift": context_shift.check_fields(body)}
 
 
 def _settings(srv, f: Dict, max_tokens: int) -> Dict[str, Any]:
@@ -276,7 +277,7 @@ class Native:
         self.r = srv.submit_request(toks, sampler, self.max_tokens, f["n_probs"] or None,
                                     post_sampling(sampler, f["n_probs"]) if f["post"] else None, f["lora"],
                                     f["id_slot"], progress=f["progress"], media=media, cache_prompt=f["cache_prompt"],
-                                    stream=f["stream"], stops=f["stops"])
+                                    stream=f["stream"], stops=f["stops"], shift=f["shift"])
         self.text = C.TextStream([s.encode("utf-8") for s in f["stops"] if s])
         self.stop_type, self.word, self.t_end, self.raw = "none", "", None, b""
 

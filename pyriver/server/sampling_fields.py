@@ -83,6 +83,11 @@ FIELDS: Tuple[Field, ...] = (
     _f("verbose", "bool", None),   # the __verbose field (server/verbose.py; default --verbose)
     _f("backend_sampling", "bool", False),   # llama.cpp samples on the device; pyriver on the host, the same chain
     _f("id_slot", "int", -1),   # the slot that runs the request (-1: any)
+    # the context shift's and cache reuse's (None: the server's --keep, half, --cache-reuse); their
+    # ranges and llama-server's messages for them: server/context_shift.py
+    _f("n_keep", "int", None),
+    _f("n_discard", "int", None),
+    _f("n_cache_reuse", "int", None),
 )
 BY_NAME: Dict[str, Field] = {f.name: f for f in FIELDS}
 

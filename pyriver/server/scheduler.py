@@ -27,7 +27,7 @@ from pyriver.speculative.draftlen import DraftLength
 from pyriver.text.grammar import GrammarError
 from pyriver.text.logprobs import entry as logprob_entry
 from pyriver.engine.sampling import Sampler
-from pyriver.server import drafting
+from pyriver.server import context_shift, drafting
 from pyriver.server.prompt_cache import DEFAULT_MIB, SLOT_SIMILARITY, PromptCache, common_prefix
 
 
@@ -78,6 +78,11 @@ class Request:
     # llama-server's cache_prompt: False computes the whole prompt again, none of the slot's cache reused
     # (a row computed alone may differ in its last bits from the same row in a prompt step)
     cache_prompt: bool = True
+    # llama-server's n_keep / n_discard (context_shift.plan; None: the server's --keep, half) and
+    # n_cache_reuse (None: the server's --cache-reuse)
+    n_keep: Optional[int] = None
+    n_discard: Optional[int] = None
+    n_cache_reuse: Optional[int] = None
 
     def cancel(self) -> None:
         """The client is gone or has what it wants (a stop string): the slot frees at the next step."""
@@ -121,8 +126,11 @@ class Scheduler:
                  prompt_chunk: Optional[int] = None,
                  metrics=None, drafter=None, ctx_shift: bool = False, handoff: Optional[Callable[[], None]] = None,
                  cache_ram_mib: int = DEFAULT_MIB, kv_pool: Optional[int] = None, cache_idle: bool = True,
-                 slot_similarity: float = SLOT_SIMILARITY, log: Optional[Callable[[str], None]] = None):
+                 slot_similarity: float = SLOT_SIMILARITY, log: Optional[Callable[[str], None]] = None,
+                 n_keep: int = 0, cache_reuse: int = 0):
         self.llm = llm
+        self.n_keep = n_keep   # llama-server's --keep: a request's n_keep when it gives none
+        self.cache_reuse = cache_reuse   # llama-server's --cache-reuse (0: off): see _reuse_chunks
         self.log = log   # --verbose: llama-server's debug lines where pyriver does the same thing
         # llama-server's --kv-unified: the tokens all slots may hold together (each may grow to n_ctx); None: no pool
         self.kv_pool = kv_pool
@@ -299,6 +307,28 @@ class Scheduler:
         n = common_prefix(cached, prompt[:-1])
         return n if self.partial_cuts or n == len(cached) else 0
 
+    def _reuse_chunks(self, s: Slot, prompt: List[int], n: int, min_chunk: int) -> int:
+        """llama-server's --cache-reuse (n_cache_reuse): after the common prefix, each run of at least
+        min_chunk cached tokens that the prompt continues with moves down to its place in the prompt
+        (Context.drop: the rows between go, the keys are rotated) instead of being computed again.
+        Returns the prompt tokens now cached (short of the last, which runs for its logits)."""
+        cached = s.cached
+        head_c = head_p = n
+        while head_c < len(cached) and head_p < len(prompt):
+            m = 0
+            while head_c + m < len(cached) and head_p + m < len(prompt) and cached[head_c + m] == prompt[head_p + m]:
+                m += 1
+            if m >= min_chunk:
+                self.dec.drop(s.seq, head_p, head_c)   # what lay between goes; the chunk lands at head_p
+                cached = cached[:head_p] + cached[head_c:]
+                head_p += m
+                head_c = head_p
+                n = head_p
+            else:
+                head_c += 1
+        s.cached = cached
+        return min(n, len(prompt) - 1)
+
     def _slot_for(self, r: Request, free: List[Slot]) -> Tuple[Slot, bool]:
         """llama-server's choice (get_available_slot): the free slot whose cache shares the largest part
         of the prompt, where that part is over --slot-prompt-similarity, else the least recently used
@@ -353,6 +383,10 @@ class Scheduler:
         n = self._reusable(s.cached, r.prompt) if r.cache_prompt else 0
         if not self.partial_cuts and n < self.dec.pos(s.seq):
             n = 0   # the cache holds more than s.cached says (a kept end token): it empties, no replay
+        reuse = self.cache_reuse if r.n_cache_reuse is None else r.n_cache_reuse
+        if reuse > 0 and r.cache_prompt and self.dec.can_shift and not r.media and \
+                self.dec.pos(s.seq) == len(s.cached):
+            n = self._reuse_chunks(s, r.prompt, n, reuse)
         self.dec.truncate(s.seq, n)
         s.cached = r.prompt[:n]
         s.pending = r.prompt[n:]
@@ -671,13 +705,23 @@ class Scheduler:
             s.next_tok = tok
 
     def _shift(self, s: Slot) -> None:
-        """llama-server's context shift: keep the first n_keep tokens (the BOS), drop half of the
-        rest. Where llama-server moves the kept cache rows to their new positions (rotating their
-        keys), the kept tokens run again here at those positions, as prompt chunks."""
-        n_keep = min(self.n_ctx - 4, 1 if self.llm.vocab.add_bos else 0)
-        n_left = len(s.history) - 1 - n_keep   # the tokens in the cache
-        n_discard = max(0, min(n_left // 2, n_left - 1))
+        """llama-server's context shift: keep the first n_keep tokens (the request's, else --keep;
+        and the BOS), drop n_discard (half) of the rest (context_shift.plan). Where the engine can
+        move cached rows (the llama.cpp engine), the later ones move down as in llama-server, their
+        keys rotated; elsewhere (the native engine) the tokens after the dropped ones run again at
+        their new positions, as prompt chunks."""
+        r = s.req
+        n_keep, n_discard = context_shift.plan(len(r.prompt), len(s.history) - 1, self.n_ctx,
+                                               self.n_keep if r.n_keep is None else r.n_keep, r.n_discard or 0,
+                                               self.llm.vocab.add_bos)
+        # the cache holds every token but the newest (not so mid-way through a step's drafts: then they run again)
+        movable = self.dec.can_shift and not s.media and self.dec.pos(s.seq) == len(s.history) - 1
         s.history = s.history[:n_keep] + s.history[n_keep + n_discard:]
+        if movable:
+            self.dec.drop(s.seq, n_keep, n_keep + n_discard)
+            s.cached = s.history[:-1]
+            s.pending = []
+            return
         self.dec.truncate(s.seq, n_keep)
         s.cached = s.history[:n_keep]
         s.pending = s.history[n_keep:-1]   # the newest token runs when the slot decodes again

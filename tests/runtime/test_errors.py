@@ -74,8 +74,8 @@ def test_generation_reaching_context_end_is_length(smol_path):
 def test_unsupported_parameter(smol_path):
     """A llama_cpp argument at a value pyriver cannot honour is refused by name (unknown keywords are
     ignored as llama_cpp ignores them: test_llama_api.py)."""
-    with pytest.raises(ValueError, match="yarn_beta_fast=8.0 is not supported: pyriver has no YaRN"):
-        Llama(smol_path, yarn_beta_fast=8.0, verbose=False)
+    with pytest.raises(ValueError, match="attention_type=1 is not supported: pyriver's attention is causal"):
+        Llama(smol_path, attention_type=1, verbose=False)
     with pytest.raises(ValueError, match="Unsupported cache type: 99"):   # not one of llama.cpp's cache types
         Llama(smol_path, type_k=99, verbose=False)
 

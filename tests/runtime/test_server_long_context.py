@@ -1,0 +1,97 @@
+"""Long context on a real `pyriver serve`, against llama-server on the same file: the context shift
+keeps a request's n_keep tokens (llama-server's rule, server/context_shift.py) and --cache-reuse
+moves a cached prompt's chunks to their new places instead of computing them again (timings'
+cache_n / prompt_n as llama-server reports them). On the llama.cpp engine both move cached rows as
+llama-server does (llama_memory_seq_rm + seq_add), so the tokens are llama-server's; the native
+engine cannot move rows: its shift computes the moved tokens again (the same kept tokens; its
+greedy text may part from llama-server's after the shift, as rotated keys differ in their bits)."""
+from __future__ import annotations
+
+import pytest
+
+from server_proc import ServerProcess, http, llama_server
+
+pytestmark = pytest.mark.slow
+
+# llama-server pads n_ctx to 256: both servers get one slot of 256 rows
+CTX = ("-np", "1", "-t", "2")
+STORY = "Once upon a time, in a small village by the sea, there lived an old fisherman named"
+
+
+def _gen(url, **extra):
+    code, r = http("POST", url + "/completion", {"prompt": STORY, "n_predict": 300, "temperature": 0,
+                                                 "ignore_eos": True, "return_tokens": True, "cache_prompt": False,
+                                                 **extra})
+    assert code == 200, r
+    assert r["tokens_predicted"] == 300
+    return r["tokens"]
+
+
+@pytest.fixture(scope="module")
+def peer(smol_path):
+    s = llama_server("-m", smol_path, "-c", "256", "--context-shift", "--cache-reuse", "8", *CTX)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def ours(smol_path):
+    s = ServerProcess(smol_path, "--ctx", "256", "--context-shift", "--no-lossless", "--engine", "llama.cpp",
+                      "--cache-reuse", "8", *CTX)
+    yield s
+    s.close()
+
+
+def test_context_shift_keeps_n_keep_tokens_as_llama_server(peer, ours):
+    for keep in (0, 40, -1):
+        assert _gen(ours.url, n_keep=keep) == _gen(peer.url, n_keep=keep), keep
+    assert _gen(ours.url, n_keep=40) != _gen(ours.url, n_keep=0)   # what is kept decides what follows
+    assert _gen(ours.url, n_keep=40, n_discard=20) == _gen(peer.url, n_keep=40, n_discard=20)
+
+
+def test_native_engine_shift_keeps_n_keep_tokens(smol_path, peer):
+    s = ServerProcess(smol_path, "--ctx", "256", "--context-shift", "--no-lossless", "--engine", "native",
+                      "--keep", "40", *CTX)
+    try:
+        kept = _gen(s.url)   # --keep 40: the server's n_keep
+        assert kept == _gen(s.url, n_keep=40) and kept != _gen(s.url, n_keep=0)
+        ref = _gen(peer.url, n_keep=40)
+        n_before = 256 - 1 - len(http("POST", s.url + "/tokenize", {"content": STORY})[1]["tokens"])
+        assert kept[:n_before] == ref[:n_before]   # up to the shift: llama-server's tokens
+    finally:
+        s.close()
+
+
+def _ask(url, prompt, **extra):
+    code, r = http("POST", url + "/completion", {"prompt": prompt, "n_predict": 8, "temperature": 0,
+                                                 "return_tokens": True, **extra})
+    assert code == 200, r
+    return r["tokens"], r["timings"]["cache_n"], r["timings"]["prompt_n"]
+
+
+def test_cache_reuse_moves_chunks_as_llama_server(peer, ours, smol_path):
+    body = ("The lighthouse keeper climbed the spiral stairs every evening to light the great lamp, "
+            "and from the top he could see the fishing boats coming home across the bay. ") * 2
+    # the second prompt leaves out the first's middle: after the common prefix its cached body moves up
+    intro, middle = "Chapter one. ", "A line about the weather that the second prompt leaves out. "
+    first, second = intro + middle + body, intro + body
+    got = {}
+    for name, url in (("peer", peer.url), ("ours", ours.url)):
+        _ask(url, first)
+        got[name] = _ask(url, second)
+    tokens, cache_n, prompt_n = got["ours"]
+    assert got["ours"] == got["peer"]
+    assert cache_n > 40 and prompt_n < 30   # the body's rows were moved, not computed again
+    first, second = "Chapter two. " + middle + body, "Chapter two. " + body   # prompts neither cache holds yet
+    for name, url in (("peer", peer.url), ("ours", ours.url)):   # n_cache_reuse 0: the common prefix only
+        _ask(url, first)
+        got[name] = _ask(url, second, n_cache_reuse=0)
+    assert got["ours"] == got["peer"] and got["ours"][1] < 5
+
+
+def test_bad_fields_are_llama_server_s_400(ours):
+    for field, value in (("n_keep", -2), ("n_discard", -1), ("n_cache_reuse", -3)):
+        code, r = http("POST", ours.url + "/completion", {"prompt": STORY, "n_predict": 1, field: value})
+        assert code == 400 and f"Field '{field}': Value must be between" in r["error"]["message"], r
+        code, r = http("POST", ours.url + "/v1/completions", {"prompt": STORY, "max_tokens": 1, field: value})
+        assert code == 400 and f"Field '{field}'" in r["error"]["message"], r
