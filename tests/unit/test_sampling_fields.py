@@ -21,7 +21,7 @@ SAMPLE = {
     "dry_sequence_breakers": ["\n", "x"], "mirostat": 2, "mirostat_tau": 4.0, "mirostat_eta": 0.2,
     "adaptive_target": 0.5, "adaptive_decay": 0.5, "min_keep": 3, "samplers": ["top_k", "temperature"], "seed": 5,
     "stream": True, "cache_prompt": False, "return_progress": True, "verbose": True, "backend_sampling": True,
-    "id_slot": 1,
+    "id_slot": 1, "n_keep": 8, "n_discard": 4, "n_cache_reuse": 16,
 }
 SRV = SimpleNamespace(settings={})
 
