@@ -95,13 +95,13 @@ def test_concurrent_texts_equal_llama_cpp(served):
 
 
 def test_default_drafts_run_and_say_so(served):
-    """The default n-gram drafts verify with multi-token rows on this engine too (a repetitive
-    prompt drafts), and the text stays greedy's."""
+    """The default n-gram drafts (the request's and the draft store's) verify with multi-token rows on
+    this engine too (a repetitive prompt drafts), and the text stays greedy's."""
     path, s, client, _ = served
     p = "1 2 3 1 2 3 1 2 3 1 2 3 1 2 3 1 2 3 1 2"   # both files' greedy answers repeat (the synthetic one: a piece again and again)
     r = client.completions.create(model="m", prompt=p, max_tokens=N, temperature=0.0)
     ls = r.model_extra["river"]["lossless"]
-    assert ls["draft"] == "SuffixLookup" and ls["verify_steps"] > 0 and ls["drafted"] > 0, ls
+    assert ls["draft"] == "StoreLookup" and ls["verify_steps"] > 0 and ls["drafted"] > 0, ls
     assert r.choices[0].text == _greedy_text(path, p)
 
 

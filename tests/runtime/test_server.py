@@ -52,8 +52,9 @@ def test_completion_and_chat_equal_llama(client, solo):
     p = PROMPTS[0]
     r = client.completions.create(prompt=p, max_tokens=N, temperature=0.0, model=_model(client))
     assert r.choices[0].text == solo[p]
-    # the default server drafts n-grams by cost (pyriver.speculative.draft.DEFAULT_DRAFTING): its statistics come with the answer
-    assert r.usage.completion_tokens > 0 and r.model_extra["river"]["lossless"]["draft"] == "SuffixLookup"
+    # the default server drafts n-grams by cost (pyriver.speculative.draft.DEFAULT_DRAFTING) from the request and the
+    # draft store of earlier requests (pyriver.speculative.store.StoreLookup): its statistics come with the answer
+    assert r.usage.completion_tokens > 0 and r.model_extra["river"]["lossless"]["draft"] == "StoreLookup"
     streamed = client.completions.create(prompt=p, max_tokens=N, temperature=0.0, stream=True, model=_model(client),
                                          stream_options={"include_usage": True})
     chunks = list(streamed)
@@ -94,15 +95,22 @@ def test_pyriver_serve_command():
         assert flag in r.stdout
     from pyriver.server import parser, settings
     plain = ["--no-lossless"]
+    # llama-server's defaults for the cache types (f16) and RoPE/YaRN (the GGUF's own: -1 and 0 mean "the model's")
+    cache_rope = {"type_k": 1, "type_v": 1, "rope_scaling_type": -1, "rope_freq_base": 0.0, "rope_freq_scale": 0.0,
+                  "yarn_orig_ctx": 0, "yarn_ext_factor": -1.0, "yarn_attn_factor": -1.0, "yarn_beta_slow": -1.0,
+                  "yarn_beta_fast": -1.0}
     assert settings(parser().parse_args(plain + ["--not-batch-invariant"]))["llama_kwargs"] == \
-        {"river": None, "batch_invariant": False, "flash_attn": True, "batch_layout": True, "tiled_verify": True}
+        {"river": None, "batch_invariant": False, "flash_attn": True, "batch_layout": True, "tiled_verify": True,
+         **cache_rope}
     assert settings(parser().parse_args(plain + ["--batch-invariant"]))["llama_kwargs"] == \
-        {"river": None, "batch_invariant": True, "flash_attn": False, "batch_layout": True, "tiled_verify": True}
+        {"river": None, "batch_invariant": True, "flash_attn": False, "batch_layout": True, "tiled_verify": True,
+         **cache_rope}
     assert "batch_invariant" not in settings(parser().parse_args([]))["llama_kwargs"]   # Llama's default: not invariant
-    # without flags: n-grams drafted by the measured cost; any River, drafter or embedding flag, or --no-lossless: none
+    # without flags: n-grams drafted by the measured cost, learning across requests in an in-memory draft store;
+    # any River, drafter or embedding flag, or --no-lossless: none
     assert settings(parser().parse_args([]))["llama_kwargs"] == \
-        {"river": None, "lossless": True, "draft_model": "ngram", "draft_cost": "auto", "flash_attn": True,
-         "batch_layout": True, "tiled_verify": True}
+        {"river": None, "lossless": True, "draft_model": "ngram", "draft_cost": "auto", "draft_store": True,
+         "flash_attn": True, "batch_layout": True, "tiled_verify": True, **cache_rope}
     for flags in (plain, ["--river", "q4_0"], ["--spec-type", "ngram-simple"], ["--embedding"]):
         assert "lossless" not in settings(parser().parse_args(flags))["llama_kwargs"]
     with pytest.raises(ValueError, match="exclude"):

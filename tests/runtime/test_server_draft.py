@@ -29,9 +29,10 @@ def servers(smol_path, synth_paths):
         out["random"] = ServerProcess(smol_path, *COMMON, "-md", synth_paths["mha"], "--spec-draft-n-max", "4")
         out["ngram"] = ServerProcess(smol_path, *COMMON, "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n",
                                      "2", "--spec-ngram-simple-size-m", "8")
-        # lossless mode's n-gram drafter (pyriver.speculative.draft's, no river) with the draft length by cost
+        # lossless mode's n-gram drafter (pyriver.speculative.draft's, no river) with the draft length by cost, the
+        # request's n-grams only (the store of earlier requests' texts: test_server_draft_store)
         out["lossless-ngram"] = ServerProcess(smol_path, *COMMON, "--lossless", "--lossless-draft", "ngram",
-                                              "--draft-max", "6", "--draft-cost", "default")
+                                              "--draft-max", "6", "--draft-cost", "default", "--no-draft-store")
         yield out
     finally:
         for s in out.values():
