@@ -41,6 +41,7 @@ MiB = 1 << 20
 LIMIT = 64 * MiB            # the device tool's limit per call
 ROOT = Path(__file__).resolve().parents[2]
 KIT = ROOT / ".gpu-kit"
+VOCAB = ROOT / ".gpu-vocab" / "vocab.gguf"   # carried with call 1: (f)'s synthetic model's tokenizer
 STREAMS = ROOT / ".gpu-streams"   # compressed model streams (git-ignored; made once)
 MODELS = Path(os.environ.get("PYRIVER_CACHE", Path.home() / ".cache" / "pyriver")) / "models"
 Q15 = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -120,7 +121,7 @@ def sdist_tree(dest: Path) -> Path:
     return src
 
 
-IGNORED = ["/.gpu-kit/", "/.gpu-streams/", "/.ferry*/"]
+IGNORED = ["/.gpu-kit/", "/.gpu-vocab/", "/.gpu-streams/", "/.ferry*/"]
 
 
 def ensure_ignored() -> None:
@@ -162,6 +163,24 @@ def kit(a) -> None:
         if p.is_file():
             print(f"{p.stat().st_size:>12,}  {p.relative_to(ROOT)}")
     print(f"{sum(p.stat().st_size for p in KIT.rglob('*') if p.is_file()):>12,}  kit")
+    vocab()
+    print(f"{VOCAB.stat().st_size:>12,}  {VOCAB.relative_to(ROOT)}")
+
+
+def vocab() -> None:
+    """.gpu-vocab/vocab.gguf: SmolLM2's tokenizer alone (its GGUF's tokenizer.* keys, no tensors).
+    exit_profile.py's synthetic 8B copies it on the device, where pyriver's default model (the
+    tokenizer it would take otherwise) is not in the cache and cannot be fetched."""
+    sys.path.insert(0, str(ROOT))
+    from gguf import GGUFValueType
+    from pyriver.tools.gguf_io import KV, Plan, write_plan
+    from pyriver_dev.synth import _tokenizer_kv
+    kv = {"general.architecture": KV("llama", GGUFValueType.STRING)}
+    kv.update(_tokenizer_kv(MODELS / SMOL))
+    VOCAB.parent.mkdir(exist_ok=True)
+    tmp = VOCAB.with_suffix(".tmp")
+    write_plan(tmp, Plan(kv=kv))
+    tmp.replace(VOCAB)
 
 
 # --- cut -------------------------------------------------------------------------------------
@@ -275,7 +294,7 @@ def write_calls(last: int) -> None:
             "1\t300\t.ferry01,.gpu-vocab\tbash scripts/gpu/run.sh setup"]
     rows += [f"{c}\t120\t.ferry{c:02d}\tbash scripts/gpu/run.sh ferry" for c in range(2, last)]
     rows += [f"{last}\t600\t.ferry{last:02d}\tbash scripts/gpu/run.sh ferry derive full plane",
-             f"{last + 1}\t600\t-\tbash scripts/gpu/run.sh spec serve drafts profile"]
+             f"{last + 1}\t600\t-\tbash scripts/gpu/run.sh spec serve drafts profile counts"]
     (ROOT / "scripts" / "gpu" / "calls.tsv").write_text("\n".join(rows) + "\n")
 
 

@@ -18,9 +18,11 @@
 #            alternated), mul_mat and flash attention
 #   plane    (d) the speed-fidelity plane: rivers q3_K and q2_K over tau against the uniform files, top-1
 #            agreement with the published file; then the exit rules at one point
-#   spec     (b) the default pyriver serve against llama-server plain and --spec-type ngram-simple,
-#            ngram-mod and ngram-cache, code edits and chat, 1 stream
-#   serve    (c) pyriver serve against llama-server at 4 and 16 streams (aggregate tok/s, p50/p95 ITL)
+#   spec     (b) pyriver serve as it starts with no flags (n-gram drafts and the draft store in memory:
+#            "pyriver default"), with --no-draft-store and with --no-lossless (plain), against llama-server
+#            plain and --spec-type ngram-simple, ngram-mod and ngram-cache; code edits and chat, 1 stream
+#   serve    (c) pyriver serve --no-lossless (plain decoding: no drafts, no store) against plain llama-server
+#            at 4 and 16 streams (aggregate tok/s, p50/p95 inter-token latency)
 #   drafts   (e) River drafts verified at full depth on chat against plain decoding (bench --lossless)
 #   counts   (issue 69 item 2) bench --counts on the device: syncs, copies, graph changes, bytes and
 #            whether they land in pinned memory per mode (the CPU counts in docs/gpu.md, checked on CUDA)
@@ -28,7 +30,8 @@
 #            profile measured on the H200 (docs/results/gpu/qwen1.5b/plane.json), River against full depth
 #            (scripts/gpu/exit_profile.py)
 #
-# Each stage writes $OUT/<stage>.json and $OUT/<stage>.log and stays under STAGE_S seconds (280);
+# Each stage writes $OUT/<stage>.json and its output into $OUT/call.log (one log for the call's stages:
+# a call brings back at most 8 files, so up to 7 stages a call) and stays under STAGE_S seconds (280);
 # the stages of one call end within CALL_S seconds (570) of its start, inside the call's timeout_s 600.
 # State lives in $GK_STATE (/tmp/gk): a warm machine keeps it between calls; nothing is read from a
 # carried folder after the call that carried it.
@@ -41,7 +44,8 @@ STAGES=()
 for x in "$@"; do
   case $x in --dry-run) DRY=1 ;; *) STAGES+=("$x") ;; esac
 done
-[ ${#STAGES[@]} -gt 0 ] || { sed -n 2,39p "$0"; exit 2; }
+[ ${#STAGES[@]} -gt 0 ] || { sed -n 2,40p "$0"; exit 2; }
+[ ${#STAGES[@]} -le 7 ] || { echo "at most 7 stages a call (7 JSONs and call.log: the device tool brings back 8 files)"; exit 2; }
 : "${OUT:?OUT is not set (the device tool sets it; the rehearsal sets its own)}"
 REPO=$PWD
 S=${GK_STATE:-/tmp/gk}
@@ -75,7 +79,7 @@ else
   FULL="-r 5"
   PLANE="--tau 0.95 0.97 0.985 --min-exit-layer 4 --limit 8 -n 48 -r 3"
   PREDICT="--tau 0.97 --min-exit-layer 4 --limit 4 -n 48 -r 3"
-  SPEC="-r 1 --streams 1 --gen-tokens 128 --edit-prompts 4 --chat-prompts 4"
+  SPEC="-r 2 --streams 1 --gen-tokens 128 --edit-prompts 4 --chat-prompts 4"   # 2 rounds: one was too noisy on 2026-12-04
   SERVE="-r 2 --streams 4 16 --gen-tokens 128 --requests-per-stream 2"
   DRAFTS="--tau 0.95 0.97 --min-exit-layer 4 --draft-max 4 8 --prompts 4 --gen-tokens 96 -r 3"
   PROFILE="--tokens 96 -r 3"
@@ -324,7 +328,15 @@ run_cmd() {   # NAME CMD...: run (or print) under the stage's deadline; output t
   local name=$1; shift
   local left=$(( DEADLINE - $(now) ))
   say "$name: $*"
-  if [ "$DRY" = 1 ]; then return 0; fi
+  if [ "$DRY" = 1 ]; then   # the device's arguments checked by pyriver's own parser (the rehearsal runs smaller ones)
+    if [ "$1 $2 $3" = "python3 -m pyriver.cli" ]; then
+      shift 3
+      python3 -c "import importlib, sys; from pyriver.cli import TOOLS
+importlib.import_module(TOOLS[sys.argv[1]][0]).parser().parse_args(sys.argv[2:])" "$@" > /dev/null \
+        || echo "BAD ARGUMENTS $name" | tee -a "$S/results/failed"
+    fi
+    return 0
+  fi
   if [ $left -le 5 ]; then echo "SKIPPED $name: stage time used up"; echo "$name skipped" >> "$S/results/skipped"; return 0; fi
   timeout --kill-after=10 $left "$@"
   local rc=$?
@@ -499,7 +511,7 @@ for st in "${STAGES[@]}"; do
     *) echo "unknown stage $st"; exit 2 ;;
   esac
   T0=$(now)
-  "$st" 2>&1 | tee -a "$OUT/$st.log" || rc=1
+  "$st" 2>&1 | tee -a "$OUT/call.log" || rc=1
 done
 date +%s > "$S/ferry/last_end"
 exit $rc
