@@ -12,7 +12,7 @@
 #            build from source, then pyriver, then llama-server), and the synthetic 8B of `profile`
 #   ferry    (calls 2..N, each carries its .ferryNN) appends this call's pieces; assembles and checks by
 #            sha256 each file whose pieces are all there; reports the background jobs
-#   derive   the 1.5B's uniform requantizations (q4_0 iq4_nl q3_k_m iq3_xxs q2_k) and its q3_K and q2_K
+#   derive   the 1.5B's uniform requantizations (q4_0 iq4_nl q3_k_m iq3_s q3_K q2_K) and its q3_K and q2_K
 #            rivers, all at once on the machine's cores
 #   full     (a) full depth against llama.cpp, decode and prefill (bench --paired: one process, steps
 #            alternated), mul_mat and flash attention
@@ -88,7 +88,10 @@ fi
 FULL=${GK_FULL:-$FULL}; PLANE=${GK_PLANE:-$PLANE}; PREDICT=${GK_PREDICT:-$PREDICT}; SPEC=${GK_SPEC:-$SPEC}; SERVE=${GK_SERVE:-$SERVE}
 DRAFTS=${GK_DRAFTS:-$DRAFTS}; PROFILE=${GK_PROFILE:-$PROFILE}; COUNTS=${GK_COUNTS:-$COUNTS}
 RIVERS="q3_K q2_K"                         # (d): the rivers over the published Q4_K_M
-UNIFORM="q4_0 iq4_nl q3_k_m"   # (d): llama.cpp's requantizations of the same file (the rivers' own types: the sweep adds q3_K_S and q2_K; iq3_xxs: llama_model_quantize refused it without an imatrix on the H200, 2026-12-04)
+UNIFORM="q4_0 iq4_nl q3_k_m iq3_s"   # (d): llama.cpp's requantizations of the same file (the rivers' own types: the sweep adds q3_K and q2_K).
+# iq3_xxs is not among them: llama.cpp 0.3.36 quantizes an IQ3_XXS tensor only with an importance matrix
+# (llama-quant.cpp tensor_requires_imatrix; refused on the H200, 2026-12-04, and on the CPU for the 1.5B); iq3_s,
+# the i-quant of 3 bits that needs none, stands for it (accepted for the 1.5B on the CPU, 2026-12-05).
 DRAFT_RIVER=q3_K                           # (e)
 SYNTH=$PYRIVER_CACHE/synthetic             # (f): written in the background from setup on
 SYNTH_SIZE=$([ "$CPU" = 1 ] && echo tiny || echo 8b)
