@@ -9,6 +9,8 @@
 #
 #   bash scripts/gpu/rehearse.sh FIRST LAST     # calls FIRST..LAST of calls.tsv (default: all)
 #   GK_RH=/tmp/gk-rh (state, copies and outputs); logs of each call in $GK_RH/out/callNN/
+# Run it under the CPU lock: it returns only when setup's background job (pyriver's install, then
+# llama-server's build: about 5 minutes on 2 cores) has ended too, so the lock covers that build.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 RH=${GK_RH:-/tmp/gk-rh}
@@ -49,3 +51,9 @@ grep -v '^#' "$ROOT/scripts/gpu/calls.tsv" | while IFS=$'\t' read -r n timeout c
   rc=$?
   echo "call $n ($cmd; carry $carry, $(( weight / 1048576 )) MiB): rc $rc in $(( $(date +%s) - t )) s; out: $(ls "$O" | tr '\n' ' ')"
 done
+pid=$(cat "$RH/state/bg/pid" 2>/dev/null)
+if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+  t=$(date +%s)
+  while kill -0 "$pid" 2>/dev/null; do sleep 5; done
+  echo "setup's background job ended $(( $(date +%s) - t )) s after the last call: $(cd "$RH/state/bg" && grep -H . *.status | tr '\n' ' ')"
+fi
