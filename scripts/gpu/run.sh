@@ -45,7 +45,7 @@ for x in "$@"; do
   case $x in --dry-run) DRY=1 ;; *) STAGES+=("$x") ;; esac
 done
 [ ${#STAGES[@]} -gt 0 ] || { sed -n 2,40p "$0"; exit 2; }
-[ ${#STAGES[@]} -le 7 ] || { echo "at most 7 stages a call (7 JSONs and call.log: the device tool brings back 8 files)"; exit 2; }
+[ "$DRY" = 1 ] || [ ${#STAGES[@]} -le 7 ] || { echo "at most 7 stages a call (7 JSONs and call.log: the device tool brings back 8 files)"; exit 2; }
 : "${OUT:?OUT is not set (the device tool sets it; the rehearsal sets its own)}"
 REPO=$PWD
 S=${GK_STATE:-/tmp/gk}
