@@ -17,7 +17,7 @@ the 1.5B. Every folder holds `ferry.json`, the whole manifest (each cargo's size
 piece's call, size and sha256); `scripts/gpu/run.sh ferry` on the device appends what its call
 carried and assembles and checks each file whose pieces are all there.
 
-  python3 scripts/gpu/cut.py kit      # .gpu-kit/ (about 1 minute: wheels via pip, source trimmed)
+  python3 scripts/gpu/cut.py kit      # .gpu-kit/ (seconds: wheels via pip, source trimmed) and .gpu-vocab/vocab.gguf
   python3 scripts/gpu/cut.py cut      # .ferryNN/ from .gpu-kit/ and the models (xz: ~2 min once)
   python3 scripts/gpu/cut.py plan     # calls, bytes per call, device-time estimate
   python3 scripts/gpu/cut.py check    # each call's weight now (tree + its folder) against 64 MiB
