@@ -27,12 +27,14 @@ def test_compare_measures_each_point_once_and_reads_kld_as_eval_does(smol_path, 
     argv = [smol_path, "--quantize", "q4_0", "-f", text, "-c", "128", "--chunks", "1", "-p", "16", "-n", "4",
             "-r", "1", "-o", str(out)]
     calls = {"fidelity": [], "speed": []}
+    on_disk = []
     real = {"fidelity": compare.fidelity, "speed": compare.speed}
 
     def counted(part, stop_at=None):
         def fn(a, p, *rest):
-            if p["name"] == stop_at:
-                raise KeyboardInterrupt   # Ctrl-C during this point's speed
+            if p["name"] == stop_at:   # Ctrl-C here; what is on disk then is what a kill would leave
+                on_disk.append([("kld" in q, "speed" in q) for q in json.loads((out / "compare.json").read_text())["points"]])
+                raise KeyboardInterrupt
             calls[part].append(p["name"])
             return real[part](a, p, *rest)
         return fn
@@ -41,6 +43,7 @@ def test_compare_measures_each_point_once_and_reads_kld_as_eval_does(smol_path, 
     monkeypatch.setattr(compare, "speed", counted("speed", stop_at="requantized q4_0"))
     assert compare.main(argv) == 130
     res = json.loads((out / "compare.json").read_text())
+    assert on_disk == [[(True, True), (True, False)]]   # each part written as soon as it was measured
     assert res["interrupted"] and [("kld" in p, "speed" in p) for p in res["points"]] == [(True, True), (True, False)]
     base_time = (out / "base.kld").stat().st_mtime_ns
     # 2: the rerun measures only the missing speed, on the same base
@@ -75,5 +78,6 @@ def test_compare_measures_each_point_once_and_reads_kld_as_eval_does(smol_path, 
     monkeypatch.setattr(compare, "fidelity", counted("fidelity", stop_at=quant["name"]))
     monkeypatch.setattr(compare, "speed", counted("speed", stop_at=quant["name"]))
     calls = {"fidelity": [], "speed": []}
-    assert compare.main(argv) == 0 and calls == {"fidelity": [], "speed": []}
+    on_disk.clear()
+    assert compare.main(argv) == 0 and on_disk == [] and calls == {"fidelity": [], "speed": []}
     assert json.loads((out / "compare.json").read_text())["points"] == res["points"]
