@@ -6,14 +6,17 @@ quantizer, and River settings on it, each a point of one table and one plane (is
   depth one batch a chunk, a River point decode steps over the scored half). The reference (the
   first MODEL, or --base, e.g. a Q8_0) writes DIR/base.kld once; every point is read against it.
 - speed on this machine: prompt and decode tok/s of pyriver on the point (its file, or the first
-  MODEL with the River setting) and of llama.cpp (llama-cpp-python) on the same file, every prompt
-  and decode step alternated between the two (pyriver.tools.paired, as `pyriver bench --paired`).
-  Points are measured one after another: read a point's speed against llama.cpp's in its row.
+  MODEL with the River setting), of llama.cpp (llama-cpp-python) on the same file, and of llama.cpp
+  on the first MODEL (the anchor), every prompt and decode step alternated between them
+  (pyriver.tools.paired, as `pyriver bench --paired`). Points are measured one after another, minutes
+  apart: the plane and the frontier read each point's speed as its ratio to the anchor measured
+  beside it (median of the per-repeat ratios), which a drifting machine moves far less than tok/s.
 
 Resumable: DIR/compare.json holds each point's figures as soon as they are measured (its fidelity,
 then its speed), and a rerun into the same DIR under the same conditions measures only what it
 lacks. The frontier (no other point with a lower mean KLD that decodes at least as fast, or
-faster at no more KLD) is marked in the table and the PNG (sweep's rule and drawing)."""
+faster at no more KLD; speed as the ratio to the anchor) is marked in the table and the PNG (sweep's rule
+and drawing)."""
 from __future__ import annotations
 
 import argparse
@@ -149,13 +152,18 @@ def fidelity(a, p: Dict, base: str, n_ctx: int, logs: Path) -> Dict:
     return s
 
 
-def speed(a, p: Dict) -> Dict:
-    """pyriver on the point against llama.cpp on its file, alternated (paired.measure)."""
+def speed(a, p: Dict, first: str) -> Dict:
+    """pyriver on the point against llama.cpp on its file, and against llama.cpp on the first MODEL
+    (the anchor: one yardstick for every point, so that points measured minutes apart on a machine
+    whose speed drifts are read by their ratios to it), all alternated step by step (paired.measure)."""
     n_ctx = a.prompt_tokens + a.gen_tokens + WARMUP + 8
     kw = device_kwargs(a)
+    same = os.path.realpath(p["model"]) == os.path.realpath(first)   # llama.cpp on the point's file is the anchor
     engines = {"llama.cpp": LlamaCppEngine(p["model"], n_ctx, a.threads, **kw)}
     try:
         engines["pyriver"] = _open(a, p, n_ctx)
+        if not same:
+            engines["anchor"] = LlamaCppEngine(first, n_ctx, a.threads, **kw)
         prompt = text_prompt(lambda b: engines["llama.cpp"].tokenize(b, add_bos=False), a.prompt_tokens)
         bar = progress(paired.bar_total(len(prompt), a.gen_tokens, a.repeats), f"speed, {p['name']}")
         reps = paired.measure(engines, prompt, a.gen_tokens, a.repeats, bar)
@@ -163,7 +171,9 @@ def speed(a, p: Dict) -> Dict:
     finally:
         for e in engines.values():
             e.close()
-    return paired.summarize(reps)
+    s = paired.summarize(reps)
+    s["ratio_to_anchor"] = {m: paired.ratio(reps, m, "pyriver", "llama.cpp" if same else "anchor") for m in paired.METRICS}
+    return s
 
 
 def _conditions(a, first: str, reference: str, text_sha: str) -> Dict:
@@ -246,7 +256,7 @@ def measure(a) -> Dict:
                 p["bytes"] = os.path.getsize(p["model"]) + (os.path.getsize(p["sidecar"]) if p.get("sidecar") else 0)
                 write_json(str(store), res)
             if "speed" not in p:
-                p["speed"] = speed(a, p)
+                p["speed"] = speed(a, p, first)
                 p["utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 write_json(str(store), res)
             print(compare_out.line(p), file=sys.stderr)

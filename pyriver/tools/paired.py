@@ -35,8 +35,10 @@ def _timed(engine, tokens: List[int]):
 
 def _repeat(engines: Dict, prompt: List[int], n_gen: int, flip: int, bar=None) -> Dict:
     """One repeat: the prompt, then the steps, each alternated; times in seconds. bar: advanced by
-    the prompt's tokens, then by one a step."""
-    order = lambda i: NAMES if (i + flip) % 2 == 0 else NAMES[::-1]
+    the prompt's tokens, then by one a step. More engines than the two (compare's anchor) take
+    turns in rotation."""
+    names = list(engines)
+    order = lambda i: names[(i + flip) % len(names):] + names[:(i + flip) % len(names)]   # two: swapped each time
     logits, prefill = {}, {}
     for k in order(0):
         engines[k].reset()
@@ -44,7 +46,7 @@ def _repeat(engines: Dict, prompt: List[int], n_gen: int, flip: int, bar=None) -
     if bar is not None:
         bar.update(len(prompt))
     equal = bool(np.array_equal(logits["pyriver"], logits["llama.cpp"]))
-    steps: Dict[str, List[float]] = {k: [] for k in NAMES}
+    steps: Dict[str, List[float]] = {k: [] for k in names}
     for i in range(WARMUP + n_gen):
         for k in order(i + 1):
             logits[k], dt = _timed(engines[k], [int(np.argmax(logits[k]))])
@@ -54,8 +56,8 @@ def _repeat(engines: Dict, prompt: List[int], n_gen: int, flip: int, bar=None) -
             bar.update(1)
         equal = equal and bool(np.array_equal(logits["pyriver"], logits["llama.cpp"]))
     n_prompt = len(prompt)
-    return {"prefill_tok_s": {k: n_prompt / prefill[k] for k in NAMES},
-            "decode_tok_s": {k: n_gen / sum(steps[k]) for k in NAMES},
+    return {"prefill_tok_s": {k: n_prompt / prefill[k] for k in names},
+            "decode_tok_s": {k: n_gen / sum(steps[k]) for k in names},
             "logits_equal": equal}
 
 
@@ -63,13 +65,19 @@ METRICS = ("prefill_tok_s", "decode_tok_s")
 
 
 def measure(engines: Dict, prompt: List[int], n_gen: int, repeats: int, bar=None) -> List[Dict]:
-    """engines {"llama.cpp": ..., "pyriver": ...}: an untimed prompt each (graphs built, buffers
-    allocated), then the repeats, the first engine swapped each time. Shared by `pyriver compare`'s
-    speed of each point (there pyriver may run a River setting: its logits then differ)."""
-    for k in NAMES:
-        engines[k].reset()
-        engines[k].decode_logits(prompt)
-    return [_repeat(engines, prompt, n_gen, r % 2, bar) for r in range(repeats)]
+    """engines {"llama.cpp": ..., "pyriver": ..., and any more}: an untimed prompt each (graphs
+    built, buffers allocated), then the repeats, the first engine rotated each time. Shared by
+    `pyriver compare`'s speed of each point (there pyriver may run a River setting, its logits then
+    differing, and an anchor engine takes its turns too)."""
+    for e in engines.values():
+        e.reset()
+        e.decode_logits(prompt)
+    return [_repeat(engines, prompt, n_gen, r % len(engines), bar) for r in range(repeats)]
+
+
+def ratio(reps: List[Dict], metric: str, num: str, den: str) -> Dict:
+    """The summary of num's per-repeat ratios to den's."""
+    return summary([r[metric][num] / r[metric][den] for r in reps])
 
 
 def bar_total(prompt_tokens: int, n_gen: int, repeats: int) -> int:
@@ -79,8 +87,8 @@ def bar_total(prompt_tokens: int, n_gen: int, repeats: int) -> int:
 
 def summarize(reps: List[Dict]) -> Dict:
     """Per engine the median (min, max) of each metric over the repeats, and of pyriver's per-repeat ratios."""
-    return {"engines": {k: {m: summary([r[m][k] for r in reps]) for m in METRICS} for k in NAMES},
-            "ratio_to_llama_cpp": {m: summary([r[m]["pyriver"] / r[m]["llama.cpp"] for r in reps]) for m in METRICS},
+    return {"engines": {k: {m: summary([r[m][k] for r in reps]) for m in METRICS} for k in reps[0][METRICS[0]]},
+            "ratio_to_llama_cpp": {m: ratio(reps, m, "pyriver", "llama.cpp") for m in METRICS},
             "logits_equal": all(r["logits_equal"] for r in reps)}
 
 
