@@ -111,7 +111,7 @@ def plot(res: Dict, png: str) -> None:
     c = res["conditions"]
     finish(fig, ax, [(p["kld"]["kld"], decode(p)) for p in pts if p["pareto"]],
            f"mean KL divergence from {Path(c['reference']).name}",
-           f"pyriver decode / llama.cpp's on {Path(c['model']).name}",
+           "pyriver decode / llama.cpp's on the first file",
            f"{Path(c['model']).name}: {c['threads']} threads, pp{c['prompt_tokens']} tg{c['gen_tokens']}, "
            f"{c['repeats']} repeats", png)
 
