@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import sys
@@ -185,7 +186,6 @@ def _conditions(a, first: str, reference: str, text_sha: str) -> Dict:
 
 def _resume(path: Path, cond: Dict) -> Optional[Dict]:
     """The stored results, if measured under this run's conditions (else a clear error)."""
-    import json
     if not path.exists():
         return None
     res = json.loads(path.read_text())
@@ -228,15 +228,17 @@ def measure(a) -> Dict:
         text = text[:-1] if text.endswith(b"\n") else text   # llama.cpp's -f drops one final newline
         llm = Llama(reference, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None,
                     **device_kwargs(a))
+        tmp = out / ".base.kld.tmp"   # a base.kld is always whole
         try:
-            tmp = out / ".base.kld.tmp"
             with _log(out / "logs", "base") as f, contextlib.redirect_stdout(f):
                 kld.write_base(llm, str(tmp), llm.tokenize(text, add_bos=True), a.ctx, a.chunks)
             os.replace(tmp, base)
         finally:
             llm.close()
-        res = {"schema": SCHEMA, "interrupted": False, "conditions": cond, "points": []}
-        write_json(str(store), res)
+            tmp.unlink(missing_ok=True)
+        if res is None:   # (a lost base.kld is written again; the points read against it are kept: the same rows)
+            res = {"schema": SCHEMA, "interrupted": False, "conditions": cond, "points": []}
+            write_json(str(store), res)
         print(f"reference {Path(reference).name}: {kld.read_header(str(base)).n_chunk} chunks of {a.ctx} tokens -> {base}",
               file=sys.stderr)
     res["conditions"] = dict(res["conditions"], utc=cond["utc"])
