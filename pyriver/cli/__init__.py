@@ -19,6 +19,8 @@ TOOLS = {
               "uniformly requantized models; Pareto frontier, PNG, markdown"),
     "calibrate": ("pyriver.tools.calibrate", "store the fastest River setting meeting a fidelity target in the sidecar"),
     "bench": ("pyriver.tools.bench", "pyriver vs llama.cpp on one GGUF: prefill, decode, RSS"),
+    "compare": ("pyriver.tools.compare", "several files of a model, its requantizations and River settings: KLD, "
+                "top-1 and speed paired with llama.cpp per point; table (md, CSV, JSON) and PNG plane, resumable"),
     # not a tool: the server extra, which depends on the runtime (imported by name only when it runs)
     "serve": ("pyriver.server", "OpenAI-compatible server, many requests decoded in one batch (pyriver[server])"),
 }

@@ -10,11 +10,11 @@ ggml's tiled kernel")."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from typing import Dict, List, Sequence
 
 from pyriver.atomic import write_text
+from pyriver.engine.firststart import Measuring
 from pyriver.models.cache import cache_dir, setting_key
 
 # The prompt step sizes timed in both layouts; the threshold is 16 (native's default) or one of them
@@ -33,9 +33,11 @@ def threshold(times: Dict[int, Dict[str, List[float]]]) -> int:
     return max([DEFAULT] + slower)
 
 
-def measure(llm, prompt: List[int], sizes: Sequence[int] = SIZES, repeats: int = REPEATS) -> Dict[int, Dict[str, List[float]]]:
+def measure(llm, prompt: List[int], sizes: Sequence[int] = SIZES, repeats: int = REPEATS,
+            tick=None) -> Dict[int, Dict[str, List[float]]]:
     """Seconds of one prompt step of n rows (last row's logits) in each layout, alternated; the
-    cache is emptied after each. llm: a pyriver Llama with batch_layout, its cache empty."""
+    cache is emptied after each (tick() after each: repeats * len(sizes) * 2 steps). llm: a pyriver
+    Llama with batch_layout, its cache empty."""
     toks = (prompt * (1 + max(sizes) // max(len(prompt), 1)))[:max(sizes)]
     out = {n: {"wide": [], "one": []} for n in sizes}
     try:
@@ -47,6 +49,8 @@ def measure(llm, prompt: List[int], sizes: Sequence[int] = SIZES, repeats: int =
                     llm.decode_logits(toks[:n], prompt=True)
                     out[n][kind].append(time.perf_counter() - t0)
                     llm.context.truncate(0)
+                    if tick is not None:
+                        tick()
     finally:
         llm.reset()
         llm.context.truncate(0)
@@ -63,9 +67,8 @@ def auto(llm, prompt: List[int]) -> int:
         return int(json.loads(path.read_text())["wide_prompt_rows"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    if llm.verbose:
-        print("pyriver: measuring from how many rows prompts read the second layout (once)", file=sys.stderr)
-    times = measure(llm, prompt)
+    with Measuring("from how many rows prompts read the second layout", REPEATS * len(SIZES) * 2, path) as m:
+        times = measure(llm, prompt, tick=m.tick)
     n = threshold(times)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps({"schema": "pyriver.wide_rows/1", "model": llm.model_path,

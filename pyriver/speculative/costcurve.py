@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -36,6 +35,7 @@ from pyriver.models.cache import cache_dir, setting_key
 from pyriver.speculative.draftlen import DEFAULT_COST, FA_TILE, DraftCost
 from pyriver.engine import VERIFY, kv_types
 from pyriver.engine.debug import tiled_in_use
+from pyriver.engine.firststart import Measuring
 
 # The step sizes the automatic table measures: every size to 4, then the kernels' steps (16, 32, 48,
 # 64) and a point between each; a size not measured is never taken (DraftCost.step).
@@ -69,15 +69,31 @@ def _time(fn) -> float:
     return time.perf_counter() - t0
 
 
+def _passes(sizes, repeats: int, small_repeats: int) -> List[List[int]]:
+    """The passes of a measurement: repeats over every size, the rest (to small_repeats) over the
+    sizes up to SMALL alone, spread between them, so that a spell of other load on the machine falls
+    on a few of each size's passes, not on all of the small sizes'."""
+    small = [n for n in sizes if n <= SMALL]
+    total = max(repeats, small_repeats)
+    every = {round(i * total / repeats) for i in range(repeats)} if repeats else set()
+    return [list(sizes) if i in every else small for i in range(total)]
+
+
+def steps(sizes, repeats: int, small_repeats: int = 0, tiled: Sequence[int] = ()) -> int:
+    """The timed steps measure() takes (its progress bar's total)."""
+    return sum(1 + sum(2 * (2 if n in tiled and len(ns) == len(sizes) else 1) for n in ns)
+               for ns in _passes(sizes, repeats, small_repeats))
+
+
 def measure(llm, sizes, repeats: int, prompt: List[int], small_repeats: int = 0,
-            tiled: Sequence[int] = ()) -> Dict[int, Dict[str, List[float]]]:
+            tiled: Sequence[int] = (), tick=None) -> Dict[int, Dict[str, List[float]]]:
     """Per size n: seconds of each n-token verify step after prompt (logits for every row), the mean
     of the single decode steps timed just before and after it (each pass times single, n1, single,
     n2, single, ...) and the ratio of the two, one per pass: repeats passes over every size, and
     passes over the sizes up to SMALL alone between them, to small_repeats in all. The sizes in tiled
     are timed in the full passes a second time each, their attention tiled, after the plain step
     ("tiled_s", "tiled_ratio"). The cache is cut back to the prompt after each step and emptied at the
-    end. llm: a pyriver Llama with an empty cache."""
+    end; tick() after each timed step (steps() of them). llm: a pyriver Llama with an empty cache."""
     n0 = len(prompt)
     llm.decode_logits(prompt, prompt=True)
     toks = (prompt * (1 + max(sizes) // len(prompt)))[:max(sizes)]   # any tokens: the cost does not depend on which
@@ -92,14 +108,11 @@ def measure(llm, sizes, repeats: int, prompt: List[int], small_repeats: int = 0,
             if tile:
                 llm.context.engine.set_verify_tile_rows(0)
         llm.context.truncate(n0)
+        if tick is not None:
+            tick()
         return t
 
-    # the passes over the small sizes alone between those over every size, so that a spell of other
-    # load on the machine falls on a few of each size's passes, not on all of the small sizes'
-    small = [n for n in sizes if n <= SMALL]
-    total = max(repeats, small_repeats)
-    every = {round(i * total / repeats) for i in range(repeats)} if repeats else set()
-    passes = [list(sizes) if i in every else small for i in range(total)]
+    passes = _passes(sizes, repeats, small_repeats)
     out: Dict[int, Dict[str, List[float]]] = {n: {"multi_s": [], "single_s": [], "ratio": []} for n in sizes}
     for n in tiled:
         out[n].update(tiled_s=[], tiled_ratio=[])
@@ -107,7 +120,7 @@ def measure(llm, sizes, repeats: int, prompt: List[int], small_repeats: int = 0,
         for ns in passes:
             before = step(1, verify=False)
             for n in ns:
-                for tile in (0, n) if n in tiled and ns is not small else (0,):
+                for tile in (0, n) if n in tiled and len(ns) == len(sizes) else (0,):
                     m, after = step(n, tile=tile), step(1, verify=False)
                     one, r = (before + after) / 2, out[n]
                     if tile:
@@ -200,20 +213,22 @@ def auto(llm, prompt: List[int]) -> Tuple[DraftCost, int]:
     sizes = [n for n in SIZES if len(near) + n <= llm.n_ctx()]
     far = (prompt * FAR)[:llm.n_ctx() - max(sizes)]
     tiled = [n for n in TILE_SIZES if n in sizes] if tiles else []
-    if llm.verbose:
-        print(f"pyriver: measuring the verify cost of {len(sizes)} step sizes for lossless drafts (once)",
-              file=sys.stderr)
-    if len(far) >= 2 * len(near):
-        res_far = measure(llm, sizes, REPEATS, far, SMALL_REPEATS, tiled)
-        first = tile_rows(res_far)
-        res = measure(llm, sizes, REPEATS, near, SMALL_REPEATS, [n for n in tiled if first and n >= first])
-        tile = tile_rows(res_far, res)
-        grow = single(res_far) / single(res)
-        tables = lambda t: (table(res, t), DEFAULT_COST.river_draft, len(near), (len(far), table(res_far, t), grow))  # noqa: E731
-    else:
-        res = measure(llm, sizes, REPEATS, near, SMALL_REPEATS, tiled)
-        tile = tile_rows(res)
-        tables = lambda t: (table(res, t), DEFAULT_COST.river_draft)  # noqa: E731
+    two = len(far) >= 2 * len(near)
+    what = f"the verify cost of {len(sizes)} step sizes for lossless drafts" + (" and the tiled crossover" if tiled else "")
+    with Measuring(what, steps(sizes, REPEATS, SMALL_REPEATS, tiled), path) as m:
+        if two:
+            res_far = measure(llm, sizes, REPEATS, far, SMALL_REPEATS, tiled, tick=m.tick)
+            first = tile_rows(res_far)
+            again = [n for n in tiled if first and n >= first]
+            m.grow(steps(sizes, REPEATS, SMALL_REPEATS, again))
+            res = measure(llm, sizes, REPEATS, near, SMALL_REPEATS, again, tick=m.tick)
+            tile = tile_rows(res_far, res)
+            grow = single(res_far) / single(res)
+            tables = lambda t: (table(res, t), DEFAULT_COST.river_draft, len(near), (len(far), table(res_far, t), grow))  # noqa: E731
+        else:
+            res = measure(llm, sizes, REPEATS, near, SMALL_REPEATS, tiled, tick=m.tick)
+            tile = tile_rows(res)
+            tables = lambda t: (table(res, t), DEFAULT_COST.river_draft)  # noqa: E731
     cost = DraftCost(*tables(tile), untiled=DraftCost(*tables(0)) if tile else None)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, to_json(cost, llm.model_path, llm.n_threads, tile))

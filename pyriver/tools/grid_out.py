@@ -1,8 +1,11 @@
 """The grid's results in llama-bench's output formats (its printers: markdown_printer, csv_printer,
 json_printer, jsonl_printer, sql_printer), field for field. One field is added after llama-bench's
 own, `engine` (pyriver, a --spec mode, llama.cpp, llama-bench), so rows of several engines stay
-apart in csv/json/jsonl/sql; the markdown table keeps llama-bench's columns and names the engine in
-the test name ("tg128 (llama.cpp)")."""
+apart in csv/json/jsonl; the markdown table keeps llama-bench's columns and names the engine in
+the test name ("tg128 (llama.cpp)"). The sql table is llama-bench's exactly (its rows go into a
+database llama-bench made), so there the engine is in build_commit, the field that names the build
+that ran the row: pyriver's rows already say "pyriver-<commit>" and llama-bench's its llama.cpp
+commit; another engine's row is "pyriver-<commit> (llama.cpp)", "... (lossless)"."""
 from __future__ import annotations
 
 import json
@@ -148,16 +151,25 @@ class Jsonl(Printer):
         self.out.flush()
 
 
+def sql_row(r: Result) -> Dict[str, str]:
+    """llama-bench's fields alone, the engine named in build_commit where the commit does not say it."""
+    row = r.row()
+    engine = row.pop("engine")
+    if engine not in ("pyriver", "llama-bench"):
+        row["build_commit"] = f"{row['build_commit']} ({engine})"
+    return row
+
+
 class Sql(Printer):
     def header(self, columns):
-        fs = FIELDS + EXTRA
+        fs = FIELDS
         kind = {"STRING": "TEXT", "BOOL": "INTEGER", "INT": "INTEGER", "FLOAT": "REAL"}
         self.out.write("CREATE TABLE IF NOT EXISTS llama_bench (\n")
         self.out.write("".join(f"  {f} {kind[field_type(f)]}{',' if i < len(fs) - 1 else ''}\n" for i, f in enumerate(fs)))
         self.out.write(");\n\n")
 
     def test(self, r):
-        row = r.row()
+        row = sql_row(r)
         self.out.write(f"INSERT INTO llama_bench ({', '.join(row)}) VALUES ("
                        + ", ".join(f"'{v}'" for v in row.values()) + ");\n")
 

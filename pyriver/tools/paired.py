@@ -33,25 +33,63 @@ def _timed(engine, tokens: List[int]):
     return logits, time.perf_counter() - t
 
 
-def _repeat(engines: Dict, prompt: List[int], n_gen: int, flip: int) -> Dict:
-    """One repeat: the prompt, then the steps, each alternated; times in seconds."""
-    order = lambda i: NAMES if (i + flip) % 2 == 0 else NAMES[::-1]
+def _repeat(engines: Dict, prompt: List[int], n_gen: int, flip: int, bar=None) -> Dict:
+    """One repeat: the prompt, then the steps, each alternated; times in seconds. bar: advanced by
+    the prompt's tokens, then by one a step. More engines than the two (compare's anchor) take
+    turns in rotation."""
+    names = list(engines)
+    order = lambda i: names[(i + flip) % len(names):] + names[:(i + flip) % len(names)]   # two: swapped each time
     logits, prefill = {}, {}
     for k in order(0):
         engines[k].reset()
         logits[k], prefill[k] = _timed(engines[k], prompt)
+    if bar is not None:
+        bar.update(len(prompt))
     equal = bool(np.array_equal(logits["pyriver"], logits["llama.cpp"]))
-    steps: Dict[str, List[float]] = {k: [] for k in NAMES}
+    steps: Dict[str, List[float]] = {k: [] for k in names}
     for i in range(WARMUP + n_gen):
         for k in order(i + 1):
             logits[k], dt = _timed(engines[k], [int(np.argmax(logits[k]))])
             if i >= WARMUP:
                 steps[k].append(dt)
+        if bar is not None:
+            bar.update(1)
         equal = equal and bool(np.array_equal(logits["pyriver"], logits["llama.cpp"]))
     n_prompt = len(prompt)
-    return {"prefill_tok_s": {k: n_prompt / prefill[k] for k in NAMES},
-            "decode_tok_s": {k: n_gen / sum(steps[k]) for k in NAMES},
+    return {"prefill_tok_s": {k: n_prompt / prefill[k] for k in names},
+            "decode_tok_s": {k: n_gen / sum(steps[k]) for k in names},
             "logits_equal": equal}
+
+
+METRICS = ("prefill_tok_s", "decode_tok_s")
+
+
+def measure(engines: Dict, prompt: List[int], n_gen: int, repeats: int, bar=None) -> List[Dict]:
+    """engines {"llama.cpp": ..., "pyriver": ..., and any more}: an untimed prompt each (graphs
+    built, buffers allocated), then the repeats, the first engine rotated each time. Shared by
+    `pyriver compare`'s speed of each point (there pyriver may run a River setting, its logits then
+    differing, and an anchor engine takes its turns too)."""
+    for e in engines.values():
+        e.reset()
+        e.decode_logits(prompt)
+    return [_repeat(engines, prompt, n_gen, r % len(engines), bar) for r in range(repeats)]
+
+
+def ratio(reps: List[Dict], metric: str, num: str, den: str) -> Dict:
+    """The summary of num's per-repeat ratios to den's."""
+    return summary([r[metric][num] / r[metric][den] for r in reps])
+
+
+def bar_total(prompt_tokens: int, n_gen: int, repeats: int) -> int:
+    """What measure()'s bar counts: per repeat the prompt's tokens and each step (warm-up ones too)."""
+    return repeats * (prompt_tokens + WARMUP + n_gen)
+
+
+def summarize(reps: List[Dict]) -> Dict:
+    """Per engine the median (min, max) of each metric over the repeats, and of pyriver's per-repeat ratios."""
+    return {"engines": {k: {m: summary([r[m][k] for r in reps]) for m in METRICS} for k in reps[0][METRICS[0]]},
+            "ratio_to_llama_cpp": {m: ratio(reps, m, "pyriver", "llama.cpp") for m in METRICS},
+            "logits_equal": all(r["logits_equal"] for r in reps)}
 
 
 def paired(a) -> int:
@@ -63,30 +101,24 @@ def paired(a) -> int:
                "pyriver": Llama(path, n_ctx=n_ctx, n_batch=512, n_threads=a.threads, n_threads_batch=a.threads,
                                 verbose=False, river=None, engine=a.engine, **kw)}
     prompt = text_prompt(lambda b: engines["llama.cpp"].tokenize(b, add_bos=False), a.prompt_tokens)
-    for k in NAMES:   # untimed: first graphs built and buffers allocated
-        engines[k].reset()
-        engines[k].decode_logits(prompt)
-    reps = [_repeat(engines, prompt, a.gen_tokens, r % 2) for r in range(a.repeats)]
+    reps = measure(engines, prompt, a.gen_tokens, a.repeats)
     for e in engines.values():
         e.close()
-    metrics = ("prefill_tok_s", "decode_tok_s")
     res = {"schema": "pyriver.bench-paired/1",
            "conditions": conditions(path, a.threads, prompt_tokens=a.prompt_tokens, gen_tokens=a.gen_tokens,
                                     repeats=a.repeats, prompt_set="bench.TEXT (fixed prose, repeated to length)",
                                     n_gpu_layers=a.n_gpu_layers, flash_attn=a.flash_attn, warmup_steps=WARMUP,
                                     pyriver_engine=engines["pyriver"].engine),
-           "engines": {k: {m: summary([r[m][k] for r in reps]) for m in metrics} for k in NAMES},
-           "ratio_to_llama_cpp": {m: summary([r[m]["pyriver"] / r[m]["llama.cpp"] for r in reps]) for m in metrics},
-           "logits_equal": all(r["logits_equal"] for r in reps)}
+           **summarize(reps)}
     print(f"\nmodel {path.rsplit('/', 1)[-1]}  threads {a.threads}  prompt {a.prompt_tokens}  gen {a.gen_tokens}  "
           f"repeats {a.repeats}  pyriver engine {res['conditions']['pyriver_engine']}  (one process, prompts and steps "
           "alternated)")
     print(f"{'engine':<12}{'prefill tok/s':>16}{'decode tok/s':>16}")
     for k in NAMES:
-        print(f"{k:<12}" + "".join(f"{res['engines'][k][m]['median']:>16.1f}" for m in metrics))
+        print(f"{k:<12}" + "".join(f"{res['engines'][k][m]['median']:>16.1f}" for m in METRICS))
     rr = res["ratio_to_llama_cpp"]
     print("pyriver / llama.cpp, median of the per-repeat ratios (min..max): " + ", ".join(
-        f"{m.split('_')[0]} {rr[m]['median']:.3f} ({rr[m]['min']:.3f}..{rr[m]['max']:.3f})" for m in metrics))
+        f"{m.split('_')[0]} {rr[m]['median']:.3f} ({rr[m]['min']:.3f}..{rr[m]['max']:.3f})" for m in METRICS))
     print(f"logits equal to llama.cpp's after the prompt and every step: {'yes' if res['logits_equal'] else 'NO'}")
     if a.json:
         write_json(a.json, res)

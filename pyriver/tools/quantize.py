@@ -30,7 +30,18 @@ def requantized(path: str, river_type: str) -> str:
     if ftype is None:
         raise ValueError(f"llama.cpp has no uniform {river_type} file type for dense models "
                          "(MXFP4_MOE keeps non-expert matrices in Q8_0)")
-    out = cache_dir() / "requantized" / f"{file_sha256(path)[:16]}-{os.path.basename(path)[:-5]}.{ftype}.gguf"
+    return requantized_to(path, ftype)
+
+
+def requantized_path(path: str, ftype: str):
+    """Where requantized_to keeps path at ftype (the source's content, not its name, keys it)."""
+    return cache_dir() / "requantized" / f"{file_sha256(path)[:16]}-{os.path.basename(path)[:-5]}.{ftype.lower()}.gguf"
+
+
+def requantized_to(path: str, ftype: str) -> str:
+    """The model requantized by llama.cpp to the file type ftype ("q4_0", "q3_k_m", ...; cached)."""
+    ftype_constant(ftype)   # an unknown name is a ValueError before anything is written
+    out = requantized_path(path, ftype)
     if not out.exists():
         with replacing(out) as tmp:
             quantize(path, tmp, ftype)

@@ -108,13 +108,15 @@ def measure(a, kind: str = "sweep") -> Dict:
     return res
 
 
-def mark_pareto(points: List[Dict]) -> None:
+def mark_pareto(points: List[Dict], fidelity=lambda p: p["top1_agreement"],
+                speed=lambda p: p["decode_tok_s"]["median"]) -> None:
     """A point is on the frontier when no other point is at least as faithful and as fast, and
-    better in one of the two."""
+    better in one of the two (fidelity and speed: larger is better; `pyriver compare` reads
+    fidelity as minus the mean KLD)."""
     for p in points:
-        f, s = p["top1_agreement"], p["decode_tok_s"]["median"]
-        p["pareto"] = not any(q is not p and q["top1_agreement"] >= f and q["decode_tok_s"]["median"] >= s and
-                              (q["top1_agreement"] > f or q["decode_tok_s"]["median"] > s) for q in points)
+        f, s = fidelity(p), speed(p)
+        p["pareto"] = not any(q is not p and fidelity(q) >= f and speed(q) >= s and (fidelity(q) > f or speed(q) > s)
+                              for q in points)
 
 
 def markdown(res: Dict) -> str:
@@ -160,17 +162,25 @@ def plot(res: Dict, png: str) -> None:
         else:
             ax.scatter(x, y, color="k", marker="s" if p["kind"] == "full" else "D", s=36,
                        label="pyriver full depth" if p["kind"] == "full" else "llama.cpp full depth")
-    front = sorted((p for p in pts if p["pareto"]), key=lambda p: p["top1_agreement"])
-    ax.plot([p["top1_agreement"] for p in front], [p["decode_tok_s"]["median"] for p in front], "k--", lw=0.8,
-            label="Pareto frontier")
+    c = res["conditions"]
+    finish(fig, ax, [(p["top1_agreement"], p["decode_tok_s"]["median"]) for p in pts if p["pareto"]],
+           "top-1 agreement with full depth (teacher-forced)", "decode tok/s (median)",
+           f"{c['model'].rsplit('/', 1)[-1]}: {c['threads']} threads, {c['prompts']}x{c['tokens_per_prompt']} tokens, "
+           f"{c['repeats']} repeats", png)
+
+
+def finish(fig, ax, front, xlabel: str, ylabel: str, title: str, png: str) -> None:
+    """The plane's frontier (its points' (x, y), joined in x order), legend, labels, and the PNG;
+    shared by `pyriver compare`."""
+    import matplotlib.pyplot as plt
+    front = sorted(front)
+    ax.plot([x for x, _ in front], [y for _, y in front], "k--", lw=0.8, label="Pareto frontier")
     h, l = ax.get_legend_handles_labels()
     seen = dict(zip(l, h))
     ax.legend(seen.values(), seen.keys(), fontsize=6.5, loc="best")
-    c = res["conditions"]
-    ax.set_xlabel("top-1 agreement with full depth (teacher-forced)")
-    ax.set_ylabel("decode tok/s (median)")
-    ax.set_title(f"{c['model'].rsplit('/', 1)[-1]}: {c['threads']} threads, {c['prompts']}x{c['tokens_per_prompt']} tokens, "
-                 f"{c['repeats']} repeats", fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(png)

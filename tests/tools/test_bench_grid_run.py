@@ -52,7 +52,9 @@ def test_every_format_parses(smol_path):
     db = sqlite3.connect(":memory:")
     db.row_factory = sqlite3.Row
     db.executescript(out["sql"])
-    _rows_ok([dict(r) for r in db.execute("select * from llama_bench")], smol_path)
+    sql_rows = [dict(r) for r in db.execute("select * from llama_bench")]
+    assert all("engine" not in r and r["build_commit"].startswith("pyriver-") for r in sql_rows)   # llama-bench's table
+    _rows_ok([dict(r, engine="pyriver") for r in sql_rows], smol_path)
     md = out["md"].splitlines()
     assert md[0].split("|")[1:-1] == [" model                          ", "       size ", "     params ", " backend    ",
                                       " threads ", "            test ", "                  t/s "]

@@ -120,14 +120,43 @@ def test_jsonl_line_and_json_document():
     assert [x["engine"] for x in doc] == ["pyriver", "llama.cpp"] and list(doc[0]) == list(FIELDS) + ["engine", "samples_ns", "samples_ts"]
 
 
+def llama_bench_create_table() -> str:
+    """llama-bench's own CREATE TABLE, as its sql_printer writes it from get_fields and get_field_type
+    (read from its source)."""
+    src = SRC.read_text()
+    fields = re.findall(r'"(\w+)"', re.search(r"get_fields\(\) \{(.*?)\};", src, re.S).group(1))
+    body = re.search(r"field_type get_field_type\(const std::string & field\) \{(.*?)\n    \}", src, re.S).group(1)
+    kinds = {}
+    for names, kind in re.findall(r"if \((.*?)\) \{\s*return (\w+);", body, re.S):
+        for f in re.findall(r'field == "(\w+)"', names):
+            kinds.setdefault(f, kind)
+    sql = {"STRING": "TEXT", "BOOL": "INTEGER", "INT": "INTEGER", "FLOAT": "REAL"}
+    return ("CREATE TABLE IF NOT EXISTS llama_bench (\n" + "".join(
+        f"  {f} {sql[kinds.get(f, 'STRING')]}{',' if i < len(fields) - 1 else ''}\n" for i, f in enumerate(fields)) + ");\n\n")
+
+
 def test_sql_creates_and_inserts_what_sqlite_reads():
     sql = _print("sql", [_result()])
     assert sql.startswith("CREATE TABLE IF NOT EXISTS llama_bench (\n  build_commit TEXT,\n  build_number INTEGER,\n")
-    assert "  avg_ts REAL,\n  stddev_ts REAL,\n  engine TEXT\n);\n\n" in sql
+    assert "  avg_ts REAL,\n  stddev_ts REAL\n);\n\n" in sql and "engine" not in sql   # llama-bench's table, no more
     assert "VALUES ('abc1234', '0', 'AMD \"EPYC\"', " in sql
     db = sqlite3.connect(":memory:")
     db.executescript(sql)
-    assert db.execute("select n_prompt, n_depth, avg_ts, engine from llama_bench").fetchall() == [(512, 128, 768.0, "pyriver")]
+    assert db.execute("select n_prompt, n_depth, avg_ts, build_commit from llama_bench").fetchall() == [(512, 128, 768.0, "abc1234")]
+
+
+@pytest.mark.skipif(not SRC.exists(), reason="llama-bench's source (the llama-cpp-python sdist) is not cached")
+def test_sql_rows_go_into_a_database_llama_bench_made():
+    """Issue 72 item 3: our INSERTs into llama-bench's own table (its CREATE TABLE from its source);
+    the engine of a row is in its build_commit."""
+    theirs = llama_bench_create_table()
+    sql = _print("sql", [_result(), _result("llama.cpp"), _result("lossless")])
+    assert sql.startswith(theirs)   # the very statement llama-bench writes
+    db = sqlite3.connect(":memory:")
+    db.executescript(theirs)
+    db.executescript(sql[len(theirs):])   # the rows alone, as a second run appends them to its database
+    assert db.execute("select build_commit, n_prompt, avg_ts from llama_bench").fetchall() == [
+        ("abc1234", 512, 768.0), ("abc1234 (llama.cpp)", 512, 768.0), ("abc1234 (lossless)", 512, 768.0)]
 
 
 def test_markdown_columns_and_test_names():
