@@ -124,6 +124,7 @@ def parser() -> argparse.ArgumentParser:
                    help="llama.cpp's multi-token kernels, as llama-server runs them (the default)")
     add_flash_attn_arg(p)
     add_cache_type_args(p)
+    add_cache_type_args(p, draft=True)
     add_layout_arg(p)
     add_rope_args(p)
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
@@ -266,6 +267,8 @@ def settings(a: argparse.Namespace) -> dict:
         kw["batch_invariant"] = bool(a.batch_invariant)
     kw["flash_attn"] = flash_attn(a.flash_attn, a.batch_invariant)
     kw.update(cache_kwargs(a, kw["flash_attn"]))   # a quantized V without -fa fails here, before the load
+    if spec is not None and spec["type"] == "draft-simple":   # -ctkd/-ctvd: the draft model's cache
+        spec.update(cache_kwargs(a, kw["flash_attn"], draft=True))
     kw.update(layout_kwargs(a))
     kw.update(rope_kwargs(a))
     if a.reranking:   # as llama-server's: embeddings on, pooling RANK
