@@ -80,6 +80,7 @@ CHAT = dict(_COMMON, messages=(_messages, "a list of {role, content} objects", N
             reasoning_effort=(lambda v: isinstance(v, str), "a string", None),
             reasoning_format=(lambda v: True, "", None),
             reasoning_budget_tokens=(_int, "an integer", None),
+            reasoning_budget_message=(lambda v: isinstance(v, str), "a string", None),
             thinking_budget_tokens=(_int, "an integer", None))
 _LOGIT_BIAS = (lambda v: isinstance(v, (dict, list)), "an object {token: bias}", None)   # checked in llamacpp_api
 COMPLETION["logit_bias"] = CHAT["logit_bias"] = _LOGIT_BIAS
