@@ -35,10 +35,6 @@ def _int(v):
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _stop(v):
-    return v is None or isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v))
-
-
 def _prompt(v):   # a JSON prompt {prompt_string, multimodal_data} too, as llama-server's /v1/completions
     return isinstance(v, (str, dict)) or (isinstance(v, list) and len(v) > 0 and all(_int(t) for t in v)) or \
         (isinstance(v, list) and len(v) == 1 and isinstance(v[0], (str, dict)))
@@ -51,9 +47,13 @@ def _messages(v):   # content (text, text parts, null with tool_calls) is checke
 
 # The fields of one route beside the generation fields both APIs share (server/sampling_fields.py):
 # name: (check, what it must be, default). Fields the API has that change nothing here (user ...) pass.
+# These stay per route: /completion reads none of them (model, response_format and river_tokens are
+# the OpenAI routes' own) or reads them another way (n: /completion takes n_cmpl, its range the
+# server's slots; grammar/json_schema: one field with an alias in llama-server's schema, two here
+# whose precedence pyriver.text.structured decides; lora, stream_options: objects whose checks live
+# in server/lora.py and the stream), so the one table would need a predicate per field to hold them.
 _COMMON = {
     "model": (lambda v: v is None or isinstance(v, str), "a string", None),
-    "stop": (_stop, "a string or a list of strings", None),
     "stream_options": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("include_usage", False), bool)),
                        "an object {include_usage: boolean}", None),
     "n": (lambda v: v is None or (_int(v) and 1 <= v <= 16), "an integer in [1, 16]", 1),
