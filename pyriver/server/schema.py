@@ -47,11 +47,11 @@ def _messages(v):   # content (text, text parts, null with tool_calls) is checke
 
 # The fields of one route beside the generation fields both APIs share (server/sampling_fields.py):
 # name: (check, what it must be, default). Fields the API has that change nothing here (user ...) pass.
-# These stay per route: /completion reads none of them (model, response_format and river_tokens are
-# the OpenAI routes' own) or reads them another way (n: /completion takes n_cmpl, its range the
-# server's slots; grammar/json_schema: one field with an alias in llama-server's schema, two here
-# whose precedence pyriver.text.structured decides; lora, stream_options: objects whose checks live
-# in server/lora.py and the stream), so the one table would need a predicate per field to hold them.
+# These stay per route: pyriver's /completion reads none of them here (model, response_format and
+# river_tokens are the OpenAI routes' own; n, grammar and json_schema it does not take, where
+# llama-server's one schema reads n as n_cmpl and grammar as json_schema's alias; lora, /completion
+# hands to server/lora.py unchecked), and each is an object or a predicate of its own, so the one
+# table would hold them only as per-field predicates, no longer a declarative table.
 _COMMON = {
     "model": (lambda v: v is None or isinstance(v, str), "a string", None),
     "stream_options": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("include_usage", False), bool)),
