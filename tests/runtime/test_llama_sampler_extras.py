@@ -23,6 +23,7 @@ CASES = {   # name: (prompt, the sampling fields: Llama's keywords and llama-ser
                               min_p=0.0)),
 }
 CHAT = [{"role": "user", "content": REPEATS}]
+CHAT_CASE = "xtc"
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def peer(smol_path):
             status, r = http("POST", p.url + "/completion", dict(fields, prompt=prompt, n_predict=N))
             assert status == 200, (name, r)
             out[name] = r["content"]
-        status, r = http("POST", p.url + "/v1/chat/completions", dict(CASES["dry"][1], messages=CHAT, max_tokens=N))
+        status, r = http("POST", p.url + "/v1/chat/completions", dict(CASES[CHAT_CASE][1], messages=CHAT, max_tokens=N))
         assert status == 200, r
         out["chat"] = r["choices"][0]["message"]["content"]
         return out
@@ -69,8 +70,11 @@ def test_extras_give_llama_server_s_text(case, ours, peer):
 @pytest.mark.slow
 @pytest.mark.peer
 def test_chat_extras_give_llama_server_s_text(ours, peer):
-    got = ours.create_chat_completion(CHAT, max_tokens=N, **CASES["dry"][1])
-    assert got["choices"][0]["message"]["content"] == peer["chat"]
+    fields = CASES[CHAT_CASE][1]
+    got = ours.create_chat_completion(CHAT, max_tokens=N, **fields)["choices"][0]["message"]["content"]
+    assert got == peer["chat"]
+    plain = ours.create_chat_completion(CHAT, max_tokens=N, seed=fields["seed"], temperature=fields["temperature"])
+    assert plain["choices"][0]["message"]["content"] != got, "the sampler changed nothing here: the case tests nothing"
 
 
 @pytest.mark.slow
