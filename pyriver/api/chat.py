@@ -8,6 +8,7 @@ from llama_cpp.llama_chat_format import _convert_text_completion_logprobs_to_cha
 from pyriver.text import chat_template as chat
 from pyriver.text import completion as C
 from pyriver.text.structured import ChatPlan
+from pyriver.api.low_level import extra_samplers
 
 
 class Chat:
@@ -69,17 +70,32 @@ class Chat:
                                mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: Optional[str] = None,
                                logits_processor=None, grammar=None, logit_bias=None,
                                logprobs: Optional[bool] = None, top_logprobs: Optional[int] = None,
-                               parallel_tool_calls: Optional[bool] = None):
+                               parallel_tool_calls: Optional[bool] = None, *,
+                               dry_multiplier: Optional[float] = None, dry_base: Optional[float] = None,
+                               dry_allowed_length: Optional[int] = None, dry_penalty_last_n: Optional[int] = None,
+                               dry_sequence_breakers: Optional[List[str]] = None,
+                               xtc_probability: Optional[float] = None, xtc_threshold: Optional[float] = None,
+                               top_n_sigma: Optional[float] = None, dynatemp_range: Optional[float] = None,
+                               dynatemp_exponent: Optional[float] = None):
         """llama-cpp-python's create_chat_completion (its arguments and defaults). The prompt is
         the GGUF's template (chat_format None or "gguf"), or llama_cpp's own formatter or handler
-        for chat_format="chatml", "llama-3", ... or a chat_handler."""
+        for chat_format="chatml", "llama-3", ... or a chat_handler. The keyword-only extras are
+        create_completion's (llama-server's samplers), on the GGUF's template."""
         L = self.llm
         args = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
                     seed=seed, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                     repeat_penalty=repeat_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
                     mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta, model=model,
                     logits_processor=logits_processor, grammar=grammar, logit_bias=logit_bias)
+        extras = extra_samplers(dry_multiplier=dry_multiplier, dry_base=dry_base, dry_allowed_length=dry_allowed_length,
+                                dry_penalty_last_n=dry_penalty_last_n, dry_sequence_breakers=dry_sequence_breakers,
+                                xtc_probability=xtc_probability, xtc_threshold=xtc_threshold, top_n_sigma=top_n_sigma,
+                                dynatemp_range=dynatemp_range, dynatemp_exponent=dynatemp_exponent)
         handler = self.handler()
+        if handler is not None and extras:   # llama_cpp's handlers call create_completion with their own arguments
+            raise ValueError(f"{sorted(extras)[0]}: llama-server's samplers run on the GGUF's chat template, not "
+                             "through a chat_handler or chat_format (llama_cpp's handlers take llama_cpp's arguments)")
+        args.update(extras)
         if handler is not None:   # llama_cpp's formatter or handler builds the prompt and the result
             return handler(llama=self.llm, messages=messages, functions=functions, function_call=function_call,
                            tools=tools, tool_choice=tool_choice, stream=stream, stop=stop,

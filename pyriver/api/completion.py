@@ -13,6 +13,7 @@ from pyriver.text import completion as C
 from pyriver.engine.mtmd import NULL_TOKEN
 from pyriver.errors import ContextFullError
 from pyriver.api.generation import TokenLimit
+from pyriver.api.low_level import extra_samplers
 from pyriver.text.grammar import constrain
 from pyriver.text.infill import fim_tokens, has_fim
 from pyriver.text.logprobs import as_dict as logprobs_dict
@@ -85,10 +86,22 @@ class Completion:
                           repeat_penalty: float = 1.0, top_k: int = 40, stream: bool = False,
                           seed: Optional[int] = None, tfs_z: float = 1.0, mirostat_mode: int = 0,
                           mirostat_tau: float = 5.0, mirostat_eta: float = 0.1, model: Optional[str] = None,
-                          stopping_criteria=None, logits_processor=None, grammar=None, logit_bias=None):
-        """llama-cpp-python's create_completion (its arguments, seeds, cache and result shapes)."""
+                          stopping_criteria=None, logits_processor=None, grammar=None, logit_bias=None, *,
+                          dry_multiplier: Optional[float] = None, dry_base: Optional[float] = None,
+                          dry_allowed_length: Optional[int] = None, dry_penalty_last_n: Optional[int] = None,
+                          dry_sequence_breakers: Optional[List[str]] = None, xtc_probability: Optional[float] = None,
+                          xtc_threshold: Optional[float] = None, top_n_sigma: Optional[float] = None,
+                          dynatemp_range: Optional[float] = None, dynatemp_exponent: Optional[float] = None):
+        """llama-cpp-python's create_completion (its arguments, seeds, cache and result shapes). The
+        keyword-only extras are llama-server's samplers, by its request fields' names and defaults
+        (absent: off); they join llama_cpp's chain where llama-server's chain has them, and DRY sees
+        the prompt as llama-server's does, so a seed draws llama-server's tokens."""
         L = self.llm
         L.check_live()
+        extras = extra_samplers(dry_multiplier=dry_multiplier, dry_base=dry_base, dry_allowed_length=dry_allowed_length,
+                                dry_penalty_last_n=dry_penalty_last_n, dry_sequence_breakers=dry_sequence_breakers,
+                                xtc_probability=xtc_probability, xtc_threshold=xtc_threshold, top_n_sigma=top_n_sigma,
+                                dynatemp_range=dynatemp_range, dynatemp_exponent=dynatemp_exponent)
         if logprobs is not None and logprobs < 0:
             raise ValueError("logprobs must be >= 0")
         if logprobs is not None and echo and not L.context.logits_all:
@@ -106,7 +119,7 @@ class Completion:
         L.set_seed(seed if seed is not None else random.Random(L.seed).randint(0, 2 ** 32))
         chain = L.sampling.chain(top_k, top_p, min_p, typical_p, temperature, repeat_penalty, frequency_penalty,
                             presence_penalty, mirostat_mode, mirostat_tau, mirostat_eta,
-                            LogitsProcessorList(procs) if procs else None)
+                            LogitsProcessorList(procs) if procs else None, extras=extras)
         chain.skip = len(prompt_tokens)
         chain = constrain(chain, L.vocab, grammar, len(prompt_tokens))   # grammar: pyriver.text.grammar
         if max_tokens is None or max_tokens <= 0:

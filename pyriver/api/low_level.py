@@ -12,7 +12,7 @@ from pyriver.api.ctor_args import rng_seed
 from pyriver.api.generation import Context
 from pyriver.errors import ContextFullError
 from pyriver.text.grammar import constrain
-from pyriver.engine.sampling import SamplingParams
+from pyriver.engine.sampling import LLAMA_EXTRAS, SamplingParams
 from pyriver.text.sampling_chain import ChainSampler
 
 
@@ -67,13 +67,15 @@ class Sampling:
 
     def chain(self, top_k=40, top_p=0.95, min_p=0.05, typical_p=1.0, temp=0.80, repeat_penalty=1.0,
                frequency_penalty=0.0, presence_penalty=0.0, mirostat_mode=0, mirostat_tau=5.0,
-               mirostat_eta=0.1, logits_processor=None, grammar=None, **_ignored):
+               mirostat_eta=0.1, logits_processor=None, grammar=None, extras=None, **_ignored):
         """llama_cpp's sampler chain (a ChainSampler), under grammar when given (pyriver.text.grammar;
-        its history is the chain's own draws, as llama.cpp's grammar sampler accepts them)."""
+        its history is the chain's own draws, as llama.cpp's grammar sampler accepts them); extras:
+        llama-server's samplers (extra_samplers' dict), in the chain where llama-server places them."""
         L = self.llm
         params = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p,
                                 repeat_penalty=repeat_penalty, frequency_penalty=frequency_penalty,
-                                presence_penalty=presence_penalty, penalty_last_n=L.last_n_tokens_size)
+                                presence_penalty=presence_penalty, penalty_last_n=L.last_n_tokens_size,
+                                **(extras or {}))
         chain = ChainSampler(params, rng_seed(L.seed), mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
                              mirostat_eta=mirostat_eta, logits_processor=logits_processor, n_vocab=L.n_vocab(),
                              vocab=L.vocab)
@@ -168,3 +170,18 @@ class Sampling:
                 if sample_idx < L.n_tokens and token != L.context.tokens[sample_idx]:
                     L.n_tokens = sample_idx
                     break
+
+
+def extra_samplers(**given) -> dict:
+    """The extras a call gave (None: absent) as SamplingParams' fields; TypeError for an unknown
+    name or breakers that are not a list of strings (SamplingParams.validate checks the values)."""
+    unknown = sorted(set(given) - set(LLAMA_EXTRAS))
+    if unknown:
+        raise TypeError(f"unknown sampling argument {unknown[0]!r}")
+    out = {k: v for k, v in given.items() if v is not None}
+    br = out.get("dry_sequence_breakers")
+    if br is not None:
+        if isinstance(br, (str, bytes)) or not all(isinstance(x, str) for x in br):
+            raise TypeError("dry_sequence_breakers must be a list of strings (llama-server's field)")
+        out["dry_sequence_breakers"] = tuple(br)
+    return out

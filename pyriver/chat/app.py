@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Dict, List, Optional
 
-from pyriver.cli.args import device_kwargs, layout_kwargs
+from pyriver.cli.args import device_kwargs, layout_kwargs, rope_kwargs
 from pyriver.api.llama import DEFAULT_RIVER, DEFAULT_TAU, Llama
 from pyriver.speculative.draft import DRAFTERS
 from pyriver.speculative.lossless import describe
@@ -196,7 +196,7 @@ def run(a) -> int:
     if getattr(a, "batch_invariant", False):
         kw["batch_invariant"] = True
     llm = Llama(a.model, n_ctx=a.ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False,
-                engine=getattr(a, "engine", "auto"), **device_kwargs(a), **layout_kwargs(a), **kw)
+                engine=getattr(a, "engine", "auto"), **device_kwargs(a), **layout_kwargs(a), **rope_kwargs(a), **kw)
     session = ChatSession(llm, a.system, a.n, a.temp, a.river or DEFAULT_RIVER)
     interactive = sys.stdin.isatty()
     out = sys.stdout

@@ -182,6 +182,7 @@ def parser() -> argparse.ArgumentParser:
     add_flash_attn_arg(c)
     add_cache_type_args(c)
     add_layout_arg(c)
+    add_rope_args(c)
     c.set_defaults(fn=cmd_chat)
 
     m = sub.add_parser("models", help="list or fetch registry models (models fetch NAME)")

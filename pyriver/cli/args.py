@@ -42,22 +42,29 @@ def cache_type(text: str) -> str:
     return text
 
 
-def add_cache_type_args(p: argparse.ArgumentParser) -> None:
-    """-ctk/--cache-type-k and -ctv/--cache-type-v TYPE, llama.cpp's flags (llama-server's, llama-cli's)."""
+def add_cache_type_args(p: argparse.ArgumentParser, draft: bool = False) -> None:
+    """-ctk/--cache-type-k and -ctv/--cache-type-v TYPE, llama.cpp's flags (llama-server's, llama-cli's);
+    draft: the draft model's, -ctkd/--cache-type-k-draft and -ctvd/--cache-type-v-draft (llama-server's
+    --spec-draft-type-k/-v, its newer names, too)."""
     from pyriver.engine import kv_types
     for side in ("k", "v"):
-        p.add_argument(f"--cache-type-{side}", f"-ct{side}", dest=f"cache_type_{side}", type=cache_type, default="f16",
-                       metavar="TYPE", help=f"KV cache data type for {side.upper()}, llama.cpp's: {kv_types.allowed()} "
-                       "(default: f16)" + ("; a quantized V needs flash attention (-fa on or auto)" if side == "v" else ""))
+        names = ((f"--cache-type-{side}-draft", f"-ct{side}d", f"--spec-draft-type-{side}") if draft
+                 else (f"--cache-type-{side}", f"-ct{side}"))
+        whose = " for the draft model" if draft else ""
+        p.add_argument(*names, dest=f"cache_type_{side}" + ("_draft" if draft else ""), type=cache_type, default="f16",
+                       metavar="TYPE", help=f"KV cache data type for {side.upper()}{whose}, llama.cpp's: "
+                       f"{kv_types.allowed()} (default: f16)"
+                       + ("; a quantized V needs flash attention (-fa on or auto)" if side == "v" else ""))
 
 
-def cache_kwargs(a, flash: bool) -> Dict:
-    """Llama's type_k and type_v from -ctk/-ctv, checked against flash attention (llama.cpp's rules:
-    ValueError); nothing where a command has no such flags."""
+def cache_kwargs(a, flash: bool, draft: bool = False) -> Dict:
+    """Llama's type_k and type_v from -ctk/-ctv (draft: -ctkd/-ctvd), checked against flash attention
+    (llama.cpp's rules: ValueError); nothing where a command has no such flags."""
     from pyriver.engine import kv_types
-    if not hasattr(a, "cache_type_k"):
+    tail = "_draft" if draft else ""
+    if not hasattr(a, "cache_type_k" + tail):
         return {}
-    k, v = kv_types.check(a.cache_type_k, a.cache_type_v, flash)
+    k, v = kv_types.check(getattr(a, "cache_type_k" + tail), getattr(a, "cache_type_v" + tail), flash)
     return {"type_k": k, "type_v": v}
 
 

@@ -30,6 +30,13 @@ DRY_BREAKERS = ("\n", ":", "\"", "*")
 SERVER_ORDER = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
 SAMPLER_NAMES = frozenset(SERVER_ORDER) | {"infill", "adaptive_p"}
 _HISTORY = frozenset({"penalties", "dry"})   # the samplers that remember accepted tokens
+PROMPT_TOO = "prompt too"   # a history stage that sees the prompt where llama_cpp's penalties do not
+
+
+# llama-server's samplers that llama_cpp.Llama's signature lacks: Llama's keyword-only extras (absent:
+# off, llama_cpp's chain unchanged), each named as llama-server's request field and SamplingParams' attribute
+LLAMA_EXTRAS = ("dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
+                "xtc_probability", "xtc_threshold", "top_n_sigma", "dynatemp_range", "dynatemp_exponent")
 
 
 @dataclass
@@ -122,7 +129,9 @@ class _Chain:
     def __init__(self):
         self.ptr = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
         self.n = 0
-        self.history = False   # its samplers remember the accepted tokens (Sampler._sync feeds it)
+        # its samplers remember the accepted tokens (Sampler._sync feeds it): True, history[skip:];
+        # PROMPT_TOO, the whole history (llama_cpp.Llama's DRY, which llama-server feeds the prompt)
+        self.history = False
 
     def add(self, smpl) -> None:
         if not smpl:
@@ -187,7 +196,7 @@ class Sampler:
         self.seed_seq = np.random.SeedSequence(seed)
         self.rng = np.random.Generator(np.random.PCG64(self.seed_seq))
         self.skip = 0
-        self._fed: List[int] = []     # the history the history stages have accepted
+        self._fed: dict = {}     # per history stage, the history it has accepted
         self._adaptive = False
         steps, draw = self._plan()
         self._stages = self._group(steps)
@@ -295,7 +304,7 @@ class Sampler:
         for name in ("penalties", "dry"):
             smpl = self._make(name, t)
             if smpl is not None:
-                steps.append((smpl, True))
+                steps.append((smpl, PROMPT_TOO if name == "dry" else True))
         if t < 0.0:   # a draw from the penalized softmax
             return steps, llama_cpp.llama_sampler_init_dist(s)
         if t == 0.0:   # greedy: np.argmax is llama.cpp's greedy sampler (the first of equals)
@@ -346,22 +355,21 @@ class Sampler:
 
     # -- the history stages ---------------------------------------------------------------------
     def _sync(self, history: Sequence[int]) -> None:
-        """Feed the history stages what they have not seen of history[skip:]; rebuild them when that
-        history is not an extension of what they saw (a rewind)."""
-        hist = [c for c in self._stages if c.history]
-        if not hist:
-            return
-        h = [int(t) for t in history[self.skip:]]
-        k = len(self._fed)
-        if len(h) < k or h[:k] != self._fed:
-            for c in hist:
+        """Feed each history stage what it has not seen of history[skip:] (a PROMPT_TOO stage: of the
+        whole history); rebuild it when that history is not an extension of what it saw (a rewind)."""
+        for i, c in enumerate(self._stages):
+            if not c.history:
+                continue
+            h = [int(t) for t in history[0 if c.history is PROMPT_TOO else self.skip:]]
+            fed = self._fed.get(i, [])
+            k = len(fed)
+            if len(h) < k or h[:k] != fed:
                 llama_cpp.llama_sampler_reset(c.ptr)
-            self._fed, k = [], 0
-        for t in h[k:]:
-            if t >= 0:   # a media position (NULL_TOKEN) is no token: llama-server accepts text tokens only
-                for c in hist:
+                k = 0
+            for t in h[k:]:
+                if t >= 0:   # a media position (NULL_TOKEN) is no token: llama-server accepts text tokens only
                     llama_cpp.llama_sampler_accept(c.ptr, t)
-        self._fed = h
+            self._fed[i] = h
 
     def _array(self, logits: np.ndarray) -> np.ndarray:
         """The token-data array of logits in id order (llama_sampler_sample's)."""

@@ -124,6 +124,7 @@ def parser() -> argparse.ArgumentParser:
                    help="llama.cpp's multi-token kernels, as llama-server runs them (the default)")
     add_flash_attn_arg(p)
     add_cache_type_args(p)
+    add_cache_type_args(p, draft=True)
     add_layout_arg(p)
     add_rope_args(p)
     p.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY on /v1/*")
@@ -154,8 +155,11 @@ def parser() -> argparse.ArgumentParser:
                    help="a thinking model's thoughts: none leaves them in content; auto, deepseek and deepseek-legacy "
                    "put them in message.reasoning_content (llama-server's; a request's reasoning_format wins)")
     p.add_argument("--reasoning-budget", type=_budget, default=-1, metavar="N",
-                   help="thinking tokens: -1 unrestricted, 0 ends thinking at once where the template opens it "
-                   "(llama-server's; a request's reasoning_budget_tokens wins; N > 0 is not enforced)")
+                   help="token budget for thinking: -1 for unrestricted, 0 for immediate end, N>0 for token budget "
+                   "(llama-server's; a request's reasoning_budget_tokens wins)")
+    p.add_argument("--reasoning-budget-message", default="", metavar="MESSAGE",
+                   help="message injected before the end-of-thinking tag when reasoning budget is exhausted "
+                   "(llama-server's; a request's reasoning_budget_message wins)")
     p.add_argument("--jinja", action="store_true", help="accepted: chat templates always render with jinja2")
     p.add_argument("--no-jinja", action="store_true", help="accepted: chat templates always render with jinja2")
     p.add_argument("--metrics", action="store_true", help="serve GET /metrics, Prometheus text (llama-server's; "
@@ -266,6 +270,8 @@ def settings(a: argparse.Namespace) -> dict:
         kw["batch_invariant"] = bool(a.batch_invariant)
     kw["flash_attn"] = flash_attn(a.flash_attn, a.batch_invariant)
     kw.update(cache_kwargs(a, kw["flash_attn"]))   # a quantized V without -fa fails here, before the load
+    if spec is not None and spec["type"] == "draft-simple":   # -ctkd/-ctvd: the draft model's cache
+        spec.update(cache_kwargs(a, kw["flash_attn"], draft=True))
     kw.update(layout_kwargs(a))
     kw.update(rope_kwargs(a))
     if a.reranking:   # as llama-server's: embeddings on, pooling RANK
@@ -291,7 +297,7 @@ def settings(a: argparse.Namespace) -> dict:
                 slot_prompt_similarity=a.slot_prompt_similarity, batch_rule=a.batch_rule, api_key=a.api_key, alias=a.alias, tags=a.tags,
                 verbose=a.verbose, spm_infill=a.spm_infill, webui=not a.no_webui, llama_kwargs=kw, defaults=defaults, n_predict=a.n_predict,
                 chat_template_file=a.chat_template_file, chat_template=a.chat_template, cors_origins=a.cors_origins,
-                reasoning=a.reasoning, reasoning_format=a.reasoning_format, reasoning_budget=a.reasoning_budget, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,
+                reasoning=a.reasoning, reasoning_format=a.reasoning_format, reasoning_budget=a.reasoning_budget, reasoning_budget_message=a.reasoning_budget_message, spec=spec, ctx_shift=a.context_shift and not a.no_context_shift,
                 n_keep=a.keep, cache_reuse=a.cache_reuse,
                 drafts_by_default=by_default, endpoint_metrics=a.metrics, endpoint_slots=a.slots, endpoint_props=a.props,
                 slot_save_path=a.slot_save_path, models_dir=a.models_dir, models_preset=a.models_preset,

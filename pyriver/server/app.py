@@ -21,6 +21,7 @@ from starlette.routing import Route
 from pyriver.engine import kv_types
 from pyriver.errors import ContextFullError
 from pyriver.text.grammar import GrammarError, constrain
+from pyriver.text.reasoning_budget import Budget, BudgetSampler
 from pyriver.engine.sampling import Sampler
 from pyriver.text.toolcall import ToolError
 from pyriver.server import drafting, embeddings, gcp, infill, messages, multimodal, props, rerank, responses
@@ -133,9 +134,17 @@ class Server:
         bias = L.logit_bias(self, f.get("logit_bias"))
         base = self.base_sampler(f["sampling"], f["seed"], bias)
         try:
-            return constrain(base, self.llm.vocab, grammar, len(toks))
+            s = constrain(base, self.llm.vocab, grammar, len(toks))
         except GrammarError as e:
             raise APIError(400, str(e), param="grammar", code="invalid_grammar") from None
+        rb = f.get("reasoning_budget")   # thinking.after_prompt's; llama.cpp applies it before the grammar
+        if rb is None:
+            return s
+        def piece(tok: int) -> bytes:
+            with self.sched.vocab_lock:   # the Vocab's piece buffer is shared
+                return self.llm.vocab.piece(tok)
+        return BudgetSampler(s, lambda: Budget(rb["start"], rb["ends"], rb["forced"], rb["budget"], piece),
+                             rb["prefill"], len(toks))
 
     def base_sampler(self, params, seed, bias) -> Sampler:
         """llama.cpp's samplers for a request (llama-server's chain; penalties see the prompt too)."""

@@ -269,6 +269,7 @@ class DraftModel(Drafter):
         from pyriver.api.llama import Llama
         self.p_min = spec["p_min"]
         kw = {k: llama_kwargs[k] for k in ("batch_invariant", "flash_attn") if k in llama_kwargs}
+        kw.update({k: spec[k] for k in ("type_k", "type_v") if k in spec})   # -ctkd/-ctvd, not -ctk/-ctv
         self.llm = Llama(spec["model"], n_ctx=llm.n_ctx(), n_threads=threads, n_threads_batch=threads, verbose=False,
                          river=None, n_gpu_layers=spec["n_gpu_layers"], **kw)
         try:

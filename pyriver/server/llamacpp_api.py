@@ -212,8 +212,6 @@ def _int(v):
 _BOOL = (lambda v: isinstance(v, bool), "a boolean")
 # /completion's own fields beside the generation fields both APIs share (server/sampling_fields.py): name: (check, what)
 _FIELDS = {
-    "stop": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v) or isinstance(v, str),
-             "a list of strings"),
     "n_probs": (_int, "an integer"), "ignore_eos": _BOOL, "return_tokens": _BOOL, "post_sampling_probs": _BOOL,
     "timings_per_token": _BOOL,
     "response_fields": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v), "a list of strings"),
@@ -232,7 +230,7 @@ def parse_native(srv, raw: bytes) -> Dict[str, Any]:
     n_probs = int(body.get("n_probs") or 0)
     if not 0 <= n_probs <= 100:
         raise APIError(400, f"'n_probs' must be in [0, 100], got {n_probs}", param="n_probs")
-    stop = body.get("stop") or []
+    stop = gen["stop"] or []
     bias = logit_bias(srv, body.get("logit_bias"))
     if body.get("ignore_eos"):
         bias.update(eog_bias(srv))

@@ -28,7 +28,7 @@ class FieldError(ValueError):
 @dataclass(frozen=True)
 class Field:
     name: str                        # llama-server's name
-    kind: str                        # int, float, bool, seed, strings, samplers
+    kind: str                        # int, float, bool, seed, strings, samplers, stop
     default: Any
     lo: Optional[float] = None       # the range, inclusive; out of it: 400
     hi: Optional[float] = None
@@ -39,7 +39,8 @@ class Field:
     def what(self) -> str:
         return {"int": "an integer", "float": "a number", "bool": "a boolean", "seed": "an integer",
                 "strings": "a non-empty list of non-empty strings",
-                "samplers": "a list of sampler names or a string of sampler letters"}[self.kind]
+                "samplers": "a list of sampler names or a string of sampler letters",
+                "stop": "a string or a list of strings"}[self.kind]
 
 
 def _f(name, kind, default, lo=None, hi=None, aliases=(), param=None) -> Field:
@@ -78,6 +79,7 @@ FIELDS: Tuple[Field, ...] = (
     _f("samplers", "samplers", SERVER_ORDER, param="samplers"),
     _f("seed", "seed", None),   # -1 (or any negative): a random seed
     _f("stream", "bool", False),
+    _f("stop", "stop", None),   # the stop strings (None: none; llama-server's --reverse-prompt has no server use)
     _f("cache_prompt", "bool", True),   # false runs the whole prompt again instead of reusing the slot's prefix
     _f("return_progress", "bool", False),   # prompt progress reports in a stream
     _f("verbose", "bool", None),   # the __verbose field (server/verbose.py; default --verbose)
@@ -126,6 +128,10 @@ def check(f: Field, name: str, v) -> Any:
         if not (isinstance(v, list) and v and all(isinstance(s, str) and s for s in v)):
             raise _bad(f, name, v)
         return tuple(v)
+    if f.kind == "stop":   # llama-server's antiprompts: a string or a list (its empty strings dropped later)
+        if not (isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))):
+            raise _bad(f, name, v)
+        return v
     if f.kind == "samplers":
         if not (isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v))):
             raise _bad(f, name, v)

@@ -35,10 +35,6 @@ def _int(v):
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _stop(v):
-    return v is None or isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v))
-
-
 def _prompt(v):   # a JSON prompt {prompt_string, multimodal_data} too, as llama-server's /v1/completions
     return isinstance(v, (str, dict)) or (isinstance(v, list) and len(v) > 0 and all(_int(t) for t in v)) or \
         (isinstance(v, list) and len(v) == 1 and isinstance(v[0], (str, dict)))
@@ -51,9 +47,13 @@ def _messages(v):   # content (text, text parts, null with tool_calls) is checke
 
 # The fields of one route beside the generation fields both APIs share (server/sampling_fields.py):
 # name: (check, what it must be, default). Fields the API has that change nothing here (user ...) pass.
+# These stay per route: pyriver's /completion reads none of them here (model, response_format and
+# river_tokens are the OpenAI routes' own; n, grammar and json_schema it does not take, where
+# llama-server's one schema reads n as n_cmpl and grammar as json_schema's alias; lora, /completion
+# hands to server/lora.py unchecked), and each is an object or a predicate of its own, so the one
+# table would hold them only as per-field predicates, no longer a declarative table.
 _COMMON = {
     "model": (lambda v: v is None or isinstance(v, str), "a string", None),
-    "stop": (_stop, "a string or a list of strings", None),
     "stream_options": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("include_usage", False), bool)),
                        "an object {include_usage: boolean}", None),
     "n": (lambda v: v is None or (_int(v) and 1 <= v <= 16), "an integer in [1, 16]", 1),
@@ -80,6 +80,7 @@ CHAT = dict(_COMMON, messages=(_messages, "a list of {role, content} objects", N
             reasoning_effort=(lambda v: isinstance(v, str), "a string", None),
             reasoning_format=(lambda v: True, "", None),
             reasoning_budget_tokens=(_int, "an integer", None),
+            reasoning_budget_message=(lambda v: isinstance(v, str), "a string", None),
             thinking_budget_tokens=(_int, "an integer", None))
 _LOGIT_BIAS = (lambda v: isinstance(v, (dict, list)), "an object {token: bias}", None)   # checked in llamacpp_api
 COMPLETION["logit_bias"] = CHAT["logit_bias"] = _LOGIT_BIAS

@@ -5,10 +5,10 @@ handed to the template), the reasoning format (--reasoning-format, the request's
 and budget (--reasoning-budget, the request's reasoning_budget_tokens or thinking_budget_tokens);
 the split itself is pyriver.text.reasoning's.
 
-A budget of 0 on a template that opens thinking itself ends it at once: llama.cpp's budget sampler
-forces the closing tag's tokens as the first generated ones; here they follow the prompt, which
-leaves the model the same tokens to continue from. A positive budget, and 0 where the model opens
-thinking itself, are accepted and not enforced (that needs a sampler that forces tokens mid-stream)."""
+A budget N >= 0 is llama.cpp's budget sampler's (pyriver.text.reasoning_budget): after the start
+tag (the template's, in the generation prompt, or the model's own) N tokens of thinking, then the
+reasoning_budget_message and the end tag forced; llama-server arms it where the template has
+thinking tags, and so does pyriver."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
@@ -23,8 +23,8 @@ class Thinking:
     """How a request's answer splits: tags (None: the template does not think), format, prefix
     (the generation prompt's opened tail the answer is parsed after)."""
 
-    def __init__(self, tags: Optional[R.Tags], fmt: str, budget: int):
-        self.tags, self.fmt, self.budget, self.prefix = tags, fmt, budget, ""
+    def __init__(self, tags: Optional[R.Tags], fmt: str, budget: int, template: Optional[str] = None):
+        self.tags, self.fmt, self.budget, self.prefix, self.template = tags, fmt, budget, "", template
 
     def split(self, text: str):
         return R.split(text, self.tags, self.fmt, self.prefix)
@@ -53,7 +53,7 @@ def plan(srv, f: Dict[str, Any], template_source: Optional[str]) -> Thinking:
             break
     if budget == -1:
         budget = srv.settings.get("reasoning_budget", -1)
-    return Thinking(R.template_tags(template_source), fmt, budget)
+    return Thinking(R.template_tags(template_source), fmt, budget, template_source)
 
 
 def template_extra(srv, f: Dict[str, Any], think: Thinking) -> Dict[str, Any]:
@@ -77,14 +77,21 @@ def template_extra(srv, f: Dict[str, Any], think: Thinking) -> Dict[str, Any]:
 
 
 def after_prompt(srv, think: Thinking, prompt: str, toks: List[int], f: Dict[str, Any]) -> List[int]:
-    """The prompt's tokens, with the closing tag forced after a template-opened <think> when the
-    budget is 0; think.prefix set from the rendered prompt."""
+    """The prompt's tokens; think.prefix set from the rendered prompt, and f["reasoning_budget"]
+    (what srv.sampler arms the budget sampler with) where the budget is N >= 0 and the template thinks."""
     think.prefix = R.opened(prompt, think.tags)
-    if think.budget != 0 or not think.prefix or think.prefix.rstrip().endswith(think.tags.end):
+    if think.tags is None or think.budget < 0:
         return toks
+    msg = f.get("reasoning_budget_message")
+    msg = srv.settings.get("reasoning_budget_message", "") if msg is None else msg
+
+    def tok(text: str) -> List[int]:
+        return srv.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
+    ends = R.budget_end_tags(think.template, think.tags)
+    # llama-server's: the tags, message and generation prompt's tail tokenized alone (the tail's
+    # tokens after the opening tag count against the budget)
     with srv.sched.vocab_lock:
-        forced = srv.llm.tokenize(think.tags.end.encode("utf-8"), add_bos=False, special=True)
-    think.prefix += think.tags.end
-    if f.get("max_tokens") is not None:   # llama-server's forced tokens count among n_predict
-        f["max_tokens"] = max(1, f["max_tokens"] - len(forced))
-    return toks + forced
+        start, prefill, forced = tok(think.tags.start), tok(think.prefix), tok(msg)
+        ends = [tok(e) for e in ends]
+    f["reasoning_budget"] = dict(start=start, ends=ends, forced=forced + ends[0], budget=think.budget, prefill=prefill)
+    return toks

@@ -46,6 +46,18 @@ def template_tags(source: Optional[str]) -> Optional[Tags]:
     return None
 
 
+def budget_end_tags(source: Optional[str], tags: Tags) -> List[str]:
+    """The end sequences llama-server's budget sampler watches for, the first forced when the budget
+    runs out (chat_params.thinking_end_tags): the Qwen3-Coder family's handler (common/chat.cpp's
+    detection; Qwen3.5, Nemotron Nano 3) ends thinking with "\n</think>", "</think>" or "<tool_call>";
+    the autoparser's, the template's closing tag. llama.cpp's other specialized handlers (DeepSeek's
+    also at its tool-call opener, LFM2, Ling, Ministral...) are not written out here."""
+    if source and tags.start == "<think>" and "<tool_call>" in source and "<function=" in source \
+            and "<parameter=" in source and "'<tool_call><function=' ~ tool_call.name ~ '>'" not in source:
+        return ["\n</think>", "</think>", "<tool_call>"]
+    return [tags.end]
+
+
 def opened(prompt: str, tags: Optional[Tags]) -> str:
     """The generation prompt's tail from an opening tag the template wrote itself ("<think>\\n"),
     or "": the text the model's answer is parsed after. Only a tail that is the tag, whitespace

@@ -40,6 +40,16 @@ def _answers(url: str, opens: bool) -> dict:
                                                             "reasoning_budget_tokens": 0})
     assert code == 200, got
     out["budget 0"] = got["choices"][0]["message"]
+    # N > 0: N tokens of thinking, then the message and the end tag forced (llama.cpp's budget sampler)
+    for name, extra in (("budget 3", {"reasoning_budget_tokens": 3}), ("budget none", {}),
+                        ("budget 2 message", {"thinking_budget_tokens": 2, "reasoning_budget_message": " Enough."})):
+        body = dict({"messages": MSG, "max_tokens": 16, "temperature": 0, "reasoning_format": "none"}, **extra)
+        code, got = http("POST", url + "/v1/chat/completions", body)
+        assert code == 200, got
+        out[name] = got["choices"][0]["message"]["content"]
+        lines = [json.loads(ln[6:]) for ln in sse(url, "/v1/chat/completions", dict(body, stream=True))
+                 if ln.startswith("data: {")]
+        out[name + " stream"] = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in lines if ch.get("choices"))
     # Anthropic's Messages: thinking blocks (the model's own words at temperature 0, 12 tokens)
     msg = {"model": "m", "max_tokens": 12, "temperature": 0, "messages": MSG}
     code, got = http("POST", url + "/v1/messages", msg)
@@ -111,6 +121,16 @@ def test_budget_zero_ends_thinking_at_once(both):
     opens, peer, ours = both
     assert ours["budget 0"] == peer["budget 0"]
     assert "reasoning_content" not in peer["budget 0"]
+
+
+def test_a_positive_budget_forces_the_end_tag_as_llama_server(both):
+    opens, peer, ours = both
+    for k in ("budget 3", "budget 2 message", "budget none"):
+        assert ours[k] == peer[k], k
+        assert ours[k + " stream"] == ours[k], k
+    if opens:   # the template opens <think>: the budget acts (the model never closes it itself within 16 tokens)
+        assert peer["budget 3"] != peer["budget none"] and "</think>" in peer["budget 3"]
+        assert " Enough.\n</think>" in peer["budget 2 message"]   # Qwen3.5's handler forces "\n</think>" after the message
 
 
 def test_bad_format_and_budget_get_llama_server_s_message(both):

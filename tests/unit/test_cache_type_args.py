@@ -82,3 +82,37 @@ def test_the_table_is_llama_cpp_s():
     with pytest.raises(ValueError, match="block size 32 does not divide n_embd_head_k=48"):
         kv_types.check("q8_0", "f16", True, 48)
     assert kv_types.check("f16", "f16", False, 48) == (1, 1)
+
+
+def test_the_draft_model_takes_its_own_types(monkeypatch, tmp_path):
+    """-ctkd/--cache-type-k-draft and -ctvd/--cache-type-v-draft (llama-server's): the draft model's
+    cache types, f16 by default whatever -ctk/-ctv say; checked against flash attention as -ctv is."""
+    def spec(*argv):
+        return settings(parser().parse_args(["m.gguf", "--model-draft", "d.gguf", *argv]))["spec"]
+    assert (spec()["type_k"], spec()["type_v"]) == (1, 1)
+    assert (spec("-ctk", "q8_0", "-ctv", "q8_0")["type_k"], spec("-ctv", "q8_0")["type_v"]) == (1, 1)
+    s = spec("-ctkd", "q8_0", "-ctvd", "q4_0")
+    assert (s["type_k"], s["type_v"]) == (8, 2)
+    s = spec("--cache-type-k-draft", "q4_1", "--cache-type-v-draft", "q5_0")
+    assert (s["type_k"], s["type_v"]) == (3, 6)
+    assert _kw("-ctkd", "q8_0") == (1, 1)   # the model's own cache keeps -ctk's
+    with pytest.raises(ValueError, match="quantized V cache requires flash_attn"):
+        spec("-ctvd", "q8_0", "-fa", "off")
+    with pytest.raises(SystemExit):
+        spec("-ctkd", "q4_k")
+    # the draft Llama gets them (server/drafting.py's DraftModel)
+    from pyriver.server import drafting
+    seen = {}
+
+    def fake(*a, **kw):
+        seen.update(kw)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr("pyriver.api.llama.Llama", fake)
+
+    class Target:
+        def n_ctx(self):
+            return 256
+    with pytest.raises(RuntimeError, match="stop here"):
+        drafting.make(s, Target(), 1, 2, {"type_k": 8, "type_v": 8, "flash_attn": True})
+    assert (seen["type_k"], seen["type_v"], seen["flash_attn"]) == (3, 6, True)

@@ -74,3 +74,29 @@ def test_request_fields_are_checked_as_llama_server_checks_them():
         with pytest.raises(APIError) as e:
             context_shift.check_fields(body)
         assert e.value.status == 400 and msg in str(e.value), (body, str(e.value))
+
+
+def test_chat_takes_serve_s_rope_flags(monkeypatch):
+    """pyriver chat: the same --rope-*/--yarn-* definitions (cli/args.py's add_rope_args), handed to Llama."""
+    from pyriver.cli import main, parser as cli_parser
+    a = cli_parser().parse_args(["chat", "m.gguf", "--rope-scaling", "yarn", "--rope-freq-base", "20000",
+                                 "--rope-freq-scale", "0.25", "--yarn-orig-ctx", "2048", "--yarn-beta-fast", "8",
+                                 "--yarn-ext-factor", "0.5", "--yarn-attn-factor", "1.5", "--yarn-beta-slow", "2"])
+    from pyriver.cli.args import rope_kwargs
+    want = rope_kwargs(a)
+    assert want["rope_scaling_type"] == 2 and want["yarn_attn_factor"] == 1.5
+    served = _serve("--rope-scaling", "yarn", "--rope-freq-base", "20000", "--rope-freq-scale", "0.25", "--yarn-orig-ctx",
+                    "2048", "--yarn-beta-fast", "8", "--yarn-ext-factor", "0.5", "--yarn-attn-factor", "1.5",
+                    "--yarn-beta-slow", "2")["llama_kwargs"]
+    assert all(served[k] == v for k, v in want.items())
+    seen = {}
+
+    def fake(*args, **kw):
+        seen.update(kw)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr("pyriver.chat.app.Llama", fake)
+    assert main(["chat", "m.gguf", "--rope-scaling", "yarn", "--rope-freq-scale", "0.25", "--yarn-orig-ctx", "2048"]) == 1
+    assert (seen["rope_scaling_type"], seen["rope_freq_scale"], seen["yarn_orig_ctx"]) == (2, 0.25, 2048)
+    with pytest.raises(SystemExit):
+        cli_parser().parse_args(["chat", "m.gguf", "--rope-scaling", "longer"])

@@ -21,7 +21,7 @@ SAMPLE = {
     "dry_sequence_breakers": ["\n", "x"], "mirostat": 2, "mirostat_tau": 4.0, "mirostat_eta": 0.2,
     "adaptive_target": 0.5, "adaptive_decay": 0.5, "min_keep": 3, "samplers": ["top_k", "temperature"], "seed": 5,
     "stream": True, "cache_prompt": False, "return_progress": True, "verbose": True, "backend_sampling": True,
-    "id_slot": 1, "n_keep": 8, "n_discard": 4, "n_cache_reuse": 16,
+    "id_slot": 1, "n_keep": 8, "n_discard": 4, "n_cache_reuse": 16, "stop": ["\n", "x"],
 }
 SRV = SimpleNamespace(settings={})
 
@@ -50,7 +50,7 @@ def test_every_sampling_field_reaches_both_apis(name):
 
 @pytest.mark.parametrize("name", list(SF.BY_NAME))
 def test_a_value_of_the_wrong_type_is_a_400_on_both_apis(name):
-    bad = {"bool": 1, "strings": [1], "samplers": 5}.get(SF.BY_NAME[name].kind, "x")
+    bad = {"bool": 1, "strings": [1], "samplers": 5, "stop": [1]}.get(SF.BY_NAME[name].kind, "x")
     for read in (_v1, _native):
         with pytest.raises(APIError) as e:
             read({name: bad})
@@ -97,3 +97,14 @@ def test_sampler_names_as_llama_server_reads_them():
         ("top_k", "top_p", "typ_p", "min_p", "temperature", "dry")
     assert SF.sampler_names("edkypmxt?") == ("penalties", "dry", "top_k", "typ_p", "top_p", "min_p", "xtc",
                                              "temperature")
+
+
+def test_stop_is_read_alike_by_both_apis():
+    """stop, a request field both routes take, lives in the one table: a string or a list of strings on both."""
+    assert _v1({"stop": "x"})["stops"] == ["x"] and _v1({"stop": ["a", "b"]}, CHAT, "messages")["stops"] == ["a", "b"]
+    assert _native({"stop": "x"})["stops"] == ["x"] and _native({"stop": ["a"]})["stops"] == ["a"]
+    assert _v1({})["stops"] == [] and _native({"stop": None})["stops"] == []
+    for bad in ({"stop": 5}, {"stop": ["a", 1]}):
+        for read in (_v1, _native):
+            with pytest.raises(APIError, match="'stop' must be a string or a list of strings"):
+                read(bad)
