@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 
 from pyriver.text.grammar import LazyGrammar
 from pyriver.text.schema_gbnf import SchemaConverter
-from pyriver.text.toolcalls.family import Call, Parsed
+from pyriver.text.toolcalls.family import Call, Parsed, llama_space
 from pyriver.text.toolcalls.requests import ToolPlan
 
 
@@ -131,8 +131,11 @@ def call_grammar(tp: ToolPlan, force: bool = True) -> Optional[str]:
     if tp.choice == "auto" and force:
         return None
     tools = [t for t in tp.tools if tp.choice in ("required", "auto") or t["function"]["name"] == tp.choice]
-    conv = SchemaConverter()   # pyriver.text.schema_gbnf: strings as JSON has them (no raw control characters)
-    conv.add_rule("root", tp.family.root(conv, tools, tp.parallel, force))
+    conv = llama_space(SchemaConverter())   # strings as JSON has them, whitespace as llama.cpp's
+    if force and tp.choice == "required":   # llama.cpp's: content may come before the calls
+        conv.add_rule("root", tp.family.required_root(conv, tools, tp.parallel))
+    else:
+        conv.add_rule("root", tp.family.root(conv, tools, tp.parallel, force))
     return conv.format_grammar()
 
 
