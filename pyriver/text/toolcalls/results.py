@@ -19,8 +19,8 @@ def _new_id() -> str:
 
 
 def read(text: str, tp: ToolPlan, partial: bool = False) -> Parsed:
-    """The family's parse of text (a call cut short by max_tokens is not a call: alone, the answer
-    is content, as llama-server returns it); without parallel calls, the first call alone."""
+    """The family's parse of text (partial: a stream's text so far, or an answer max_tokens cut,
+    parsed leniently as llama-server does); without parallel calls, the first call alone."""
     p = tp.family.parse(text, tp.tools, partial)
     if not tp.parallel and len(p.calls) > 1:
         p.calls = p.calls[:1]
@@ -49,7 +49,7 @@ def message(text: str, finish: Optional[str], tp: Optional[ToolPlan]) -> Tuple[D
     """(assistant message, finish reason) of a finished answer: tool calls parsed out when tools are in play."""
     if tp is None:
         return {"role": "assistant", "content": text}, finish
-    p = read(text, tp)
+    p = _final(text, tp, finish)
     plain = not p.calls and not tp.family.channels
     msg: Dict = {"role": "assistant", "content": text if plain else _content(p, tp)}
     if p.reasoning:
@@ -57,7 +57,23 @@ def message(text: str, finish: Optional[str], tp: Optional[ToolPlan]) -> Tuple[D
     if not p.calls:
         return msg, finish
     msg["tool_calls"] = [_openai(c, c.id or _new_id()) for c in p.calls]
-    return msg, "tool_calls"
+    return msg, _finish(finish)
+
+
+def _final(text: str, tp: ToolPlan, finish: Optional[str]) -> Parsed:
+    """The final parse: cut by max_tokens, llama-server's lenient one (common_chat_peg_parse, always
+    COMMON_PEG_PARSE_FLAG_LENIENT), which keeps a call whose name is complete with its arguments so
+    far; a call cut before its name leaves the answer's text as its content."""
+    if finish == "length":
+        p = read(text, tp, partial=True)
+        if p.calls:
+            return p
+    return read(text, tp)
+
+
+def _finish(finish: Optional[str]) -> Optional[str]:
+    """The finish reason beside calls: "tool_calls", or "length" where max_tokens cut the answer (llama-server's)."""
+    return finish if finish == "length" else "tool_calls"
 
 
 def _diff(old: str, new: str) -> str:
@@ -116,12 +132,15 @@ class DeltaStream:
         """The last deltas (what the final parse adds), and the finish reason to send."""
         if self.tp is None:
             return [], finish
+        if finish == "length":   # llama-server's lenient final parse: what the stream has shown so far, and
+            new = read(self.text, self.tp, partial=True)   # a cut call's arguments; no raw text after
+            return self._deltas(new), (_finish(finish) if new.calls else finish)
         new = read(self.text, self.tp)
         if not new.calls:
             if self.last.calls:   # calls streamed, then cut short by the end: they stay as sent
                 return [], finish
             return self._deltas(new), finish
-        return self._deltas(new), "tool_calls"
+        return self._deltas(new), _finish(finish)
 
 
 # -- grammars ---------------------------------------------------------------------------------
