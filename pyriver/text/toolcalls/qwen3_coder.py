@@ -129,8 +129,8 @@ class Qwen3Coder(Family):
                     return None
                 value = text[v0:len(text) - J.held(text[v0:], ARG_CLOSE)]
                 schema = props[name].get(pname)
-                if _is_string(schema, value) and (("string" in _types(schema or {})) and _types(schema or {}) == {"string"}):
-                    call.arguments += key + '"' + json.dumps(value, ensure_ascii=False)[1:-1]
+                if "string" in _types(schema or {}):
+                    pass   # llama.cpp's string value reads through its closing tag: nothing until then
                 elif value:
                     call.arguments += key + value
                 else:
