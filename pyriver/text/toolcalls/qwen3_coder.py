@@ -129,8 +129,10 @@ class Qwen3Coder(Family):
                     return None
                 value = text[v0:len(text) - J.held(text[v0:], ARG_CLOSE)]
                 schema = props[name].get(pname)
-                if "string" in _types(schema or {}):
-                    pass   # llama.cpp's string value reads through its closing tag: nothing until then
+                if e + 1 >= len(text):
+                    pass   # the opening tag's newline still to come: llama.cpp's arg open is incomplete
+                elif _is_string(schema, value) and _types(schema or {}) == {"string"}:
+                    call.arguments += key + '"' + json.dumps(value, ensure_ascii=False)[1:-1]
                 elif value:
                     call.arguments += key + value
                 else:
