@@ -109,5 +109,5 @@ SPACE = '| " " | "\\n"{1,2} [ \\t]{0,20}'
 
 def llama_space(conv: SchemaConverter) -> SchemaConverter:
     """conv with llama.cpp's space rule: a tool call's grammar allows the whitespace llama-server's does."""
-    conv._rules["space"] = SPACE
+    conv.set_rule("space", SPACE)
     return conv

@@ -88,7 +88,7 @@ def _rules(conv, name: str, strings: Sequence[str], including: bool) -> str:
             alts.append(f"{_cls(chars, False)} {taken[d]}")
         alts.append(f"{_cls(specific, True)} {taken[0]}")
         body = " | ".join(alts)
-        conv._rules[taken[q]] = ("| " + body) if not including else body
+        conv.set_rule(taken[q], ("| " + body) if not including else body)
     return taken[0]
 
 
