@@ -66,8 +66,7 @@ def _final(text: str, tp: ToolPlan, finish: Optional[str]) -> Parsed:
     far; a call cut before its name leaves the answer's text as its content."""
     if finish == "length":
         p = read(text, tp, partial=True)
-        if p.calls:
-            return p
+        return p if p.calls or tp.family.channels else Parsed(text)   # no bare-JSON reading of a cut text
     return read(text, tp)
 
 
