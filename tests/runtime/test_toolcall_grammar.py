@@ -46,12 +46,20 @@ def grammar(tools, choice, src, parallel=None):
     ("Let me look that up.\n" + CALL, True),                 # content before a required call (llama.cpp's until)
     ("<tool_call><b>" + CALL, True),                          # "<tool_call>" not followed by "\n" is content
     ('<tool_call>\n{ "name" : "get_weather" ,\n "arguments": {"city": "Paris"} }\n</tool_call>', True),   # space()
-    (CALL + "\n" + CALL, True),                              # tags repeat (one_or_more), parallel or not
     ("Let me look that up.", False),                         # required: a call must come
     ("<tool_call>\nnot json</tool_call>", False),
 ])
 def test_hermes_required_grammar(vocab, text, ok):
     assert takes(vocab, grammar([WEATHER], "required", HERMES, parallel=False), text) is ok
+
+
+def test_parallel_calls_repeat_tags(vocab):
+    """Parallel calls: tags repeat (llama.cpp's one_or_more), calls also comma-separated in one tag;
+    without them one tag (llama.cpp repeats tags there too: see hermes.py)."""
+    two = CALL + "\n" + CALL
+    assert takes(vocab, grammar([WEATHER], "required", HERMES, parallel=True), two)
+    assert takes(vocab, grammar([WEATHER], "required", HERMES, parallel=True), CALL.replace("}}\n", "}}, " + CALL[12:-13] + "\n"))
+    assert not takes(vocab, grammar([WEATHER], "required", HERMES, parallel=False), two)
 
 
 def test_named_choice_keeps_the_call_first(vocab):

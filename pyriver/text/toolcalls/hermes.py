@@ -97,15 +97,17 @@ class Hermes(Family):
     def root(self, conv, tools: List[Dict], parallel: bool, force: bool) -> str:
         """llama.cpp's autoparser grammar of JSON calls in per-call tags (chat-auto-parser-generator.cpp,
         build_tool_parser_json_native; chat-peg-parser.cpp, standard_json_tools): whitespace where
-        llama.cpp's space() goes, several tags whether or not calls are parallel; with parallel calls
-        also several comma-separated calls in one tag."""
+        llama.cpp's space() goes; with parallel calls several tags, and several comma-separated calls
+        in one tag."""
         tool = alts([f'"{{" space {lit(conv, chr(34) + "name" + chr(34))} space ":" space {lit(conv, _q(n))} space '
                      f'"," space {lit(conv, chr(34) + "arguments" + chr(34))} space ":" space {r} space "}}"'
                      for n, r, _ in args_rules(conv, tools)])
         tool = conv.add_rule("tool", tool)
         many = f' ( space "," space {tool} )*' if parallel else ""
         call = conv.add_rule("tool-call", f'"<tool_call>\\n" space {tool}{many} space "</tool_call>"')
-        return f"( {call} space )+"
+        # llama.cpp repeats tags even without parallel calls; here one tag then (SmolLM2 under the
+        # generic offer, tool_choice named or required: a second call, and a third, to max_tokens)
+        return f"( {call} space )+" if parallel else f"{call} space"
 
 
 def _q(name: str) -> str:
