@@ -8,8 +8,8 @@ its tool and with tool_choice "required", through `Llama.create_chat_completion`
 An answer passes when it comes back as tool_calls with finish_reason "tool_calls", a call to the
 named function (exactly one) or, for "required", to any offered tool, whose arguments validate
 against the tool's JSON schema (jsonschema). A call that max_tokens cuts short comes back as
-llama-server returns it: content, finish_reason "length"; it is counted apart ("cut"), as a
-failure only with --strict. Everything else is a failure, printed with the answer."""
+llama-server returns it: finish_reason "length", the call as far as it came (its text as content
+where the name was cut); it is counted apart ("cut"), as a failure only with --strict. Everything else is a failure, printed with the answer."""
 from __future__ import annotations
 
 import argparse
@@ -141,9 +141,9 @@ def _tool_choice(case: Dict):
 
 
 def judge(case: Dict, finish: Optional[str], content: Optional[str], calls: List[Dict]) -> Dict:
-    """The verdict on one answer: ok, cut (max_tokens cut the call: content, finish length) or bad."""
+    """The verdict on one answer: ok, cut (max_tokens cut the call: finish length) or bad."""
     out = dict(case, finish=finish, content=content, calls=calls)
-    if finish == "length" and not calls:
+    if finish == "length":
         return dict(out, verdict="cut")
     problems = []
     if finish != "tool_calls":

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Dict, Iterator, List, Optional
 
+import json
+
 import jinja2
 from llama_cpp.llama_chat_format import _convert_text_completion_logprobs_to_chat
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -33,11 +35,18 @@ def _raise(msg):
     raise jinja2.exceptions.TemplateError(msg)
 
 
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    """tojson as llama.cpp's templates (and Hugging Face's) write it: keys in their order, nothing
+    HTML-escaped (jinja2's own sorts keys and writes < as \\u003c: another prompt than llama-server's)."""
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
 class ChatTemplate:
     def __init__(self, source: str, bos_token: str, eos_token: str):
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader(),
                                             extensions=["jinja2.ext.loopcontrols"],   # {% break %} (Cohere ...)
                                             undefined=MinjaUndefined)
+        env.filters["tojson"] = _tojson
         self.template = env.from_string(source)
         self.source = source   # what pyriver.text.toolcall reads the tool-call syntax from
         self.bos_token, self.eos_token = bos_token, eos_token

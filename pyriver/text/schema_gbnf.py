@@ -38,6 +38,10 @@ class SchemaConverter(llama_grammar.SchemaConverter):
         """Add GBNF rule name (renamed when taken by another rule); the name it got."""
         return self._add_rule(name, rule)
 
+    def set_rule(self, name: str, rule: str) -> None:
+        """Rule name's body, replaced (a rule added under a name taken first, or llama.cpp's space)."""
+        self._rules[name] = rule
+
     def format_literal(self, literal: str) -> str:
         """literal as a GBNF string literal."""
         return self._format_literal(literal)

@@ -194,3 +194,41 @@ def test_forced_grammar_accepts_the_family(case, src, tools, text, content, reas
     lazy = T.auto_grammar(tp)
     assert lazy.words or lazy.patterns
     assert llama_cpp.LlamaGrammar.from_string(lazy.text, verbose=False) is not None
+
+
+QWEN25 = "{%- if tools %}<tool_call>{%- endif %}"   # a Hermes-family template's marker
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+@pytest.mark.parametrize("cut,calls,content", [
+    ('<tool_call>\n{"name": "get_', [], '<tool_call>\n{"name": "get_'),   # the name cut: the text is the content
+    ('<tool_call>\n{"name": "get_weather", "arguments": {"city', [("get_weather", '{"city')], None),
+])
+def test_cut_call_as_llama_server_returns_it(cut, calls, content):
+    """max_tokens cutting a call (llama-server, SmolLM2 under Qwen2.5's template, max_tokens 12 and
+    19): its final parse is lenient, so a call whose name is complete comes back with its arguments
+    so far, finish "length"; cut before the name, the answer's text is the content. Streamed, the
+    same calls, no raw text."""
+    tp = T.plan([WEATHER], "required", None, QWEN25)
+    msg, finish = T.message(cut, "length", tp)
+    assert finish == "length"
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in msg.get("tool_calls", [])] == calls
+    assert msg["content"] == content
+    ds = T.DeltaStream(tp)
+    deltas = [d for ch in cut for d in ds.feed(ch)]
+    more, sfinish = ds.finish("length")
+    got_content, _, got_calls = _joined(deltas + more)
+    assert sfinish == "length" and [(c["name"], c["arguments"]) for c in got_calls] == calls
+    assert got_content == ""   # llama-server streams nothing of a call cut before its name
+
+
+def test_hermes_comma_separated_calls_in_one_tag():
+    """llama.cpp's Hermes grammar with parallel calls puts several calls in one tag, comma-separated
+    (standard_json_tools); they parse as calls, not content."""
+    tp = T.plan([WEATHER], "required", True, QWEN25)
+    text = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+            '{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>')
+    msg, finish = T.message(text, "stop", tp)
+    assert finish == "tool_calls" and msg["content"] is None
+    assert [json.loads(c["function"]["arguments"])["city"] for c in msg["tool_calls"]] == ["Paris", "Rome"]

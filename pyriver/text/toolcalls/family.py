@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from pyriver.text.grammar import GrammarError
 from pyriver.text.schema_gbnf import SchemaConverter
+from pyriver.text.toolcalls.until import excluding
 
 
 @dataclass
@@ -37,6 +38,18 @@ class Family:
     knows_tools = True               # False: the template has no tools; they go in a system message
     channels = False                 # True: even without calls the text is markup (gpt-oss), content parsed out
     strip_content = True             # False: content before the calls kept as written (llama.cpp's qwen3-coder)
+    # tool_choice required: the text llama.cpp's grammar lets come before the calls, up to the
+    # first of these (its until()); () where the calls begin the answer
+    content_until: Tuple[str, ...] = ()
+
+    def content_before(self, tools: List[Dict]) -> Tuple[str, ...]:
+        return self.content_until
+
+    def required_root(self, conv: SchemaConverter, tools: List[Dict], parallel: bool) -> str:
+        """tool_choice required's grammar: llama.cpp's lets content come first, up to the call's opening."""
+        calls = self.root(conv, tools, parallel, True)
+        before = self.content_before(tools)
+        return f"space {excluding(conv, before, 'content')}? ( {calls} )" if before else calls
 
     def parse(self, text: str, tools: List[Dict], partial: bool) -> Parsed:
         names = names_of(tools)
@@ -86,10 +99,15 @@ def names_of(tools: List[Dict]) -> List[str]:
 
 def until(conv: SchemaConverter, delim: str, name: str) -> str:
     """A rule for any text that does not contain delim (llama.cpp's until() in a grammar)."""
-    parts = []
-    for i in range(len(delim)):
-        c = delim[i]
-        esc = c.replace("\\", "\\\\").replace("]", "\\]").replace("^", "\\^").replace("-", "\\-")
-        esc = esc.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
-        parts.append((lit(conv, delim[:i]) + " " if i else "") + f"[^{esc}]")
-    return conv.add_rule(name, f"( {' | '.join(parts)} )*")
+    return excluding(conv, [delim], name)
+
+
+# llama.cpp's whitespace between JSON tokens (json-schema-to-grammar.cpp's SPACE_RULE, also the PEG
+# builder's space()); llama-cpp-python's converter has `" "?`
+SPACE = '| " " | "\\n"{1,2} [ \\t]{0,20}'
+
+
+def llama_space(conv: SchemaConverter) -> SchemaConverter:
+    """conv with llama.cpp's space rule: a tool call's grammar allows the whitespace llama-server's does."""
+    conv.set_rule("space", SPACE)
+    return conv

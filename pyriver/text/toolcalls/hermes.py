@@ -8,7 +8,7 @@ import re
 from typing import Dict, List, Sequence
 
 from pyriver.text.toolcalls import jsontext as J
-from pyriver.text.toolcalls.family import names_of, Call, Family, Parsed, alts, args_rules, lit, repeat
+from pyriver.text.toolcalls.family import names_of, Call, Family, Parsed, alts, args_rules, lit
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _FENCE_RE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
@@ -62,6 +62,15 @@ class Hermes(Family):
             else:
                 calls.append(Call(name, args))
                 j = J.skip_ws(text, end)
+                while text.startswith(",", j):   # parallel calls in one tag, comma-separated (llama.cpp's)
+                    status, name, args, cid, end = J.read_call(text, J.skip_ws(text, j + 1), partial, names)
+                    if status == "fail":
+                        break
+                    if name is None:   # the next call's name still coming
+                        j = len(text)
+                        break
+                    calls.append(Call(name, args))
+                    j = len(text) if status == "partial" else J.skip_ws(text, end)
                 if text.startswith(CLOSE, j):
                     k2 = j + len(CLOSE)
                 elif CLOSE.startswith(text[j:]) and (partial or j < len(text)):
@@ -82,11 +91,23 @@ class Hermes(Family):
         s = text.lstrip()
         return s[:1] in ("{", "[") or s.startswith(("<|python_tag|>", "`"))
 
+    def content_before(self, tools):
+        return (OPEN + "\n",)   # llama.cpp's autoparser: the per-call marker its template renders
+
     def root(self, conv, tools: List[Dict], parallel: bool, force: bool) -> str:
-        heads = [(lit(conv, '{"name": ' + _q(n) + ', "arguments": '), r) for n, r, _ in args_rules(conv, tools)]
-        call = conv.add_rule("tool-call", alts([f'{h} {r} "}}"' for h, r in heads]))
-        one = f'"<tool_call>\\n" {call} "\\n</tool_call>"'
-        return repeat(one, '"\\n"', parallel)
+        """llama.cpp's autoparser grammar of JSON calls in per-call tags (chat-auto-parser-generator.cpp,
+        build_tool_parser_json_native; chat-peg-parser.cpp, standard_json_tools): whitespace where
+        llama.cpp's space() goes; with parallel calls several tags, and several comma-separated calls
+        in one tag."""
+        tool = alts([f'"{{" space {lit(conv, chr(34) + "name" + chr(34))} space ":" space {lit(conv, _q(n))} space '
+                     f'"," space {lit(conv, chr(34) + "arguments" + chr(34))} space ":" space {r} space "}}"'
+                     for n, r, _ in args_rules(conv, tools)])
+        tool = conv.add_rule("tool", tool)
+        many = f' ( space "," space {tool} )*' if parallel else ""
+        call = conv.add_rule("tool-call", f'"<tool_call>\\n" space {tool}{many} space "</tool_call>"')
+        # llama.cpp repeats tags even without parallel calls; here one tag then (SmolLM2 under the
+        # generic offer, tool_choice named or required: a second call, and a third, to max_tokens)
+        return f"( {call} space )+" if parallel else f"{call} space"
 
 
 def _q(name: str) -> str:
@@ -98,3 +119,6 @@ class Generic(Hermes):
     """A template that knows no tools: the tools and the Hermes syntax in a system message."""
     name = "generic"
     knows_tools = False
+
+    def content_before(self, tools):
+        return ()   # pyriver's own offer of tools: the answer is the call

@@ -7,10 +7,11 @@ Qwen3-Coder (no <think>) may leave out the first call's <tool_call>."""
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from pyriver.text.toolcalls import jsontext as J
-from pyriver.text.toolcalls.family import Call, Family, Parsed, alts, args_rules, lit, names_of, until
+from pyriver.text.toolcalls.family import Call, Family, Parsed, alts, args_rules, lit, names_of
+from pyriver.text.toolcalls.until import excluding, including
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 ARG_CLOSE = "\n</parameter>\n"
@@ -128,7 +129,9 @@ class Qwen3Coder(Family):
                     return None
                 value = text[v0:len(text) - J.held(text[v0:], ARG_CLOSE)]
                 schema = props[name].get(pname)
-                if _is_string(schema, value) and (("string" in _types(schema or {})) and _types(schema or {}) == {"string"}):
+                if e + 1 >= len(text):
+                    pass   # the opening tag's newline still to come: llama.cpp's arg open is incomplete
+                elif _is_string(schema, value) and _types(schema or {}) == {"string"}:
                     call.arguments += key + '"' + json.dumps(value, ensure_ascii=False)[1:-1]
                 elif value:
                     call.arguments += key + value
@@ -142,8 +145,19 @@ class Qwen3Coder(Family):
                 call.arguments += key + value
             j = J.skip_ws(text, stop + len(ARG_CLOSE))
 
+    def _starts(self, tools: List[Dict]) -> Tuple[str, ...]:
+        """What opens a call (llama.cpp's tool_call_starts): Qwen3-Coder may leave out <tool_call>."""
+        return (OPEN,) + (() if self.thinking else tuple(f"<function={n}>" for n in names_of(tools)))
+
+    def content_before(self, tools):
+        return self._starts(tools)
+
     def root(self, conv, tools: List[Dict], parallel: bool, force: bool) -> str:
-        string = conv.add_rule("xml-arg-string", f"{until(conv, ARG_CLOSE, 'xml-arg-text')} {lit(conv, ARG_CLOSE)}")
+        """llama.cpp's grammar (common/parsers/qwen3-coder.cpp): each call's required parameters in
+        any order (a permutation, up to COMMON_CHAT_MAX_PERMUTE of them; more in schema order), then
+        optional ones in any order and number; a string value any text up to and including the
+        first "\n</parameter>\n"."""
+        string = conv.add_rule("xml-arg-string", including(conv, [ARG_CLOSE], "xml-arg-text"))
         fns = []
         for (name, _, schema), t in zip(args_rules(conv, tools), tools):
             props = schema.get("properties") or {}
@@ -151,17 +165,50 @@ class Qwen3Coder(Family):
             rules = {}
             for p, ps in props.items():
                 types = _types(ps)
-                if types == {"string"}:
-                    val = string
-                elif "string" in types:
+                if "string" in types:
                     val = string   # any text: the grammar keeps the raw string rule (as llama.cpp's)
                 else:
                     val = f"{conv.visit(ps, f'{name}-{p}-value')} {lit(conv, ARG_CLOSE)}"
-                rules[p] = f"{lit(conv, f'<parameter={p}>' + chr(10))} {val}"
-            body = " ".join(f"( {rules[p]} )" for p in req)
+                rules[p] = conv.add_rule(f"tool-{name}-arg-{p}", f"{lit(conv, f'<parameter={p}>' + chr(10))} {val}")
+            body = _permute(conv, f"tool-{name}-args", [rules[p] for p in req])
             opt = [rules[p] for p in props if p not in req]
             if opt:
                 body += f" ( {alts(opt)} )*"
             fns.append(f"{lit(conv, f'<function={name}>' + chr(10))} {body} {lit(conv, '</function>' + chr(10))}")
-        call = conv.add_rule("tool-call", f"{lit(conv, OPEN + chr(10))} ( {alts(fns)} ) {lit(conv, CLOSE)}")
-        return call + (f' ( "\\n" {call} )*' if parallel else "")
+        body = f"( {alts(fns)} ) {lit(conv, CLOSE)} space"
+        call = conv.add_rule("tool-call", f"{lit(conv, OPEN + chr(10))} {body}")
+        first = call if self.thinking else conv.add_rule("tool-call-first", f"{lit(conv, OPEN + chr(10))}? {body}")
+        return first + (f" {call}*" if parallel else "")
+
+    def required_root(self, conv, tools: List[Dict], parallel: bool) -> str:
+        """reasoning (Qwen3.5's <think>), content up to a call's opening, the calls: llama.cpp's
+        `reasoning << content << tool_calls`."""
+        calls = self.root(conv, tools, parallel, True)
+        content = excluding(conv, self._starts(tools), "content")
+        lead = ""
+        if self.thinking:
+            think = excluding(conv, ("</think>", OPEN), "reasoning")
+            lead = f'( "<think>" space {think} ( "</think>" | ) )? '
+        return f"{lead}space {content} space {calls}"
+
+
+MAX_PERMUTE = 6   # llama.cpp's COMMON_CHAT_MAX_PERMUTE
+
+
+def _permute(conv, prefix: str, rules: List[str]) -> str:
+    """The rules in any order (llama.cpp's common_chat_peg_builder::permute): one rule per set of
+    rules still to come; one rule, or more than MAX_PERMUTE, in the order given."""
+    if not rules:
+        return ""
+    if len(rules) == 1 or len(rules) > MAX_PERMUTE:
+        return " ".join(rules)
+    names: Dict[int, str] = {}
+
+    def remaining(mask: int) -> str:
+        if mask == 0:
+            return ""
+        if mask not in names:
+            parts = [f"{r} {remaining(mask & ~(1 << i))}".strip() for i, r in enumerate(rules) if mask & (1 << i)]
+            names[mask] = conv.add_rule(f"{prefix}-{mask}", " | ".join(f"( {p} )" for p in parts))
+        return names[mask]
+    return remaining((1 << len(rules)) - 1)

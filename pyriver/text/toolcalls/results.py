@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 
 from pyriver.text.grammar import LazyGrammar
 from pyriver.text.schema_gbnf import SchemaConverter
-from pyriver.text.toolcalls.family import Call, Parsed
+from pyriver.text.toolcalls.family import Call, Parsed, llama_space
 from pyriver.text.toolcalls.requests import ToolPlan
 
 
@@ -19,8 +19,8 @@ def _new_id() -> str:
 
 
 def read(text: str, tp: ToolPlan, partial: bool = False) -> Parsed:
-    """The family's parse of text (a call cut short by max_tokens is not a call: alone, the answer
-    is content, as llama-server returns it); without parallel calls, the first call alone."""
+    """The family's parse of text (partial: a stream's text so far, or an answer max_tokens cut,
+    parsed leniently as llama-server does); without parallel calls, the first call alone."""
     p = tp.family.parse(text, tp.tools, partial)
     if not tp.parallel and len(p.calls) > 1:
         p.calls = p.calls[:1]
@@ -49,7 +49,7 @@ def message(text: str, finish: Optional[str], tp: Optional[ToolPlan]) -> Tuple[D
     """(assistant message, finish reason) of a finished answer: tool calls parsed out when tools are in play."""
     if tp is None:
         return {"role": "assistant", "content": text}, finish
-    p = read(text, tp)
+    p = _final(text, tp, finish)
     plain = not p.calls and not tp.family.channels
     msg: Dict = {"role": "assistant", "content": text if plain else _content(p, tp)}
     if p.reasoning:
@@ -57,7 +57,22 @@ def message(text: str, finish: Optional[str], tp: Optional[ToolPlan]) -> Tuple[D
     if not p.calls:
         return msg, finish
     msg["tool_calls"] = [_openai(c, c.id or _new_id()) for c in p.calls]
-    return msg, "tool_calls"
+    return msg, _finish(finish)
+
+
+def _final(text: str, tp: ToolPlan, finish: Optional[str]) -> Parsed:
+    """The final parse: cut by max_tokens, llama-server's lenient one (common_chat_peg_parse, always
+    COMMON_PEG_PARSE_FLAG_LENIENT), which keeps a call whose name is complete with its arguments so
+    far; a call cut before its name leaves the answer's text as its content."""
+    if finish == "length":
+        p = read(text, tp, partial=True)
+        return p if p.calls or tp.family.channels else Parsed(text)   # no bare-JSON reading of a cut text
+    return read(text, tp)
+
+
+def _finish(finish: Optional[str]) -> Optional[str]:
+    """The finish reason beside calls: "tool_calls", or "length" where max_tokens cut the answer (llama-server's)."""
+    return finish if finish == "length" else "tool_calls"
 
 
 def _diff(old: str, new: str) -> str:
@@ -116,12 +131,15 @@ class DeltaStream:
         """The last deltas (what the final parse adds), and the finish reason to send."""
         if self.tp is None:
             return [], finish
+        if finish == "length":   # llama-server's lenient final parse: what the stream has shown so far, and
+            new = read(self.text, self.tp, partial=True)   # a cut call's arguments; no raw text after
+            return self._deltas(new), (_finish(finish) if new.calls else finish)
         new = read(self.text, self.tp)
         if not new.calls:
             if self.last.calls:   # calls streamed, then cut short by the end: they stay as sent
                 return [], finish
             return self._deltas(new), finish
-        return self._deltas(new), "tool_calls"
+        return self._deltas(new), _finish(finish)
 
 
 # -- grammars ---------------------------------------------------------------------------------
@@ -131,8 +149,11 @@ def call_grammar(tp: ToolPlan, force: bool = True) -> Optional[str]:
     if tp.choice == "auto" and force:
         return None
     tools = [t for t in tp.tools if tp.choice in ("required", "auto") or t["function"]["name"] == tp.choice]
-    conv = SchemaConverter()   # pyriver.text.schema_gbnf: strings as JSON has them (no raw control characters)
-    conv.add_rule("root", tp.family.root(conv, tools, tp.parallel, force))
+    conv = llama_space(SchemaConverter())   # strings as JSON has them, whitespace as llama.cpp's
+    if force and tp.choice == "required":   # llama.cpp's: content may come before the calls
+        conv.add_rule("root", tp.family.required_root(conv, tools, tp.parallel))
+    else:
+        conv.add_rule("root", tp.family.root(conv, tools, tp.parallel, force))
     return conv.format_grammar()
 
 

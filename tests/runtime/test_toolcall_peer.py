@@ -1,0 +1,125 @@
+"""Tool calls field by field against llama-server (the referee) on the same file: SmolLM2 under
+llama.cpp's own templates of a tool-call family, greedy, with three earlier turns that call the
+tool so the model calls it again by itself (llama-server refuses a `grammar` beside `tools`, and
+its grammar for tool_choice required lets content come first, so the answer is held by the model,
+not by a grammar of ours). pyriver runs llama.cpp's engine: its own logits (on the native engine
+"call" and "response" after "<tool_" are 0.2 apart, and greedy may go either way). Compared: finish_reason, content (null and "" alike: llama-server
+writes "", OpenAI null), reasoning_content, each call's type, name and arguments, and every
+streamed delta. Ids aside: llama-server draws 32 random letters and digits a call
+(common/chat.cpp's gen_tool_call_id), pyriver "call_" and 24 hex digits; each stream keeps its ids."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pyriver.tools import llama_server as ls
+from server_proc import ServerProcess, http, llama_server, sse
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not ls.binary().is_file(), reason="llama-server is not built into the cache")]
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city",
+                                         "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                        "required": ["city"]}}}
+
+
+def _messages():
+    out = []
+    for i, city in enumerate(["London", "Rome", "Berlin"]):
+        out += [{"role": "user", "content": f"What is the weather in {city}?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"c{i}", "type": "function",
+                     "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}]},
+                {"role": "tool", "tool_call_id": f"c{i}", "content": "sunny"},
+                {"role": "assistant", "content": "It is sunny."}]
+    return out + [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+# (case, tool_choice, max_tokens): the whole call; max_tokens cutting the call before its name is
+# complete and inside its arguments (llama-server's lenient final parse keeps that call); auto
+CASES = [("required", "required", 40), ("cut-name", "required", 12), ("cut-args", "required", 19),
+         ("auto", "auto", 40)]
+# the Hermes family (Qwen 2.5, Qwen3 with <think>, Hermes 2 Pro), Qwen3-Coder's XML, Qwen3.5's (XML, <think>)
+TEMPLATES = ["Qwen-Qwen2.5-7B-Instruct", "Qwen3-Coder", "Qwen-Qwen3-0.6B", "Qwen3.5-4B",
+             "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use"]
+
+
+def _templates() -> Path:
+    d = ls.cache_dir() / "llama-server"
+    found = sorted(d.glob("*/llama_cpp_python-*/vendor/llama.cpp/models/templates")) if d.is_dir() else []
+    if not found:
+        pytest.skip("llama-cpp-python's sdist is not unpacked")
+    return found[0]
+
+
+def _ask(url: str, body: dict):
+    """(finish, message, deltas) of a request, and of its streamed twin."""
+    code, got = http("POST", url + "/v1/chat/completions", body)
+    assert code == 200, got
+    lines = [json.loads(ln[6:]) for ln in sse(url, "/v1/chat/completions", dict(body, stream=True))
+             if ln.startswith("data: {")]
+    chunks = [ch["choices"][0] for ch in lines if ch.get("choices")]
+    return got["choices"][0]["finish_reason"], got["choices"][0]["message"], chunks
+
+
+def _msg(m: dict) -> dict:
+    return {"content": m.get("content") or None, "reasoning_content": m.get("reasoning_content"),
+            "tool_calls": [(c["type"], c["function"]["name"], c["function"]["arguments"])
+                           for c in m.get("tool_calls") or []]}
+
+
+def _deltas(chunks):
+    """The streamed deltas, ids taken out (checked: one id a call, on its first delta alone), and
+    the stream's finish reason."""
+    out, ids = [], {}
+    for ch in chunks:
+        d = json.loads(json.dumps(ch["delta"]))
+        for tc in d.get("tool_calls", []):
+            if "id" in tc:
+                assert tc["index"] not in ids, "a call's id comes once"
+                ids[tc["index"]] = tc.pop("id")
+        if d:
+            out.append(d)
+    return out, [ch["finish_reason"] for ch in chunks if ch.get("finish_reason")]
+
+
+@pytest.fixture(scope="module", params=TEMPLATES)
+def answers(request, smol_path):
+    """Each server's answers to CASES: {server: {case: (finish, message, chunks)}}."""
+    tmpl = _templates() / f"{request.param}.jinja"
+    args = ("-m", smol_path, "-c", "2048", "-np", "1", "-t", "2", "--jinja", "--chat-template-file", str(tmpl))
+    out = {}
+    for name, start, extra in (("llama-server", llama_server, ()), ("pyriver", ServerProcess, ("--engine", "llama.cpp"))):
+        s = start(*args, *extra)
+        try:
+            out[name] = {case: _ask(s.url, {"messages": _messages(), "tools": [TOOL], "tool_choice": choice,
+                                            "max_tokens": n, "temperature": 0})
+                         for case, choice, n in CASES}
+        finally:
+            s.close()
+    return out
+
+
+@pytest.mark.parametrize("case", [c[0] for c in CASES])
+def test_message_as_llama_server(answers, case):
+    want, got = answers["llama-server"][case], answers["pyriver"][case]
+    assert got[0] == want[0]
+    assert _msg(got[1]) == _msg(want[1])
+
+
+@pytest.mark.parametrize("case", [c[0] for c in CASES])
+def test_stream_as_llama_server(answers, case):
+    assert _deltas(answers["pyriver"][case][2]) == _deltas(answers["llama-server"][case][2])
+
+
+def test_the_cases_hold_calls(answers, request):
+    """What the comparison stands on: llama-server's answers hold a whole call, a call cut inside
+    its arguments (finish "length") and a call cut before its name (its text the content)."""
+    if "Qwen3.5" in request.node.callspec.id:
+        pytest.skip("under Qwen3.5's template SmolLM2 thinks to max_tokens: compared, but no call held")
+    a = answers["llama-server"]
+    assert a["required"][0] == "tool_calls" and json.loads(a["required"][1]["tool_calls"][0]["function"]["arguments"])
+    assert a["cut-args"][0] == "length" and a["cut-args"][1]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert a["cut-name"][0] == "length" and not a["cut-name"][1].get("tool_calls") and a["cut-name"][1]["content"]
