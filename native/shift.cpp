@@ -1,8 +1,8 @@
-// Context shift: a sequence's rows after a dropped range move down, their keys rotated by the
-// position delta, as llama.cpp's seq_rm + seq_add and K-shift do (llama-kv-cache.cpp's
-// build_graph_shift / build_rope_shift). llama.cpp rotates the keys in place and leaves the cells
-// where they are; here a row is its position, so each block's moved K rows are rotated into their
-// new rows and its V rows copied there, in one graph over every block.
+// Context shift, as llama.cpp's seq_rm + seq_add and K-shift (llama-kv-cache.cpp's
+// build_graph_shift / build_rope_shift). A row here is its position, so a drop moves the later rows
+// of the sequence down at once (K and V as they are) and records the position delta of each moved
+// row; before the cache is next read, one graph rotates every block's keys by their rows' deltas,
+// so that shifts in a row add up to one rotation per key, as llama.cpp's deltas per cell do.
 #include "context.h"
 
 #include <memory>
@@ -14,59 +14,32 @@ namespace {
 struct shift_graph {
     ggml_context * ctx = nullptr;
     ggml_cgraph * gf = nullptr;
-    ggml_tensor * delta = nullptr;   // I32 [n]: the moved rows' position delta, p0 - p1
+    ggml_tensor * delta = nullptr;   // I32: each row's delta (apply_shift)
     ~shift_graph() { if (ctx) ggml_free(ctx); }
 };
 
-// The rotation of layer il's keys by delta, as build_rope_shift: the context's YaRN extrapolation
-// and attention factors for every layer (not the sliding-window layers' plain RoPE of the forward
-// graph: llama.cpp's shift takes cparams'), the layer's own base and scale.
-ggml_tensor * rotate(ggml_context * ctx, const model & m, const kv_cache & kv, ggml_tensor * k, ggml_tensor * delta, int il) {
-    const hparams & hp = m.hp;
-    return ggml_rope_ext(ctx, k, delta, m.rope_factors(kv.n_rows), hp.n_rot, m.arch->rope_type, hp.yarn_n_ctx_orig,
-                         hp.rope_base(il), hp.rope_scale(il), hp.yarn_ext_factor, hp.yarn_attn_factor,
-                         hp.yarn_beta_fast, hp.yarn_beta_slow);
-}
-
-// Rows [p1, p1 + n) of sequence s to rows [p0, p0 + n), p0 < p1. Each move reads its rows into a
-// tensor of the compute buffer before it writes the cache, so the overlapping ranges are safe.
-shift_graph * build_shift(const model & m, const kv_cache & kv, int s, int p0, int p1, int n) {
-    const hparams & hp = m.hp;
-    const int L = hp.n_layer;
-    const int64_t hd = hp.n_embd_head, nh = hp.n_head_kv, E = hp.n_embd_k_gqa();
+shift_graph * new_graph(size_t cap) {
     std::unique_ptr<shift_graph> g(new shift_graph());
-    const size_t cap = (size_t) 32 * L + 16;
     ggml_init_params ip = {ggml_tensor_overhead() * cap + ggml_graph_overhead_custom(cap, false), nullptr, true};
     g->ctx = ggml_init(ip);
     if (!g->ctx) fail(PR_ERR_BACKEND, "cannot create the context shift graph");
+    g->gf = ggml_new_graph_custom(g->ctx, cap, false);
+    return g.release();
+}
+
+// Rows [p1, p1 + n) of sequence s to rows [p0, p0 + n), p0 < p1, K and V of every block as they
+// are. Each move reads its rows into the compute buffer before it writes the cache, so the
+// overlapping ranges are safe.
+shift_graph * build_move(const model & m, const kv_cache & kv, int s, int p0, int p1, int n) {
+    const int64_t E = m.hp.n_embd_k_gqa();
+    std::unique_ptr<shift_graph> g(new_graph((size_t) 8 * m.hp.n_layer + 16));
     ggml_context * ctx = g->ctx;
-    g->gf = ggml_new_graph_custom(ctx, cap, false);
-    g->delta = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
-    ggml_set_name(g->delta, "shift_delta");
-    ggml_set_input(g->delta);
     const int64_t src = kv.row(s, p1), dst = kv.row(s, p0);
-    for (int il = 0; il < L; il++) {
-        ggml_tensor * K = kv.k[il];
-        ggml_tensor * to = ggml_view_2d(ctx, K, E, n, K->nb[1], dst * K->nb[1]);
-        ggml_tensor * k;
-        if (!hp.uses_rope(il)) {
-            k = ggml_dup(ctx, ggml_view_2d(ctx, K, E, n, K->nb[1], src * K->nb[1]));
-        } else if (K->type == GGML_TYPE_F16 || K->type == GGML_TYPE_F32) {
-            // the cached type in and out, as llama.cpp's ggml_rope_ext_inplace on the cache
-            k = rotate(ctx, m, kv, ggml_view_3d(ctx, K, hd, nh, n, ggml_row_size(K->type, hd), K->nb[1], src * K->nb[1]), g->delta, il);
-        } else {
-            // a quantized K through F32 and back, turned out of its Hadamard rotation and into it
-            // again (attn_rot_k) around the RoPE, as llama.cpp's; BF16 too (ggml's CPU RoPE takes
-            // F16 and F32 only, where llama.cpp would abort)
-            k = ggml_cast(ctx, ggml_view_2d(ctx, K, E, n, K->nb[1], src * K->nb[1]), GGML_TYPE_F32);
-            k = ggml_reshape_3d(ctx, k, hd, nh, n);
-            if (kv.k_rot[il]) k = hadamard(ctx, k, kv.k_rot[il]);
-            k = rotate(ctx, m, kv, k, g->delta, il);
-            if (kv.k_rot[il]) k = hadamard(ctx, k, kv.k_rot[il]);
-        }
-        ggml_build_forward_expand(g->gf, ggml_cpy(ctx, k, to));
-        // V: the rows as they are (its Hadamard rotation is per row, not per position)
-        ggml_tensor * V = kv.v[il];
+    for (size_t il = 0; il < kv.k.size(); il++) {
+        ggml_tensor * K = kv.k[il], * V = kv.v[il];
+        ggml_tensor * k_from = ggml_view_2d(ctx, K, E, n, K->nb[1], src * K->nb[1]);
+        ggml_tensor * k_to = ggml_view_2d(ctx, K, E, n, K->nb[1], dst * K->nb[1]);
+        ggml_build_forward_expand(g->gf, ggml_cpy(ctx, ggml_cont(ctx, k_from), k_to));
         ggml_tensor * v_from, * v_to;
         if (kv.v_trans) {   // [rows, E]: the n columns of each of E rows
             const size_t es = ggml_element_size(V);
@@ -81,7 +54,63 @@ shift_graph * build_shift(const model & m, const kv_cache & kv, int s, int p0, i
     return g.release();
 }
 
+// Every block's keys, all rows of all sequences, rotated by their deltas, as build_graph_shift:
+// the context's YaRN extrapolation and attention factors (llama.cpp's shift takes cparams', not the
+// plain RoPE of Gemma 3's sliding-window layers), the layer's own base and scale. An F16/F32 K in
+// place; a quantized K through F32 and back, turned out of its Hadamard rotation and into it again
+// around the RoPE (attn_rot_k), as llama.cpp's; a BF16 K through F32 as well (ggml's CPU RoPE takes
+// F16 and F32 only: llama.cpp would abort).
+shift_graph * build_rotate(const model & m, const kv_cache & kv) {
+    const hparams & hp = m.hp;
+    const int64_t hd = hp.n_embd_head, nh = hp.n_head_kv, rows = (int64_t) kv.n_seq * kv.n_rows;
+    std::unique_ptr<shift_graph> g(new_graph((size_t) 16 * hp.n_layer + 16));
+    ggml_context * ctx = g->ctx;
+    g->delta = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, rows);
+    ggml_set_name(g->delta, "k_shift");
+    ggml_set_input(g->delta);
+    for (int il = 0; il < hp.n_layer; il++) {
+        if (!hp.uses_rope(il)) continue;
+        ggml_tensor * K = kv.k[il];
+        ggml_tensor * k = ggml_view_3d(ctx, K, hd, nh, rows, ggml_row_size(K->type, hd), K->nb[1], 0);
+        auto rope = [&](ggml_tensor * x, bool inplace) {
+            return (inplace ? ggml_rope_ext_inplace : ggml_rope_ext)(
+                ctx, x, g->delta, m.rope_factors(kv.n_rows), hp.n_rot, m.arch->rope_type, hp.yarn_n_ctx_orig,
+                hp.rope_base(il), hp.rope_scale(il), hp.yarn_ext_factor, hp.yarn_attn_factor, hp.yarn_beta_fast,
+                hp.yarn_beta_slow);
+        };
+        ggml_tensor * out;
+        if (K->type == GGML_TYPE_F16 || K->type == GGML_TYPE_F32) {
+            out = rope(k, true);
+        } else {
+            ggml_tensor * t = ggml_cast(ctx, k, GGML_TYPE_F32);
+            if (kv.k_rot[il]) t = hadamard(ctx, t, kv.k_rot[il]);
+            t = rope(t, false);
+            if (kv.k_rot[il]) t = hadamard(ctx, t, kv.k_rot[il]);
+            out = ggml_cpy(ctx, t, k);
+        }
+        ggml_build_forward_expand(g->gf, out);
+    }
+    return g.release();
+}
+
 } // namespace
+
+// Runs a graph of the context's in its multi-token scheduler (that graph is built again at the next
+// step), after any graph in flight; delta, when the graph has one, set first.
+static void run_now(context & c, shift_graph & g) {
+    c.settle();
+    c.main.graph.reset();
+    ggml_backend_sched_reset(c.main.sched);
+    if (!ggml_backend_sched_alloc_graph(c.main.sched, g.gf)) {
+        ggml_backend_sched_reset(c.main.sched);
+        fail(PR_ERR_BACKEND, "cannot allocate the context shift graph");
+    }
+    if (g.delta) ggml_backend_tensor_set(g.delta, c.kv->delta.data(), 0, ggml_nbytes(g.delta));
+    if (c.set_n_threads) c.set_n_threads(c.cpu, c.params.n_threads_batch);
+    const ggml_status st = ggml_backend_sched_graph_compute(c.main.sched, g.gf);
+    ggml_backend_sched_reset(c.main.sched);
+    if (st != GGML_STATUS_SUCCESS) fail(PR_ERR_BACKEND, "the context shift graph failed (status %d)", (int) st);
+}
 
 void context::drop(int s, int p0, int p1) {
     if (s < 0 || s >= kv->n_seq) fail(PR_ERR_INVALID_ARG, "sequence %d is not in [0, %d)", s, kv->n_seq);
@@ -92,30 +121,34 @@ void context::drop(int s, int p0, int p1) {
     if (p0 == p1) return;
     const int n = used_s - p1;
     if (n > 0) {
-        settle();   // a graph in flight may still write the cache
-        // The multi-token graph's scheduler runs the shift: its graph is built again at the next step.
-        main.graph.reset();
-        ggml_backend_sched_reset(main.sched);
-        std::unique_ptr<shift_graph> g(build_shift(*m, *kv, s, p0, p1, n));
-        if (!ggml_backend_sched_alloc_graph(main.sched, g->gf)) {
-            ggml_backend_sched_reset(main.sched);
-            fail(PR_ERR_BACKEND, "cannot allocate the context shift graph");
-        }
-        const std::vector<int32_t> delta((size_t) n, p0 - p1);
-        ggml_backend_tensor_set(g->delta, delta.data(), 0, sizeof(int32_t) * delta.size());
-        if (set_n_threads) set_n_threads(cpu, params.n_threads_batch);
-        const ggml_status st = ggml_backend_sched_graph_compute(main.sched, g->gf);
-        ggml_backend_sched_reset(main.sched);
-        if (st != GGML_STATUS_SUCCESS) {
+        std::unique_ptr<shift_graph> g(build_move(*m, *kv, s, p0, p1, n));
+        try {
+            run_now(*this, *g);
+        } catch (...) {
             truncate(s, p0);   // the rows from p0 on may be half moved: what stays is what is whole
-            fail(PR_ERR_BACKEND, "the context shift graph failed (status %d)", (int) st);
+            throw;
         }
+        int32_t * d = kv->delta.data() + kv->row(s, 0);
+        for (int i = 0; i < n; i++) d[p0 + i] = d[p1 + i] + (p0 - p1);
+        kv->shifted = true;
     }
     kv->used[s] = used_s - (p1 - p0);
     forget_forecast(s);
     n_outputs = 0;
     n_embd_rows = 0;
     embd.clear();
+}
+
+void context::apply_shift() {
+    if (!kv->shifted) return;
+    bool any_rope = false;   // a model without RoPE has nothing to rotate (llama.cpp's LLAMA_ROPE_TYPE_NONE)
+    for (int il = 0; il < m->hp.n_layer; il++) any_rope = any_rope || m->hp.uses_rope(il);
+    if (any_rope) {
+        std::unique_ptr<shift_graph> g(build_rotate(*m, *kv));
+        run_now(*this, *g);
+    }
+    std::fill(kv->delta.begin(), kv->delta.end(), 0);
+    kv->shifted = false;
 }
 
 } // namespace pr
