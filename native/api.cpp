@@ -393,6 +393,14 @@ pr_status pr_seq_truncate(pr_context * ctx, int32_t seq, int32_t n_keep) {
     });
 }
 
+pr_status pr_seq_drop(pr_context * ctx, int32_t seq, int32_t p0, int32_t p1) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        pr::context * c = ctx->c;
+        on_model(c->m, [c, seq, p0, p1] { c->drop(seq, p0, p1); });
+    });
+}
+
 pr_status pr_river_build(pr_model * model, const char * river_type, const char * head_type, int32_t keep_attn, int32_t force,
                          const char * backbone_sha256, const char * out_path, int32_t n_threads, pr_progress_fn progress,
                          void * user) {

@@ -545,6 +545,7 @@ void context::note_tokens(int n, int exit_block, int forecast, int seen) {
 }
 
 void context::begin_step(int rows, int tokens) {
+    apply_shift();
     n_outputs = 0;
     // Rows for the step's logits and room for the similarities of one check per block for each of
     // `tokens` (a predicted step reads them with its logits).

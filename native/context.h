@@ -121,6 +121,10 @@ struct context {
     void embed(int seq, const int32_t * tokens, int n);
     void decode_batch(const std::vector<batch_token> & batch, const std::vector<uint8_t> & prompt);   // as pr_decode_batch's
     void truncate(int seq, int n_keep);
+    // Removes positions [p0, p1) of sequence seq: the rows after them move down by p1 - p0, their
+    // keys to be rotated to the new positions (llama.cpp's seq_rm + seq_add and K-shift; shift.cpp).
+    void drop(int seq, int p0, int p1);
+    void apply_shift();   // the recorded deltas rotated into the keys (before any read of the cache)
     void set_rule(const exit_rule & r);
     int used(int s) const { return kv->used[s]; }
 

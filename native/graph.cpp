@@ -256,7 +256,7 @@ static ggml_tensor * group_attention(ggml_context * ctx, const model & m, const 
 
 // llama-impl.h's llama_mul_mat_hadamard: x's rows of rot's size times the Hadamard matrix rot,
 // with the hint that lets a backend transform instead of multiply (the same bits as llama.cpp's).
-static ggml_tensor * hadamard(ggml_context * ctx, ggml_tensor * x, ggml_tensor * rot) {
+ggml_tensor * hadamard(ggml_context * ctx, ggml_tensor * x, ggml_tensor * rot) {
     const int64_t n = rot->ne[0];
     ggml_tensor * r = ggml_is_contiguous(x) ? ggml_reshape_2d(ctx, x, n, ggml_nelements(x) / n)
                                             : ggml_cont_2d(ctx, x, n, ggml_nelements(x) / n);

@@ -133,5 +133,7 @@ struct device_carry {
 // Nodes a graph of n_lanes lanes over n_groups sequence groups in all may need.
 size_t graph_capacity(const model & m, int n_lanes, int n_groups);
 built_graph * build_graph(const model & m, const kv_cache & kv, const segment & seg, const device_carry * carry);
+// x's rows of rot's size times the Hadamard matrix rot (llama-impl.h's llama_mul_mat_hadamard).
+ggml_tensor * hadamard(ggml_context * ctx, ggml_tensor * x, ggml_tensor * rot);
 
 } // namespace pr

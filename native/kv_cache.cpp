@@ -36,7 +36,8 @@ void check_kv_types(const model & m, int type_k, int type_v, bool flash_attn) {
 }
 
 kv_cache::kv_cache(const model & m, int n_rows_, int n_seq_, bool v_trans_, ggml_type type_k_, ggml_type type_v_)
-    : type_k(type_k_), type_v(type_v_), n_seq(n_seq_), n_rows(n_rows_), used(n_seq_, 0), v_trans(v_trans_) {
+    : type_k(type_k_), type_v(type_v_), n_seq(n_seq_), n_rows(n_rows_), used(n_seq_, 0),
+      delta((size_t) n_seq_ * n_rows_, 0), v_trans(v_trans_) {
     check_kv_types(m, type_k, type_v, !v_trans);
     const hparams & hp = m.hp;
     const int L = hp.n_layer;
@@ -99,6 +100,8 @@ kv_cache::~kv_cache() {
 void kv_cache::clear() {
     for (auto b : buffers) ggml_backend_buffer_clear(b, 0);
     std::fill(used.begin(), used.end(), 0);
+    std::fill(delta.begin(), delta.end(), 0);
+    shifted = false;
     set_rot();   // the clear wiped them
 }
 

@@ -15,6 +15,11 @@ struct kv_cache {
     int n_seq = 1;                   // sequences, one region each
     int n_rows = 0;                  // rows per region
     std::vector<int> used;           // per sequence: positions 0..used-1 hold valid K/V
+    // Per row: the position delta its key still has to be rotated by (context::drop records it,
+    // context::apply_shift rotates every row at once before the cache is read: llama.cpp's
+    // seq_add and K-shift), and whether any is not 0.
+    std::vector<int32_t> delta;
+    bool shifted = false;
     bool v_trans = true;             // V stored [n_seq * n_rows, n_embd_v] for the mul_mat attention path
     std::vector<ggml_tensor *> k;    // [n_embd_k_gqa, n_seq * n_rows]
     std::vector<ggml_tensor *> v;    // [n_seq * n_rows, n_embd_v_gqa] if v_trans, else like k

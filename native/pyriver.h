@@ -207,6 +207,12 @@ PR_API pr_status pr_decode_batch(pr_context * ctx, const int32_t * tokens, const
 PR_API int32_t   pr_n_seq_max(const pr_context * ctx);
 PR_API int32_t   pr_seq_pos(const pr_context * ctx, int32_t seq);                    /* tokens of seq cached; -1: bad seq */
 PR_API pr_status pr_seq_truncate(pr_context * ctx, int32_t seq, int32_t n_keep);     /* keep its first n_keep */
+/* Removes positions [p0, p1) of seq: its rows after them move down by p1 - p0, their keys rotated
+ * to the new positions with the model's RoPE (YaRN included; a quantized K through F32 and its
+ * Hadamard rotation, as llama.cpp's K-shift), River's blocks' rows with the backbone's. What
+ * llama.cpp's llama_memory_seq_rm(seq, p0, p1) + llama_memory_seq_add(seq, p1, -1, p0 - p1) do:
+ * the context shift and --cache-reuse. A bad seq or range is PR_ERR_INVALID_ARG, nothing changed. */
+PR_API pr_status pr_seq_drop(pr_context * ctx, int32_t seq, int32_t p0, int32_t p1);
 
 /* ---- River ---------------------------------------------------------------------------------
  * A river is a requantized copy of every block's matrices, kept in a sidecar GGUF bound to its

@@ -83,6 +83,7 @@ size_t state_size(const context & c, int seq) {
 size_t state_get(context & c, int seq, uint8_t * buf, size_t size) {
     const size_t need = state_size(c, seq);
     if (size < need) fail(PR_ERR_INVALID_ARG, "the state buffer holds %zu bytes, %zu are needed", size, need);
+    c.apply_shift();   // the rows as they are read: rotated
     state_header h = header_of(c, seq);
     std::memcpy(buf, &h, sizeof h);
     copy_rows(c, seq, h.n_tokens, buf + sizeof h, true);
@@ -109,6 +110,7 @@ void state_set(context & c, int seq, const uint8_t * buf, size_t size) {
     if (h.n_tokens < 0 || h.n_tokens > mine.n_ctx || h.n_tokens > mine.n_rows) fail(PR_ERR_INVALID_ARG, "the state holds %d tokens, outside [0, %d]", h.n_tokens, mine.n_ctx);
     const size_t need = sizeof h + c.kv->k.size() * block_bytes(c, h.n_tokens);
     if (size != need) fail(PR_ERR_INVALID_ARG, "the state has %zu bytes; %d tokens need %zu", size, h.n_tokens, need);
+    c.apply_shift();   // no delta left for the rows it writes
     copy_rows(c, seq, h.n_tokens, const_cast<uint8_t *>(buf) + sizeof h, false);   // set only reads buf
     c.truncate(seq, 0);
     c.kv->used[seq] = h.n_tokens;

@@ -27,6 +27,7 @@ class NativeContext(Context):
         cp.n_seq_max = int(args.n_seq_max)
         cp.type_k, cp.type_v = int(args.type_k), int(args.type_v)
         self.can_batch_invariant = not args.flash_attn   # the native context refuses both together
+        self.can_shift = True   # every native arch has one position per token (pr_seq_drop rotates by it)
         out = ffi.new("pr_context **")
         check(lib.pr_context_new(engine.model, cp, out))
         self.handle = out[0]
@@ -116,6 +117,9 @@ class NativeContext(Context):
             check(lib.pr_kv_truncate(self.handle, int(n_keep)))
         else:
             check(lib.pr_seq_truncate(self.handle, int(seq), int(n_keep)))
+
+    def drop(self, seq: int, p0: int, p1: int) -> None:
+        check(lib.pr_seq_drop(self.handle, int(seq), int(p0), int(p1)))
 
     def copy(self, src: int, dst: int, n: int) -> None:
         raise NotImplementedError("the native engine copies no sequences (its cache is a region per sequence)")

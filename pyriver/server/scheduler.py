@@ -707,9 +707,9 @@ class Scheduler:
     def _shift(self, s: Slot) -> None:
         """llama-server's context shift: keep the first n_keep tokens (the request's, else --keep;
         and the BOS), drop n_discard (half) of the rest (context_shift.plan). Where the engine can
-        move cached rows (the llama.cpp engine), the later ones move down as in llama-server, their
-        keys rotated; elsewhere (the native engine) the tokens after the dropped ones run again at
-        their new positions, as prompt chunks."""
+        move cached rows (both engines, Context.can_shift), the later ones move down as in llama-server,
+        their keys rotated; elsewhere (a recurrent memory, media) the tokens after the dropped ones run
+        again at their new positions, as prompt chunks."""
         r = s.req
         n_keep, n_discard = context_shift.plan(len(r.prompt), len(s.history) - 1, self.n_ctx,
                                                self.n_keep if r.n_keep is None else r.n_keep, r.n_discard or 0,

@@ -2,10 +2,14 @@
 keeps a request's n_keep tokens (llama-server's rule, server/context_shift.py) and --cache-reuse
 moves a cached prompt's chunks to their new places instead of computing them again (timings'
 cache_n / prompt_n as llama-server reports them). On the llama.cpp engine both move cached rows as
-llama-server does (llama_memory_seq_rm + seq_add), so the tokens are llama-server's; the native
-engine cannot move rows: its shift computes the moved tokens again (the same kept tokens; its
-greedy text may part from llama-server's after the shift, as rotated keys differ in their bits)."""
+llama-server does (llama_memory_seq_rm + seq_add), so the tokens are llama-server's; so does the
+native engine (pr_seq_drop: the rows move, their keys rotated as llama.cpp's K-shift rotates them),
+whose tokens are llama-server's where its shifted keys are llama.cpp's bit for bit (test_kv_shift.py):
+an f16 cache under mul_mat attention, a q8_0 K under flash attention."""
 from __future__ import annotations
+
+import re
+import urllib.request
 
 import pytest
 
@@ -62,6 +66,47 @@ def test_native_engine_shift_keeps_n_keep_tokens(smol_path, peer):
         s.close()
 
 
+# The native engine against llama-server on the same cache: its shifted keys are llama.cpp's there
+NATIVE_CASES = {"f16": ("-fa", "off"), "q8_0": ("-fa", "on", "-ctk", "q8_0")}
+
+
+@pytest.fixture(scope="module", params=list(NATIVE_CASES))
+def native_pair(request, smol_path):
+    x = ("--context-shift", "--cache-reuse", "8", "--keep", "40", "--metrics", *CTX, *NATIVE_CASES[request.param])
+    peer = llama_server("-m", smol_path, "-c", "256", *x)
+    try:
+        ours = ServerProcess(smol_path, "--ctx", "256", "--no-lossless", "--engine", "native", *x)
+    except BaseException:
+        peer.close()
+        raise
+    yield peer, ours
+    ours.close()
+    peer.close()
+
+
+def _decodes(url):
+    """llama-server's llamacpp:n_decode_total: steps run, prompt chunks included."""
+    text = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
+    return float(re.search(r"^llamacpp:n_decode_total (\S+)", text, re.M).group(1))
+
+
+def test_native_engine_shift_moves_rows_as_llama_server(native_pair):
+    """The shift moves the cached rows: llama-server's 300 tokens across it, in llama-server's steps
+    (none computes the moved tokens again: a recomputing shift runs them as an extra prompt chunk).
+    After a shift llama.cpp writes new tokens into the freed cells, out of position order, so its
+    attention adds the rows in another order than ours: with many shifts (n_discard 20) the text
+    may part from llama-server's by such bits; the steps stay llama-server's."""
+    peer, ours = native_pair
+    for extra in ({}, {"n_keep": 0}, {"n_keep": 40, "n_discard": 20}):
+        got = {}
+        for s in native_pair:
+            d0 = _decodes(s.url)
+            got[s] = (_gen(s.url, **extra), _decodes(s.url) - d0)
+        assert got[ours][1] == got[peer][1], extra
+        if "n_discard" not in extra:
+            assert got[ours][0] == got[peer][0], extra
+
+
 def _ask(url, prompt, **extra):
     code, r = http("POST", url + "/completion", {"prompt": prompt, "n_predict": 8, "temperature": 0,
                                                  "return_tokens": True, **extra})
@@ -87,6 +132,20 @@ def test_cache_reuse_moves_chunks_as_llama_server(peer, ours, smol_path):
         _ask(url, first)
         got[name] = _ask(url, second, n_cache_reuse=0)
     assert got["ours"] == got["peer"] and got["ours"][1] < 5
+
+
+def test_native_cache_reuse_moves_chunks_as_llama_server(native_pair):
+    """--cache-reuse on the native engine: llama-server's cache_n / prompt_n and tokens."""
+    peer, ours = native_pair
+    body = ("The lighthouse keeper climbed the spiral stairs every evening to light the great lamp, "
+            "and from the top he could see the fishing boats coming home across the bay. ") * 2
+    middle = "A line about the weather that the second prompt leaves out. "
+    got = {}
+    for s in native_pair:
+        _ask(s.url, "Chapter one. " + middle + body)
+        got[s] = _ask(s.url, "Chapter one. " + body)
+    assert got[ours] == got[peer]
+    assert got[ours][1] > 40 and got[ours][2] < 30   # the body's rows were moved, not computed again
 
 
 def test_bad_fields_are_llama_server_s_400(ours):
