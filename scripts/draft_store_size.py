@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import re
 import resource
 import sys
 import tempfile
@@ -93,7 +94,7 @@ def agent_request(rng: random.Random) -> str:
     step = AGENT_STEPS[0].format(path=path)
     text += _chatml("user", f"{step}\n\n`{path}`:\n```python\n{code}```")
     for t in range(turns):
-        code = code.replace("    return", f"    # {' '.join(rng.choices(WORDS, k=4))}\n    return", 1)
+        code = re.sub(r"\n( +)return", lambda m: f"\n{m[1]}# {' '.join(rng.choices(WORDS, k=4))}\n{m[1]}return", code, 1)
         answer = json.dumps({"tool": "write_file", "path": path}) + f"\n```python\n{code}```"
         if t == turns - 1:
             return text + "<|im_start|>assistant\n" + answer
