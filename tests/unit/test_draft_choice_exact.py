@@ -3,7 +3,8 @@ choices as the full scan, on random tables and counts; and the priors of short n
 measured on held-out answers, keep a chat's one-token matches from drafting."""
 import random
 
-from pyriver.speculative.draftlen import FA_TILE, DraftCost, DraftLength, bucket, choose_together, prior
+from pyriver.speculative.draftlen import (FA_TILE, NGRAM_MARGIN, DraftCost, DraftLength, bucket, choose_together,
+                                         prior)
 
 SIZES = [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
 KEYS = ["ngram1", "ngram2", "ngram3", "ngram5", "ngram9", "ngram20", "repeat1", "repeat3", "repeat7", "repeat16", "river"]
@@ -31,6 +32,8 @@ def _scan_choose(dl, source, cap, others):
     cost = dl.cost
     per = cost.river_draft if source == "river" else 0.0
     best, best_rate, expect, run = 0, (1.0 + others) / cost.interp(1 + others), 1.0 + others, p1
+    if source != "river":   # free drafts beat a plain step by the margin
+        best_rate *= 1.0 + NGRAM_MARGIN
     for k in range(1, min(dl.draft_max, cap) + 1):
         expect += run
         run *= a
@@ -44,7 +47,7 @@ def _scan_together(picks, cost):
     """choose_together without stopping: every total of the ranked gains."""
     ranked = sorted(((g, i) for i, (dl, src, cap) in enumerate(picks) for g in dl.gains(src, cap)), key=lambda x: -x[0])
     rows, expect = len(picks), float(len(picks))
-    best, best_rate, grown, largest = 0, expect / cost.interp(rows), [1] * len(picks), 1
+    best, best_rate, grown, largest = 0, expect / cost.interp(rows) * (1.0 + NGRAM_MARGIN), [1] * len(picks), 1
     for d, (g, i) in enumerate(ranked, 1):
         expect += g
         grown[i] += 1
@@ -96,3 +99,17 @@ def test_a_chats_short_matches_do_not_draft_where_a_long_copy_does():
     # step of two rows costs 1.3 single steps it does not draft (the form n / (n + 1) read 0.5, and did)
     cheap = DraftCost({1: 1.0, 2: 1.3, 3: 1.5, 4: 1.6}, 0.0)
     assert prior("ngram1")[0] < 0.25 and DraftLength(cheap, 64).choose("ngram1", cap=3) == 0
+
+
+def test_short_matches_that_promise_little_are_not_drafted():
+    # SmolLM2's verify steps on the 2-core EPYC (2 rows 1.64 single steps, 3 rows 1.84, 4 rows 2.05):
+    # at their priors, a match of 2 in the prompt and of 3 in the answer (or an earlier request's,
+    # "store3") promise 2-7% over plain steps, under NGRAM_MARGIN: a chat kept fewer (0.44 and 0.22
+    # first drafts) and ran slower drafting them; a match of 3 in the prompt (15%) and longer ones are drafted
+    smol = DraftCost({1: 1.0, 2: 1.64, 3: 1.84, 4: 2.05, 6: 3.09, 8: 3.2}, 0.77)
+    for key in ("ngram2", "repeat3", "store3"):
+        assert DraftLength(smol, 64).choose(key, cap=8) == 0, key
+        assert choose_together([(DraftLength(smol, 64), key, 8)], smol) == [0], key
+    for key in ("ngram3", "ngram4", "repeat4", "store4", "ngram9"):
+        assert DraftLength(smol, 64).choose(key, cap=8) > 0, key
+        assert choose_together([(DraftLength(smol, 64), key, 8)], smol)[0] > 0, key
