@@ -108,7 +108,7 @@ def test_the_measured_threshold_is_cached_and_reaches_a_batch_context(q4k_path, 
     from pyriver.engine import widerows
     calls = []
 
-    def fake(llm, prompt, sizes=widerows.SIZES, repeats=widerows.REPEATS):
+    def fake(llm, prompt, sizes=widerows.SIZES, repeats=widerows.REPEATS, tick=None):   # tick: the progress bar
         calls.append(len(prompt))
         return {17: {"wide": [2.0], "one": [1.0]}, 24: {"wide": [1.5], "one": [1.0]},
                 32: {"wide": [1.0], "one": [1.5]}}

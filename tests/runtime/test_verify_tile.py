@@ -85,9 +85,9 @@ def test_the_automatic_table_tiles_only_where_it_may(request, tmp_cache, monkeyp
     seen = []
     real = costcurve.measure
 
-    def measure(llm, sizes, repeats, prompt, small_repeats=0, tiled=()):
+    def measure(llm, sizes, repeats, prompt, small_repeats=0, tiled=(), tick=None):
         seen.append(list(tiled))
-        return real(llm, sizes, 1, prompt, 1, tiled)
+        return real(llm, sizes, 1, prompt, 1, tiled, tick=tick)
     monkeypatch.setattr(costcurve, "measure", measure)
     # 12 wherever a step was timed tiled (what tile_rows makes of the times: tests/unit/test_cost_measure.py)
     monkeypatch.setattr(costcurve, "tile_rows",
