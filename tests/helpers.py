@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from pyriver.speculative.draftlen import DraftCost
+from pyriver.text.grammar import Grammar
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
@@ -311,3 +312,13 @@ class RecordingCost(DraftCost):
     def at(self, context):
         self.seen.append(context)
         return super().at(context)
+
+
+def takes(llm, gbnf: str, text: str) -> bool:
+    """Whether the grammar takes the whole of text (its tokens one by one) and may end there."""
+    g = Grammar(llm.vocab, gbnf)
+    for t in llm.tokenize(text.encode(), add_bos=False, special=False):
+        if not g.allows(t):
+            return False
+        g.accept(t)
+    return g.allows(llm.token_eos())

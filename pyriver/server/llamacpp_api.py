@@ -4,7 +4,6 @@ llama-server adds to the OpenAI ones (system_fingerprint, timings, chat logprobs
 Requests run on the same scheduler as the OpenAI endpoints; bad input is a 400, never a 500."""
 from __future__ import annotations
 
-import datetime
 import json
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -17,6 +16,7 @@ from starlette.routing import Route
 
 from pyriver import __version__
 from pyriver.text import completion as C
+from pyriver.text.template_render import extra_context
 from pyriver.server import context_shift, multimodal, sampling_fields as SF, streams
 from pyriver.server.disconnect import or_cancel
 from pyriver.server.schema import APIError, end_error, generation, json_object
@@ -497,9 +497,8 @@ def template_vars(srv, body: Dict) -> Dict[str, Any]:
         if not isinstance(tools, list):
             raise APIError(400, "'tools' must be a list", param="tools")
         extra["tools"] = tools
-    now = datetime.datetime.now()   # llama.cpp's extra context (common_chat_extra_context)
-    extra.setdefault("datetime", now.strftime("%b %d %Y"))
-    extra.setdefault("date_string", now.strftime("%d %b %Y"))
+    for k, v in extra_context().items():   # llama.cpp's extra context (common_chat_extra_context)
+        extra.setdefault(k, v)
     if "enable_thinking" not in extra:   # as llama-server: thinking on unless --reasoning off
         extra["enable_thinking"] = srv.settings.get("reasoning", "auto") != "off"
     return extra

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from pyriver.server.schema import APIError
 from pyriver.text import reasoning as R
+from pyriver.text.template_render import extra_context
 
 BUDGET_MAX = 2147483647
 
@@ -73,7 +74,7 @@ def template_extra(srv, f: Dict[str, Any], think: Thinking) -> Dict[str, Any]:
         kw.pop("reasoning_effort", None)
     elif effort:
         kw["reasoning_effort"] = effort
-    return dict(kw, enable_thinking=on)
+    return {**extra_context(), **kw, "enable_thinking": on}   # kwargs win over llama.cpp's date
 
 
 def after_prompt(srv, think: Thinking, prompt: str, toks: List[int], f: Dict[str, Any]) -> List[int]:

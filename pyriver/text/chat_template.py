@@ -1,63 +1,18 @@
-"""Chat: the template stored in the GGUF rendered with jinja2 (as llama-cpp-python renders it),
-and chat-completion results and chunks shaped like llama-cpp-python's."""
+"""Chat: the template stored in the GGUF (rendered by template_render.py as llama.cpp's engine
+renders it), and chat-completion results and chunks shaped like llama-cpp-python's."""
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Dict, Iterator, List, Optional
+from typing import Iterator, List, Optional
 
-import json
-
-import jinja2
 from llama_cpp.llama_chat_format import _convert_text_completion_logprobs_to_chat
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from pyriver.text import toolcall
+from pyriver.text.template_render import ChatTemplate, MinjaUndefined, extra_context  # noqa: F401 (this module's names)
 
 
 # Used when a GGUF carries no template: ChatML, which SmolLM2 and many small models use.
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
           "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-
-
-class MinjaUndefined(jinja2.Undefined):
-    """An undefined value as llama.cpp's template engine (minja) takes it in `+` with a string: as
-    '' (firefunction-v2's `suffix + "\n" + functions` with no tools). jinja2 raises there; every
-    other use raises as before, so a template that rendered renders the same."""
-
-    def __add__(self, other):
-        return other if isinstance(other, str) else super().__add__(other)
-
-    def __radd__(self, other):
-        return other if isinstance(other, str) else super().__radd__(other)
-
-
-def _raise(msg):
-    raise jinja2.exceptions.TemplateError(msg)
-
-
-def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    """tojson as llama.cpp's templates (and Hugging Face's) write it: keys in their order, nothing
-    HTML-escaped (jinja2's own sorts keys and writes < as \\u003c: another prompt than llama-server's)."""
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-class ChatTemplate:
-    def __init__(self, source: str, bos_token: str, eos_token: str):
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader(),
-                                            extensions=["jinja2.ext.loopcontrols"],   # {% break %} (Cohere ...)
-                                            undefined=MinjaUndefined)
-        env.filters["tojson"] = _tojson
-        self.template = env.from_string(source)
-        self.source = source   # what pyriver.text.toolcall reads the tool-call syntax from
-        self.bos_token, self.eos_token = bos_token, eos_token
-
-    def render(self, messages: List[Dict], add_generation_prompt: bool = True, **extra) -> str:
-        for m in messages:
-            if not isinstance(m, dict) or "role" not in m:
-                raise ValueError(f"each message needs a 'role': {m!r}")
-        return self.template.render(messages=messages, bos_token=self.bos_token, eos_token=self.eos_token,
-                                    add_generation_prompt=add_generation_prompt, raise_exception=_raise,
-                                    strftime_now=lambda f: datetime.now().strftime(f), **extra)
 
 
 def template_for(llama) -> ChatTemplate:

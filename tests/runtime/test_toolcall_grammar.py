@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pyriver import Llama
+from helpers import takes
 from pyriver.text import toolcalls as T
-from pyriver.text.grammar import Grammar
 
 HERMES = "{%- if tools %}<tool_call>{%- endif %}"
 QWEN3_CODER = "{{ '<tool_call>' }}<function=<parameter="
@@ -25,16 +25,6 @@ def vocab(smol_path):
     m = Llama(smol_path, n_ctx=256, n_threads=1, verbose=False, river=None)
     yield m
     m.close()
-
-
-def takes(llm, gbnf: str, text: str) -> bool:
-    """Whether the grammar takes the whole of text (its tokens one by one) and may end there."""
-    g = Grammar(llm.vocab, gbnf)
-    for t in llm.tokenize(text.encode(), add_bos=False, special=False):
-        if not g.allows(t):
-            return False
-        g.accept(t)
-    return g.allows(llm.token_eos())
 
 
 def grammar(tools, choice, src, parallel=None):
@@ -84,3 +74,30 @@ def _edit(*params):
 ])
 def test_qwen3_coder_required_grammar(vocab, text, ok):
     assert takes(vocab, grammar([EDIT], "required", QWEN3_CODER, parallel=False), text) is ok
+
+
+GAP = {   # a family's template marker source: (its call, a call named, its opening)
+    "[TOOL_CALLS]": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "abc123def"}]',
+    "[SYSTEM_PROMPT][TOOL_CALLS][ARGS]": '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
+    "<|tool_calls_section_begin|><|tool_call_begin|>":
+        '<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}',
+    "<｜tool▁calls▁begin｜>": '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}'
+                             '<｜tool▁call▁end｜><｜tool▁calls▁end｜>',
+    "<|channel|>": '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}',
+    "<function=": '<function=get_weather>{"city": "Paris"}</function>',
+    "<|start_header_id|>ipython": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+}
+BEFORE = {"<|channel|>": "<|channel|>analysis<|message|>Let me look that up.<|end|><|start|>assistant"}
+
+
+@pytest.mark.parametrize("src", list(GAP))
+def test_required_lets_content_come_first(vocab, src):
+    """tool_choice required as llama.cpp builds it for Mistral Nemo / Ministral, Kimi K2, DeepSeek,
+    gpt-oss, Functionary v3.1 and Llama 3.x: content (gpt-oss: analysis or preamble messages) may
+    come before the call, a call must come; a named function is still the whole answer."""
+    call, before = GAP[src], BEFORE.get(src, "Let me look that up.\n")
+    g = grammar([WEATHER], "required", src, parallel=False)
+    assert takes(vocab, g, call) and takes(vocab, g, before + call)
+    assert not takes(vocab, g, before)
+    named = grammar([WEATHER], NAMED, src)
+    assert takes(vocab, named, call) and not takes(vocab, named, "Sure.\n" + call)

@@ -6,7 +6,23 @@ not by a grammar of ours). pyriver runs llama.cpp's engine: its own logits (on t
 "call" and "response" after "<tool_" are 0.2 apart, and greedy may go either way). Compared: finish_reason, content (null and "" alike: llama-server
 writes "", OpenAI null), reasoning_content, each call's type, name and arguments, and every
 streamed delta. Ids aside: llama-server draws 32 random letters and digits a call
-(common/chat.cpp's gen_tool_call_id), pyriver "call_" and 24 hex digits; each stream keeps its ids."""
+(common/chat.cpp's gen_tool_call_id), pyriver "call_" and 24 hex digits; each stream keeps its ids.
+
+Families whose required grammar lets content come first up to their marker are held to a call by a
+logit bias on the marker's first token (HELD) where that works. Not compared here (their required
+grammars are, against llama-server's own: test_toolcall_grammar_peer.py):
+- Kimi K2: SmolLM2 writes content to max_tokens (no bias on "<" holds a call), and after "It is
+  sunny." the two engines' greedy tokens differ ("user" / "assistant", the prompts equal): a near tie.
+- DeepSeek V3.1: no call held (it thinks to max_tokens), and the greedy tokens differ from the third
+  one on equal prompts (a near tie).
+- DeepSeek R1 (llama-cpp-deepseek-r1): no call held (thinks to max_tokens); reasoning_content keeps
+  the model's leading newline in llama-server (its optspace("<think>\n") takes the prompt's alone),
+  pyriver.text.reasoning strips it.
+- gpt-oss: SmolLM2 writes '{|city: "Paris"|}<|call|>...' with tool_choice required: text llama-server's
+  grammar does not take (its answer is not held by it), and text after <|call|> is kept by llama-server.
+- Functionary v3.2: after the call pyriver's greedy writes a second one where llama-server ends
+  (grammars taken alike); its auto answer is llama-server's 500 ("does not match the expected
+  peg-native format")."""
 from __future__ import annotations
 
 import json
@@ -30,9 +46,9 @@ def _messages():
     for i, city in enumerate(["London", "Rome", "Berlin"]):
         out += [{"role": "user", "content": f"What is the weather in {city}?"},
                 {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": f"c{i}", "type": "function",
+                    {"id": f"call{i}abcd", "type": "function",   # 9 letters and digits: Mistral's templates' rule
                      "function": {"name": "get_weather", "arguments": json.dumps({"city": city})}}]},
-                {"role": "tool", "tool_call_id": f"c{i}", "content": "sunny"},
+                {"role": "tool", "tool_call_id": f"call{i}abcd", "content": "sunny"},
                 {"role": "assistant", "content": "It is sunny."}]
     return out + [{"role": "user", "content": "What is the weather in Paris?"}]
 
@@ -43,7 +59,30 @@ CASES = [("required", "required", 40), ("cut-name", "required", 12), ("cut-args"
          ("auto", "auto", 40)]
 # the Hermes family (Qwen 2.5, Qwen3 with <think>, Hermes 2 Pro), Qwen3-Coder's XML, Qwen3.5's (XML, <think>)
 TEMPLATES = ["Qwen-Qwen2.5-7B-Instruct", "Qwen3-Coder", "Qwen-Qwen3-0.6B", "Qwen3.5-4B",
-             "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use"]
+             "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use",
+             # Mistral Nemo (content up to [TOOL_CALLS]): SmolLM2 writes content to max_tokens, a bias on
+             # the marker's first token makes it write "[[[..." or "[TOOL_RESULTS]": compared, no call held
+             "mistralai-Mistral-Nemo-Instruct-2407"]
+# Families whose required grammar lets content come first (llama.cpp's until() of their marker):
+# under their templates SmolLM2 would write content to max_tokens (the grammar lets it), so it is
+# held to a call by a logit bias of +5 on the first token of the marker (None: it calls by itself).
+# template: (marker, the cut-name and cut-args max_tokens)
+# One call asked for (parallel_tool_calls false): held, Functionary v3.1 repeats its call to max_tokens.
+HELD = {"meta-llama-Llama-3.1-8B-Instruct": ("{", 4, 26),
+        "meetkai-functionary-medium-v3.1": ("<function=", 4, 12),
+        "mistralai-Ministral-3-14B-Reasoning-2512": ("[TOOL_CALLS]", 8, 17)}
+BIAS = 5
+# auto left out: llama-server answers 500 "The model produced output that does not match the
+# expected peg-native format" (Llama 3.x: no grammar for auto, SmolLM2's JSON is not taken as a call)
+NO_AUTO = {"meta-llama-Llama-3.1-8B-Instruct"}
+
+
+def _cases(template):
+    if template not in HELD:
+        return CASES
+    _, name_cut, args_cut = HELD[template]
+    return [("required", "required", 40), ("cut-name", "required", name_cut), ("cut-args", "required", args_cut)] \
+        + ([] if template in NO_AUTO else [("auto", "auto", 40)])
 
 
 def _templates() -> Path:
@@ -85,18 +124,27 @@ def _deltas(chunks):
     return out, [ch["finish_reason"] for ch in chunks if ch.get("finish_reason")]
 
 
-@pytest.fixture(scope="module", params=TEMPLATES)
+def _body(url: str, template: str, choice: str, n: int) -> dict:
+    body = {"messages": _messages(), "tools": [TOOL], "tool_choice": choice, "max_tokens": n, "temperature": 0}
+    if template in HELD:   # the marker's first token, as llama-server's tokenizer has it
+        body["parallel_tool_calls"] = False
+        code, got = http("POST", url + "/tokenize", {"content": HELD[template][0]})
+        assert code == 200, got
+        body["logit_bias"] = {str(got["tokens"][0]): BIAS}
+    return body
+
+
+@pytest.fixture(scope="module", params=TEMPLATES + list(HELD))
 def answers(request, smol_path):
-    """Each server's answers to CASES: {server: {case: (finish, message, chunks)}}."""
+    """Each server's answers to the template's cases: {server: {case: (finish, message, chunks)}}."""
     tmpl = _templates() / f"{request.param}.jinja"
     args = ("-m", smol_path, "-c", "2048", "-np", "1", "-t", "2", "--jinja", "--chat-template-file", str(tmpl))
     out = {}
     for name, start, extra in (("llama-server", llama_server, ()), ("pyriver", ServerProcess, ("--engine", "llama.cpp"))):
         s = start(*args, *extra)
         try:
-            out[name] = {case: _ask(s.url, {"messages": _messages(), "tools": [TOOL], "tool_choice": choice,
-                                            "max_tokens": n, "temperature": 0})
-                         for case, choice, n in CASES}
+            out[name] = {case: _ask(s.url, _body(s.url, request.param, choice, n))
+                         for case, choice, n in _cases(request.param)}
         finally:
             s.close()
     return out
@@ -104,6 +152,8 @@ def answers(request, smol_path):
 
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
 def test_message_as_llama_server(answers, case):
+    if case not in answers["llama-server"]:
+        pytest.skip("llama-server answers this case with a 500 (NO_AUTO)")
     want, got = answers["llama-server"][case], answers["pyriver"][case]
     assert got[0] == want[0]
     assert _msg(got[1]) == _msg(want[1])
@@ -111,6 +161,8 @@ def test_message_as_llama_server(answers, case):
 
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
 def test_stream_as_llama_server(answers, case):
+    if case not in answers["llama-server"]:
+        pytest.skip("llama-server answers this case with a 500 (NO_AUTO)")
     assert _deltas(answers["pyriver"][case][2]) == _deltas(answers["llama-server"][case][2])
 
 
@@ -119,6 +171,8 @@ def test_the_cases_hold_calls(answers, request):
     its arguments (finish "length") and a call cut before its name (its text the content)."""
     if "Qwen3.5" in request.node.callspec.id:
         pytest.skip("under Qwen3.5's template SmolLM2 thinks to max_tokens: compared, but no call held")
+    if "Nemo" in request.node.callspec.id:
+        pytest.skip("under Mistral Nemo's template SmolLM2 writes content to max_tokens: compared, but no call held")
     a = answers["llama-server"]
     assert a["required"][0] == "tool_calls" and json.loads(a["required"][1]["tool_calls"][0]["function"]["arguments"])
     assert a["cut-args"][0] == "length" and a["cut-args"][1]["tool_calls"][0]["function"]["name"] == "get_weather"

@@ -83,3 +83,19 @@ def test_chat_stream_chunks():
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     d = chat.chat_dict("c1", 3, "m", "Hello", "stop", {"total_tokens": 2})
     assert d["choices"][0]["message"] == {"role": "assistant", "content": "Hello"}
+
+
+def test_safe_and_tojson_of_a_map_as_llama_cpps():
+    """llama.cpp's engine has no HTML escaping: `"..."|safe + x|tojson` is plain text (functionary
+    v3.1's template; jinja2's Markup escaped the JSON's quotes), and tojson takes map()'s sequence
+    (llama-cpp-deepseek-r1's `tools | map(...) | tojson`; jinja2's map is a generator)."""
+    t = chat.ChatTemplate('{{ "Use "|safe + x | tojson() }} {{ xs | map(attribute="n") | tojson }}', "", "")
+    assert t.render([], x={"k": "v"}, xs=[{"n": 1}, {"n": 2}]) == 'Use {"k": "v"} [1, 2]'
+
+
+def test_extra_context_is_todays_date():
+    """llama.cpp gives every template today's date (common_chat_extra_context): Llama 3.x's
+    `Today Date: {{ date_string }}`."""
+    from datetime import datetime
+    ctx = chat.extra_context()
+    assert ctx["date_string"] == datetime.now().strftime("%d %b %Y") and ctx["datetime"] == datetime.now().strftime("%b %d %Y")

@@ -41,6 +41,9 @@ class Family:
     # tool_choice required: the text llama.cpp's grammar lets come before the calls, up to the
     # first of these (its until()); () where the calls begin the answer
     content_until: Tuple[str, ...] = ()
+    # llama.cpp's parser has space() between the generation prompt (and reasoning) and the content
+    # (its `<<`): whitespace the answer begins with is not content; False where it reads them with `+`
+    lead_space = True
 
     def content_before(self, tools: List[Dict]) -> Tuple[str, ...]:
         return self.content_until

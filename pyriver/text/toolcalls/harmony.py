@@ -13,6 +13,7 @@ from typing import Dict, List, Sequence
 
 from pyriver.text.toolcalls import jsontext as J
 from pyriver.text.toolcalls.family import names_of, Call, Family, Parsed, alts, args_rules, lit
+from pyriver.text.toolcalls.until import excluding
 
 START, MSG, END = "<|start|>assistant", "<|message|>", "<|end|>"
 _ENDS = ("<|end|>", "<|call|>", "<|return|>")
@@ -23,8 +24,11 @@ _CHANNEL = re.compile(r"<\|channel\|>(\w+)")
 class Harmony(Family):
     name = "gpt-oss"
     channels = True
-    # the group starts the call (the generation prompt ends with <|start|>assistant: a first message's header is the text's start)
-    patterns = (r"^(<\|channel\|>commentary to=)", r"<\|start\|>assistant(<\|channel\|>commentary to=)")
+    lead_space = False   # llama.cpp's parser: generation prompt + content, no space() between
+    # llama.cpp's triggers (common/parsers/gpt-oss.cpp): a group, else the match, starts the call (the
+    # generation prompt ends with <|start|>assistant: a first message's header is the text's start)
+    patterns = (r"^\s+to$", r"^<\|channel\|>(?:commentary|analysis)\s+to=functions$",
+                r"<\|start\|>assistant(\s+to)", r"<\|start\|>assistant(<\|channel\|>(?:commentary|analysis)\s+to)")
 
     def parse(self, text: str, tools: List[Dict], partial: bool) -> Parsed:
         names = names_of(tools)
@@ -70,6 +74,21 @@ class Harmony(Family):
         return out
 
     def root(self, conv, tools: List[Dict], parallel: bool, force: bool) -> str:
-        heads = [(lit(conv, "<|channel|>commentary to=functions." + n + " <|constrain|>json<|message|>"), r)
-                 for n, r, _ in args_rules(conv, tools)]
-        return conv.add_rule("tool-call", alts([f"{h} {r}" for h, r in heads]))
+        """llama.cpp's tool call: the recipient in the role header or in the channel header, the
+        channel commentary or analysis, an optional constraint; one call."""
+        chan = '"<|channel|>" ( "commentary" | "analysis" )'
+        cons = '( space "<|constrain|>"? [A-Za-z0-9_-]+ )?'
+        alt = []
+        for n, r, _ in args_rules(conv, tools):
+            fn = lit(conv, " to=functions." + n)
+            alt += [f'{fn} {chan} {cons} "<|message|>" {r}', f'{chan} {fn} {cons} "<|message|>" {r}']
+        return conv.add_rule("tool-call", alts(alt))
+
+    def required_root(self, conv, tools: List[Dict], parallel: bool) -> str:
+        """llama.cpp's `(start any)* start tool-call` less the generation prompt's `start`: analysis
+        and preamble messages may come before the call."""
+        call = self.root(conv, tools, parallel, True)
+        body = conv.add_rule("message-content", excluding(conv, (END,), "until-end"))
+        conv.add_rule("any", f'( "<|channel|>commentary<|message|>" {body} "<|end|>" ) | '
+                             f'( ( "<|channel|>commentary" " to=assistant"? )? "<|channel|>analysis<|message|>" {body} "<|end|>" )')
+        return f'( any "<|start|>assistant" )* {call}'

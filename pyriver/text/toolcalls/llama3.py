@@ -35,8 +35,11 @@ def _builtin(body: str, names: Sequence[str]):
 
 
 class Llama3(Family):
+    """llama.cpp's autoparser finds JSON calls without markers here: content up to the first "{",
+    then the call; tool_choice auto gets no grammar (no marker to trigger one), required
+    `space until("{")? call`."""
     name = "llama3"
-    patterns = (r"^\s*(\{)[\s\S]*$",)
+    content_until = ("{",)
 
     def parse(self, text: str, tools: List[Dict], partial: bool) -> Parsed:
         names = names_of(tools)
@@ -44,24 +47,34 @@ class Llama3(Family):
         if partial:
             if s.startswith(TAG) or (s and TAG.startswith(s)):
                 return Parsed("")   # held to the end
-            if s.startswith("{"):
-                status, name, args, _, _ = J.read_call(text, len(text) - len(s), True, names,
-                                                        args_keys=("parameters", "arguments"))
+            k = text.find("{")
+            if k >= 0:
+                status, name, args, _, _ = J.read_call(text, k, True, names, args_keys=("parameters", "arguments"))
                 if status != "fail":
-                    return Parsed("", [Call(name, args)] if name else [])
+                    return Parsed(text[:k], [Call(name, args)] if name else [])
             return Parsed(text)
         if s.startswith(TAG):
             calls = _builtin(s[len(TAG):], names)
             if calls:
                 return Parsed("", calls)
-        calls = bare_calls(text, names, args_keys=("parameters", "arguments"))
-        return Parsed("", calls) if calls else Parsed(text)
+        calls = bare_calls(text, names, args_keys=("parameters", "arguments"))   # the answer is the call(s)
+        if calls:
+            return Parsed("", calls)
+        k = text.find("{")   # content, then the call (llama.cpp's until("{"))
+        calls = bare_calls(text[k:], names, args_keys=("parameters", "arguments")) if k > 0 else None
+        return Parsed(text[:k], calls) if calls else Parsed(text)
 
     def holds(self, text: str) -> bool:
         s = text.lstrip()
         return s.startswith(("`", "[")) or s.startswith(TAG)
 
     def root(self, conv, tools: List[Dict], parallel: bool, force: bool) -> str:
-        heads = [(lit(conv, '{"name": ' + json.dumps(n) + ', "parameters": '), r) for n, r, _ in args_rules(conv, tools)]
-        call = conv.add_rule("tool-call", alts([f'{h} {r} "}}"' for h, r in heads]))
-        return call + (f' ("\\n" {call})*' if parallel else "")
+        """llama.cpp's standard_json_tools, flat keys: `{"type": "function",`? then name and
+        parameters, space() between JSON tokens; parallel calls comma-separated."""
+        q = lambda k: lit(conv, json.dumps(k))
+        typ = f'( {q("type")} space ":" space {q("function")} space "," space )?'
+        call = conv.add_rule("tool-call", alts([f'"{{" space {typ} {q("name")} space ":" space {q(n)} space "," space '
+                                                f'{q("parameters")} space ":" space {r} space "}}"'
+                                                for n, r, _ in args_rules(conv, tools)]))
+        calls = call + (f' ( space "," space {call} )*' if parallel else "")
+        return f"space {calls} space"

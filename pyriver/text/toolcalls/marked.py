@@ -18,7 +18,8 @@ class Marked(Family):
     after_name = ""
     args_after = ""
     call_close = ""
-    ws_before_args = False
+    ws_before_args = False   # space() before the arguments and between calls (llama.cpp's autoparser families)
+    close_optional = False   # the call's close may be left out (Kimi K2's)
 
     @property
     def starts(self) -> Tuple[str, ...]:
@@ -81,13 +82,18 @@ class Marked(Family):
             k = J.skip_ws(text, end)
             for s in (self.args_after, self.call_close):
                 if k >= 0 and not cut:
+                    k0 = k
                     k, cut = self._lit(text, k, s, partial)
+                    if k < 0 and s == self.call_close and self.close_optional:
+                        k = k0
                     k = J.skip_ws(text, k) if k >= 0 else k
             if k < 0 or cut:
                 break
             if not text.startswith(self.call_open, k) or not self.call_open:
                 nk, cut = self._lit(text, k, self.section_close, partial)
                 k = nk if nk >= 0 else k
+                if partial and not cut and k < len(text) and self.call_open.startswith(text[k:]):
+                    break   # the next call's opening still coming
                 if not cut and not text.startswith(self.call_open, k):
                     content += text[k:]   # text after the calls: content (llama.cpp's parser fails there)
                     k = len(text)
@@ -102,11 +108,18 @@ class Marked(Family):
         return Parsed(content, calls)
 
     def root(self, conv, tools: List[Dict], parallel: bool, force: bool) -> str:
-        one = alts([f"{lit(conv, self.call_open + self.before_name + n + self.after_name)} {r} "
-                    f"{lit(conv, self.args_after + self.call_close)}" for n, r, _ in args_rules(conv, tools)])
+        """llama.cpp's TAG_WITH_JSON grammar (chat-auto-parser-generator.cpp, build_tool_parser_tag_json):
+        with ws_before_args, space() before the arguments, before what follows them, between calls
+        and inside the section."""
+        sp = " space " if self.ws_before_args else " "
+        after = f"{sp}{lit(conv, self.args_after)}" if self.args_after else ""
+        one = alts([f"{lit(conv, self.call_open + self.before_name + n + self.after_name)}{sp}{r}{after} "
+                    f"{lit(conv, self.call_close)}" for n, r, _ in args_rules(conv, tools)])
         call = conv.add_rule("tool-call", one)
-        calls = call + (f" ( {call} )*" if parallel else "")
-        return f"{lit(conv, self.section_open)} {calls} {lit(conv, self.section_close)}" if self.section_open else calls
+        calls = call + (f" ({sp}{call} )*" if parallel else "")
+        if not self.section_open:
+            return calls
+        return f"{lit(conv, self.section_open)}{sp}{calls}{sp}{lit(conv, self.section_close)}"
 
 
 def _closed(c: Call) -> bool:

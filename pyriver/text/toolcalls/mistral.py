@@ -16,6 +16,11 @@ from pyriver.text.toolcalls.marked import Marked
 class JsonList(Family):
     """MARKER then a JSON list of {"name", "arguments"[, "id"]} calls."""
     marker = ""
+    id_key = ""   # the call's id field where the template renders one
+
+    @property
+    def content_until(self):   # required: content up to the marker (llama.cpp's until(section_start))
+        return (self.marker,)
 
     @property
     def words(self):
@@ -53,17 +58,30 @@ class JsonList(Family):
         return Parsed(content, calls, complete=False) if calls else Parsed(text, complete=False)
 
     def root(self, conv, tools: List[Dict], parallel: bool, force: bool) -> str:
-        heads = [(lit(conv, '{"name": ' + json.dumps(n) + ', "arguments": '), r) for n, r, _ in args_rules(conv, tools)]
-        call = conv.add_rule("tool-call", alts([f'{h} {r} "}}"' for h, r in heads]))
-        return f'{lit(conv, self.marker + "[")} {call} ' + (f'(", " {call})* ' if parallel else "") + '"]"'
+        """llama.cpp's autoparser grammar (chat-peg-parser.cpp, standard_json_tools with flat keys):
+        `MARKER [ {"name": N, "arguments": {...}, "id": ...} ]`, space() between JSON tokens; the comma
+        after the arguments is the grammar's whether or not an id follows (llama.cpp's sequence)."""
+        q = lambda k: lit(conv, json.dumps(k))
+        sid = '( "\\"" ( [^"\\\\] | "\\\\" ( ["\\\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\\"" | json-number )'
+        if self.id_key:
+            conv.set_rule("json-number", '"-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? (("e" | "E") [+-]? [0-9]+)?')
+        tail = (f' space "," space ( {q(self.id_key)} space ":" space {sid} )?' if self.id_key else "")
+        tool = conv.add_rule("tool", alts([f'"{{" space {q("name")} space ":" space {q(n)} space "," space '
+                                           f'{q("arguments")} space ":" space {r}{tail} space "}}"'
+                                           for n, r, _ in args_rules(conv, tools)]))
+        calls = tool + (f' ( space "," space {tool} )*' if parallel else "")
+        return conv.add_rule("tool-call", f'{lit(conv, self.marker)} space "[" space {calls} space "]" space')
 
 
 class MistralNemo(JsonList):
-    name, marker = "mistral-nemo", "[TOOL_CALLS]"
+    name, marker, id_key = "mistral-nemo", "[TOOL_CALLS]", "id"
 
 
 class Granite3(JsonList):
+    """llama.cpp 0.3.36's autoparser finds no tool format in Granite 3.3's template: llama-server
+    holds no call to a grammar there; pyriver keeps its own (the calls first)."""
     name, marker = "granite-3", "<|tool_call|>"
+    content_until = ()
 
 
 _CALL_ID = re.compile(r"\[CALL_ID\]([^\[]*)\[ARGS\]")
@@ -72,6 +90,9 @@ _CALL_ID = re.compile(r"\[CALL_ID\]([^\[]*)\[ARGS\]")
 class MistralArgs(Marked):
     name = "mistral-args"
     call_open, after_name = "[TOOL_CALLS]", "[ARGS]"
+    # required: content (Ministral's [THINK] block too) up to the first call (llama.cpp's
+    # common/parsers/ministral3.cpp: reasoning << content(until("[TOOL_CALLS]")) << calls)
+    content_until = ("[TOOL_CALLS]",)
 
     def head(self, text: str, k: int, partial: bool, names: Sequence[str]):
         for n in sorted(names, key=len, reverse=True):

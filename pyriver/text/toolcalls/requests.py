@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Dict, List, Optional, Tuple
 
+from pyriver.text.template_render import ChatTemplate
 from pyriver.text.toolcalls import detect
 
 
@@ -49,7 +51,7 @@ def _args_obj(args: Any) -> Any:
     return args if args is not None else {}
 
 
-def normalize_messages(messages: List[Dict], template_knows_tools: bool) -> List[Dict]:
+def normalize_messages(messages: List[Dict], template_knows_tools: bool, object_args: bool = True) -> List[Dict]:
     """Messages ready for the template: text parts joined, tool calls' arguments as objects (as
     HF templates iterate them); for a template that knows no tools, calls and results as text."""
     if not isinstance(messages, list):   # empty: the generation prompt alone (llama-server answers it)
@@ -65,8 +67,9 @@ def normalize_messages(messages: List[Dict], template_knows_tools: bool) -> List
             if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)
                                                       and isinstance(c["function"].get("name"), str) for c in calls):
                 raise ToolError(f"messages[{i}].tool_calls must be a list of {{function: {{name, arguments}}}}")
-            calls = [dict(c, function=dict(c["function"], arguments=_args_obj(c["function"].get("arguments"))))
-                     for c in calls]
+            if object_args:   # else as given (llama.cpp: a template that cannot take objects gets the text)
+                calls = [dict(c, function=dict(c["function"], arguments=_args_obj(c["function"].get("arguments"))))
+                         for c in calls]
             m["tool_calls"] = calls
         if not template_knows_tools:
             if calls:
@@ -125,14 +128,49 @@ def plan(tools: Any, tool_choice: Any, parallel_tool_calls: Any, template_source
         raise ToolError("parallel_tool_calls must be a boolean")
     fam = detect.family_of(template_source)
     # unset: as llama-server, parallel calls where the template renders them (one that knows no tools does not)
-    wanted = fam.knows_tools if parallel_tool_calls is None else parallel_tool_calls
+    wanted = fam.knows_tools and renders_parallel(template_source) if parallel_tool_calls is None else parallel_tool_calls
     parallel = wanted and choice in ("auto", "required")
     return ToolPlan([dict(t, type="function") for t in tools], choice, parallel, fam.name, fam)
 
 
+@lru_cache(maxsize=64)
+def _caps(template_source: str) -> Tuple[bool, bool]:
+    """(object arguments, parallel calls) of a template, as llama.cpp's caps checks find them
+    (common/jinja/caps.cpp): an assistant message with two calls rendered, arguments as objects,
+    else as JSON text (a template that adds them to a string: functionary v3.2's); parallel where
+    the second call is rendered. A template that raises there itself (Llama 3.x: "only supports
+    single tool-calls") has no parallel calls; one that renders no call (a marker alone, as tests
+    write them) is not told otherwise."""
+    import jinja2
+    tool = {"type": "function", "function": {"name": "tool1", "description": "Tool description", "parameters": {
+        "type": "object", "properties": {"arg": {"type": "string", "description": "Arg description"}},
+        "required": ["arg"]}}}
+    refused = False
+    for as_text in (False, True):
+        calls = [{"id": f"call0000{i}", "type": "function", "function": {
+            "name": "tool1", "arguments": json.dumps({"arg": v}) if as_text else {"arg": v}}}
+            for i, v in ((1, "value"), (2, "second_value"))]
+        msgs = [{"role": "user", "content": "User message"}, {"role": "assistant", "content": "", "tool_calls": calls},
+                {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"},
+                {"role": "assistant", "content": "The tool response was 'tool response'"},
+                {"role": "user", "content": "User message"}]
+        try:
+            out = ChatTemplate(template_source, "", "").render(msgs, add_generation_prompt=False, tools=[tool])
+        except Exception as e:   # the template's own raise_exception refuses; other errors tell nothing
+            refused = refused or type(e) is jinja2.exceptions.TemplateError
+            continue
+        return not as_text, "second_value" in out or '"value"' not in out
+    return True, not refused
+
+
+def renders_parallel(template_source: str) -> bool:
+    """Whether the template renders parallel calls (llama-server's supports_parallel_tool_calls)."""
+    return _caps(template_source)[1]
+
+
 def render_messages(messages: List[Dict], tp: Optional[ToolPlan], template_source: str) -> Tuple[List[Dict], Dict]:
     """(messages, extra template variables) to render a request with."""
-    msgs = normalize_messages(messages, detect.family_of(template_source).knows_tools)
+    msgs = normalize_messages(messages, detect.family_of(template_source).knows_tools, _caps(template_source)[0])
     if tp is None:
         return msgs, {}
     if not detect.family_of(template_source).knows_tools:

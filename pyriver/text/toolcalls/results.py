@@ -22,6 +22,8 @@ def read(text: str, tp: ToolPlan, partial: bool = False) -> Parsed:
     """The family's parse of text (partial: a stream's text so far, or an answer max_tokens cut,
     parsed leniently as llama-server does); without parallel calls, the first call alone."""
     p = tp.family.parse(text, tp.tools, partial)
+    if tp.family.lead_space and text.startswith(p.content):
+        p.content = p.content.lstrip()
     if not tp.parallel and len(p.calls) > 1:
         p.calls = p.calls[:1]
     return p
@@ -66,7 +68,8 @@ def _final(text: str, tp: ToolPlan, finish: Optional[str]) -> Parsed:
     far; a call cut before its name leaves the answer's text as its content."""
     if finish == "length":
         p = read(text, tp, partial=True)
-        return p if p.calls or tp.family.channels else Parsed(text)   # no bare-JSON reading of a cut text
+        # no bare-JSON reading of a cut text; markup families: what their parse made of it, unless nothing
+        return p if p.calls or (tp.family.channels and (p.content or p.reasoning)) else Parsed(text)
     return read(text, tp)
 
 
@@ -157,8 +160,11 @@ def call_grammar(tp: ToolPlan, force: bool = True) -> Optional[str]:
     return conv.format_grammar()
 
 
-def auto_grammar(tp: ToolPlan) -> LazyGrammar:
-    """tool_choice auto: the grammar of a call to any of the tools, applied from the call's opening on."""
+def auto_grammar(tp: ToolPlan) -> Optional[LazyGrammar]:
+    """tool_choice auto: the grammar of a call to any of the tools, applied from the call's opening
+    on; None where nothing opens a call (llama.cpp's: no trigger, no grammar)."""
+    if not tp.family.words and not tp.family.patterns:
+        return None
     return LazyGrammar(call_grammar(tp, force=False), words=tuple(tp.family.words), patterns=tuple(tp.family.patterns))
 
 

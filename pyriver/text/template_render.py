@@ -1,0 +1,74 @@
+"""A chat template's Jinja source rendered as llama.cpp's template engine renders it (minja: no HTML
+escaping, tojson as Hugging Face's, an undefined value added to a string as ''), with what
+llama.cpp gives every template beside the messages. Apart from chat_template.py so that the tool-call
+package can render a template (its caps checks) without importing the chat results."""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Dict, List
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class MinjaUndefined(jinja2.Undefined):
+    """An undefined value as llama.cpp's template engine (minja) takes it in `+` with a string: as
+    '' (firefunction-v2's `suffix + "\n" + functions` with no tools). jinja2 raises there; every
+    other use raises as before, so a template that rendered renders the same."""
+
+    def __add__(self, other):
+        return other if isinstance(other, str) else super().__add__(other)
+
+    def __radd__(self, other):
+        return other if isinstance(other, str) else super().__radd__(other)
+
+
+def _raise(msg):
+    raise jinja2.exceptions.TemplateError(msg)
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    """tojson as llama.cpp's templates (and Hugging Face's) write it: keys in their order, nothing
+    HTML-escaped (jinja2's own sorts keys and writes < as \\u003c: another prompt than llama-server's);
+    a filter's sequence (jinja2's map() is a generator) as the list it is in llama.cpp's engine."""
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
+                      default=_listed)
+
+
+def _listed(x):
+    if hasattr(x, "__iter__") and not isinstance(x, (str, bytes, dict)):
+        return list(x)
+    raise TypeError(f"Object of type {type(x).__name__} is not JSON serializable")
+
+
+def _safe(x):
+    """|safe as llama.cpp's engine has it: the value itself (jinja2's Markup would HTML-escape every
+    string added to it: functionary v3.1's `"..."|safe + tool|tojson`)."""
+    return x
+
+
+def extra_context() -> Dict[str, str]:
+    """What llama.cpp gives every template beside the messages (common_chat_extra_context): today."""
+    now = datetime.now()
+    return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
+
+
+class ChatTemplate:
+    def __init__(self, source: str, bos_token: str, eos_token: str):
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader(),
+                                            extensions=["jinja2.ext.loopcontrols"],   # {% break %} (Cohere ...)
+                                            undefined=MinjaUndefined)
+        env.filters["tojson"] = _tojson
+        env.filters["safe"] = _safe
+        self.template = env.from_string(source)
+        self.source = source   # what pyriver.text.toolcall reads the tool-call syntax from
+        self.bos_token, self.eos_token = bos_token, eos_token
+
+    def render(self, messages: List[Dict], add_generation_prompt: bool = True, **extra) -> str:
+        for m in messages:
+            if not isinstance(m, dict) or "role" not in m:
+                raise ValueError(f"each message needs a 'role': {m!r}")
+        return self.template.render(messages=messages, bos_token=self.bos_token, eos_token=self.eos_token,
+                                    add_generation_prompt=add_generation_prompt, raise_exception=_raise,
+                                    strftime_now=lambda f: datetime.now().strftime(f), **extra)
