@@ -34,6 +34,14 @@ from pyriver.text.logprobs import entry as logprob_entry
 from pyriver.engine.sampling import Sampler
 
 
+def verify(llm, tokens: List[int]) -> np.ndarray:
+    """A verify step: tokens (the newest one and the drafts) in one full-depth step with the logits
+    of every row (engine.VERIFY: the verify kernels, tiled where Context.set_verify_tile_rows says).
+    Speculator._step's call, and `pyriver eval --lossless`'s (pyriver.tools.kld), so that a lossless
+    point's KLD is of these logits."""
+    return llm.decode_logits(tokens, logits_all=True, prompt=VERIFY)
+
+
 def accept_or_resample(p: np.ndarray, q: Optional[np.ndarray], d: int, rng: np.random.Generator) -> Optional[int]:
     """The speculative sampling rule for one drafted token d drawn from q (None: a deterministic
     draft, q one-hot at d) against the target distribution p: None keeps d, else the token that
@@ -223,7 +231,7 @@ class Speculator:
         begins (proposal_key)."""
         n0 = len(seq) - 1
         drafts, qs, source, key = self._draft(llm, seq, sampler, k, ls, dl, room, n_prompt)
-        rows = llm.decode_logits([seq[-1]] + drafts, logits_all=True, prompt=VERIFY)   # full depth
+        rows = verify(llm, [seq[-1]] + drafts)   # full depth
         out = decide(rows, drafts, qs, seq, sampler, self.rule)
         m = len(out) - 1   # drafts kept
         llm.context.truncate(n0 + 1 + m)

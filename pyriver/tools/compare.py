@@ -32,10 +32,11 @@ from typing import Dict, List, Optional
 from tqdm import tqdm
 
 from pyriver import models
-from pyriver.api.llama import DEFAULT_MIN_EXIT_LAYER, Llama
+from pyriver.api.llama import DEFAULT_DRAFT_MAX, DEFAULT_MIN_EXIT_LAYER, Llama
 from pyriver.cli import TOOLS, guarded
 from pyriver.cli.args import device_kwargs, positive
 from pyriver.models.cache import file_sha256
+from pyriver.river.sidecar import sidecar_path
 
 from pyriver.tools import compare_out, kld, paired
 from pyriver.tools.engine import LlamaCppEngine, progress
@@ -64,6 +65,21 @@ def river_spec(s: str) -> Dict:
     return {"river": parts[0], "tau": tau, "min_exit_layer": mn}
 
 
+def lossless_spec(s: str) -> Dict:
+    """--lossless's DRAFT[:K]: the drafter (a river type, drafting on the River path at Llama's exit
+    threshold, or "ngram") and the longest draft (default: lossless mode's)."""
+    parts = s.split(":")
+    try:
+        if len(parts) not in (1, 2) or not parts[0]:
+            raise ValueError
+        k = int(parts[1]) if len(parts) == 2 else DEFAULT_DRAFT_MAX
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a lossless point is DRAFT[:K] (q4_0:2, ngram:4), got {s!r}") from None
+    if k < 0:
+        raise argparse.ArgumentTypeError(f"{s!r}: the draft length is at least 0")
+    return {"draft": parts[0], "draft_max": k}
+
+
 def comma_list(kind):
     def parse(s: str) -> List:
         return [kind(x.strip()) for x in s.split(",") if x.strip()]
@@ -88,6 +104,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--river", type=comma_list(river_spec), action="extend", default=[], metavar="TYPE:TAU[:MIN],...",
                    help="River settings on the first MODEL: river type, exit threshold, min exit layer (default "
                    f"{DEFAULT_MIN_EXIT_LAYER}), e.g. q4_0:0.95,q4_0:0.985")
+    c.add_argument("--lossless", type=comma_list(lossless_spec), action="extend", default=[], metavar="DRAFT[:K],...",
+                   help="lossless mode on the first MODEL: drafts from a river type (on the River path) or ngram, at most K "
+                   f"(default {DEFAULT_DRAFT_MAX}) a step; its KLD from verify steps of K + 1 rows, e.g. q4_0:2")
     c.add_argument("--base", default=None, metavar="GGUF", help="the reference model (e.g. a Q8_0 or F16 file of the "
                    "same model); default: the first MODEL")
     c.add_argument("--river-force", action="store_true", help="allow a river not cheaper than the backbone")
@@ -121,12 +140,19 @@ def plan(a, first: str) -> List[Dict]:
         pts.append({"key": f"river:{r['river']}:{r['tau']:g}:{r['min_exit_layer']}",
                     "name": f"river {r['river']} tau {r['tau']:g} min {r['min_exit_layer']}", "kind": "river",
                     "model": first, **r})
+    for d in a.lossless:
+        pts.append({"key": f"lossless:{d['draft']}:{d['draft_max']}",
+                    "name": f"lossless {d['draft']} drafts, draft-max {d['draft_max']}", "kind": "lossless", "model": first, **d})
     seen = set()
     return [p for p in pts if not (p["key"] in seen or seen.add(p["key"]))]
 
 
 def _open(a, p: Dict, n_ctx: int) -> Llama:
     kw = dict(n_ctx=n_ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, **device_kwargs(a))
+    if p["kind"] == "lossless":   # lossless mode with its drafter, as it generates (speed)
+        ngram = p["draft"] == "ngram"
+        return Llama(p["model"], river=None if ngram else p["draft"], river_force=a.river_force, lossless=True,
+                     draft_model="ngram" if ngram else None, draft_max=p["draft_max"], **kw)
     if p["kind"] != "river":
         return Llama(p["model"], river=None, **kw)
     llm = Llama(p["model"], river=p["river"], river_force=a.river_force, exit_threshold=2.0, **kw)
@@ -141,11 +167,13 @@ def _log(out: Path, name: str):
 
 
 def fidelity(a, p: Dict, base: str, n_ctx: int, logs: Path) -> Dict:
-    """The point against the base file: kld.compare's figures, as `pyriver eval --kl-divergence` reads them."""
-    llm = _open(a, p, n_ctx)
+    """The point against the base file: kld.compare's figures, as `pyriver eval --kl-divergence` reads them
+    (a lossless point: its verify steps of draft-max + 1 rows, on the model at full depth)."""
+    verify = p["draft_max"] + 1 if p["kind"] == "lossless" else 0
+    llm = kld.lossless_llama(p["model"], n_ctx, a.threads, **device_kwargs(a)) if verify else _open(a, p, n_ctx)
     try:
         with _log(logs, p["name"]) as f, contextlib.redirect_stdout(f):
-            s = kld.compare(llm, base, p["kind"] == "river", a.chunks, f", {p['name']}")
+            s = kld.compare(llm, base, p["kind"] == "river", a.chunks, f", {p['name']}", verify=verify)
         if p["kind"] == "river":
             p["sidecar"] = llm.river_path
     finally:
@@ -154,6 +182,33 @@ def fidelity(a, p: Dict, base: str, n_ctx: int, logs: Path) -> Dict:
 
 
 def speed(a, p: Dict, first: str) -> Dict:
+    """A point's speed: speed_steps, or for a lossless point speed_generations."""
+    return (speed_generations if p["kind"] == "lossless" else speed_steps)(a, p, first)
+
+
+def speed_generations(a, p: Dict, first: str) -> Dict:
+    """A lossless point: pyriver in lossless mode on the first MODEL against llama.cpp on it (the
+    anchor), taking turns generation by generation (a verify step yields several tokens, so they
+    cannot alternate step by step): per repeat each runs the prompt and -n greedy tokens
+    (paired.measure_generations)."""
+    n_ctx = a.prompt_tokens + a.gen_tokens + WARMUP + 8
+    engines = {"llama.cpp": LlamaCppEngine(first, n_ctx, a.threads, **device_kwargs(a))}
+    try:
+        engines["pyriver"] = _open(a, p, n_ctx)
+        prompt = text_prompt(lambda b: engines["llama.cpp"].tokenize(b, add_bos=False), a.prompt_tokens)
+        bar = progress(a.repeats * 2 * (len(prompt) + a.gen_tokens), f"speed, {p['name']}")
+        reps = paired.measure_generations(engines, prompt, a.gen_tokens, a.repeats, bar)
+        bar.close()
+    finally:
+        for e in engines.values():
+            e.close()
+    s = paired.summarize(reps)
+    s["ratio_to_anchor"] = s["ratio_to_llama_cpp"]
+    s["lossless"] = reps[-1]["lossless"]
+    return s
+
+
+def speed_steps(a, p: Dict, first: str) -> Dict:
     """pyriver on the point against llama.cpp on its file, and against llama.cpp on the first MODEL
     (the anchor: one yardstick for every point, so that points measured minutes apart on a machine
     whose speed drifts are read by their ratios to it), all alternated step by step (paired.measure)."""
@@ -267,9 +322,23 @@ def measure(a) -> Dict:
         print(f"\ninterrupted: the points measured are kept in {store}; run again to resume", file=sys.stderr)
     else:
         res["interrupted"] = False
+    for p in res["points"]:
+        if "kld" in p:
+            _drafter_bytes(p)
     compare_out.mark(res["points"])
     write_json(str(store), res)
     return res
+
+
+def _drafter_bytes(p: Dict) -> None:
+    """A lossless point drafting from a river loads its sidecar too (made by its speed run at the
+    latest): its MiB are the file's and the sidecar's, as a River point's."""
+    if p["kind"] != "lossless" or p["draft"] == "ngram" or p.get("sidecar"):
+        return
+    side = sidecar_path(p["model"], p["draft"])
+    if side.exists():
+        p["sidecar"] = str(side)
+        p["bytes"] = os.path.getsize(p["model"]) + os.path.getsize(side)
 
 
 def _quantize(first: str, pts: List[Dict]) -> None:

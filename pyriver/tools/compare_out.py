@@ -73,7 +73,9 @@ def markdown(res: Dict) -> str:
              f"tokens ({chunks}); speed: prompt {c['prompt_tokens']}, {c['gen_tokens']} decode steps, {c['repeats']} "
              f"repeats, {c['threads']} threads: pyriver on the point, llama.cpp on its file and llama.cpp on "
              f"`{Path(c['model']).name}` (the anchor) alternated step by step; tok/s medians, ratios medians of the "
-             "per-repeat ratios; * = frontier (mean KLD against pyriver's tg / anchor).", "",
+             "per-repeat ratios; * = frontier (mean KLD against pyriver's tg / anchor)."
+             + (" Lossless points: pyriver in lossless mode and the anchor take turns generation by generation."
+                if any(p["kind"] == "lossless" for p in res["points"]) else ""), "",
              "| point | MiB | mean KLD | Same top p | PPL ratio | pyriver pp t/s | pyriver tg t/s | llama.cpp pp t/s "
              "| llama.cpp tg t/s | pp / llama.cpp | tg / llama.cpp | pp / anchor | tg / anchor |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -102,7 +104,8 @@ def plot(res: Dict, png: str) -> None:
     import matplotlib.pyplot as plt
     pts = [p for p in res["points"] if complete(p)]
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=90)
-    style = {"file": ("s", "k", "files"), "quantized": ("*", "C1", "requantized by llama.cpp"), "river": ("o", "C0", "River")}
+    style = {"file": ("s", "k", "files"), "quantized": ("*", "C1", "requantized by llama.cpp"), "river": ("o", "C0", "River"),
+             "lossless": ("D", "C2", "lossless mode")}
     for p in pts:
         mk, color, label = style[p["kind"]]
         x, y = p["kld"]["kld"], decode(p)

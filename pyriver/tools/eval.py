@@ -14,7 +14,7 @@ from typing import Dict, List, Optional
 
 from pyriver.cli.args import device_kwargs, positive
 from pyriver.cli import TOOLS, guarded
-from pyriver.api.llama import DEFAULT_RIVER, Llama
+from pyriver.api.llama import DEFAULT_DRAFT_MAX, DEFAULT_RIVER, Llama
 
 from pyriver.tools import datasets, kld
 from pyriver.tools.args import add_set_args, apply_calibration
@@ -50,7 +50,15 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--kl-divergence-base", default=None, metavar="FILE",
                    help="llama-perplexity's base file: written from the model at full depth, or read with --kl-divergence")
     k.add_argument("--kl-divergence", action="store_true", help="compare with the base file: the model at full depth, "
-                   "or with --river/--tau each River point (decode steps over the scored half of each chunk)")
+                   "or with --river/--tau each River point (decode steps over the scored half of each chunk), or with "
+                   "--lossless lossless mode (its verify steps)")
+    k.add_argument("--lossless", action="store_true", help="with --kl-divergence: lossless mode, each chunk's scored half "
+                   "in its verify steps of --draft-max + 1 rows (the steps it takes when every draft is kept)")
+    k.add_argument("--draft-max", type=int, nargs="+", default=None, metavar="K",
+                   help=f"lossless: draft lengths, one point each (default {DEFAULT_DRAFT_MAX}, lossless mode's)")
+    k.add_argument("--verify-tile-rows", type=int, default=0, metavar="N",
+                   help="lossless: verify steps of N to 63 rows attend through flash attention's tiled kernel, as lossless "
+                   "mode's measured cost table may choose (needs --flash-attn; default 0: never)")
     e.set_defaults(ctx=None)   # 1024, or llama-perplexity's 512 for the chunks
     return e
 
@@ -102,7 +110,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """`pyriver eval`: every (min layer, tau) of one river type against full depth; with
     --competitor also llama.cpp on the model requantized to the river type."""
     a = parser().parse_args(argv)
-    if a.kl_divergence_base or a.kl_divergence or a.file:
+    if a.kl_divergence_base or a.kl_divergence or a.file or a.lossless:
         return kl_divergence(a)
     a.ctx = a.ctx or 1024
     prompts = datasets.subset(datasets.load_prompts(a.prompts), a.limit)
@@ -157,11 +165,12 @@ def kl_divergence(a) -> int:
     if not a.kl_divergence_base:
         raise ValueError("-f/--kl-divergence need --kl-divergence-base FILE (the base to write, or to read)")
     river = a.river is not None or a.tau is not None or a.min_exit_layer is not None
+    lossless = _lossless_args(a)
     if not a.kl_divergence:
         if not a.file:
             raise ValueError("writing a --kl-divergence-base needs the text: -f FILE")
-        if river:
-            raise ValueError("the base is the model at full depth: --river/--tau apply with --kl-divergence")
+        if river or lossless:
+            raise ValueError("the base is the model at full depth: --river/--tau and --lossless apply with --kl-divergence")
         with open(a.file, "rb") as f:
             text = f.read()
         text = text[:-1] if text.endswith(b"\n") else text   # llama.cpp's -f drops one final newline
@@ -172,13 +181,13 @@ def kl_divergence(a) -> int:
         return 0
     n_ctx = kld.read_header(a.kl_divergence_base).n_ctx   # the base's chunks set the context
     res: Dict = {"schema": "pyriver.kld/1", "base": a.kl_divergence_base, "results": []}
-    if not river:
+    if not river and not lossless:
         llm = Llama(a.model, n_ctx=n_ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None,
                     **device_kwargs(a))
         res["results"].append({"kind": "full_depth", **kld.compare(llm, a.kl_divergence_base, False, a.chunks)})
         res["model"] = llm.model_path
         llm.close()
-    else:
+    if river:
         full = Llama(a.model, n_ctx=n_ctx, n_threads=a.threads, n_threads_batch=a.threads, verbose=False, river=None,
                      **device_kwargs(a))
         _settings(a, full)
@@ -193,9 +202,34 @@ def kl_divergence(a) -> int:
                 s = kld.compare(llm, a.kl_divergence_base, True, a.chunks, label)
                 res["results"].append({"kind": "river", "river": a.river, "tau": tau, "min_exit_layer": mn, **s})
         llm.close()
+    if lossless:
+        llm = kld.lossless_llama(a.model, n_ctx, a.threads, a.verify_tile_rows, **device_kwargs(a))
+        res["model"] = llm.model_path
+        for k in a.draft_max:
+            label = f", lossless draft-max {k} (verify steps of {k + 1})"
+            s = kld.compare(llm, a.kl_divergence_base, False, a.chunks, label, verify=k + 1)
+            res["results"].append({"kind": "lossless", "draft_max": k, "verify_tile_rows": a.verify_tile_rows, **s})
+        llm.close()
     if a.json:
         write_json(a.json, res)
     return 0
+
+
+def _lossless_args(a) -> bool:
+    """--lossless and its draft lengths, checked before anything runs; whether lossless points are asked for."""
+    if not a.lossless:
+        if a.draft_max is not None or a.verify_tile_rows:
+            raise ValueError("--draft-max and --verify-tile-rows are lossless mode's: add --lossless")
+        return False
+    if not a.kl_divergence:
+        raise ValueError("--lossless is evaluated with --kl-divergence (against a base written at full depth)")
+    a.draft_max = a.draft_max or [DEFAULT_DRAFT_MAX]
+    for k in a.draft_max:
+        if k < 0:
+            raise ValueError(f"--draft-max must be >= 0, got {k}")
+    if a.verify_tile_rows and not a.flash_attn:
+        raise ValueError("--verify-tile-rows attends through flash attention's tiled kernel: add --flash-attn")
+    return True
 
 
 if __name__ == "__main__":

@@ -9,7 +9,12 @@ Chunks as llama-perplexity cuts them: the text tokenized with the BOS, n_ctx tok
 first token replaced by the BOS (when the vocabulary adds one); the first half of a chunk is
 context only, positions n_ctx // 2 .. n_ctx - 2 are scored (each against the next token). At full
 depth a chunk is one batch, as there; a River point runs the first half and its first scored token
-as a prompt and each later token as a decode step, as generation would, so exits apply."""
+as a prompt and each later token as a decode step, as generation would, so exits apply. A lossless
+point (draft length K) runs the same prompt, then the later tokens in verify steps of K + 1 rows
+through lossless mode's own verify call (pyriver.speculative.lossless.verify): the steps lossless
+generation takes when every draft is kept (a rejection makes a step shorter; which rows come out of
+a step of which size is the only thing that differs: its tokens are the text's). Its text is full
+depth's; the KLD says what its multi-row steps' last bits cost."""
 from __future__ import annotations
 
 import sys
@@ -17,6 +22,8 @@ from typing import List, Optional
 
 import numpy as np
 
+from pyriver.api.llama import Llama
+from pyriver.speculative.lossless import verify as verify_step
 from pyriver.tools import kld_file, kld_stats
 from pyriver.tools.engine import feed, progress
 
@@ -34,18 +41,36 @@ def n_chunks(n_tokens: int, n_ctx: int, chunks: Optional[int]) -> int:
     return most if chunks is None or chunks < 0 else min(chunks, most)
 
 
-def chunk_logits(llm, chunk: List[int], bos: Optional[int], stepwise: bool) -> np.ndarray:
-    """The logits [n_ctx - 1 - n_ctx // 2, n_vocab] at a chunk's scored positions."""
+def chunk_logits(llm, chunk: List[int], bos: Optional[int], stepwise: bool, verify: int = 0) -> np.ndarray:
+    """The logits [n_ctx - 1 - n_ctx // 2, n_vocab] at a chunk's scored positions: one batch, or
+    stepwise (decode steps), or with verify = K + 1 lossless mode's verify steps of K + 1 rows."""
     n_ctx = len(chunk)
     first = n_ctx // 2
     toks = list(chunk)
     if bos is not None:
         toks[0] = bos
+    if verify > 0:
+        llm.reset()
+        # the prompt (lossless generation's first token comes from its last row), then verify steps
+        rows = [np.asarray(llm.decode_logits(toks[:first + 1], prompt=True))[-1:]]
+        for i in range(first + 1, n_ctx - 1, verify):
+            rows.append(np.asarray(verify_step(llm, toks[i:min(i + verify, n_ctx - 1)])))
+        return np.concatenate(rows)
     if not stepwise:
         llm.reset()
         return np.asarray(llm.decode_logits(toks, logits_all=True))[first:n_ctx - 1]
     run = feed(llm, toks[:first + 1], toks[first + 1:n_ctx - 1], keep_logits=True)
     return np.stack(run.logits)
+
+
+def lossless_llama(model: str, n_ctx: int, threads: int, verify_tile_rows: int = 0, **kw):
+    """The model at full depth as lossless mode verifies with it, for chunk_logits(verify=K + 1): a
+    verify step's logits do not depend on the drafter (its tokens are the text's here), so no river is
+    loaded; verify_tile_rows as lossless mode's measured table would set it (Context.set_verify_tile_rows)."""
+    llm = Llama(model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False, river=None, **kw)
+    if verify_tile_rows:
+        llm.context.set_verify_tile_rows(verify_tile_rows)
+    return llm
 
 
 def write_base(llm, path: str, tokens: List[int], n_ctx: int, chunks: Optional[int]) -> int:
@@ -83,9 +108,10 @@ def read_header(path: str) -> kld_file.Header:
         return kld_file.read_header(f, path)
 
 
-def compare(llm, path: str, stepwise: bool, chunks: Optional[int] = None, label: str = "") -> dict:
+def compare(llm, path: str, stepwise: bool, chunks: Optional[int] = None, label: str = "", verify: int = 0) -> dict:
     """llm against the base file: llama-perplexity's running lines per chunk, then its statistics.
-    Returns the statistics' figures."""
+    Returns the statistics' figures. stepwise: a River point's decode steps; verify = K + 1: a
+    lossless point's verify steps (chunk_logits)."""
     with open(path, "rb") as f:
         h = kld_file.read_header(f, path)
         if h.n_vocab != llm.n_vocab():
@@ -102,7 +128,7 @@ def compare(llm, path: str, stepwise: bool, chunks: Optional[int] = None, label:
         for c in range(n_chunk):
             rows = kld_file.read_chunk(f, h, c, path)
             chunk = h.tokens[c * h.n_ctx:(c + 1) * h.n_ctx].tolist()
-            logits = chunk_logits(llm, chunk, bos, stepwise)
+            logits = chunk_logits(llm, chunk, bos, stepwise, verify)
             k.add(logits, rows, np.asarray(chunk[first + 1:]), h.n_vocab)
             bar.update(h.n_ctx)
             bar.clear()

@@ -19,6 +19,7 @@ import numpy as np
 from pyriver import models
 from pyriver.cli.args import tensor_split
 from pyriver.api.llama import Llama
+from pyriver.speculative.lossless import stats as lossless_stats
 
 from pyriver.tools.engine import LlamaCppEngine
 from pyriver.tools.results import conditions, summary, write_json
@@ -73,6 +74,45 @@ def measure(engines: Dict, prompt: List[int], n_gen: int, repeats: int, bar=None
         e.reset()
         e.decode_logits(prompt)
     return [_repeat(engines, prompt, n_gen, r % len(engines), bar) for r in range(repeats)]
+
+
+def _generation(engine, prompt: List[int], n_gen: int) -> Dict:
+    """One timed generation from an empty cache: the prompt, then n_gen greedy tokens. pyriver's
+    Llama generates as its mode does (lossless: verify steps of several tokens; Llama.last_stats has
+    the seconds); llama.cpp takes n_gen decode steps, each fed its own argmax."""
+    engine.reset()
+    if isinstance(engine, Llama):
+        engine.create_completion(prompt, max_tokens=n_gen + 1, temperature=0.0)   # the first token is the prompt's
+        st = engine.last_stats
+        if not st["decode_tokens"]:
+            raise ValueError("the model ended its generation after the prompt: no decode steps to time (another -p)")
+        return {"prefill_tok_s": len(prompt) / st["prompt_s"], "decode_tok_s": st["decode_tokens"] / st["decode_s"],
+                "lossless": lossless_stats(st.get("lossless"))}
+    logits, prefill = _timed(engine, prompt)
+    steps = 0.0
+    for _ in range(n_gen):
+        logits, dt = _timed(engine, [int(np.argmax(logits))])
+        steps += dt
+    return {"prefill_tok_s": len(prompt) / prefill, "decode_tok_s": n_gen / steps}
+
+
+def measure_generations(engines: Dict, prompt: List[int], n_gen: int, repeats: int, bar=None) -> List[Dict]:
+    """As measure, where pyriver's steps yield several tokens (lossless mode, `pyriver compare`'s
+    lossless points): the engines take turns generation by generation, not step by step, after an
+    untimed one each (WARMUP tokens). Each repeat also keeps pyriver's lossless statistics."""
+    for e in engines.values():
+        _generation(e, prompt, WARMUP)
+    reps = []
+    names = list(engines)
+    for r in range(repeats):
+        got = {}
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            got[k] = _generation(engines[k], prompt, n_gen)
+            if bar is not None:
+                bar.update(len(prompt) + n_gen)
+        reps.append({m: {k: got[k][m] for k in names} for m in METRICS})
+        reps[-1].update(logits_equal=False, lossless=got["pyriver"].get("lossless"))
+    return reps
 
 
 def ratio(reps: List[Dict], metric: str, num: str, den: str) -> Dict:
