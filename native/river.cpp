@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cctype>
 #include <cstring>
 #include <thread>
 
@@ -33,10 +34,20 @@ static std::vector<const tensor_spec *> block_matrices(const model & m) {
     return out;
 }
 
+// ggml's names, in any case: users write q3_k as often as ggml's q3_K (no two names differ in case only)
+static bool same_name(const std::string & a, const char * b) {
+    size_t n = strlen(b);
+    if (a.size() != n) return false;
+    for (size_t i = 0; i < n; i++) {
+        if (tolower((unsigned char) a[i]) != tolower((unsigned char) b[i])) return false;
+    }
+    return true;
+}
+
 static ggml_type type_by_name(const std::string & name) {
     for (int t = 0; t < GGML_TYPE_COUNT; t++) {
         const ggml_type_traits * tr = ggml_get_type_traits((ggml_type) t);
-        if (tr && tr->type_name && name == tr->type_name && usable_type((ggml_type) t)) return (ggml_type) t;
+        if (tr && tr->type_name && same_name(name, tr->type_name) && usable_type((ggml_type) t)) return (ggml_type) t;
     }
     fail(PR_ERR_INVALID_ARG, "unknown river type '%s'", name.c_str());
 }

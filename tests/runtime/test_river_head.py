@@ -81,3 +81,22 @@ def test_bad_head_specs_are_refused(model, spec):
     path, *_ = model
     with pytest.raises(ValueError, match="river spec|unknown river type"):
         Llama(path, n_ctx=64, verbose=False, river=spec)
+
+
+def test_river_types_are_ggml_names_in_any_case(model, tmp_path):
+    """q3_k is ggml's q3_K (people write K-quants in lower case, as llama-quantize's Q3_K_M): the same
+    sidecar, tensor for tensor (SmolLM2's 576 columns take no K-quant: both fall back alike), under the
+    same name; a name that is no type stays refused."""
+    path, *_ = model
+
+    def built(llm, spec):
+        out = tmp_path / f"{spec}.gguf"
+        R.build(llm._native_model, path, spec, out, progress=False)
+        return {t.name: (t.tensor_type.name, bytes(t.data)) for t in gguf.GGUFReader(str(out)).tensors}
+    with Llama(path, n_ctx=64, verbose=False) as llm:
+        want, head = built(llm, "q3_K"), built(llm, "q3_K+head-q4_0")
+        assert built(llm, "q3_k") == want and built(llm, "Q3_K") == want
+        assert built(llm, "Q3_k+head-Q4_0") == head and "output.weight" in head and "output.weight" not in want
+        with pytest.raises(ValueError, match="unknown river type"):
+            R.build(llm._native_model, path, "q3_kk", tmp_path / "bad.gguf", progress=False)
+    assert R.sidecar_path(path, "Q3_K").name == R.sidecar_path(path, "q3_k").name
