@@ -99,10 +99,12 @@ def test_default_drafts_run_and_say_so(served):
     this engine too (a repetitive prompt drafts), and the text stays greedy's."""
     path, s, client, _ = served
     p = "1 2 3 1 2 3 1 2 3 1 2 3 1 2 3 1 2 3 1 2"   # both files' greedy answers repeat (the synthetic one: a piece again and again)
-    r = client.completions.create(model="m", prompt=p, max_tokens=N, temperature=0.0)
+    # 48 tokens: the answer's repeats grow long enough to pay on any measured table (a match of 1 to 3
+    # tokens must promise NGRAM_MARGIN over a plain step, which a tiny model's noisy table may deny)
+    r = client.completions.create(model="m", prompt=p, max_tokens=3 * N, temperature=0.0)
     ls = r.model_extra["river"]["lossless"]
     assert ls["draft"] == "StoreLookup" and ls["verify_steps"] > 0 and ls["drafted"] > 0, ls
-    assert r.choices[0].text == _greedy_text(path, p)
+    assert r.choices[0].text == _greedy_text(path, p, 3 * N)
 
 
 def test_bad_input_and_batch_invariance_refused(served, foreign_paths):
@@ -196,10 +198,10 @@ def test_lfm2_slot_cache_is_reused_whole_or_not_at_all(lfm2):
         assert got == _greedy_tokens(path, toks, len(got))
 
 
-def _greedy_text(path, prompt):
+def _greedy_text(path, prompt, n=N):
     ref = llama_cpp.Llama(path, **REF)
     try:
-        return ref(prompt, max_tokens=N, temperature=0.0)["choices"][0]["text"]
+        return ref(prompt, max_tokens=n, temperature=0.0)["choices"][0]["text"]
     finally:
         ref.close()
 
