@@ -6,6 +6,7 @@ stays silent) and ends with one line saying what was measured and where it is ke
 measurement never makes one."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -14,13 +15,28 @@ from tqdm import tqdm
 DELAY = 1.0   # seconds before the bar shows
 
 
-class Measuring:
-    """A bar over `total` timed steps (tick() after each; total may grow), then the closing line."""
+def _size_args(stream) -> dict:
+    """tqdm's size arguments: the terminal's own, followed as it changes; 80 x 24 on a terminal that
+    reports no size (a pty whose size nobody set, as under `script` or some CI runners), where tqdm
+    reads 0 rows and hides the bar as if it stood below the screen."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return {"dynamic_ncols": True}   # not a terminal: tqdm writes its plain stats
+    if size.columns > 0 and size.lines > 0:
+        return {"dynamic_ncols": True}
+    return {"ncols": 80, "nrows": 24}
 
-    def __init__(self, what: str, total: int, path) -> None:
+
+class Measuring:
+    """A bar over `total` timed steps (tick() after each; total may grow), then the closing line.
+    label: a few words for the bar (what: the closing line's account), so that the bar's count and
+    time still fit an 80-column terminal."""
+
+    def __init__(self, what: str, total: int, path, label: str) -> None:
         self.what, self.path, self.t0 = what, path, time.monotonic()
-        self.bar = tqdm(total=total, desc=f"pyriver: measuring {what} (once)", unit="step", file=sys.stderr,
-                        delay=DELAY, leave=False, mininterval=0.5, dynamic_ncols=True)
+        self.bar = tqdm(total=total, desc=f"pyriver: measuring {label} (once)", unit="step", file=sys.stderr,
+                        delay=DELAY, leave=False, mininterval=0.5, **_size_args(sys.stderr))
 
     def grow(self, n: int) -> None:
         self.bar.total += n

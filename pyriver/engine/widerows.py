@@ -67,7 +67,8 @@ def auto(llm, prompt: List[int]) -> int:
         return int(json.loads(path.read_text())["wide_prompt_rows"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    with Measuring("from how many rows prompts read the second layout", REPEATS * len(SIZES) * 2, path) as m:
+    with Measuring("from how many rows prompts read the second layout", REPEATS * len(SIZES) * 2, path,
+                   "prompt layouts") as m:
         times = measure(llm, prompt, tick=m.tick)
     n = threshold(times)
     path.parent.mkdir(parents=True, exist_ok=True)

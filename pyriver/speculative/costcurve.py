@@ -215,7 +215,7 @@ def auto(llm, prompt: List[int]) -> Tuple[DraftCost, int]:
     tiled = [n for n in TILE_SIZES if n in sizes] if tiles else []
     two = len(far) >= 2 * len(near)
     what = f"the verify cost of {len(sizes)} step sizes for lossless drafts" + (" and the tiled crossover" if tiled else "")
-    with Measuring(what, steps(sizes, REPEATS, SMALL_REPEATS, tiled), path) as m:
+    with Measuring(what, steps(sizes, REPEATS, SMALL_REPEATS, tiled), path, "draft costs") as m:
         if two:
             res_far = measure(llm, sizes, REPEATS, far, SMALL_REPEATS, tiled, tick=m.tick)
             first = tile_rows(res_far)

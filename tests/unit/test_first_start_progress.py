@@ -42,14 +42,14 @@ def llm(tmp_path, monkeypatch):
     return FakeLlama(f)
 
 
-@pytest.mark.parametrize("measure, what", [
-    (lambda llm: widerows.auto(llm, list(range(40))), "from how many rows prompts read the second layout"),
-    (lambda llm: costcurve.auto(llm, list(range(40))), "the verify cost of 12 step sizes for lossless drafts")])
-def test_a_first_start_shows_its_measurement_and_a_cached_one_is_silent(llm, measure, what, capsys, monkeypatch):
+@pytest.mark.parametrize("measure, label, what", [
+    (lambda llm: widerows.auto(llm, list(range(40))), "prompt layouts", "from how many rows prompts read the second layout"),
+    (lambda llm: costcurve.auto(llm, list(range(40))), "draft costs", "the verify cost of 12 step sizes for lossless drafts")])
+def test_a_first_start_shows_its_measurement_and_a_cached_one_is_silent(llm, measure, label, what, capsys, monkeypatch):
     monkeypatch.setattr(firststart, "DELAY", 0.0)   # as if the measurement took its seconds
     measure(llm)
     err = capsys.readouterr().err
-    assert f"pyriver: measuring {what} (once)" in err   # the bar
+    assert f"pyriver: measuring {label} (once)" in err   # the bar
     assert f"pyriver: measured {what} in " in err and "cached in " in err   # the closing line
     n = llm.steps
     measure(llm)   # cached: nothing measured, nothing said
@@ -75,3 +75,35 @@ def test_the_bar_counts_every_timed_step(llm, monkeypatch):
     widerows.auto(llm, list(range(40)))
     costcurve.auto(llm, list(range(40)))
     assert len(seen) == 2 and all(n == total > 0 for n, total in seen)
+
+
+def test_the_bar_shows_on_a_terminal_that_reports_no_width():
+    """A pty whose size nobody set (0 columns, as under `script` or some CI runners): tqdm's
+    dynamic width alone draws nothing there; the bar must still show, its count within 80 columns
+    beside the longest measurement's account (the closing line's, not the bar's)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+    master, slave = pty.openpty()   # a new pty: 0 rows, 0 columns
+    assert os.get_terminal_size(slave).columns == 0
+    what = "the verify cost of 12 step sizes for lossless drafts and the tiled crossover"
+    code = (f"WHAT = {what!r}\nimport time\nfrom pyriver.engine import firststart\nfirststart.DELAY = 0.0\n"
+            "with firststart.Measuring(WHAT, 3, '/nowhere', 'draft costs') as m:\n"
+            "    for _ in range(3):\n        time.sleep(0.6); m.tick()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:   # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(timeout=30) == 0
+    text = out.decode("utf-8", "replace")
+    assert "pyriver: measuring draft costs (once)" in text and "/3 [" in text   # the bar, with its count
+    assert f"pyriver: measured {what} in " in text
