@@ -13,6 +13,12 @@
 // the output is acc - acc_min. Rows quantized by ggml's quantize_row_q8_K (the GEMV's) or by its
 // 4-row packer (the GEMM's) differ at most in sign (a block holding both +max and -max), which
 // leaves every product above, and so every bit, the same.
+// GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_*() placeholders are uninitialized
+// (GCC bug 105593): silenced before immintrin.h is read, the header being where it points.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "tiled_kernels.h"
 #include "tiled_x86.h"
 
@@ -70,8 +76,8 @@ PR_AVX512 void tile(const block_q4_Kx8 * w, int nb, const block_q8_K * y, int ld
             mins[p] = _mm512_permutex2var_epi32(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) mn[2 * p])), interleave,
                                                 _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) mn[2 * p + 1])));
         }
-        const __m512 d = _mm512_permutexvar_ps(pairs, _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) x.d))));
-        const __m512 dmin = _mm512_permutexvar_ps(pairs, _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) x.dmin))));
+        const __m512 d = _mm512_permutexvar_ps(pairs, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) x.d))));
+        const __m512 dmin = _mm512_permutexvar_ps(pairs, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) x.dmin))));
         __m512i sum[RT], sum_min[RT];
         for (int t = 0; t < RT; t++) sum[t] = sum_min[t] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {   // 64 values: sub-blocks 2p (low nibbles) and 2p+1 (high)
