@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <vector>
@@ -14,11 +16,15 @@ namespace pr {
 
 namespace {
 
+// The most rows of a step the Q4_K kernel takes (scripts/q4k_vnni.cpp on a Zen 4).
+constexpr int64_t Q4_K_MAX_ROWS = 16;
+
 struct kernel {
     ggml_type w, x;                  // the matrix's type; the rows' (what ggml's own product quantizes them to)
     int64_t min_rows, max_rows;      // the rows it takes (ggml's product of as many has the bits it keeps)
     int (*most_rows)();              // where set, the most rows on this CPU (max_rows at most)
     bool one_row_bits;               // those are a one-row product's bits: a batch-invariant step may take it
+    bool repacked;                   // it reads the matrix as ggml's CPU_REPACK buffer holds it, not the file's layout
     bool (*cpu_ok)();
     ggml_custom_op_t candidates[2];  // the arithmetic of ggml's product as built one way or another: the
                                      // probe keeps the first whose bits are ggml's (null: none more)
@@ -33,10 +39,13 @@ struct kernel {
 // weight row by 16 columns beat it (AVX-512; scripts/tiled_rows.cpp: 1.08x to 2.7x on the 1.5B's
 // matrices), at 32 not on all; tiles of 8 (AVX2) to 8 rows (q6_k_tiled_max_rows).
 kernel kernels[] = {
-    {GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, 2, INT64_MAX, nullptr, true, tiled::q4_1_cpu_ok, {tiled::q4_1_compute, nullptr}},
-    {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 2, 7, nullptr, true, tiled::q6_k_cpu_ok, {tiled::q6_k_compute, nullptr}},
-    {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 8, 24, tiled::q6_k_tiled_max_rows, false, tiled::q6_k_cpu_ok,
+    {GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, 2, INT64_MAX, nullptr, true, false, tiled::q4_1_cpu_ok, {tiled::q4_1_compute, nullptr}},
+    {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 2, 7, nullptr, true, false, tiled::q6_k_cpu_ok, {tiled::q6_k_compute, nullptr}},
+    {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 8, 24, tiled::q6_k_tiled_max_rows, false, false, tiled::q6_k_cpu_ok,
      {tiled::q6_k_tiled_fused_compute, tiled::q6_k_tiled_split_compute}},
+    // Q4_K as loaded (repacked 8x8): ggml's 4-row GEMM and one-row GEMV each read the weights again,
+    // a group of 8 weight rows unpacked once for all rows beats them (AVX-512 VNNI; q4_k_gemm.cpp).
+    {GGML_TYPE_Q4_K, GGML_TYPE_Q8_K, 2, Q4_K_MAX_ROWS, nullptr, false, true, tiled::q4_k_cpu_ok, {tiled::q4_k_compute, nullptr}},
 };
 
 // The kernel of a type that takes this many rows.
@@ -53,26 +62,64 @@ void run(ggml_tensor * dst, int ith, int nth, void * userdata) {
     k->compute.load()(dst, ith, nth, nullptr);
 }
 
+// A repacked matrix cannot be a source of the op: ggml's scheduler then asks the repacked buffer's
+// type whether it computes the op, and it computes only its own products. So the op carries the
+// matrix in its userdata: one binding per kernel and matrix, kept for the process (graphs are rebuilt
+// every step; a binding is a pointer pair).
+struct bound {
+    kernel * k;
+    ggml_tensor * w;
+};
+
+bound * bind(kernel & k, ggml_tensor * w) {
+    static std::mutex mu;
+    static std::map<std::pair<kernel *, ggml_tensor *>, std::unique_ptr<bound>> all;
+    std::lock_guard<std::mutex> lock(mu);
+    std::unique_ptr<bound> & b = all[{&k, w}];
+    if (!b) b.reset(new bound{&k, w});
+    return b.get();
+}
+
+void run_bound(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    bound * b = (bound *) userdata;
+    if (ith == 0) b->k->runs++;
+    b->k->compute.load()(dst, ith, nth, b->w);
+}
+
 // The tiled product of w and x (x quantized first by ggml's CPU copy), built whatever the probe said.
 ggml_tensor * build(ggml_context * ctx, kernel & k, ggml_tensor * w, ggml_tensor * x) {
     ggml_tensor * xq = ggml_cpy(ctx, x, ggml_new_tensor_2d(ctx, k.x, x->ne[0], x->ne[1]));
+    if (k.repacked) {
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, &xq, 1, run_bound, GGML_N_TASKS_MAX, bind(k, w));
+    }
     ggml_tensor * args[2] = {w, xq};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, 2, run, GGML_N_TASKS_MAX, &k);
 }
 
-// Random weights (three blocks a row, 13 rows) times the fewest and the most rows the kernel takes
-// (at most 17: a partial group of columns, and ggml's tiled kernel past its 16-row band), every
-// output's bits compared with ggml's product on the CPU backend.
+// Random weights (three blocks a row, 13 rows; 24 repacked, groups of 8) times the fewest rows the
+// kernel takes, 7 and the most (at most 17: a partial group of columns; ggml's tiled kernel past its
+// 16-row band; its repacked GEMM's 4- and 16-row bodies, and its GEMV), every output's bits compared
+// with ggml's product on the CPU backend (the matrix in the buffer the kernel reads it from).
 bool same_bits(ggml_backend_t cpu, kernel & k) {
-    const int64_t K = 3 * ggml_blck_size(k.w), M = 13;
-    const int64_t sizes[2] = {k.min_rows, std::min<int64_t>(k.max_rows, 17)};
+    constexpr int S = 3;
+    const int64_t K = 3 * ggml_blck_size(k.w), M = k.repacked ? 24 : 13;
+    const int64_t sizes[S] = {k.min_rows, std::clamp<int64_t>(7, k.min_rows, k.max_rows), std::min<int64_t>(k.max_rows, 17)};
+    ggml_backend_buffer_type_t repack = k.repacked ? cpu_repack_buft(ggml_backend_get_device(cpu)) : nullptr;
+    if (k.repacked && !repack) return false;
+    ggml_init_params wp = {ggml_tensor_overhead(), nullptr, true};
+    ggml_context * wctx = ggml_init(wp);
     ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead() * 2, nullptr, true};
     ggml_context * ctx = ggml_init(ip);
-    if (!ctx) return false;
-    ggml_tensor * w = ggml_new_tensor_2d(ctx, k.w, K, M);
-    ggml_tensor *x[2], *ref[2], *got[2];
+    if (!ctx || !wctx) {
+        if (ctx) ggml_free(ctx);
+        if (wctx) ggml_free(wctx);
+        return false;
+    }
+    ggml_tensor * w = ggml_new_tensor_2d(wctx, k.w, K, M);
+    ggml_backend_buffer_t wbuf = ggml_backend_alloc_ctx_tensors_from_buft(wctx, repack ? repack : ggml_backend_get_default_buffer_type(cpu));
+    ggml_tensor *x[S], *ref[S], *got[S];
     ggml_cgraph * gf = ggml_new_graph(ctx);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < S; i++) {
         x[i] = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, sizes[i]);
         ref[i] = ggml_mul_mat(ctx, w, x[i]);
         got[i] = build(ctx, k, w, x[i]);
@@ -80,7 +127,7 @@ bool same_bits(ggml_backend_t cpu, kernel & k) {
         ggml_build_forward_expand(gf, got[i]);
     }
     bool same = false;
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, cpu);
+    ggml_backend_buffer_t buf = wbuf ? ggml_backend_alloc_ctx_tensors(ctx, cpu) : nullptr;
     if (buf) {
         std::mt19937 rng(7);
         std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -88,15 +135,15 @@ bool same_bits(ggml_backend_t cpu, kernel & k) {
         for (float & v : wf) v = nd(rng) * 0.1f;
         std::vector<uint8_t> wq(ggml_nbytes(w));
         ggml_quantize_chunk(k.w, wf.data(), wq.data(), 0, M, K, nullptr);
-        ggml_backend_tensor_set(w, wq.data(), 0, wq.size());
-        for (int i = 0; i < 2; i++) {
+        ggml_backend_tensor_set(w, wq.data(), 0, wq.size());   // whole: a repacked buffer takes it so
+        for (int i = 0; i < S; i++) {
             std::vector<float> xf((size_t) (K * sizes[i]));
             for (float & v : xf) v = nd(rng);
             ggml_backend_tensor_set(x[i], xf.data(), 0, xf.size() * sizeof(float));
         }
         if (ggml_backend_graph_compute(cpu, gf) == GGML_STATUS_SUCCESS) {
             same = true;
-            for (int i = 0; i < 2; i++) {
+            for (int i = 0; i < S; i++) {
                 std::vector<float> a((size_t) (M * sizes[i])), b(a.size());
                 ggml_backend_tensor_get(ref[i], a.data(), 0, a.size() * sizeof(float));
                 ggml_backend_tensor_get(got[i], b.data(), 0, b.size() * sizeof(float));
@@ -105,7 +152,9 @@ bool same_bits(ggml_backend_t cpu, kernel & k) {
         }
         ggml_backend_buffer_free(buf);
     }
+    if (wbuf) ggml_backend_buffer_free(wbuf);
     ggml_free(ctx);
+    ggml_free(wctx);
     return same;
 }
 
@@ -132,6 +181,15 @@ bool plain_host(const ggml_tensor * w) {
         if (*b == buft) return false;
     }
     return true;
+}
+
+// w in ggml's CPU_REPACK buffer, repacked (its traits set: a matrix of 8k rows); on x86 with AVX2
+// a Q4_K matrix is repacked 8x8 there, the layout the Q4_K kernel reads.
+bool repacked_host(const ggml_tensor * w) {
+    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (!cpu || !w->buffer || !w->extra || w->ne[1] % 8 != 0) return false;
+    ggml_backend_buffer_type_t repack = cpu_repack_buft(cpu);
+    return repack && ggml_backend_buffer_get_type(w->buffer) == repack;
 }
 
 // Whether a GPU is registered: its backend takes a CPU matrix's product of 32 rows or more (the
@@ -180,7 +238,7 @@ ggml_tensor * tiled_gemm(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, b
     if (x->type != GGML_TYPE_F32 || x->ne[2] != 1 || x->ne[3] != 1 || x->ne[0] != w->ne[0] || !ggml_is_contiguous(x)) {
         return nullptr;
     }
-    if (!plain_host(w)) return nullptr;
+    if (k->repacked ? !repacked_host(w) : !plain_host(w)) return nullptr;
     return build(ctx, *k, w, x);
 }
 

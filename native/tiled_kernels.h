@@ -19,4 +19,11 @@ void q6_k_compute(ggml_tensor * dst, int ith, int nth, void * userdata);
 void q6_k_tiled_fused_compute(ggml_tensor * dst, int ith, int nth, void * userdata);
 void q6_k_tiled_split_compute(ggml_tensor * dst, int ith, int nth, void * userdata);
 
+// Q4_K, repacked by ggml (CPU_REPACK, 8x8), times Q8_K rows (q4_k_gemm.cpp): AVX-512 (BW, VL, VNNI).
+// Each output with the bits of ggml's repacked product of as many rows (its GEMM for the first
+// 4*floor(R/4) rows, its GEMV for the rest). dst's one source is xq; userdata is the matrix (not a
+// source: tiled_gemm.cpp, bind).
+bool q4_k_cpu_ok();
+void q4_k_compute(ggml_tensor * dst, int ith, int nth, void * userdata);
+
 }  // namespace pr::tiled

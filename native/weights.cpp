@@ -153,8 +153,7 @@ ggml_backend_buffer_type_t * cpu_extra_bufts(ggml_backend_dev_t cpu) {
     return get ? get(cpu) : nullptr;
 }
 
-// ggml's CPU_REPACK buffer type, if this CPU backend has one.
-static ggml_backend_buffer_type_t cpu_repack_buft(ggml_backend_dev_t cpu) {
+ggml_backend_buffer_type_t cpu_repack_buft(ggml_backend_dev_t cpu) {
     for (ggml_backend_buffer_type_t * b = cpu_extra_bufts(cpu); b && *b; ++b) {
         if (strcmp(ggml_backend_buft_name(*b), "CPU_REPACK") == 0) return *b;
     }

@@ -74,6 +74,8 @@ bool same_cpu_kernel(ggml_backend_dev_t cpu, ggml_tensor * w, const std::vector<
 // The CPU backend's extra buffer types (CPU_REPACK, AMX...: layouts of their own), null-terminated;
 // nullptr where it has none.
 ggml_backend_buffer_type_t * cpu_extra_bufts(ggml_backend_dev_t cpu);
+// ggml's CPU_REPACK buffer type, if this CPU backend has one.
+ggml_backend_buffer_type_t cpu_repack_buft(ggml_backend_dev_t cpu);
 
 // Binds each tensor to memory on the device dev_of(t) returns: the CPU reads the mapping in
 // place (use_mmap) or a copy; other devices get an uploaded copy. CPU tensors for which

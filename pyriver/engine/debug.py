@@ -49,7 +49,7 @@ def joined(llm) -> int:
     return int(lib.pr_model_joined(_native(llm, "model")))
 
 
-TILED_TYPES = ("q4_1", "q6_K")
+TILED_TYPES = ("q4_1", "q4_K", "q6_K")
 
 
 def tiled_gemm(type: str, on: Optional[bool] = None) -> int:

@@ -1,7 +1,8 @@
 """The tiled products (native/tiled_gemm.h): on an x86 CPU with AVX2, a Q4_1 file's steps of several
 tokens and a Q6_K matrix's steps of 2 to 24 (2 to 8 without AVX-512) go through them, with the bits of
-ggml's own product (its dot product under 8 rows, its tiled kernel from 8), so the switch changes no
-logit (test_parity holds those steps to llama.cpp's)."""
+ggml's own product (its dot product under 8 rows, its tiled kernel from 8), and with AVX-512 VNNI a
+repacked Q4_K matrix's steps of 2 to 16 (the bits of ggml's repacked GEMM and GEMV), so the switch
+changes no logit (test_parity holds those steps to llama.cpp's)."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,6 +24,12 @@ STEPS = (60, 2, 3, 8, 9, 17)
 Q6_K_STEPS = (60, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 24, 25)
 Q6_K_MOST = 24 if x86_cpu_has("avx512f", "avx512bw", "avx512vl", "avx512_vnni") else 8
 Q6_K_TILED = sum(2 <= n <= Q6_K_MOST for n in Q6_K_STEPS)
+# Q4_K (repacked): 2 to 16 rows, ggml's 4-row GEMM for the first 4*(n//4) rows and its GEMV for the
+# rest (2, 3 GEMV alone; 16 its 16-row body; 17 and the prompt stay ggml's)
+AVX512_VNNI = x86_cpu_has("avx512f", "avx512bw", "avx512vl", "avx512_vnni")
+Q4_K_STEPS = (60, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17)
+Q4_K_TILED = sum(2 <= n <= 16 for n in Q4_K_STEPS)
+Q4_K_1_5B_MATRICES = 28 * 3 + 14   # Q/K(/V) joined, O, gate/up joined in each block; down in half
 
 
 def _steps(path: str, type: str, on: bool, steps=STEPS, **kw):
@@ -52,7 +59,8 @@ def test_the_probes_find_ggmls_bits_here(smol_path):
     group of columns for Q4_1, and two): on this CPU they agree, so graphs use them."""
     with Llama(smol_path, n_ctx=64, verbose=False, river=None):
         assert debug.tiled_gemm("q4_1") == 1 and debug.tiled_gemm("q6_K") == 2
-        assert debug.tiled_in_use() == "q4_1:1,q6_K:2"
+        assert debug.tiled_gemm("q4_K") == int(AVX512_VNNI)
+        assert debug.tiled_in_use() == ("q4_1:1,q4_K:1,q6_K:2" if AVX512_VNNI else "q4_1:1,q6_K:2")
     with pytest.raises(ValueError, match="no tiled kernel"):
         debug.tiled_gemm("q8_0")
 
@@ -117,3 +125,31 @@ def test_q6_k_batch_invariant(q6_k_path):
         llm.context.truncate(8)
         singles = [np.array(llm.decode_logits([t])).reshape(-1) for t in toks[8:20]]
         assert np.array_equal(step.view(np.uint32), np.array(singles).view(np.uint32))
+
+
+@pytest.fixture(scope="module")
+def q4_k_path(synth_paths, tmp_path_factory) -> str:
+    """A synthetic file with every matrix in Q4_K (rows of 256 and 512 weights; its own output head),
+    each repacked by ggml as it loads."""
+    return str(quantize(synth_paths["gqa_untied"], tmp_path_factory.mktemp("q4_k") / "q4_k.gguf", "q4_k_s", pure=True))
+
+
+@pytest.mark.skipif(not AVX512_VNNI, reason="the Q4_K kernel is AVX-512 VNNI's")
+def test_q4_k_everywhere(q4_k_path):
+    """Every matrix in Q4_K, repacked: steps of 2 to 16 tokens through the kernel with the bits of
+    ggml's repacked GEMM and GEMV, one of 17 and the prompt through ggml's."""
+    tiled, runs_on = _steps(q4_k_path, "q4_K", True, Q4_K_STEPS)
+    plain, runs_off = _steps(q4_k_path, "q4_K", False, Q4_K_STEPS)
+    assert runs_off == 0
+    assert runs_on == Q4_K_TILED * (3 * 4 + 1)   # a step: 3 blocks of Q/K/V (joined), O, gate/up (joined), down; the head
+    _same(Q4_K_STEPS, tiled, plain)
+
+
+@pytest.mark.skipif(not AVX512_VNNI, reason="the Q4_K kernel is AVX-512 VNNI's")
+def test_q4_k_in_the_1_5b(qwen15_path):
+    """The 1.5B Q4_K_M's Q4_K matrices (Q/K joined, O, gate/up joined in every block; down in half
+    of them) in steps of 2 to 17 tokens: the bits of ggml's repacked product."""
+    tiled, runs_on = _steps(qwen15_path, "q4_K", True, Q4_K_STEPS)
+    plain, runs_off = _steps(qwen15_path, "q4_K", False, Q4_K_STEPS)
+    assert runs_off == 0 and runs_on == Q4_K_TILED * Q4_K_1_5B_MATRICES
+    _same(Q4_K_STEPS, tiled, plain)
