@@ -89,7 +89,7 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--agent-turns", type=int, default=4, help="--spec-serve: turns per agent session")
     b.add_argument("--llama-spec-types", nargs="*", default=None, metavar="TYPE",
                    help="--spec-serve: llama-server's --spec-type settings to run (default: ngram-simple ngram-mod "
-                        "ngram-map-k; none: plain llama-server only)")
+                        "ngram-map-k; 'none', or no TYPE: plain llama-server only)")
     b.add_argument("--pyriver-setting", action="append", default=None, metavar="FLAGS",
                    help="--spec-serve: another pyriver serve to run, with these flags (repeatable)")
     b.add_argument("--llama-server-setting", action="append", default=None, metavar="FLAGS",

@@ -48,7 +48,8 @@ def configs(a, path: str) -> List[Tuple[str, List[str]]]:
     gpu, attn = gpu_flags(a), attn_flags(a)
     ls = [exe, "-m", path, "-t", str(a.threads), "-tb", str(a.threads), "-c", str(2048 * n), "--parallel", str(n),
           *attn["llama-server"], *gpu["llama-server"], "--host", "127.0.0.1"]
-    types = LLAMA_SPEC_TYPES if a.llama_spec_types is None else a.llama_spec_types
+    # "none" (llama-server's own name for no speculation) asks for plain llama-server only, as no types do
+    types = LLAMA_SPEC_TYPES if a.llama_spec_types is None else [t for t in a.llama_spec_types if t != "none"]
     out = [("llama-server", ls)] + [(f"llama-server {t}", ls + ["--spec-type", t]) for t in types]
     out += [(f"llama-server {extra}", ls + extra.split()) for extra in getattr(a, "llama_server_setting", None) or []]
     py = [sys.executable, "-m", "pyriver.server", path, "--threads", str(a.threads), "--ctx", "2048",

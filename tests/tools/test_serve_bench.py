@@ -94,3 +94,19 @@ def test_every_server_gets_the_bench_s_attention(monkeypatch):
         assert len(argvs) > 4 and all(argv[argv.index("-fa") + 1] == want for argv in argvs)
         assert batched_config("/m.gguf", 2, 4, 1, flash_attn=fa)["model"]["flash_attn"] is fa
         assert attn_flags(a)["llama_cpp.server"] == ["--flash_attn", str(fa)]
+
+
+def test_llama_spec_types_none_is_plain_llama_server_only(monkeypatch):
+    """`--llama-spec-types none` (and the flag with no types) runs plain llama-server alone, not a
+    second plain server named "llama-server none"."""
+    from types import SimpleNamespace
+
+    from pyriver.tools import llama_server, spec_serve
+    monkeypatch.setattr(llama_server, "ensure", lambda threads: "/bin/llama-server")
+    for types in (["none"], []):
+        a = SimpleNamespace(streams=[1], threads=2, n_gpu_layers=0, llama_spec_types=types, pyriver_setting=None,
+                            llama_server_setting=None, flash_attn=False)
+        names = [name for name, _ in spec_serve.configs(a, "/m.gguf")]
+        assert [n for n in names if n.startswith("llama-server")] == ["llama-server"]
+    a.llama_spec_types = ["ngram-mod"]
+    assert [n for n, _ in spec_serve.configs(a, "/m.gguf") if n.startswith("llama-server")] == ["llama-server", "llama-server ngram-mod"]
