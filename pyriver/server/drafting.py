@@ -105,6 +105,10 @@ class Drafter:
         """The drafter as lossless statistics' by_source names it."""
         return self.source
 
+    def step_source(self, seq: int) -> str:
+        """The source of slot seq's drafts this step, as by_source names it."""
+        return self.kind
+
     def __init__(self, spec: Dict):
         self.n_max, self.n_min = spec["n_max"], spec["n_min"]
         rates = spec["synth_rates"]
@@ -194,6 +198,7 @@ class LlamaDrafter(Drafter):
         self.dls: Dict[int, Optional[DraftLength]] = {}
         self.keys: Dict[int, str] = {}
         self.n_prompt: Dict[int, int] = {}
+        self.sources: Dict[int, str] = {}   # a slot's last proposal: "store" where from earlier requests
         self.suffix = type(self.model) is SuffixLookup and self.cost is not None
 
     def start(self, seq: int, sampler, n_prompt: int) -> None:
@@ -208,6 +213,7 @@ class LlamaDrafter(Drafter):
         props, context = {}, 0
         for seq, (hist, limit) in want.items():
             prop = proposal(model, hist)
+            self.sources[seq] = "store" if getattr(model, "from_store", False) else self.kind
             if prop:
                 if min(prop) < 0 or max(prop) >= self.n_vocab:   # a draft model's bad token: no drafts this step
                     prop = []
@@ -225,6 +231,9 @@ class LlamaDrafter(Drafter):
             props = {q: p[:k] if k else [] for (q, p), k in zip(props.items(), ks)}
         return props   # lists of ints (draft.proposal)
 
+    def step_source(self, seq: int) -> str:
+        return self.sources.get(seq, self.kind)
+
     def finish(self, seq: int, tokens: Sequence[int]) -> None:
         learn = getattr(self.model, "learn", None)   # a drafter that learns across requests (store.StoreLookup)
         if learn is not None:
@@ -240,6 +249,7 @@ class LlamaDrafter(Drafter):
             return []
         model = self.model
         prop = proposal(model, hist)
+        self.sources[seq] = "store" if getattr(model, "from_store", False) else self.kind
         if dl.cut_short(n, limit, model.match_size):
             return []
         key = self.keys[seq] = proposal_key(model, self.n_prompt.get(seq))

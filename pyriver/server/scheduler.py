@@ -516,7 +516,7 @@ class Scheduler:
         kept = len(out) - 1
         if kept < len(s.drafts):   # the rejected drafts' rows (each engine call costs a GIL hand-over)
             self.dec.truncate(s.seq, self.dec.pos(s.seq) - len(s.drafts) + kept)
-        lossless.count_step(s.req.lossless, len(s.drafts), kept, "river" if self.drafter is None else self.drafter.kind)
+        lossless.count_step(s.req.lossless, len(s.drafts), kept, "river" if self.drafter is None else self.drafter.step_source(s.seq))
         if s.dl is not None:
             s.dl.update("river", len(s.drafts), kept)
         elif self.spec is not None:

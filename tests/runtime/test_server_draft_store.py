@@ -23,6 +23,14 @@ def ask(server, prompt=PROMPT):
     return body["choices"][0]["message"]["content"], body["timings"].get("draft_n_accepted", 0)
 
 
+def store_kept(server, prompt=PROMPT):
+    """The drafts kept that the request's statistics count as the store's (by_source["store"])."""
+    status, body = http("POST", server.url + "/v1/chat/completions",
+                        {"messages": [{"role": "user", "content": prompt}], "max_tokens": 60, "temperature": 0})
+    assert status == 200, body
+    return body["river"]["lossless"].get("by_source", {}).get("store", {}).get("accepted", 0)
+
+
 @pytest.fixture(scope="module")
 def reference(smol_path):
     s = ServerProcess(smol_path, *COMMON, "--no-lossless")
@@ -46,10 +54,12 @@ def test_the_store_learns_is_kept_and_read_back(smol_path, reference, tmp_path):
     try:
         t1, kept1 = ask(s)
         t2, kept2 = ask(s)
+        from_store = store_kept(s)   # the third: counted under the store, not under the request's own n-grams
     finally:
         s.close()
     assert t1 == t2 == reference
     assert kept2 >= kept1 + 30, (kept1, kept2)   # the second answer came from the first
+    assert from_store >= 30, from_store
     assert p.exists()   # written at shutdown
     s = ServerProcess(smol_path, *COMMON, "--draft-store", str(p))
     try:
@@ -64,9 +74,10 @@ def test_no_draft_store(smol_path, reference):
     try:
         t1, kept1 = ask(s)
         t2, kept2 = ask(s)
+        from_store = store_kept(s)
     finally:
         s.close()
-    assert t1 == t2 == reference and kept2 == kept1
+    assert t1 == t2 == reference and kept2 == kept1 and from_store == 0
 
 
 @pytest.mark.parametrize("damage", ["truncated", "another model"])
