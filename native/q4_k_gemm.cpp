@@ -52,32 +52,54 @@ inline void scales_mins(const uint8_t * p, uint8_t * sc, uint8_t * mn) {
 }
 
 // Lanes: int32 lane 2c + h is weight row c's bytes 4h..4h+3 of each 8-byte chunk (how the repacked
-// qs lie); the pair's sum is row c's. Floats are kept in both lanes of a pair.
-//
-// RT rows (RT <= 4) times one group of 8 weight rows over nb superblocks; GEMM: ggml's GEMM's sums
-// (a float step every 64 values), else its GEMV's (one a superblock). out[t * ldo + c].
-template <int RT, bool GEMM>
+// qs lie); the pair's sum is row c's.
+
+// A superblock's 8 scales and 4 mins-pairs of the 8 weight rows, and their d and dmin in both lanes of
+// each pair.
+struct unpacked {
+    __m512i scale[8];   // sub-block j's scale of row c as the int16 pair (scale, 0), lanes 2c and 2c+1
+    __m512 d, dmin;
+};
+
+PR_AVX512 inline void unpack_scales(const block_q4_Kx8 & x, unpacked & u, uint8_t (*mn)[16]) {
+    const __m512i pairs = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    alignas(16) uint8_t sc[8][16];
+    for (int j = 0; j < 8; j++) scales_mins(x.scales + 12 * j, sc[j], mn[j]);
+    for (int j = 0; j < 8; j++) u.scale[j] = _mm512_permutexvar_epi32(pairs, _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) sc[j])));
+    u.d = _mm512_permutexvar_ps(pairs, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) x.d))));
+    u.dmin = _mm512_permutexvar_ps(pairs, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) x.dmin))));
+}
+
+// Row t's sub-block sums of half-pair p (64 values, sub-blocks 2p and 2p+1) against the unpacked
+// nibbles, each lane scaled: the row's sum is lane 2c's plus lane 2c+1's.
+PR_AVX512 inline __m512i half_pair(const __m512i * lo, const __m512i * hi, const int8_t * q8, __m512i s_lo, __m512i s_hi) {
+    __m512i l = _mm512_setzero_si512(), h = _mm512_setzero_si512();
+    for (int g = 0; g < 4; g++) {   // |lane| <= 16 * 15 * 128 < 2^15: the low int16 is the sum
+        l = _mm512_dpbusd_epi32(l, lo[g], _mm512_set1_epi64(*(const int64_t *) (q8 + 8 * g)));
+        h = _mm512_dpbusd_epi32(h, hi[g], _mm512_set1_epi64(*(const int64_t *) (q8 + 32 + 8 * g)));
+    }
+    return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), l, s_lo), h, s_hi);
+}
+
+// RT rows (RT <= 3) times one group of 8 weight rows over nb superblocks with ggml's GEMV's sums (a
+// float step once a superblock). Floats are kept in both lanes of a pair. out[t * ldo + c].
+template <int RT>
 PR_AVX512 void tile(const block_q4_Kx8 * w, int nb, const block_q8_K * y, int ldy, float * out, int64_t ldo) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i pairs = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     const __m512i interleave = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     __m512 acc[RT], acc_min[RT];
     for (int t = 0; t < RT; t++) acc[t] = acc_min[t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const block_q4_Kx8 & x = w[b];
-        alignas(16) uint8_t sc[8][16], mn[8][16];
-        for (int j = 0; j < 8; j++) scales_mins(x.scales + 12 * j, sc[j], mn[j]);
-        // sub-block j's scale of row c as the int16 pair (scale, 0) in int32 lanes 2c and 2c+1
-        __m512i scale[8];
-        for (int j = 0; j < 8; j++) scale[j] = _mm512_permutexvar_epi32(pairs, _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) sc[j])));
+        unpacked u;
+        alignas(16) uint8_t mn[8][16];
+        unpack_scales(x, u, mn);
         // sub-blocks 2p and 2p+1's mins of row c in lanes 2c and 2c+1, as (min, 0)
         __m512i mins[4];
         for (int p = 0; p < 4; p++) {
             mins[p] = _mm512_permutex2var_epi32(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) mn[2 * p])), interleave,
                                                 _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) mn[2 * p + 1])));
         }
-        const __m512 d = _mm512_permutexvar_ps(pairs, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) x.d))));
-        const __m512 dmin = _mm512_permutexvar_ps(pairs, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) x.dmin))));
         __m512i sum[RT], sum_min[RT];
         for (int t = 0; t < RT; t++) sum[t] = sum_min[t] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {   // 64 values: sub-blocks 2p (low nibbles) and 2p+1 (high)
@@ -89,35 +111,17 @@ PR_AVX512 void tile(const block_q4_Kx8 * w, int nb, const block_q8_K * y, int ld
             }
             for (int t = 0; t < RT; t++) {
                 const block_q8_K & a = y[(size_t) t * ldy + b];
-                const int8_t * q8 = a.qs + 64 * p;
-                __m512i l = _mm512_setzero_si512(), h = _mm512_setzero_si512();
-                for (int g = 0; g < 4; g++) {   // |lane| <= 16 * 15 * 128 < 2^15: the low int16 is the sum
-                    l = _mm512_dpbusd_epi32(l, lo[g], _mm512_set1_epi64(*(const int64_t *) (q8 + 8 * g)));
-                    h = _mm512_dpbusd_epi32(h, hi[g], _mm512_set1_epi64(*(const int64_t *) (q8 + 32 + 8 * g)));
-                }
-                __m512i s = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(_mm512_setzero_si512(), l, scale[2 * p]), h, scale[2 * p + 1]);
+                sum[t] = _mm512_add_epi32(sum[t], half_pair(lo, hi, a.qs + 64 * p, u.scale[2 * p], u.scale[2 * p + 1]));
                 const int32_t b0 = a.bsums[4 * p] + a.bsums[4 * p + 1], b1 = a.bsums[4 * p + 2] + a.bsums[4 * p + 3];
-                __m512i m = _mm512_madd_epi16(mins[p], _mm512_set1_epi64((int64_t) (((uint64_t) (uint32_t) b1 << 32) | (uint32_t) b0)));
-                if constexpr (GEMM) {
-                    s = _mm512_add_epi32(s, _mm512_shuffle_epi32(s, _MM_PERM_CDAB));
-                    m = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_CDAB));
-                    const __m512 dy = _mm512_set1_ps(a.d);
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, dy), acc[t]);
-                    acc_min[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dmin, dy), acc_min[t]);
-                } else {
-                    sum[t] = _mm512_add_epi32(sum[t], s);
-                    sum_min[t] = _mm512_add_epi32(sum_min[t], m);
-                }
+                sum_min[t] = _mm512_add_epi32(sum_min[t], _mm512_madd_epi16(mins[p], _mm512_set1_epi64((int64_t) (((uint64_t) (uint32_t) b1 << 32) | (uint32_t) b0))));
             }
         }
-        if constexpr (!GEMM) {
-            for (int t = 0; t < RT; t++) {
-                const __m512i s = _mm512_add_epi32(sum[t], _mm512_shuffle_epi32(sum[t], _MM_PERM_CDAB));
-                const __m512i m = _mm512_add_epi32(sum_min[t], _mm512_shuffle_epi32(sum_min[t], _MM_PERM_CDAB));
-                const __m512 dy = _mm512_set1_ps(y[(size_t) t * ldy + b].d);
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, dy), acc[t]);
-                acc_min[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dmin, dy), acc_min[t]);
-            }
+        for (int t = 0; t < RT; t++) {
+            const __m512i s = _mm512_add_epi32(sum[t], _mm512_shuffle_epi32(sum[t], _MM_PERM_CDAB));
+            const __m512i m = _mm512_add_epi32(sum_min[t], _mm512_shuffle_epi32(sum_min[t], _MM_PERM_CDAB));
+            const __m512 dy = _mm512_set1_ps(y[(size_t) t * ldy + b].d);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dy), acc[t]);
+            acc_min[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(u.dmin, dy), acc_min[t]);
         }
     }
     // row c's output from lane 2c
@@ -127,14 +131,86 @@ PR_AVX512 void tile(const block_q4_Kx8 * w, int nb, const block_q8_K * y, int ld
     }
 }
 
+// 2 * P rows (P = 2 or 4: ggml's GEMM's 4-row tiles, one or two) times one group of 8 weight rows
+// with ggml's GEMM's sums (a float step every 64 values); 8 rows share one unpacking of the weights.
+// Two rows share a register from the integer pair-sums on: row 2k's floats in lane 2c, row 2k+1's in
+// lane 2c+1, so each float op serves two rows, every lane doing what ggml's GEMM does for its row (the
+// same products d_w * d_y, once a superblock, and the same fma order: the same bits).
+template <int P>
+PR_AVX512 void tile_gemm(const block_q4_Kx8 * w, int nb, const block_q8_K * y, int ldy, float * out, int64_t ldo) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i pairs = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __mmask16 odd = 0xAAAA;
+    __m512 acc[P], acc_min[P];
+    for (int k = 0; k < P; k++) acc[k] = acc_min[k] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const block_q4_Kx8 & x = w[b];
+        unpacked u;
+        alignas(16) uint8_t mn[8][16];
+        unpack_scales(x, u, mn);
+        // sub-blocks 2p and 2p+1's mins of row c as the int16 pair (min 2p, min 2p+1), lanes 2c and 2c+1
+        __m512i mins[4];
+        for (int p = 0; p < 4; p++) {
+            const __m128i m = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *) mn[2 * p]), _mm_loadl_epi64((const __m128i *) mn[2 * p + 1]));
+            mins[p] = _mm512_permutexvar_epi32(pairs, _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(m)));
+        }
+        // rows 2k and 2k+1's bsums of half-pair p as int16 pairs (|sum of 32| <= 4096), even and odd lanes
+        int64_t bs[P][4];
+        for (int k = 0; k < P; k++) {
+            const int16_t * e = y[(size_t) (2 * k) * ldy + b].bsums, * o = y[(size_t) (2 * k + 1) * ldy + b].bsums;
+            for (int p = 0; p < 4; p++) {
+                const uint32_t pe = (uint16_t) (e[4 * p] + e[4 * p + 1]) | (uint32_t) (uint16_t) (e[4 * p + 2] + e[4 * p + 3]) << 16;
+                const uint32_t po = (uint16_t) (o[4 * p] + o[4 * p + 1]) | (uint32_t) (uint16_t) (o[4 * p + 2] + o[4 * p + 3]) << 16;
+                bs[k][p] = (int64_t) ((uint64_t) po << 32 | pe);
+            }
+        }
+        // d_w * d_y and dmin * d_y of rows 2k (even lanes) and 2k+1 (odd)
+        __m512 dd[P], dm[P];
+        for (int k = 0; k < P; k++) {
+            const __m512 dy = _mm512_mask_blend_ps(odd, _mm512_set1_ps(y[(size_t) (2 * k) * ldy + b].d), _mm512_set1_ps(y[(size_t) (2 * k + 1) * ldy + b].d));
+            dd[k] = _mm512_mul_ps(u.d, dy);
+            dm[k] = _mm512_mul_ps(u.dmin, dy);
+        }
+        for (int p = 0; p < 4; p++) {
+            __m512i lo[4], hi[4];
+            for (int g = 0; g < 4; g++) {
+                const __m512i q = _mm512_loadu_si512((const void *) (x.qs + 256 * p + 64 * g));
+                lo[g] = _mm512_and_si512(q, m4);
+                hi[g] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            }
+            for (int k = 0; k < P; k++) {
+                const __m512i se = half_pair(lo, hi, y[(size_t) (2 * k) * ldy + b].qs + 64 * p, u.scale[2 * p], u.scale[2 * p + 1]);
+                const __m512i so = half_pair(lo, hi, y[(size_t) (2 * k + 1) * ldy + b].qs + 64 * p, u.scale[2 * p], u.scale[2 * p + 1]);
+                // lane 2c: row 2k's pair-sum, lane 2c+1: row 2k+1's
+                const __m512i s = _mm512_mask_add_epi32(_mm512_add_epi32(se, _mm512_shuffle_epi32(se, _MM_PERM_CDAB)), odd, so,
+                                                        _mm512_shuffle_epi32(so, _MM_PERM_CDAB));
+                const __m512i m = _mm512_madd_epi16(mins[p], _mm512_set1_epi64(bs[k][p]));
+                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd[k], acc[k]);
+                acc_min[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dm[k], acc_min[k]);
+            }
+        }
+    }
+    const __m512i even_lanes = _mm512_set_epi32(14, 12, 10, 8, 6, 4, 2, 0, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd_lanes = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 15, 13, 11, 9, 7, 5, 3, 1);
+    for (int k = 0; k < P; k++) {
+        const __m512 r = _mm512_sub_ps(acc[k], acc_min[k]);
+        _mm256_storeu_ps(out + (2 * k) * ldo, _mm512_castps512_ps256(_mm512_permutexvar_ps(even_lanes, r)));
+        _mm256_storeu_ps(out + (2 * k + 1) * ldo, _mm512_castps512_ps256(_mm512_permutexvar_ps(odd_lanes, r)));
+    }
+}
+
 // All R rows times one group of 8 weight rows, each row with the bits ggml gives it.
 PR_AVX512 void group(const block_q4_Kx8 * w, int nb, const block_q8_K * y, int64_t R, float * out, int64_t ldo) {
     int64_t t = 0;
-    for (; t + 4 <= R; t += 4) tile<4, true>(w, nb, y + t * nb, nb, out + t * ldo, ldo);
+    for (; t + 8 <= R; t += 8) tile_gemm<4>(w, nb, y + t * nb, nb, out + t * ldo, ldo);
+    if (t + 4 <= R) {
+        tile_gemm<2>(w, nb, y + t * nb, nb, out + t * ldo, ldo);
+        t += 4;
+    }
     switch (R - t) {
-        case 3: tile<3, false>(w, nb, y + t * nb, nb, out + t * ldo, ldo); break;
-        case 2: tile<2, false>(w, nb, y + t * nb, nb, out + t * ldo, ldo); break;
-        case 1: tile<1, false>(w, nb, y + t * nb, nb, out + t * ldo, ldo); break;
+        case 3: tile<3>(w, nb, y + t * nb, nb, out + t * ldo, ldo); break;
+        case 2: tile<2>(w, nb, y + t * nb, nb, out + t * ldo, ldo); break;
+        case 1: tile<1>(w, nb, y + t * nb, nb, out + t * ldo, ldo); break;
     }
 }
 
