@@ -163,3 +163,29 @@ def test_the_table_reads_the_tiled_steps_from_their_size(drifting):
     assert costcurve.table(res, 16)[8] == pytest.approx(TRUE[8], rel=1e-9)   # below the tile: plain
     assert costcurve.table(res, 16)[64] == pytest.approx(TRUE[64], rel=1e-9)   # 64 rows are tiled anyway
     assert costcurve.table(res)[16] == pytest.approx(TRUE[16], rel=1e-9)
+
+
+def test_a_faster_kernel_does_not_read_the_table_of_the_slower_one(tmp_path, monkeypatch):
+    # a table's steps are priced by the kernels that ran them: once a kernel gets faster (KERNELS
+    # bumped), the old table must not be read, or the draft rule prices its steps too high
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF")
+
+    class Args:
+        flash_attn, type_k, type_v = False, 1, 1
+
+    class Fake:
+        model_path, n_threads, n_threads_batch, batch_invariant, tiled_verify = str(f), 2, 2, False, False
+
+        class context:
+            args = Args()
+
+        def devices(self):
+            return ["CPU"]
+
+    read = []
+    monkeypatch.setattr(costcurve, "read", lambda path: read.append(path) or (costcurve.DEFAULT_COST, 0))
+    costcurve.auto(Fake(), [1, 2, 3])
+    monkeypatch.setattr(costcurve, "KERNELS", costcurve.KERNELS + 1)
+    costcurve.auto(Fake(), [1, 2, 3])
+    assert len(read) == 2 and read[0] != read[1]
