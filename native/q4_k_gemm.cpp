@@ -59,15 +59,26 @@ inline void scales_mins(const uint8_t * p, uint8_t * sc, uint8_t * mn) {
 struct unpacked {
     __m512i scale[8];   // sub-block j's scale of row c as the int16 pair (scale, 0), lanes 2c and 2c+1
     __m512 d, dmin;
+    alignas(16) uint8_t mn[8][16];   // sub-block j's mins of the 8 rows
 };
 
-PR_AVX512 inline void unpack_scales(const block_q4_Kx8 & x, unpacked & u, uint8_t (*mn)[16]) {
+PR_AVX512 inline void unpack_scales(const block_q4_Kx8 & x, unpacked & u) {
     const __m512i pairs = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     alignas(16) uint8_t sc[8][16];
-    for (int j = 0; j < 8; j++) scales_mins(x.scales + 12 * j, sc[j], mn[j]);
+    for (int j = 0; j < 8; j++) scales_mins(x.scales + 12 * j, sc[j], u.mn[j]);
     for (int j = 0; j < 8; j++) u.scale[j] = _mm512_permutexvar_epi32(pairs, _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) sc[j])));
     u.d = _mm512_permutexvar_ps(pairs, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) x.d))));
     u.dmin = _mm512_permutexvar_ps(pairs, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) x.dmin))));
+}
+
+// Half-pair p's 64 values of the 8 weight rows: sub-block 2p's nibbles (low) and 2p+1's (high).
+PR_AVX512 inline void nibbles(const block_q4_Kx8 & x, int p, __m512i * lo, __m512i * hi) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int g = 0; g < 4; g++) {
+        const __m512i q = _mm512_loadu_si512((const void *) (x.qs + 256 * p + 64 * g));
+        lo[g] = _mm512_and_si512(q, m4);
+        hi[g] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    }
 }
 
 // Row t's sub-block sums of half-pair p (64 values, sub-blocks 2p and 2p+1) against the unpacked
@@ -85,30 +96,24 @@ PR_AVX512 inline __m512i half_pair(const __m512i * lo, const __m512i * hi, const
 // float step once a superblock). Floats are kept in both lanes of a pair. out[t * ldo + c].
 template <int RT>
 PR_AVX512 void tile(const block_q4_Kx8 * w, int nb, const block_q8_K * y, int ldy, float * out, int64_t ldo) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i interleave = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     __m512 acc[RT], acc_min[RT];
     for (int t = 0; t < RT; t++) acc[t] = acc_min[t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const block_q4_Kx8 & x = w[b];
         unpacked u;
-        alignas(16) uint8_t mn[8][16];
-        unpack_scales(x, u, mn);
+        unpack_scales(x, u);
         // sub-blocks 2p and 2p+1's mins of row c in lanes 2c and 2c+1, as (min, 0)
         __m512i mins[4];
         for (int p = 0; p < 4; p++) {
-            mins[p] = _mm512_permutex2var_epi32(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) mn[2 * p])), interleave,
-                                                _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) mn[2 * p + 1])));
+            mins[p] = _mm512_permutex2var_epi32(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) u.mn[2 * p])), interleave,
+                                                _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) u.mn[2 * p + 1])));
         }
         __m512i sum[RT], sum_min[RT];
         for (int t = 0; t < RT; t++) sum[t] = sum_min[t] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {   // 64 values: sub-blocks 2p (low nibbles) and 2p+1 (high)
             __m512i lo[4], hi[4];
-            for (int g = 0; g < 4; g++) {
-                const __m512i q = _mm512_loadu_si512((const void *) (x.qs + 256 * p + 64 * g));
-                lo[g] = _mm512_and_si512(q, m4);
-                hi[g] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            }
+            nibbles(x, p, lo, hi);
             for (int t = 0; t < RT; t++) {
                 const block_q8_K & a = y[(size_t) t * ldy + b];
                 sum[t] = _mm512_add_epi32(sum[t], half_pair(lo, hi, a.qs + 64 * p, u.scale[2 * p], u.scale[2 * p + 1]));
@@ -138,7 +143,6 @@ PR_AVX512 void tile(const block_q4_Kx8 * w, int nb, const block_q8_K * y, int ld
 // same products d_w * d_y, once a superblock, and the same fma order: the same bits).
 template <int P>
 PR_AVX512 void tile_gemm(const block_q4_Kx8 * w, int nb, const block_q8_K * y, int ldy, float * out, int64_t ldo) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i pairs = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     const __mmask16 odd = 0xAAAA;
     __m512 acc[P], acc_min[P];
@@ -146,12 +150,11 @@ PR_AVX512 void tile_gemm(const block_q4_Kx8 * w, int nb, const block_q8_K * y, i
     for (int b = 0; b < nb; b++) {
         const block_q4_Kx8 & x = w[b];
         unpacked u;
-        alignas(16) uint8_t mn[8][16];
-        unpack_scales(x, u, mn);
+        unpack_scales(x, u);
         // sub-blocks 2p and 2p+1's mins of row c as the int16 pair (min 2p, min 2p+1), lanes 2c and 2c+1
         __m512i mins[4];
         for (int p = 0; p < 4; p++) {
-            const __m128i m = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *) mn[2 * p]), _mm_loadl_epi64((const __m128i *) mn[2 * p + 1]));
+            const __m128i m = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *) u.mn[2 * p]), _mm_loadl_epi64((const __m128i *) u.mn[2 * p + 1]));
             mins[p] = _mm512_permutexvar_epi32(pairs, _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(m)));
         }
         // rows 2k and 2k+1's bsums of half-pair p as int16 pairs (|sum of 32| <= 4096), even and odd lanes
@@ -173,11 +176,7 @@ PR_AVX512 void tile_gemm(const block_q4_Kx8 * w, int nb, const block_q8_K * y, i
         }
         for (int p = 0; p < 4; p++) {
             __m512i lo[4], hi[4];
-            for (int g = 0; g < 4; g++) {
-                const __m512i q = _mm512_loadu_si512((const void *) (x.qs + 256 * p + 64 * g));
-                lo[g] = _mm512_and_si512(q, m4);
-                hi[g] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            }
+            nibbles(x, p, lo, hi);
             for (int k = 0; k < P; k++) {
                 const __m512i se = half_pair(lo, hi, y[(size_t) (2 * k) * ldy + b].qs + 64 * p, u.scale[2 * p], u.scale[2 * p + 1]);
                 const __m512i so = half_pair(lo, hi, y[(size_t) (2 * k + 1) * ldy + b].qs + 64 * p, u.scale[2 * p], u.scale[2 * p + 1]);
