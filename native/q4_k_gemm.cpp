@@ -58,17 +58,27 @@ inline void scales_mins(const uint8_t * p, uint8_t * sc, uint8_t * mn) {
 // each pair.
 struct unpacked {
     __m512i scale[8];   // sub-block j's scale of row c as the int16 pair (scale, 0), lanes 2c and 2c+1
+    __m512i mins[4];    // sub-blocks 2p and 2p+1's mins of row c as the int16 pair (min 2p, min 2p+1), lanes 2c and 2c+1
     __m512 d, dmin;
-    alignas(16) uint8_t mn[8][16];   // sub-block j's mins of the 8 rows
 };
 
 PR_AVX512 inline void unpack_scales(const block_q4_Kx8 & x, unpacked & u) {
     const __m512i pairs = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    alignas(16) uint8_t sc[8][16];
-    for (int j = 0; j < 8; j++) scales_mins(x.scales + 12 * j, sc[j], u.mn[j]);
+    alignas(16) uint8_t sc[8][16], mn[8][16];
+    for (int j = 0; j < 8; j++) scales_mins(x.scales + 12 * j, sc[j], mn[j]);
     for (int j = 0; j < 8; j++) u.scale[j] = _mm512_permutexvar_epi32(pairs, _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) sc[j])));
+    for (int p = 0; p < 4; p++) {
+        const __m128i m = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *) mn[2 * p]), _mm_loadl_epi64((const __m128i *) mn[2 * p + 1]));
+        u.mins[p] = _mm512_permutexvar_epi32(pairs, _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(m)));
+    }
     u.d = _mm512_permutexvar_ps(pairs, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) x.d))));
     u.dmin = _mm512_permutexvar_ps(pairs, _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) x.dmin))));
+}
+
+// A row's bsums of half-pair p (sub-blocks 2p and 2p+1, 32 values each) as the int16 pair against
+// u.mins[p] (|a sum of 32| <= 4096): vpmaddwd of the two gives the row's mins' sum of the half-pair.
+inline uint32_t bsums_pair(const block_q8_K & a, int p) {
+    return (uint16_t) (a.bsums[4 * p] + a.bsums[4 * p + 1]) | (uint32_t) (uint16_t) (a.bsums[4 * p + 2] + a.bsums[4 * p + 3]) << 16;
 }
 
 // Half-pair p's 64 values of the 8 weight rows: sub-block 2p's nibbles (low) and 2p+1's (high).
@@ -96,20 +106,13 @@ PR_AVX512 inline __m512i half_pair(const __m512i * lo, const __m512i * hi, const
 // float step once a superblock). Floats are kept in both lanes of a pair. out[t * ldo + c].
 template <int RT>
 PR_AVX512 void tile(const block_q4_Kx8 * w, int nb, const block_q8_K * y, int ldy, float * out, int64_t ldo) {
-    const __m512i interleave = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     __m512 acc[RT], acc_min[RT];
     for (int t = 0; t < RT; t++) acc[t] = acc_min[t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const block_q4_Kx8 & x = w[b];
         unpacked u;
         unpack_scales(x, u);
-        // sub-blocks 2p and 2p+1's mins of row c in lanes 2c and 2c+1, as (min, 0)
-        __m512i mins[4];
-        for (int p = 0; p < 4; p++) {
-            mins[p] = _mm512_permutex2var_epi32(_mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) u.mn[2 * p])), interleave,
-                                                _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) u.mn[2 * p + 1])));
-        }
-        __m512i sum[RT], sum_min[RT];
+        __m512i sum[RT], sum_min[RT];   // sum_min: row t's whole mins' sum in both lanes of a pair
         for (int t = 0; t < RT; t++) sum[t] = sum_min[t] = _mm512_setzero_si512();
         for (int p = 0; p < 4; p++) {   // 64 values: sub-blocks 2p (low nibbles) and 2p+1 (high)
             __m512i lo[4], hi[4];
@@ -117,16 +120,14 @@ PR_AVX512 void tile(const block_q4_Kx8 * w, int nb, const block_q8_K * y, int ld
             for (int t = 0; t < RT; t++) {
                 const block_q8_K & a = y[(size_t) t * ldy + b];
                 sum[t] = _mm512_add_epi32(sum[t], half_pair(lo, hi, a.qs + 64 * p, u.scale[2 * p], u.scale[2 * p + 1]));
-                const int32_t b0 = a.bsums[4 * p] + a.bsums[4 * p + 1], b1 = a.bsums[4 * p + 2] + a.bsums[4 * p + 3];
-                sum_min[t] = _mm512_add_epi32(sum_min[t], _mm512_madd_epi16(mins[p], _mm512_set1_epi64((int64_t) (((uint64_t) (uint32_t) b1 << 32) | (uint32_t) b0))));
+                sum_min[t] = _mm512_add_epi32(sum_min[t], _mm512_madd_epi16(u.mins[p], _mm512_set1_epi32((int32_t) bsums_pair(a, p))));
             }
         }
         for (int t = 0; t < RT; t++) {
             const __m512i s = _mm512_add_epi32(sum[t], _mm512_shuffle_epi32(sum[t], _MM_PERM_CDAB));
-            const __m512i m = _mm512_add_epi32(sum_min[t], _mm512_shuffle_epi32(sum_min[t], _MM_PERM_CDAB));
             const __m512 dy = _mm512_set1_ps(y[(size_t) t * ldy + b].d);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(u.d, dy), acc[t]);
-            acc_min[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(u.dmin, dy), acc_min[t]);
+            acc_min[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum_min[t]), _mm512_mul_ps(u.dmin, dy), acc_min[t]);
         }
     }
     // row c's output from lane 2c
@@ -143,7 +144,6 @@ PR_AVX512 void tile(const block_q4_Kx8 * w, int nb, const block_q8_K * y, int ld
 // same products d_w * d_y, once a superblock, and the same fma order: the same bits).
 template <int P>
 PR_AVX512 void tile_gemm(const block_q4_Kx8 * w, int nb, const block_q8_K * y, int ldy, float * out, int64_t ldo) {
-    const __m512i pairs = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     const __mmask16 odd = 0xAAAA;
     __m512 acc[P], acc_min[P];
     for (int k = 0; k < P; k++) acc[k] = acc_min[k] = _mm512_setzero_ps();
@@ -151,20 +151,11 @@ PR_AVX512 void tile_gemm(const block_q4_Kx8 * w, int nb, const block_q8_K * y, i
         const block_q4_Kx8 & x = w[b];
         unpacked u;
         unpack_scales(x, u);
-        // sub-blocks 2p and 2p+1's mins of row c as the int16 pair (min 2p, min 2p+1), lanes 2c and 2c+1
-        __m512i mins[4];
-        for (int p = 0; p < 4; p++) {
-            const __m128i m = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *) u.mn[2 * p]), _mm_loadl_epi64((const __m128i *) u.mn[2 * p + 1]));
-            mins[p] = _mm512_permutexvar_epi32(pairs, _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(m)));
-        }
-        // rows 2k and 2k+1's bsums of half-pair p as int16 pairs (|sum of 32| <= 4096), even and odd lanes
+        // rows 2k and 2k+1's bsums pairs of half-pair p, in even and odd lanes
         int64_t bs[P][4];
         for (int k = 0; k < P; k++) {
-            const int16_t * e = y[(size_t) (2 * k) * ldy + b].bsums, * o = y[(size_t) (2 * k + 1) * ldy + b].bsums;
             for (int p = 0; p < 4; p++) {
-                const uint32_t pe = (uint16_t) (e[4 * p] + e[4 * p + 1]) | (uint32_t) (uint16_t) (e[4 * p + 2] + e[4 * p + 3]) << 16;
-                const uint32_t po = (uint16_t) (o[4 * p] + o[4 * p + 1]) | (uint32_t) (uint16_t) (o[4 * p + 2] + o[4 * p + 3]) << 16;
-                bs[k][p] = (int64_t) ((uint64_t) po << 32 | pe);
+                bs[k][p] = (int64_t) ((uint64_t) bsums_pair(y[(size_t) (2 * k + 1) * ldy + b], p) << 32 | bsums_pair(y[(size_t) (2 * k) * ldy + b], p));
             }
         }
         // d_w * d_y and dmin * d_y of rows 2k (even lanes) and 2k+1 (odd)
@@ -183,7 +174,7 @@ PR_AVX512 void tile_gemm(const block_q4_Kx8 * w, int nb, const block_q8_K * y, i
                 // lane 2c: row 2k's pair-sum, lane 2c+1: row 2k+1's
                 const __m512i s = _mm512_mask_add_epi32(_mm512_add_epi32(se, _mm512_shuffle_epi32(se, _MM_PERM_CDAB)), odd, so,
                                                         _mm512_shuffle_epi32(so, _MM_PERM_CDAB));
-                const __m512i m = _mm512_madd_epi16(mins[p], _mm512_set1_epi64(bs[k][p]));
+                const __m512i m = _mm512_madd_epi16(u.mins[p], _mm512_set1_epi64(bs[k][p]));
                 acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd[k], acc[k]);
                 acc_min[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dm[k], acc_min[k]);
             }
