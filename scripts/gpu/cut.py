@@ -3,7 +3,7 @@
 The device tool carries at most 64 MiB of the working tree per call (tracked files, untracked
 files git does not ignore, and the ignored paths named in `carry`), so what the device needs and
 cannot fetch travels in git-ignored folders `.ferry01/`, `.ferry02/` ..., one folder per call, each
-holding at most `--cap` MiB (default 61) minus what the tracked tree (and, in call 1, .gpu-vocab) weighs:
+holding at most `--cap` MiB (default 62) minus what the tracked tree (and, in call 1, .gpu-vocab) weighs:
 
   kit      the prebuilt CUDA llama-cpp-python (../shared/gpu/prebuilt/lcp.*), the wheels the GPU
            image lacks (cffi, pycparser, gguf, diskcache for pyriver; starlette, uvicorn for
@@ -344,7 +344,7 @@ def check(a) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", choices=["kit", "cut", "plan", "check"])
-    ap.add_argument("--cap", type=float, default=61.0,
+    ap.add_argument("--cap", type=float, default=62.0,
                     help="MiB a call carries in all (tree and call 1's .gpu-vocab included; the tool takes 64)")
     ap.add_argument("--slack", type=float, default=0.25, help="MiB left for the tree to grow")
     ap.add_argument("--no-xz", dest="xz", action="store_false", help="carry the model files as they are")
