@@ -24,10 +24,18 @@ struct block_q8_K { float d; int8_t qs[256]; int16_t bsums[16]; };
 static_assert(sizeof(block_q6_K) == 210 && sizeof(block_q8_K) == 292, "ggml's block layout");
 
 
-// Columns a tile: 8 in the AVX2 body (16 registers), 16 in the AVX-512 one (32): a weight row is
-// unpacked, and read from memory, once for every 16 rows of a step (the 1.5B's output head: 151,936
-// rows of 1536, 190 MB; 16 rows 27 ms where two groups of 8 took 36).
-static constexpr int COLS_AVX2 = 8, COLS_AVX512 = 16, COLS = 16;
+// Columns a tile: 8 in the AVX2 body (16 registers); in the AVX-512 one (32) 16 on Intel, where a
+// weight row unpacked, and read from memory, once for every 16 rows of a step paid (an AMX Xeon, the
+// 1.5B's output head, 151,936 rows of 1536, 190 MB: 16 rows 27 ms where two tiles of 8 took 36), and 8
+// on AMD, where tiles of 16 lose (a Zen 4, 2 threads, scripts/tiled_rows.cpp: the head's 16 rows 31 ms
+// in tiles of 8 against 52 in one of 16, 32 rows 64 against 103; FFN down 8960 x 1536 alike). Which
+// other CPUs gain from 16 was not measured; at 9 to 15 rows the two are level on the Zen 4.
+static constexpr int COLS_AVX2 = 8, COLS = 16;
+static int cols_avx512() {
+    __builtin_cpu_init();
+    static const int cols = __builtin_cpu_is("amd") ? 8 : 16;
+    return cols;
+}
 
 // 32 * (bsums . scales) in ggml's lanes: what the -32 offset of every weight takes from the sums.
 PR_AVX2 static inline __m256i offset(const block_q8_K & y, __m256i scales_16) {
@@ -227,8 +235,9 @@ static bool use_avx512() {
 
 // The most rows the tiled-sum kernel takes: its AVX2 body's tiles of 8 columns read a weight row
 // twice from 9 rows on and lose to ggml from 12 (8960 x 1536: 1.37x at 8 rows, 1.09x at 9, 0.92x at
-// 12); the AVX-512 body's tiles of 16 beat it to 24 rows.
-int q6_k_tiled_max_rows() { return use_avx512() ? 24 : 8; }
+// 12); the AVX-512 body's tiles of 16 beat it to 24 rows, its tiles of 8 on the Zen 4 to 32 (the
+// 1.5B's head 1.15x ggml's time at 32 rows, FFN down 1.42x).
+int q6_k_tiled_max_rows() { return !use_avx512() ? 8 : cols_avx512() == 8 ? 32 : 24; }
 
 // dst = w * xq (xq: x quantized to Q8_K by ggml's CPU copy, as its own product quantizes it). Each
 // thread takes a range of weight rows for every group of columns.
@@ -241,13 +250,13 @@ static void compute(ggml_tensor * dst, int ith, int nth) {
     const int64_t M = w->ne[1], N = xq->ne[1];
     const int64_t r0 = M * ith / nth, r1 = M * (ith + 1) / nth;
     const int64_t ldo = dst->nb[1] / (int64_t) sizeof(float);
-    const int cols = wide ? COLS_AVX512 : COLS_AVX2;
+    const int cols = wide ? cols_avx512() : COLS_AVX2;
     for (int64_t c0 = 0; c0 < N; c0 += cols) {
         const int n = (int) std::min<int64_t>(cols, N - c0);
         const block_q8_K * y[COLS];
         for (int c = 0; c < COLS; c++) y[c] = (const block_q8_K *) ((const char *) xq->data + std::min<int64_t>(c0 + c, N - 1) * xq->nb[1]);
         // (the dot product's kernel takes at most 7 rows: tiles of 8 columns)
-        const row_fn f = wide ? pick_cols<avx512_cols, K, K == DOT ? 8 : COLS_AVX512>(n) : pick_cols<avx2_cols, K, COLS_AVX2>(n);
+        const row_fn f = wide ? pick_cols<avx512_cols, K, K == DOT ? 8 : COLS>(n) : pick_cols<avx2_cols, K, COLS_AVX2>(n);
         float * base = (float *) dst->data + c0 * ldo;
         for (int64_t r = r0; r < r1; r++) f(nb, (const block_q6_K *) ((const char *) w->data + r * w->nb[1]), y, base + r, ldo);
     }
