@@ -13,6 +13,10 @@
 #include <algorithm>
 #include <cstdint>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
 namespace pr::tiled {
 
 #ifdef PR_TILED_X86
@@ -24,17 +28,38 @@ struct block_q8_K { float d; int8_t qs[256]; int16_t bsums[16]; };
 static_assert(sizeof(block_q6_K) == 210 && sizeof(block_q8_K) == 292, "ggml's block layout");
 
 
-// Columns a tile: 8 in the AVX2 body (16 registers); in the AVX-512 one (32) 16 on Intel, where a
-// weight row unpacked, and read from memory, once for every 16 rows of a step paid (an AMX Xeon, the
-// 1.5B's output head, 151,936 rows of 1536, 190 MB: 16 rows 27 ms where two tiles of 8 took 36), and 8
-// on AMD, where tiles of 16 lose (a Zen 4, 2 threads, scripts/tiled_rows.cpp: the head's 16 rows 31 ms
-// in tiles of 8 against 52 in one of 16, 32 rows 64 against 103; FFN down 8960 x 1536 alike). Which
-// other CPUs gain from 16 was not measured; at 9 to 15 rows the two are level on the Zen 4.
+// Columns a tile: 8 in the AVX2 body (16 registers), up to 16 in the AVX-512 one (32): a weight row is
+// unpacked, and read from memory, once for every tile of a step (the 1.5B's output head, 151,936 rows
+// of 1536, 190 MB, on an AMX Xeon: 16 rows 27 ms in one tile where two of 8 took 36). A tile reads its
+// columns' activations for every weight row, so they are kept within L1 where they can be (cols()).
 static constexpr int COLS_AVX2 = 8, COLS = 16;
-static int cols_avx512() {
-    __builtin_cpu_init();
-    static const int cols = __builtin_cpu_is("amd") ? 8 : 16;
-    return cols;
+
+// The L1 data cache's bytes (glibc's sysconf; 32 KiB where it does not say).
+static int64_t l1_bytes() {
+    static const int64_t bytes = [] {
+#if defined(_SC_LEVEL1_DCACHE_SIZE)
+        const long b = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+#else
+        const long b = 0;
+#endif
+        return b > 0 ? (int64_t) b : (int64_t) 32768;
+    }();
+    return bytes;
+}
+
+// Columns a tile for n rows of nb superblocks: AVX-512 tiles of 16 unless their activations (16 * nb
+// blocks of 292 bytes) overflow three quarters of L1 while tiles of 8 would not; then the fewest tiles
+// that fit, of sizes as even as can be. On a Zen 4 (32 KiB L1) the head's 16 rows in one tile (28 KB
+// of activations) took 79 ms on one thread against 63 in two of 8 (scripts/tiled_rows.cpp), 32 rows
+// 158 against 125; at 1024 weights a row (19 KB) one tile and two were level, at 2048 (37 KB) one tile
+// of 12 rows lost as well; a matrix whose tiles of 8 overflow L1 too (FFN down, 8960 a row) keeps 16,
+// where the two were within the machine's noise.
+static int cols(bool wide, int nb, int64_t n) {
+    if (!wide) return COLS_AVX2;
+    const int64_t room = l1_bytes() * 3 / 4, per_col = (int64_t) nb * (int64_t) sizeof(block_q8_K);
+    if (COLS * per_col <= room || 8 * per_col > room) return COLS;
+    const int64_t most = room / per_col, tiles = (n + most - 1) / most;
+    return (int) ((n + tiles - 1) / tiles);
 }
 
 // 32 * (bsums . scales) in ggml's lanes: what the -32 offset of every weight takes from the sums.
@@ -235,9 +260,8 @@ static bool use_avx512() {
 
 // The most rows the tiled-sum kernel takes: its AVX2 body's tiles of 8 columns read a weight row
 // twice from 9 rows on and lose to ggml from 12 (8960 x 1536: 1.37x at 8 rows, 1.09x at 9, 0.92x at
-// 12); the AVX-512 body's tiles of 16 beat it to 24 rows, its tiles of 8 on the Zen 4 to 32 (the
-// 1.5B's head 1.15x ggml's time at 32 rows, FFN down 1.42x).
-int q6_k_tiled_max_rows() { return !use_avx512() ? 8 : cols_avx512() == 8 ? 32 : 24; }
+// 12); the AVX-512 body's tiles beat it to 24 rows.
+int q6_k_tiled_max_rows() { return use_avx512() ? 24 : 8; }
 
 // dst = w * xq (xq: x quantized to Q8_K by ggml's CPU copy, as its own product quantizes it). Each
 // thread takes a range of weight rows for every group of columns.
@@ -250,9 +274,9 @@ static void compute(ggml_tensor * dst, int ith, int nth) {
     const int64_t M = w->ne[1], N = xq->ne[1];
     const int64_t r0 = M * ith / nth, r1 = M * (ith + 1) / nth;
     const int64_t ldo = dst->nb[1] / (int64_t) sizeof(float);
-    const int cols = wide ? cols_avx512() : COLS_AVX2;
-    for (int64_t c0 = 0; c0 < N; c0 += cols) {
-        const int n = (int) std::min<int64_t>(cols, N - c0);
+    const int tile = cols(wide, nb, N);
+    for (int64_t c0 = 0; c0 < N; c0 += tile) {
+        const int n = (int) std::min<int64_t>(tile, N - c0);
         const block_q8_K * y[COLS];
         for (int c = 0; c < COLS; c++) y[c] = (const block_q8_K *) ((const char *) xq->data + std::min<int64_t>(c0 + c, N - 1) * xq->nb[1]);
         // (the dot product's kernel takes at most 7 rows: tiles of 8 columns)

@@ -36,13 +36,12 @@ struct kernel {
 // Q6_K: under 8 rows ggml computes each output as its own dot product; from 8 its tiled K-quant kernel
 // (ggml-cpu/tiled/tiled.cpp, ggml_tiled_min_batch) sums each superblock exactly and adds them in order,
 // with an fma or (built without contraction) a rounded product and a sum. Up to 24 rows tiles of one
-// weight row by 16 columns beat it (AVX-512 on Intel; scripts/tiled_rows.cpp: 1.08x to 2.7x on the
-// 1.5B's matrices), at 32 not on all; tiles of 8 to 32 rows with AVX-512 on AMD, to 8 with AVX2
-// (q6_k_tiled_max_rows).
+// weight row by 16 columns beat it (AVX-512; scripts/tiled_rows.cpp: 1.08x to 2.7x on the 1.5B's
+// matrices), at 32 not on all; tiles of 8 (AVX2) to 8 rows (q6_k_tiled_max_rows).
 kernel kernels[] = {
     {GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, 2, INT64_MAX, nullptr, true, false, tiled::q4_1_cpu_ok, {tiled::q4_1_compute, nullptr}},
     {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 2, 7, nullptr, true, false, tiled::q6_k_cpu_ok, {tiled::q6_k_compute, nullptr}},
-    {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 8, 32, tiled::q6_k_tiled_max_rows, false, false, tiled::q6_k_cpu_ok,
+    {GGML_TYPE_Q6_K, GGML_TYPE_Q8_K, 8, 24, tiled::q6_k_tiled_max_rows, false, false, tiled::q6_k_cpu_ok,
      {tiled::q6_k_tiled_fused_compute, tiled::q6_k_tiled_split_compute}},
     // Q4_K as loaded (repacked 8x8): ggml's 4-row GEMM and one-row GEMV each read the weights again,
     // a group of 8 weight rows unpacked once for all rows beats them (AVX-512 VNNI; q4_k_gemm.cpp).

@@ -1,5 +1,5 @@
 """The tiled products (native/tiled_gemm.h): on an x86 CPU with AVX2, a Q4_1 file's steps of several
-tokens and a Q6_K matrix's steps of 2 to 24 (to 32 on AMD, to 8 without AVX-512) go through them, with the bits of
+tokens and a Q6_K matrix's steps of 2 to 24 (2 to 8 without AVX-512) go through them, with the bits of
 ggml's own product (its dot product under 8 rows, its tiled kernel from 8), and with AVX-512 VNNI a
 repacked Q4_K matrix's steps of 2 to 16 (the bits of ggml's repacked GEMM and GEMV), so the switch
 changes no logit (test_parity holds those steps to llama.cpp's)."""
@@ -18,13 +18,11 @@ pytestmark = pytest.mark.skipif(not x86_cpu_has("avx2", "fma", "f16c"), reason="
 
 # A prompt step, then verify-like steps: one tile group of columns and less, one and more than one
 STEPS = (60, 2, 3, 8, 9, 17)
-# Q6_K: one kernel takes 2 to 7 rows (ggml's dot product's bits), one 8 to 24 with AVX-512 VNNI (to
-# 32 on AMD: tiles of 8 columns there), 8 without (its tiled kernel's: to 16 rows one band, from 17
-# its standard path; 9 and 17 partial groups of columns); the steps past the most and the prompt step
-# stay ggml's
-Q6_K_STEPS = (40, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 24, 25, 32, 33)
-AMD = x86_cpu_has("AuthenticAMD")   # /proc/cpuinfo's vendor_id
-Q6_K_MOST = (32 if AMD else 24) if x86_cpu_has("avx512f", "avx512bw", "avx512vl", "avx512_vnni") else 8
+# Q6_K: one kernel takes 2 to 7 rows (ggml's dot product's bits), one 8 to 24 with AVX-512 VNNI, 8
+# without (its tiled kernel's: to 16 rows one band, from 17 its standard path; 9 and 17 partial groups
+# of columns); 25 rows and the prompt step stay ggml's
+Q6_K_STEPS = (60, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 24, 25)
+Q6_K_MOST = 24 if x86_cpu_has("avx512f", "avx512bw", "avx512vl", "avx512_vnni") else 8
 Q6_K_TILED = sum(2 <= n <= Q6_K_MOST for n in Q6_K_STEPS)
 # Q4_K (repacked): 2 to 16 rows, ggml's 4-row GEMM for the first 4*(n//4) rows and its GEMV for the
 # rest (2, 3 GEMV alone; 16 its 16-row body; 17 and the prompt stay ggml's)
@@ -94,8 +92,8 @@ def q6_k_path(synth_paths, tmp_path_factory) -> str:
 
 
 def test_q6_k_everywhere(q6_k_path):
-    """Every matrix in Q6_K: steps of 2 to 24 tokens (32 on AMD) through the kernels with ggml's bits,
-    the longer ones and the prompt through ggml's."""
+    """Every matrix in Q6_K: steps of 2 to 24 tokens through the kernels with ggml's bits, one of 25 and
+    the prompt through ggml's."""
     tiled, runs_on = _steps(q6_k_path, "q6_K", True, Q6_K_STEPS)
     plain, runs_off = _steps(q6_k_path, "q6_K", False, Q6_K_STEPS)
     assert runs_off == 0
@@ -106,7 +104,7 @@ def test_q6_k_everywhere(q6_k_path):
 @pytest.mark.parametrize("model, matrices", [("gemma", 9), ("qwen15", 29)])
 def test_q6_k_in_q4_k_m_files(request, model, matrices):
     """The real Q4_K_M files' Q6_K matrices (Gemma 3's FFN down halves; the 1.5B's, its V and its
-    output head of 151,936 rows) in steps of 2 to 33 tokens: the bits of ggml's product."""
+    output head of 151,936 rows) in steps of 2 to 25 tokens: the bits of ggml's product."""
     path = request.getfixturevalue(f"{model}_path")
     tiled, runs_on = _steps(path, "q6_K", True, Q6_K_STEPS)
     plain, runs_off = _steps(path, "q6_K", False, Q6_K_STEPS)
