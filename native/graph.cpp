@@ -75,7 +75,7 @@ static ggml_tensor * add_bias(ggml_context * ctx, ggml_tensor * x, ggml_tensor *
 // A Q4_1 matrix's product of several tokens, and a Q6_K matrix's of 2 to 7, go through tiled_gemm
 // where it applies: each output has the bits of a one-token product, so it is batch invariant as well.
 // A Q6_K product of 8 to 24 tokens has the bits of ggml's tiled kernel there, a repacked Q4_K one of
-// 2 to 32 those of ggml's repacked GEMM: not in such a step.
+// 2 to 64 those of ggml's repacked GEMM: not in such a step.
 static ggml_tensor * linear(ggml_context * ctx, const graph_shape & s, ggml_tensor * w, ggml_tensor * x, ggml_tensor * b) {
     const int64_t T = x->ne[1];
     ggml_tensor * y = T > 1 ? tiled_gemm(ctx, w, x, s.invariant) : nullptr;

@@ -260,7 +260,8 @@ static bool use_avx512() {
 
 // The most rows the tiled-sum kernel takes: its AVX2 body's tiles of 8 columns read a weight row
 // twice from 9 rows on and lose to ggml from 12 (8960 x 1536: 1.37x at 8 rows, 1.09x at 9, 0.92x at
-// 12); the AVX-512 body's tiles beat it to 24 rows.
+// 12); the AVX-512 body's tiles beat it to 24 rows (at 32, with tiles within L1, the 1.5B's verify
+// steps 1.03x on a Zen 4: not taken, as the AMX Xeon's 32 rows were not faster on every matrix).
 int q6_k_tiled_max_rows() { return use_avx512() ? 24 : 8; }
 
 // dst = w * xq (xq: x quantized to Q8_K by ggml's CPU copy, as its own product quantizes it). Each

@@ -17,9 +17,10 @@ namespace pr {
 namespace {
 
 // The most rows of a step the Q4_K kernel takes: 16 by scripts/q4k_vnni.cpp on a Zen 4 (its first
-// tile: 1.10x ggml's 16-row AVX-512 body at 16), 32 since its 8-row tile (the 1.5B's verify steps of
-// 20 and 24 rows 1.22x to 1.30x on that Zen 4, of 32 1.11x to 1.15x; scripts/verify_steps_ms.py).
-constexpr int64_t Q4_K_MAX_ROWS = 32;
+// tile: 1.10x ggml's 16-row AVX-512 body at 16), 64 since its 8-row tile (the 1.5B's verify steps of
+// 20 and 24 rows 1.22x to 1.30x on that Zen 4, of 32 1.11x to 1.15x, of 48 and 64 1.14x to 1.19x;
+// scripts/verify_steps_ms.py). A prompt step of at most 64 rows takes it too.
+constexpr int64_t Q4_K_MAX_ROWS = 64;
 
 struct kernel {
     ggml_type w, x;                  // the matrix's type; the rows' (what ggml's own product quantizes them to)

@@ -2,7 +2,7 @@
 // its own dot product: Q4_1 (no multi-row kernel on x86: no tinyBLAS case, no repack) and Q6_K under
 // 8 rows (its tiled K-quant kernel starts at 8), so a step of k tokens cost k times a token's
 // products; and Q6_K from 8 to 24 rows, where ggml's tiled kernel is slower than a tile of one weight
-// row by 8 or 16 columns; and Q4_K as ggml repacks it, 2 to 32 rows, where its 4-row GEMM and one-row
+// row by 8 or 16 columns; and Q4_K as ggml repacks it, 2 to 64 rows, where its 4-row GEMM and one-row
 // GEMV each read the weights again. The kernels (tiled_kernels.h) reuse each unpacked weight block for several rows
 // and keep the arithmetic of ggml's product per output (the same lanes, the same order), so their bits
 // are ggml's, and a probe at the first context checks that they are.

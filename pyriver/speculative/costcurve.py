@@ -44,8 +44,9 @@ SCHEMA = "pyriver.verify_cost/4"
 # The tiled kernels' revision, in the cache key: a table measured before a kernel got faster prices
 # its steps too high (2: Q4_K's GEMM rows two a register and 8 an unpacking, 8-row steps 1.10x; 3:
 # Q6_K's tiles kept within L1, the 1.5B's output head at 16 to 24 rows 1.2x on a Zen 4; 4: Q4_K's
-# kernel to 32 rows, the 1.5B's steps of 20 to 24 rows 1.2x to 1.3x).
-KERNELS = 4
+# kernel to 32 rows, the 1.5B's steps of 20 to 24 rows 1.2x to 1.3x; 5: Q4_K's to 64, 48 and 64
+# rows 1.16x).
+KERNELS = 5
 # The sizes measured with their attention tiled as well, and what a tiled step must cost against the
 # plain one at the far context to be taken (at the near one: no more): tile_rows. Fewer than 6 rows
 # pad a 64-row tile with 10 or more rows of nothing (SmolLM2's 4-row step dearer tiled at every context).

@@ -1,7 +1,7 @@
 """The tiled products (native/tiled_gemm.h): on an x86 CPU with AVX2, a Q4_1 file's steps of several
 tokens and a Q6_K matrix's steps of 2 to 24 (2 to 8 without AVX-512) go through them, with the bits of
 ggml's own product (its dot product under 8 rows, its tiled kernel from 8), and with AVX-512 VNNI a
-repacked Q4_K matrix's steps of 2 to 32 (the bits of ggml's repacked GEMM and GEMV), so the switch
+repacked Q4_K matrix's steps of 2 to 64 (the bits of ggml's repacked GEMM and GEMV), so the switch
 changes no logit (test_parity holds those steps to llama.cpp's)."""
 from __future__ import annotations
 
@@ -20,15 +20,16 @@ pytestmark = pytest.mark.skipif(not x86_cpu_has("avx2", "fma", "f16c"), reason="
 STEPS = (60, 2, 3, 8, 9, 17)
 # Q6_K: one kernel takes 2 to 7 rows (ggml's dot product's bits), one 8 to 24 with AVX-512 VNNI, 8
 # without (its tiled kernel's: to 16 rows one band, from 17 its standard path; 9 and 17 partial groups
-# of columns); 25 rows and the prompt step stay ggml's
-Q6_K_STEPS = (60, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 24, 25)
+# of columns); 25 rows and more and the prompt step stay ggml's
+Q6_K_STEPS = (40, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 24, 25, 32, 33)
 Q6_K_MOST = 24 if x86_cpu_has("avx512f", "avx512bw", "avx512vl", "avx512_vnni") else 8
 Q6_K_TILED = sum(2 <= n <= Q6_K_MOST for n in Q6_K_STEPS)
-# Q4_K (repacked): 2 to 32 rows, ggml's 4-row GEMM for the first 4*(n//4) rows and its GEMV for the
-# rest (2, 3 GEMV alone; 16, 32 its 16-row body; 17 a GEMV row after it; 33 and the prompt stay ggml's)
+# Q4_K (repacked): 2 to 64 rows, ggml's 4-row GEMM for the first 4*(n//4) rows and its GEMV for the
+# rest (2, 3 GEMV alone; 16, 32, 64 its 16-row body; 17, 33 GEMV rows after it); the prompt step of
+# 80 stays ggml's
 AVX512_VNNI = x86_cpu_has("avx512f", "avx512bw", "avx512vl", "avx512_vnni")
-Q4_K_STEPS = (60, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 24, 32, 33)
-Q4_K_TILED = sum(2 <= n <= 32 for n in Q4_K_STEPS)
+Q4_K_STEPS = (80, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 24, 32, 33, 48, 64)
+Q4_K_TILED = sum(2 <= n <= 64 for n in Q4_K_STEPS)
 Q4_K_1_5B_MATRICES = 28 * 3 + 14   # Q/K(/V) joined, O, gate/up joined in each block; down in half
 
 
@@ -37,7 +38,7 @@ def _steps(path: str, type: str, on: bool, steps=STEPS, **kw):
     kernel computed meanwhile."""
     debug.tiled_gemm(type, on)
     try:
-        with Llama(path, n_ctx=256, n_threads=2, verbose=False, river=None, **kw) as llm:
+        with Llama(path, n_ctx=512, n_threads=2, verbose=False, river=None, **kw) as llm:
             toks = (llm.tokenize(RIVER_PROMPT, add_bos=True) * 40)[:sum(steps)]
             runs, out, at = debug.tiled_gemm_runs(type), [], 0
             for n in steps:
@@ -92,8 +93,8 @@ def q6_k_path(synth_paths, tmp_path_factory) -> str:
 
 
 def test_q6_k_everywhere(q6_k_path):
-    """Every matrix in Q6_K: steps of 2 to 24 tokens through the kernels with ggml's bits, one of 25 and
-    the prompt through ggml's."""
+    """Every matrix in Q6_K: steps of 2 to 24 tokens through the kernels with ggml's bits, longer ones
+    and the prompt through ggml's."""
     tiled, runs_on = _steps(q6_k_path, "q6_K", True, Q6_K_STEPS)
     plain, runs_off = _steps(q6_k_path, "q6_K", False, Q6_K_STEPS)
     assert runs_off == 0
@@ -104,7 +105,7 @@ def test_q6_k_everywhere(q6_k_path):
 @pytest.mark.parametrize("model, matrices", [("gemma", 9), ("qwen15", 29)])
 def test_q6_k_in_q4_k_m_files(request, model, matrices):
     """The real Q4_K_M files' Q6_K matrices (Gemma 3's FFN down halves; the 1.5B's, its V and its
-    output head of 151,936 rows) in steps of 2 to 25 tokens: the bits of ggml's product."""
+    output head of 151,936 rows) in steps of 2 to 33 tokens: the bits of ggml's product."""
     path = request.getfixturevalue(f"{model}_path")
     tiled, runs_on = _steps(path, "q6_K", True, Q6_K_STEPS)
     plain, runs_off = _steps(path, "q6_K", False, Q6_K_STEPS)
@@ -136,8 +137,8 @@ def q4_k_path(synth_paths, tmp_path_factory) -> str:
 
 @pytest.mark.skipif(not AVX512_VNNI, reason="the Q4_K kernel is AVX-512 VNNI's")
 def test_q4_k_everywhere(q4_k_path):
-    """Every matrix in Q4_K, repacked: steps of 2 to 32 tokens through the kernel with the bits of
-    ggml's repacked GEMM and GEMV, one of 33 and the prompt through ggml's."""
+    """Every matrix in Q4_K, repacked: steps of 2 to 64 tokens through the kernel with the bits of
+    ggml's repacked GEMM and GEMV, the prompt of 80 through ggml's."""
     tiled, runs_on = _steps(q4_k_path, "q4_K", True, Q4_K_STEPS)
     plain, runs_off = _steps(q4_k_path, "q4_K", False, Q4_K_STEPS)
     assert runs_off == 0
@@ -148,7 +149,7 @@ def test_q4_k_everywhere(q4_k_path):
 @pytest.mark.skipif(not AVX512_VNNI, reason="the Q4_K kernel is AVX-512 VNNI's")
 def test_q4_k_in_the_1_5b(qwen15_path):
     """The 1.5B Q4_K_M's Q4_K matrices (Q/K joined, O, gate/up joined in every block; down in half
-    of them) in steps of 2 to 33 tokens: the bits of ggml's repacked product."""
+    of them) in steps of 2 to 64 tokens: the bits of ggml's repacked product."""
     tiled, runs_on = _steps(qwen15_path, "q4_K", True, Q4_K_STEPS)
     plain, runs_off = _steps(qwen15_path, "q4_K", False, Q4_K_STEPS)
     assert runs_off == 0 and runs_on == Q4_K_TILED * Q4_K_1_5B_MATRICES
