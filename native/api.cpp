@@ -518,6 +518,7 @@ int64_t pr_debug_tiled_gemm_runs(const char * type) {
     const ggml_type t = type_named(type);
     return t == GGML_TYPE_COUNT ? 0 : pr::tiled_gemm_runs(t);
 }
+int32_t pr_debug_tiled_gemm_revision(void) { return pr::tiled_gemm_revision(); }
 
 int64_t pr_graph_runs(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->n_graph_runs : 0; }
 

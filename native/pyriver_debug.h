@@ -85,6 +85,9 @@ PR_API int32_t   pr_model_joined(const pr_model * model);
 PR_API int32_t   pr_debug_tiled_gemm(const char * type, int32_t on);
 /* Products the tiled kernels of a type computed in this process. */
 PR_API int64_t   pr_debug_tiled_gemm_runs(const char * type);
+/* The tiled kernels' revision, raised whenever one gets faster or takes other rows (a step cost
+ * measured under an earlier one is not this library's). */
+PR_API int32_t   pr_debug_tiled_gemm_revision(void);
 /* CDEF END */
 
 #ifdef __cplusplus

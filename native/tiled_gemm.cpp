@@ -16,6 +16,11 @@ namespace pr {
 
 namespace {
 
+// The kernels' revision (tiled_gemm_revision): 2, Q4_K's GEMM rows two a register and 8 an unpacking
+// (8-row steps 1.10x); 3, Q6_K's tiles kept within L1 (the 1.5B's head at 16 to 24 rows 1.2x on a Zen
+// 4); 4, Q4_K to 32 rows (20- to 24-row steps 1.2x to 1.3x); 5, Q4_K to 64 (48 and 64 rows 1.16x).
+constexpr int REVISION = 5;
+
 // The most rows of a step the Q4_K kernel takes: 16 by scripts/q4k_vnni.cpp on a Zen 4 (its first
 // tile: 1.10x ggml's 16-row AVX-512 body at 16), 64 since its 8-row tile (the 1.5B's verify steps of
 // 20 and 24 rows 1.22x to 1.30x on that Zen 4, of 32 1.11x to 1.15x, of 48 and 64 1.14x to 1.19x;
@@ -213,6 +218,8 @@ void tiled_gemm_probe(ggml_backend_t cpu) {
         for (kernel & k : kernels) probe(cpu, k);
     });
 }
+
+int tiled_gemm_revision() { return REVISION; }
 
 int64_t tiled_gemm_runs(ggml_type type) {
     int64_t n = 0;

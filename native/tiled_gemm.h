@@ -31,5 +31,8 @@ ggml_tensor * tiled_gemm(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, b
 int tiled_gemm_switch(ggml_type type, int on);
 // Products type's kernels computed in this process (the probes' included).
 int64_t tiled_gemm_runs(ggml_type type);
+// The kernels' revision, raised whenever one gets faster or takes other rows: a step cost measured
+// under an earlier one (a verify-cost table, the prompt layouts' threshold) is not this library's.
+int tiled_gemm_revision();
 
 }  // namespace pr

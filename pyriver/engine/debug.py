@@ -67,6 +67,12 @@ def tiled_gemm_runs(type: str) -> int:
     return int(lib.pr_debug_tiled_gemm_runs(type.encode()))
 
 
+def tiled_revision() -> int:
+    """The tiled kernels' revision (native/tiled_gemm.cpp): a step cost measured under another one,
+    in a cache key beside tiled_in_use, is not this library's."""
+    return int(lib.pr_debug_tiled_gemm_revision())
+
+
 def tiled_in_use() -> str:
     """The tiled kernels graphs built from now on use, by type ("q4_1:1,q6_K:2"; a cost table
     measured with other kernels is not this setting's)."""

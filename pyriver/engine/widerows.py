@@ -15,6 +15,7 @@ from typing import Dict, List, Sequence
 
 from pyriver.atomic import write_text
 from pyriver.engine.firststart import Measuring
+from pyriver.engine.debug import tiled_revision
 from pyriver.models.cache import cache_dir, setting_key
 
 # The prompt step sizes timed in both layouts; the threshold is 16 (native's default) or one of them
@@ -62,7 +63,10 @@ def auto(llm, prompt: List[int]) -> int:
     1.5B Q4_K_M on a 2-core Zen 3) and cached. A context too small for the largest size keeps DEFAULT."""
     if max(SIZES) > llm.n_ctx():
         return DEFAULT
-    path = cache_dir() / "wide-rows" / f"{setting_key(llm, sizes=list(SIZES), what='wide_prompt_rows')}.json"
+    # the repacked layout's steps are the Q4_K kernel's up to 64 rows: a threshold measured under
+    # other kernels is not this library's
+    key = setting_key(llm, sizes=list(SIZES), what='wide_prompt_rows', kernels=tiled_revision())
+    path = cache_dir() / "wide-rows" / f"{key}.json"
     try:
         return int(json.loads(path.read_text())["wide_prompt_rows"])
     except (OSError, ValueError, KeyError, TypeError):

@@ -34,19 +34,13 @@ from pyriver.atomic import write_text
 from pyriver.models.cache import cache_dir, setting_key
 from pyriver.speculative.draftlen import DEFAULT_COST, FA_TILE, DraftCost
 from pyriver.engine import VERIFY, kv_types
-from pyriver.engine.debug import tiled_in_use
+from pyriver.engine.debug import tiled_in_use, tiled_revision
 from pyriver.engine.firststart import Measuring
 
 # The step sizes the automatic table measures: every size to 4, then the kernels' steps (16, 32, 48,
 # 64) and a point between each; a size not measured is never taken (DraftCost.step).
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 SCHEMA = "pyriver.verify_cost/4"
-# The tiled kernels' revision, in the cache key: a table measured before a kernel got faster prices
-# its steps too high (2: Q4_K's GEMM rows two a register and 8 an unpacking, 8-row steps 1.10x; 3:
-# Q6_K's tiles kept within L1, the 1.5B's output head at 16 to 24 rows 1.2x on a Zen 4; 4: Q4_K's
-# kernel to 32 rows, the 1.5B's steps of 20 to 24 rows 1.2x to 1.3x; 5: Q4_K's to 64, 48 and 64
-# rows 1.16x).
-KERNELS = 5
 # The sizes measured with their attention tiled as well, and what a tiled step must cost against the
 # plain one at the far context to be taken (at the near one: no more): tile_rows. Fewer than 6 rows
 # pad a 64-row tile with 10 or more rows of nothing (SmolLM2's 4-row step dearer tiled at every context).
@@ -209,7 +203,7 @@ def auto(llm, prompt: List[int]) -> Tuple[DraftCost, int]:
     # rows cheaper still: a table is its kernels' own
     tiles = can_tile(llm)
     key = setting_key(llm, sizes=list(SIZES), schema=SCHEMA, repeats=[REPEATS, SMALL, SMALL_REPEATS],
-                      tiled=tiled_in_use(), kernels=KERNELS, tile_sizes=list(TILE_SIZES) if tiles else [], tile_gain=TILE_GAIN)
+                      tiled=tiled_in_use(), kernels=tiled_revision(), tile_sizes=list(TILE_SIZES) if tiles else [], tile_gain=TILE_GAIN)
     path = cache_dir() / "verify-cost" / f"{key}.json"
     try:
         return read(path)

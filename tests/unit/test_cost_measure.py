@@ -166,8 +166,8 @@ def test_the_table_reads_the_tiled_steps_from_their_size(drifting):
 
 
 def test_a_faster_kernel_does_not_read_the_table_of_the_slower_one(tmp_path, monkeypatch):
-    # a table's steps are priced by the kernels that ran them: once a kernel gets faster (KERNELS
-    # bumped), the old table must not be read, or the draft rule prices its steps too high
+    # a table's steps are priced by the kernels that ran them: once a kernel gets faster (the native
+    # library's revision raised), the old table must not be read, or the draft rule prices its steps too high
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF")
 
@@ -186,6 +186,7 @@ def test_a_faster_kernel_does_not_read_the_table_of_the_slower_one(tmp_path, mon
     read = []
     monkeypatch.setattr(costcurve, "read", lambda path: read.append(path) or (costcurve.DEFAULT_COST, 0))
     costcurve.auto(Fake(), [1, 2, 3])
-    monkeypatch.setattr(costcurve, "KERNELS", costcurve.KERNELS + 1)
+    revision = costcurve.tiled_revision()
+    monkeypatch.setattr(costcurve, "tiled_revision", lambda: revision + 1)
     costcurve.auto(Fake(), [1, 2, 3])
     assert len(read) == 2 and read[0] != read[1]

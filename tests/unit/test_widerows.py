@@ -40,3 +40,21 @@ def test_a_link_to_the_model_shares_its_measurement(tmp_path):
                                devices=lambda: ["CPU"], batch_invariant=False)
     assert setting_key(llm(tmp_path / "link.gguf"), what="x") == setting_key(llm(f), what="x")
     assert setting_key(llm(f, threads=4), what="x") != setting_key(llm(f), what="x")
+
+
+def test_other_kernels_measure_the_threshold_again(tmp_path, monkeypatch):
+    """The repacked layout's prompt steps of up to 64 rows are the Q4_K kernel's: a threshold measured
+    under another revision of the kernels (the native library's) is not read, it is measured again."""
+    from types import SimpleNamespace
+    from pyriver.engine import widerows
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + bytes(60))
+    llm = SimpleNamespace(model_path=str(f), n_threads=2, n_threads_batch=2, devices=lambda: ["CPU"],
+                          batch_invariant=False, n_ctx=lambda: 512)
+    monkeypatch.setattr(widerows, "cache_dir", lambda: tmp_path)
+    measured = []
+    monkeypatch.setattr(widerows, "measure", lambda llm, prompt, tick=None: measured.append(1) or {17: t([0.9], [0.5])})
+    assert widerows.auto(llm, [1]) == 17 and widerows.auto(llm, [1]) == 17 and len(measured) == 1   # cached
+    revision = widerows.tiled_revision()
+    monkeypatch.setattr(widerows, "tiled_revision", lambda: revision + 1)
+    assert widerows.auto(llm, [1]) == 17 and len(measured) == 2
