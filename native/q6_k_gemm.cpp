@@ -50,10 +50,10 @@ static int64_t l1_bytes() {
 // Columns a tile for n rows of nb superblocks: AVX-512 tiles of 16 unless their activations (16 * nb
 // blocks of 292 bytes) overflow three quarters of L1 while tiles of 8 would not; then the fewest tiles
 // that fit, of sizes as even as can be. On a Zen 4 (32 KiB L1) the head's 16 rows in one tile (28 KB
-// of activations) took 79 ms on one thread against 63 in two of 8 (scripts/tiled_rows.cpp), 32 rows
-// 158 against 125; at 1024 weights a row (19 KB) one tile and two were level, at 2048 (37 KB) one tile
-// of 12 rows lost as well; a matrix whose tiles of 8 overflow L1 too (FFN down, 8960 a row) keeps 16,
-// where the two were within the machine's noise.
+// of activations) took 84 ms on one thread against 62 in two of 8 (scripts/tiled_rows.cpp), 24 rows
+// 119 against 97 in two of 12; at 1024 weights a row (16 columns: 19 KB) one tile and two were level,
+// at 2048 a tile of 12 rows (28 KB) lost as well (32 ms against 27 in 8 + 4); a matrix whose tiles of 8
+// overflow L1 too (FFN down, 8960 a row) keeps 16, where the two were within the machine's noise.
 static int cols(bool wide, int nb, int64_t n) {
     if (!wide) return COLS_AVX2;
     const int64_t room = l1_bytes() * 3 / 4, per_col = (int64_t) nb * (int64_t) sizeof(block_q8_K);
