@@ -296,7 +296,7 @@ def write_calls(last: int) -> None:
             "1\t300\t.ferry01,.gpu-vocab\tbash scripts/gpu/run.sh setup"]
     rows += [f"{c}\t120\t.ferry{c:02d}\tbash scripts/gpu/run.sh ferry" for c in range(2, last)]
     rows += [f"{last}\t600\t.ferry{last:02d}\tbash scripts/gpu/run.sh ferry derive full plane",
-             f"{last + 1}\t600\t-\tbash scripts/gpu/run.sh spec serve drafts profile counts"]
+             f"{last + 1}\t600\t-\tbash scripts/gpu/run.sh spec serve drafts profile counts gaps"]
     (ROOT / "scripts" / "gpu" / "calls.tsv").write_text("\n".join(rows) + "\n")
 
 

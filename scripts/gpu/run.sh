@@ -26,6 +26,10 @@
 #   drafts   (e) River drafts verified at full depth on chat against plain decoding (bench --lossless)
 #   counts   (issue 69 item 2) bench --counts on the device: syncs, copies, graph changes, bytes and
 #            whether they land in pinned memory per mode (the CPU counts in docs/gpu.md, checked on CUDA)
+#   gaps     serve's requests against a traced pyriver serve --no-lossless (scripts/serve_gaps.py): where
+#            its long inter-token gaps come from (its p95 was 1.41x and 1.33x llama-server's at 4 and 16
+#            streams on 2026-12-04), its prompts in chunks of 64 beside decoding slots (the default) and
+#            whole (--prompt-chunk 2048: llama-server's feeding); a diagnosis, last in its call
 #   profile  (f) a synthetic Llama 3.1 8B shape (F16: bandwidth-bound on the GPU) with the 1.5B's exit
 #            profile measured on the H200 (docs/results/gpu/qwen1.5b/plane.json), River against full depth
 #            (scripts/gpu/exit_profile.py)
@@ -71,6 +75,7 @@ if [ "$CPU" = 1 ]; then
   PREDICT="--tau 0.95 --min-exit-layer 4 --limit 2 -n 8 -r 1"
   SPEC="-r 1 --streams 1 --gen-tokens 8 --edit-prompts 1 --chat-prompts 1"
   SERVE="-r 1 --streams 1 4 --gen-tokens 8 --requests-per-stream 1"
+  GAPS="--streams 4 --repeats 1 --gen-tokens 8 --requests-per-stream 1"
   DRAFTS="--tau 0.95 --min-exit-layer 4 --draft-max 4 --prompts 1 --gen-tokens 8 -r 1"
   PROFILE="--tokens 16 -r 1"
   COUNTS="-n 8"
@@ -81,11 +86,13 @@ else
   PREDICT="--tau 0.97 --min-exit-layer 4 --limit 4 -n 48 -r 3"
   SPEC="-r 2 --streams 1 --gen-tokens 128 --edit-prompts 4 --chat-prompts 4"   # 2 rounds: one was too noisy on 2026-12-04
   SERVE="-r 2 --streams 4 16 --gen-tokens 128 --requests-per-stream 2"
+  GAPS="--streams 4 16 --repeats 2 --gen-tokens 128 --requests-per-stream 2"   # serve's requests, traced
   DRAFTS="--tau 0.95 0.97 --min-exit-layer 4 --draft-max 4 8 --prompts 4 --gen-tokens 96 -r 3"
   PROFILE="--tokens 96 -r 3"
   COUNTS="-n 16"
 fi
 FULL=${GK_FULL:-$FULL}; PLANE=${GK_PLANE:-$PLANE}; PREDICT=${GK_PREDICT:-$PREDICT}; SPEC=${GK_SPEC:-$SPEC}; SERVE=${GK_SERVE:-$SERVE}
+GAPS=${GK_GAPS:-$GAPS}
 DRAFTS=${GK_DRAFTS:-$DRAFTS}; PROFILE=${GK_PROFILE:-$PROFILE}; COUNTS=${GK_COUNTS:-$COUNTS}
 RIVERS="q3_K q2_K"                         # (d): the rivers over the published Q4_K_M
 UNIFORM="q4_0 iq4_nl q3_k_m iq3_s"   # (d): llama.cpp's requantizations of the same file (the rivers' own types: the sweep adds q3_K and q2_K).
@@ -337,6 +344,8 @@ run_cmd() {   # NAME CMD...: run (or print) under the stage's deadline; output t
       python3 -c "import importlib, sys; from pyriver.cli import TOOLS
 importlib.import_module(TOOLS[sys.argv[1]][0]).parser().parse_args(sys.argv[2:])" "$@" > /dev/null \
         || echo "BAD ARGUMENTS $name" | tee -a "$S/results/failed"
+    elif [ "$1" = python3 ] && [ "${2##*/}" = serve_gaps.py ]; then   # its own check: its arguments and the server's flags
+      SERVE_GAPS_CHECK=1 "$@" > /dev/null || echo "BAD ARGUMENTS $name" | tee -a "$S/results/failed"
     fi
     return 0
   fi
@@ -481,6 +490,17 @@ serve() {
   stage_end serve
 }
 
+gaps() {
+  stage_begin gaps
+  gate_models "$Q4KM" || { stage_end gaps; return 1; }
+  local ngl=(); [ "$NGL" = 0 ] || ngl=(--n-gpu-layers $NGL)
+  run_cmd "serve gaps" python3 "$REPO/scripts/serve_gaps.py" "$Q4KM" $GAPS --json "$R/chunked.json" \
+    -- --no-lossless --ctx 1024 --threads $T -fa off "${ngl[@]}"
+  run_cmd "serve gaps, whole prompts" python3 "$REPO/scripts/serve_gaps.py" "$Q4KM" $GAPS --json "$R/whole-prompts.json" \
+    -- --no-lossless --ctx 1024 --threads $T -fa off --prompt-chunk 2048 "${ngl[@]}"
+  stage_end gaps
+}
+
 drafts() {   # (e) River drafts, full depth verifying, on chat; plain decoding and llama.cpp beside them
   stage_begin drafts
   gate_models "$Q4KM" || { stage_end drafts; return 1; }
@@ -510,7 +530,7 @@ status() { bg_status; cat "$S/ferry/state.json" 2>/dev/null | head -40; }
 rc=0
 for st in "${STAGES[@]}"; do
   case $st in
-    setup|ferry|derive|full|plane|spec|serve|drafts|profile|counts|status) ;;
+    setup|ferry|derive|full|plane|spec|serve|gaps|drafts|profile|counts|status) ;;
     *) echo "unknown stage $st"; exit 2 ;;
   esac
   T0=$(now)
