@@ -3,7 +3,7 @@
 uvicorn, closed), alternated, the same prompts sent as concurrent requests; every scheduler step
 logged (its rows, decoding slots, drafts, prompt rows, engine time).
 
-    python scripts/serve_steps.py MODEL [--kind edit|chat] [--streams 4] [--repeats 2] [--prompts 4]
+    python scripts/serve_steps.py MODEL [--kind edit|chat|batch|agent] [--streams 4] [--repeats 2] [--prompts 4]
 
 Prints each run's wall time, tokens and steps, then, for the decode steps (no prompt rows), the
 median ms by the step's rows beside what the default's table (`draft_cost="auto"`, measured at its
@@ -26,6 +26,7 @@ from pyriver.server import app as A
 from pyriver.server import scheduler as S
 from pyriver.tools.prompts import PROMPTS, SERVE_EDIT_PROMPTS
 from pyriver.tools.serve_bench import _port
+from pyriver.tools.workloads import agent_sessions, batch_prompts
 from pyriver.tools.spec_serve import run_group   # the bench's own groups, so the two measure alike
 
 LOG = []   # (config, rows, slots, drafts, prompt rows, seconds, context: the longest decoding slot's cache)
@@ -67,7 +68,7 @@ def serve(model: str, flags, streams: int, threads: int):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model")
-    p.add_argument("--kind", choices=("edit", "chat"), default="edit")
+    p.add_argument("--kind", choices=("edit", "chat", "batch", "agent"), default="edit")
     p.add_argument("--streams", type=int, default=4)
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--repeats", type=int, default=2)
@@ -76,8 +77,13 @@ def main() -> None:
     p.add_argument("--flash-attn", choices=("on", "off"), default="on")
     a = p.parse_args()
     model = str(models.resolve(a.model))
-    pool = [q for _, q in SERVE_EDIT_PROMPTS] if a.kind == "edit" else [q for k, q in PROMPTS if k == "chat"]
-    prompts = pool[:a.prompts]
+    if a.kind == "batch":   # the bench's batch jobs and agent sessions (pyriver.tools.workloads)
+        prompts = batch_prompts(a.prompts)
+    elif a.kind == "agent":
+        prompts = agent_sessions(a.prompts, 2)
+    else:
+        pool = [q for _, q in SERVE_EDIT_PROMPTS] if a.kind == "edit" else [q for k, q in PROMPTS if k == "chat"]
+        prompts = pool[:a.prompts]
     configs = {"plain": ["--no-lossless", "-fa", a.flash_attn], "default": ["-fa", a.flash_attn]}
     table = None
     for r in range(a.repeats):
@@ -103,18 +109,19 @@ def main() -> None:
         by, tabs, ctxs = {}, {}, {}
         for x in LOG:
             if x[0] is not None and x[0].startswith(name + ":") and x[4] == 0:
-                by.setdefault(x[1], []).append(x[5] * 1e3)
-                ctxs.setdefault(x[1], []).append(x[6])
+                key = (x[1], x[2])   # rows, decoding slots
+                by.setdefault(key, []).append(x[5] * 1e3)
+                ctxs.setdefault(key, []).append(x[6])
                 if table is not None:
-                    tabs.setdefault(x[1], []).append(table.at(x[6]).interp(x[1]))   # in single steps at that context
-        one = statistics.median(by[1]) if 1 in by else None
+                    tabs.setdefault(key, []).append(table.at(x[6]).interp(x[1]))   # in single steps at that context
+        one = statistics.median(by[(1, 1)]) if (1, 1) in by else None
         print(name)
-        for rows in sorted(by):
-            ms = statistics.median(by[rows])
+        for key in sorted(by):
+            ms = statistics.median(by[key])
             rel = f"{ms / one:5.2f}" if one else "    -"
-            tab = "-" if table is None else f"{statistics.median(tabs[rows]):5.2f}"
-            print(f"  {rows:3d} rows  {len(by[rows]):4d} steps  {ms:8.1f} ms  context {statistics.median(ctxs[rows]):6.0f}  "
-                  f"measured {rel}  table {tab}")
+            tab = "-" if table is None else f"{statistics.median(tabs[key]):5.2f}"
+            print(f"  {key[0]:3d} rows  {key[1]} slots  {len(by[key]):4d} steps  {ms:8.1f} ms  context "
+                  f"{statistics.median(ctxs[key]):6.0f}  measured {rel}  table {tab}")
 
 
 if __name__ == "__main__":
