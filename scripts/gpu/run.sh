@@ -263,7 +263,9 @@ fi
 EOF
   rm -rf "$S/src" && mkdir -p "$S/src"
   tar --exclude='./.ferry[0-9][0-9]' --exclude=./.git --exclude=./build --exclude='./build-*' -cf - . | tar -xf - -C "$S/src"
-  setsid nohup bash "$S/bg/job.sh" "$@" > "$S/bg/log" 2>&1 < /dev/null &
+  # from the state folder: the call's copy of the tree may be gone before the job ends (the next call's
+  # copy replaces it; the rehearsal's pip, started in the removed folder, failed "No such file or directory")
+  (cd "$S" && exec setsid nohup bash "$S/bg/job.sh" "$@" > "$S/bg/log" 2>&1 < /dev/null) &
   echo $! > "$S/bg/pid"
 }
 
