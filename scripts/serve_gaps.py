@@ -30,9 +30,11 @@ STEP_LONG = 2.0   # a step "ran long" at this many times the median engine step 
 
 def serve(trace: str, argv: List[str]) -> None:
     """The server with its steps traced; the trace rewritten every half second (a signal ends it)."""
+    from pyriver.engine import debug
     from pyriver.server import inbox as I
     from pyriver.server import scheduler as S
     events: List[tuple] = []
+    S_ = None   # the scheduler (its decoder's counters)
 
     def dump():
         while True:
@@ -49,11 +51,34 @@ def serve(trace: str, argv: List[str]) -> None:
         step(self)
         events.append(("step", t, time.perf_counter()))
 
+    counted = set()
+
+    def changes():
+        """The decoder's graphs, graph changes and captures by ggml-cuda's rule so far (native counters; None
+        where the engine has none: the llama.cpp engine)."""
+        try:
+            c = debug.counters(S_.dec)
+            return c["graphs"], c["graph_changes"], c["graph_captures"]
+        except Exception:
+            return None
+
     def _run_step(self, feeds):
+        nonlocal S_
+        S_ = self
+        if id(self) not in counted:   # the first reset starts comparing graphs
+            counted.add(id(self))
+            try:
+                debug.reset_counters(self.dec)
+            except Exception:
+                pass
+        c0 = changes()
         t = time.perf_counter()
         res = run_step(self, feeds)
-        events.append(("run", t, time.perf_counter(), sum(len(f.tokens) for f in feeds),
-                       sum(len(f.tokens) for f in feeds if f.prompt and not f.all_logits)))
+        t1 = time.perf_counter()
+        c1 = changes()
+        events.append(("run", t, t1, sum(len(f.tokens) for f in feeds),
+                       sum(len(f.tokens) for f in feeds if f.prompt and not f.all_logits),
+                       None if c0 is None or c1 is None else [b - a for a, b in zip(c0, c1)]))
         return res
 
     def _deliver(self):
@@ -167,6 +192,9 @@ def analyse(recs: List[Dict], events: List[tuple]) -> Dict:
             causes["slow step"] += 1
         else:
             causes["other"] += 1
+    counted = [e for e in runs if len(e) > 5 and e[5] is not None]
+    changed = [e for e in counted if e[5][1] > 0]
+    long_changed = sum(1 for g, a, b in gaps if g >= p95 and any(a < e[2] <= b and (e[5][1] or e[5][2]) for e in counted))
     lag = []   # a step's end to the loop's next delivery
     j = 0
     for s in steps:
@@ -187,7 +215,14 @@ def analyse(recs: List[Dict], events: List[tuple]) -> Dict:
             "between_steps_p50_ms": ms(q(between, 0.5)), "between_steps_p95_ms": ms(q(between, 0.95)),
             "step_to_delivery_p50_ms": ms(q(lag, 0.5)), "step_to_delivery_p95_ms": ms(q(lag, 0.95)),
             "deliveries": len(delivers), "tokens_traced": sum(len(v) for v in gets.values()),
-            "gaps_at_or_over_p95": causes}
+            "gaps_at_or_over_p95": causes,
+            # ggml-cuda's rule (native/counters.cpp): a step whose graph differs runs uncaptured, the next
+            # unchanged one captures it again; the CPU computes the same graphs, so the count holds for a GPU
+            "steps_counted": len(counted), "steps_changing_graph": len(changed),
+            "steps_capturing_graph": sum(1 for e in counted if e[5][2] > 0),
+            "decode_steps_changing_graph": sum(1 for e in changed if e[4] == 0),
+            "graphs_per_step": round(sum(e[5][0] for e in counted) / max(1, len(counted)), 3),
+            "gaps_at_or_over_p95_with_a_graph_change_or_capture": long_changed}
 
 
 def main() -> None:
@@ -222,7 +257,11 @@ def main() -> None:
               f"p50 {r['decode_step_p50_ms']} p95 {r['decode_step_p95_ms']} ms, prompt step p50 {r['prompt_step_p50_ms']}; "
               f"Python in a step p50 {r['python_in_step_p50_ms']} p95 {r['python_in_step_p95_ms']}; step end -> loop "
               f"p50 {r['step_to_delivery_p50_ms']} p95 {r['step_to_delivery_p95_ms']}; event loop CPU "
-              f"{r['event_loop_cpu_ms_per_token']} ms a token\n  gaps at or over the p95: {r['gaps_at_or_over_p95']}", flush=True)
+              f"{r['event_loop_cpu_ms_per_token']} ms a token\n  gaps at or over the p95: {r['gaps_at_or_over_p95']}, "
+              f"{r['gaps_at_or_over_p95_with_a_graph_change_or_capture']} over a graph change or capture; steps changing the graph "
+              f"{r['steps_changing_graph']} of {r['steps_counted']} ({r['decode_steps_changing_graph']} without prompt rows), capturing it "
+              f"{r['steps_capturing_graph']}, "
+              f"{r['graphs_per_step']} graphs a step", flush=True)
     if a.json:
         json.dump(out, open(a.json, "w"), indent=1)
 

@@ -29,7 +29,8 @@
 #   gaps     serve's requests against a traced pyriver serve --no-lossless (scripts/serve_gaps.py): where
 #            its long inter-token gaps come from (its p95 was 1.41x and 1.33x llama-server's at 4 and 16
 #            streams on 2026-12-04), its prompts in chunks of 64 beside decoding slots (the default) and
-#            whole (--prompt-chunk 2048: llama-server's feeding); a diagnosis, last in its call
+#            whole (--prompt-chunk 2048: llama-server's feeding), then over llama.cpp's graph (--engine
+#            llama.cpp); each step's graph changes by ggml-cuda's rule; a diagnosis, last in its call
 #   profile  (f) a synthetic Llama 3.1 8B shape (F16: bandwidth-bound on the GPU) with the 1.5B's exit
 #            profile measured on the H200 (docs/results/gpu/qwen1.5b/plane.json), River against full depth
 #            (scripts/gpu/exit_profile.py)
@@ -500,6 +501,10 @@ gaps() {
     -- --no-lossless --ctx 1024 --threads $T -fa off "${ngl[@]}"
   run_cmd "serve gaps, whole prompts" python3 "$REPO/scripts/serve_gaps.py" "$Q4KM" $GAPS --json "$R/whole-prompts.json" \
     -- --no-lossless --ctx 1024 --threads $T -fa off --prompt-chunk 2048 "${ngl[@]}"
+  # the same scheduler over llama.cpp's own graph (the engine seam's other side): the server's part of the
+  # gaps against the graphs'
+  run_cmd "serve gaps, llama.cpp engine" python3 "$REPO/scripts/serve_gaps.py" "$Q4KM" $GAPS --json "$R/llamacpp-engine.json" \
+    -- --no-lossless --ctx 1024 --threads $T -fa off --engine llama.cpp "${ngl[@]}"
   stage_end gaps
 }
 
