@@ -9,7 +9,8 @@ late, or a token with no text).
     python scripts/serve_gaps.py MODEL [--streams 4 16] [--requests-per-stream 2] [--gen-tokens 128]
         [--repeats 2] [--json out.json] [--check] [-- SERVER FLAGS]
 
-(--check, or SERVE_GAPS_CHECK=1 in the environment: the arguments and the server's flags checked, nothing run.)
+(--check, or SERVE_GAPS_CHECK=1 in the environment: the arguments and the server's flags checked, nothing run.
+SERVE_GAPS_NICE=N: the server's scheduler thread, and the compute threads it starts, at nice N.)
 
 Server flags default to the serve bench's (`--no-lossless --ctx 1024 --threads 2`; `--parallel`
 is the level's streams). perf_counter is CLOCK_MONOTONIC on Linux: the two processes' times compare
@@ -34,7 +35,6 @@ def serve(trace: str, argv: List[str]) -> None:
     from pyriver.server import inbox as I
     from pyriver.server import scheduler as S
     events: List[tuple] = []
-    S_ = None   # the scheduler (its decoder's counters)
 
     def dump():
         while True:
@@ -53,29 +53,27 @@ def serve(trace: str, argv: List[str]) -> None:
 
     counted = set()
 
-    def changes():
+    def changes(sched):
         """The decoder's graphs, graph changes and captures by ggml-cuda's rule so far (native counters; None
         where the engine has none: the llama.cpp engine)."""
         try:
-            c = debug.counters(S_.dec)
+            c = debug.counters(sched.dec)
             return c["graphs"], c["graph_changes"], c["graph_captures"]
         except Exception:
             return None
 
     def _run_step(self, feeds):
-        nonlocal S_
-        S_ = self
         if id(self) not in counted:   # the first reset starts comparing graphs
             counted.add(id(self))
             try:
                 debug.reset_counters(self.dec)
             except Exception:
                 pass
-        c0 = changes()
+        c0 = changes(self)
         t = time.perf_counter()
         res = run_step(self, feeds)
         t1 = time.perf_counter()
-        c1 = changes()
+        c1 = changes(self)
         events.append(("run", t, t1, sum(len(f.tokens) for f in feeds),
                        sum(len(f.tokens) for f in feeds if f.prompt and not f.all_logits),
                        None if c0 is None or c1 is None else [b - a for a, b in zip(c0, c1)]))
@@ -93,7 +91,7 @@ def serve(trace: str, argv: List[str]) -> None:
         return item
 
     S.Scheduler._step, S.Scheduler._run_step = _step, _run_step
-    if os.environ.get("SERVE_GAPS_NICE"):   # experiment: the scheduler thread (and the compute threads it starts) niced
+    if os.environ.get("SERVE_GAPS_NICE"):   # the scheduler thread (and the compute threads it starts) at this nice
         run = S.Scheduler._run
 
         def _run(self):
