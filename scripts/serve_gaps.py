@@ -201,7 +201,13 @@ def analyse(recs: List[Dict], events: List[tuple]) -> Dict:
         if j < len(delivers):
             lag.append(delivers[j] - s[2])
     server_gaps = [b - a for ts in gets.values() for a, b in zip(ts, ts[1:])]
-    python = [s[2] - s[1] - (r[2] - r[1]) for s, r in zip(steps, runs)]
+    python = []   # each step's time outside its engine call (a step that found nothing to run has none)
+    j = 0
+    for s in steps:
+        while j < len(runs) and runs[j][1] < s[1]:
+            j += 1
+        if j < len(runs) and runs[j][2] <= s[2]:
+            python.append(s[2] - s[1] - (runs[j][2] - runs[j][1]))
     between = [b[1] - a[2] for a, b in zip(steps, steps[1:])]
     return {"gaps": len(gaps), "itl_p50_ms": ms(q([g for g, _, _ in gaps], 0.5)), "itl_p95_ms": ms(p95),
             "itl_p99_ms": ms(q([g for g, _, _ in gaps], 0.99)),
