@@ -450,7 +450,12 @@ model * load_model(const char * path, const pr_model_params & params) {
     join_projections(*m);
     const model & mr = *m;
     place_weights(*m->file, [&](const ggml_tensor * t) { return tensor_dev(mr, t); }, m->cpu_dev, params.use_mmap != 0,
-                  [&](const ggml_tensor * t) { return t != mr.tok_embd && ggml_n_dims(t) == 2; }, params.batch_layout != 0);
+                  [&](const ggml_tensor * t) { return t != mr.tok_embd && ggml_n_dims(t) == 2; }, params.batch_layout != 0,
+                  [&](int done, int total) {
+                      if (params.progress && params.progress(done, total, params.progress_user) != 0) {
+                          fail(PR_ERR_INVALID_ARG, "model load cancelled");
+                      }
+                  });
     bind_wide(*m);
     return m.release();
 }

@@ -48,6 +48,9 @@ typedef enum {
 typedef struct pr_model pr_model;
 typedef struct pr_context pr_context;
 
+/* Progress of a long call (a model's load, a river's build): done of total steps; nonzero cancels. */
+typedef int32_t (*pr_progress_fn)(int32_t done, int32_t total, void * user);
+
 typedef struct {
     int32_t n_gpu_layers;     /* the last blocks placed on devices (the head counts as one more, as in
                                  llama.cpp); -1 = all and the head */
@@ -72,6 +75,10 @@ typedef struct {
     float   yarn_beta_fast;     /* < 0: the file's (Mistral 3's rope.scaling.yarn_beta_fast), else 32 */
     float   yarn_beta_slow;     /* < 0: the file's, else 1 */
     int32_t yarn_orig_ctx;      /* 0: the file's rope.scaling.original_context_length, else n_ctx_train */
+    /* Called as the weights are placed, a tensor a step; nonzero cancels the load (PR_ERR_INVALID_ARG
+       "model load cancelled", nothing kept), as llama_model_params' progress_callback returning false. NULL: none */
+    pr_progress_fn progress;
+    void * progress_user;
 } pr_model_params;
 
 typedef struct {
@@ -217,8 +224,6 @@ PR_API pr_status pr_seq_drop(pr_context * ctx, int32_t seq, int32_t p0, int32_t 
 /* ---- River ---------------------------------------------------------------------------------
  * A river is a requantized copy of every block's matrices, kept in a sidecar GGUF bound to its
  * backbone by the backbone file's sha256 and size. */
-typedef int32_t (*pr_progress_fn)(int32_t done, int32_t total, void * user); /* nonzero cancels */
-
 /* Writes the sidecar for river_type (a ggml type name: "q4_0", "q8_0", ...). Tensors whose rows do
  * not fit the type fall back to the nearest type that fits (pr_river_report lists them). A river
  * type that is not cheaper than the backbone's is refused unless force. head_type (NULL or "":

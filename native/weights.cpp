@@ -258,7 +258,7 @@ static bool tiled_cpu(ggml_backend_dev_t cpu) {
 
 void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const ggml_tensor *)> & dev_of,
                    ggml_backend_dev_t cpu, bool use_mmap, const std::function<bool(const ggml_tensor *)> & repack,
-                   bool wide) {
+                   bool wide, const std::function<void(int, int)> & step) {
     // Group tensors by buffer type; nullptr stands for "the mapping itself" (of each shard).
     ggml_backend_buffer_type_t repack_buft = repack ? cpu_repack_buft(cpu) : nullptr;
     std::map<ggml_backend_buffer_type_t, std::vector<ggml_tensor *>> per_buft;
@@ -317,6 +317,9 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
         const uintptr_t b = ((uintptr_t) f.data(t) + ggml_nbytes(t)) & ~(page - 1);
         if (b > a) madvise((void *) a, b - a, MADV_DONTNEED);
     };
+    int total = 0, done = 0;
+    for (const auto & kv : per_buft) total += (int) kv.second.size();
+    auto bound = [&] { if (step) step(++done, total); };
 
     for (auto & kv : per_buft) {
         if (kv.first == nullptr) {
@@ -335,6 +338,7 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
                 if (ggml_backend_tensor_alloc(buf, t, (void *) f.data(t)) != GGML_STATUS_SUCCESS) {
                     fail(PR_ERR_BACKEND, "cannot bind '%s'", ggml_get_name(t));
                 }
+                bound();
             }
             continue;
         }
@@ -347,6 +351,7 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
             if (joined == f.parts_of.end()) {
                 ggml_backend_tensor_set(t, f.data(t), 0, ggml_nbytes(t));
                 if (!mapped_too) release(t);
+                bound();
                 continue;
             }
             // Set at once: a repacked buffer takes a tensor's data only whole.
@@ -357,6 +362,7 @@ void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const
             for (const ggml_tensor * p : joined->second) {
                 if (f.absorbed.count(ggml_get_name(p)) && !mapped_too) release(p);
             }
+            bound();
         }
     }
 }

@@ -82,9 +82,11 @@ ggml_backend_buffer_type_t cpu_repack_buft(ggml_backend_dev_t cpu);
 // repack(t) holds and that ggml's CPU_REPACK buffer type takes (Q4_0, IQ4_NL, Q8_0, K-quants, by
 // shape and CPU features) are copied into it instead, as llama.cpp does: its matmuls are faster.
 // With wide (and use_mmap), such a matrix of a type ggml's tiled kernel takes is also bound in the
-// mapping (f.wide), since that kernel beats the repacked GEMM on many rows.
+// mapping (f.wide), since that kernel beats the repacked GEMM on many rows. step(done, total) is
+// called after each tensor is bound (it may throw: a cancelled load).
 void place_weights(weight_file & f, const std::function<ggml_backend_dev_t(const ggml_tensor *)> & dev_of,
                    ggml_backend_dev_t cpu, bool use_mmap,
-                   const std::function<bool(const ggml_tensor *)> & repack = nullptr, bool wide = false);
+                   const std::function<bool(const ggml_tensor *)> & repack = nullptr, bool wide = false,
+                   const std::function<void(int, int)> & step = nullptr);
 
 } // namespace pr

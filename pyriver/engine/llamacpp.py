@@ -18,7 +18,7 @@ import numpy as np
 
 from pyriver.engine import binding as native
 from pyriver.errors import ContextFullError, ModelLoadError, PyriverError
-from pyriver.engine import kv_types, lora
+from pyriver.engine import interrupts, kv_types, lora
 from pyriver.engine.base import Context, ContextArgs, Engine, ModelArgs
 from pyriver.engine.mtmd import NULL_TOKEN
 
@@ -53,7 +53,8 @@ class LlamaCppContext(Context):
         p.embeddings = bool(args.embedding)
         if args.embedding:   # per-token rows; pyriver pools them (embedding.py)
             p.pooling_type = llama_cpp.LLAMA_POOLING_TYPE_NONE
-        self.ctx = llama_cpp.llama_init_from_model(engine.model, p)
+        with interrupts.held():   # its log lines run Python: see interrupts
+            self.ctx = llama_cpp.llama_init_from_model(engine.model, p)
         if not self.ctx:
             raise PyriverError(f"llama.cpp could not make a context (n_ctx {p.n_ctx}, n_batch {p.n_batch}) for "
                                f"{engine.path}")
@@ -332,7 +333,9 @@ class LlamaCppEngine(Engine):
         self.n_gpu_layers = int(args.n_gpu_layers)
         self.params = p
         native.check_gguf(path)   # what llama.cpp's loader would abort on, as a ModelLoadError
-        self.model = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), p)
+        p.progress_callback = interrupts.llama_progress   # Ctrl-C cancels the load
+        with interrupts.held():
+            self.model = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), p)
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {path} (verbose=True shows its log)")
         m = self.model

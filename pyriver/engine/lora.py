@@ -13,6 +13,7 @@ from typing import List, Sequence, Tuple
 
 import llama_cpp
 
+from pyriver.engine import interrupts
 from pyriver.errors import ModelLoadError
 
 
@@ -47,7 +48,8 @@ def load(model, specs: Sequence[Tuple[str, float]]) -> List[Adapter]:
             scale = check_scale(scale)
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"LoRA adapter not found: {path}")
-            h = llama_cpp.llama_adapter_lora_init(model, os.fspath(path).encode("utf-8"))
+            with interrupts.held():   # its log lines run Python: see interrupts
+                h = llama_cpp.llama_adapter_lora_init(model, os.fspath(path).encode("utf-8"))
             if not h:
                 raise ModelLoadError(f"llama.cpp could not load the LoRA adapter {path} (not an adapter of this "
                                      f"model's architecture and shapes? verbose=True shows its log)")

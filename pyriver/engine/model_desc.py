@@ -8,6 +8,7 @@ from typing import Dict
 
 import llama_cpp
 
+from pyriver.engine import interrupts
 from pyriver.engine.logs import set_verbose
 from pyriver.errors import ModelLoadError
 
@@ -16,7 +17,9 @@ def describe(path: str) -> Dict:
     set_verbose(False)   # the loader's lines are not the grid's output
     p = llama_cpp.llama_model_default_params()
     p.n_gpu_layers = 0
-    m = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), p)
+    p.progress_callback = interrupts.llama_progress   # Ctrl-C cancels the load
+    with interrupts.held():
+        m = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), p)
     if not m:
         raise ModelLoadError(f"llama.cpp could not load {path}")
     try:

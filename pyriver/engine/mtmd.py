@@ -18,7 +18,7 @@ import llama_cpp
 import llama_cpp._logger as _lg
 
 from pyriver.errors import ModelLoadError
-from pyriver.engine import mmproj
+from pyriver.engine import interrupts, mmproj
 
 NULL_TOKEN = -1   # a cache position a media embedding fills (llama.cpp's LLAMA_TOKEN_NULL)
 
@@ -102,7 +102,8 @@ class Projector:
         p.media_marker = self._marker_b
         p.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
                              else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
-        self.ctx = m.mtmd_init_from_file(self.path.encode("utf-8"), engine.model, p)
+        with interrupts.held():   # its log lines run Python: see interrupts
+            self.ctx = m.mtmd_init_from_file(self.path.encode("utf-8"), engine.model, p)
         if not self.ctx:
             raise ModelLoadError(f"libmtmd could not load the projector {self.path} for this model "
                                  "(verbose=True / --verbose shows its log)")

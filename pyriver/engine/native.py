@@ -12,9 +12,16 @@ import numpy as np
 
 from pyriver.errors import PyriverError
 from pyriver.engine.binding import check, ffi, last_error, lib, read_text
-from pyriver.engine import river
+from pyriver.engine import interrupts, river
 from pyriver.engine.base import BATCH_RULES, EXIT_RULES, VERIFY, Context, ContextArgs, Engine, ExitRule, ModelArgs
 
+
+
+# pr_model_params.progress: nonzero cancels the load. Kept for the process: a load over RPC runs in a
+# thread that may outlive its caller.
+@ffi.callback("int32_t(int32_t, int32_t, void *)", error=1)
+def _load_progress(done, total, user):
+    return 1 if interrupts.caught() else 0
 
 class NativeContext(Context):
     def __init__(self, engine: "NativeEngine", args: ContextArgs):
@@ -29,7 +36,9 @@ class NativeContext(Context):
         self.can_batch_invariant = not args.flash_attn   # the native context refuses both together
         self.can_shift = True   # every native arch has one position per token (pr_seq_drop rotates by it)
         out = ffi.new("pr_context **")
-        check(lib.pr_context_new(engine.model, cp, out))
+        with interrupts.held():   # llama.cpp's log lines run Python: see interrupts
+            status = lib.pr_context_new(engine.model, cp, out)
+        check(status)
         self.handle = out[0]
         self.params = cp
         self.n_vocab = engine.info["n_vocab"]
@@ -166,9 +175,12 @@ class NativeEngine(Engine):
         self._servers_c = ffi.new("char[]", args.rpc_servers.encode()) if args.rpc_servers else ffi.NULL
         mp.rpc_servers = self._servers_c
         mp.rpc_timeout_ms = int(args.rpc_timeout * 1000)
+        mp.progress = _load_progress   # Ctrl-C cancels the load (interrupts)
         self.params = mp
         out = ffi.new("pr_model **")
-        check(lib.pr_model_load(path.encode(), mp, out))
+        with interrupts.held():
+            status = lib.pr_model_load(path.encode(), mp, out)
+        check(status)
         self.model = out[0]
         info = ffi.new("pr_model_info *")
         check(lib.pr_model_get_info(self.model, info))

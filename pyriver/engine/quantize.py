@@ -9,6 +9,7 @@ import pathlib
 
 import llama_cpp
 
+from pyriver.engine import interrupts
 from pyriver.engine.logs import set_verbose
 
 
@@ -45,7 +46,8 @@ def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: st
     params.nthread = int(nthread)
     params.pure = bool(pure)
     params.allow_requantize = bool(allow_requantize)
-    rc = llama_cpp.llama_model_quantize(src_b, os.fsencode(str(dst_p)), ctypes.byref(params))
+    with interrupts.held():   # a log line a tensor, each Python: Ctrl-C comes when it ends (interrupts)
+        rc = llama_cpp.llama_model_quantize(src_b, os.fsencode(str(dst_p)), ctypes.byref(params))
     if rc != 0:
         raise RuntimeError(f"llama_model_quantize({src!s} -> {dst!s}, {ftype}) failed: {rc}")
     return dst_p

@@ -9,6 +9,7 @@ from typing import Optional
 from tqdm import tqdm
 
 from pyriver.models.cache import file_sha256
+from pyriver.engine import interrupts
 from pyriver.engine.binding import check, ffi, lib, read_text
 from pyriver.river.sidecar import parse_spec, sidecar_path
 
@@ -26,8 +27,8 @@ def build(model_handle, model_path: str, river_type: str, out: Path, *, force: b
     raised = []
 
     def on_error(exc_type, exc, tb):
-        # Anything raised in the callback (Ctrl-C lands here too, even on its first line) cancels
-        # the build; it is re-raised once the native side has cleaned up.
+        # Anything raised in the callback (the bar's own errors; Ctrl-C is held, see interrupts)
+        # cancels the build; it is re-raised once the native side has cleaned up.
         raised.append(exc if exc is not None else exc_type())
         return 1
 
@@ -36,12 +37,13 @@ def build(model_handle, model_path: str, river_type: str, out: Path, *, force: b
         if bar is not None:
             bar.total = total
             bar.update(done - bar.n)
-        return 0
+        return 1 if interrupts.caught() else 0
 
     try:
-        status = lib.pr_river_build(model_handle, spec.blocks.encode(), (spec.head or "").encode(), int(spec.keep_attn),
-                                    1 if force else 0, sha256.encode(), str(out).encode(), os.cpu_count() or 1, on_progress,
-                                    ffi.NULL)
+        with interrupts.held():   # Ctrl-C in a log line's callback, not lost (interrupts)
+            status = lib.pr_river_build(model_handle, spec.blocks.encode(), (spec.head or "").encode(),
+                                        int(spec.keep_attn), 1 if force else 0, sha256.encode(), str(out).encode(),
+                                        os.cpu_count() or 1, on_progress, ffi.NULL)
     finally:
         if bar is not None:
             bar.close()
@@ -52,7 +54,9 @@ def build(model_handle, model_path: str, river_type: str, out: Path, *, force: b
 
 
 def attach(model_handle, sidecar: Path, sha256: str, use_mmap: bool = True) -> None:
-    check(lib.pr_river_attach(model_handle, str(sidecar).encode(), sha256.encode(), 1 if use_mmap else 0))
+    with interrupts.held():   # the river's matrices are repacked, with a log line each
+        status = lib.pr_river_attach(model_handle, str(sidecar).encode(), sha256.encode(), 1 if use_mmap else 0)
+    check(status)
 
 
 def prepare(model_handle, model_path: str, river: str, *, force: bool = False, rebuild: bool = False,

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence
 
 import llama_cpp
 
-from pyriver.engine import check_file
+from pyriver.engine import check_file, interrupts
 
 
 class Vocab:
@@ -20,7 +20,8 @@ class Vocab:
             check_file(path)
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
-        self._model = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), params)
+        with interrupts.held():   # its log lines run Python: see interrupts
+            self._model = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), params)
         if not self._model:
             raise ValueError(f"llama.cpp could not load the vocabulary of {path}")
         self._handle = llama_cpp.llama_model_get_vocab(self._model)
@@ -63,7 +64,8 @@ class Vocab:
         if getattr(self, "_llama_ctx", None) is None:
             params = llama_cpp.llama_context_default_params()
             params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 512, 512, 512, 1
-            ctx = llama_cpp.llama_init_from_model(self._model, params)
+            with interrupts.held():
+                ctx = llama_cpp.llama_init_from_model(self._model, params)
             if not ctx:
                 raise RuntimeError("llama.cpp could not make a context over this vocabulary")
             self._llama_ctx = ctx
