@@ -183,8 +183,9 @@ class Projector:
         if self.ctx is None:
             raise RuntimeError("this projector is closed")
         new = llama_cpp.llama_pos(0)
-        rc = self._m.mtmd_helper_eval_chunk_single(self.ctx, lctx, media.chunk, n_past, seq, int(n_batch), False,
-                                                   ctypes.byref(new))
+        with interrupts.held():   # a few log lines, each Python: see interrupts
+            rc = self._m.mtmd_helper_eval_chunk_single(self.ctx, lctx, media.chunk, n_past, seq, int(n_batch), False,
+                                                       ctypes.byref(new))
         if rc != 0:
             raise MediaError(f"libmtmd could not evaluate the {media.kind} (error {rc})")
         return int(new.value)
