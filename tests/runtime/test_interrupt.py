@@ -10,6 +10,7 @@ import shutil
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -113,7 +114,7 @@ def test_interrupt_then_same_as_fresh(smol_path, fresh_result, kind):
 
 
 def _sha(path) -> str:
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def test_interrupted_river_build_leaves_no_partial_sidecar(smol_path, tmp_path):

@@ -6,6 +6,7 @@ one, is a ModelLoadError, never an abort."""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import gguf
 import llama_cpp
@@ -87,7 +88,7 @@ def test_projectors_that_do_not_fit_are_load_errors(tinygemma3, tmp_path):
     reshape_prefix(plan, r, "v.blk.1.attn_q.weight", (32, 16))
     bent = write_plan(tmp_path / "bent.gguf", plan)
     short = tmp_path / "short.gguf"
-    short.write_bytes(open(proj, "rb").read()[:20000])   # cut inside its tensors
+    short.write_bytes(Path(proj).read_bytes()[:20000])   # cut inside its tensors
     llm = Llama(text, engine="llama.cpp", n_ctx=256, verbose=False)
     try:
         for path, words in [(wide, "width 96"), (bent, "v.blk.1.attn_q.weight"), (short, "truncated"), (text, "not a multimodal")]:

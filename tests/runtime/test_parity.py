@@ -1,6 +1,8 @@
 """Full-depth parity with llama.cpp (llama-cpp-python on the same file), for every architecture."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -111,6 +113,6 @@ def test_one_ggml_per_process(smol_path):
     from pyriver import Llama
     with Llama(smol_path, n_ctx=64, verbose=False) as llm:
         llm.decode_logits(llm.tokenize(b"Hello"))
-    libs = {line.split()[-1] for line in open("/proc/self/maps") if "libggml-base.so" in line or "libggml.so" in line}
+    libs = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "libggml-base.so" in line or "libggml.so" in line}
     assert len([p for p in libs if "libggml-base" in p]) == 1, libs
     assert len([p for p in libs if "libggml.so" in p]) == 1, libs

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -30,7 +31,7 @@ GRID = ["--river", "q4_0", "--tau", "0.9", "0.99", "--min-exit-layer", "2", "--l
 
 
 def _valid(path, name):
-    d = json.loads(open(path).read())
+    d = json.loads(Path(path).read_text())
     jsonschema.validate(d, schema(name))
     return d
 

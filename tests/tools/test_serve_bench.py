@@ -1,6 +1,8 @@
 """pyriver bench --serve's comparison with llama-server: ratios taken within each repeat."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pyriver.tools.serve_bench import paired_ratio
@@ -45,7 +47,7 @@ def test_batched_config_is_server_py_s_own_config_with_the_bench_s_settings(tmp_
 
     from pyriver.tools.serve_bench import batched_config, script_dependencies
     srv = _batched_module(monkeypatch)
-    assert "fastapi" in script_dependencies(open(srv.__file__).read())
+    assert "fastapi" in script_dependencies(Path(srv.__file__).read_text())
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(batched_config("/models/m.gguf", threads=2, slots=4, port=4321)))
     c = srv.ConfigFile.load(str(cfg))
