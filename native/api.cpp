@@ -258,6 +258,14 @@ pr_status pr_context_set_wide_prompt_rows(pr_context * ctx, int32_t n) {
     });
 }
 
+pr_status pr_context_set_abort_callback(pr_context * ctx, pr_abort_fn fn, void * user) {
+    return guarded([&] {
+        if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");
+        ctx->c->abort_fn = fn;
+        ctx->c->abort_user = user;
+    });
+}
+
 pr_status pr_context_set_verify_tile_rows(pr_context * ctx, int32_t n) {
     return guarded([&] {
         if (!ctx) pr::fail(PR_ERR_INVALID_ARG, "ctx is NULL");

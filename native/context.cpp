@@ -594,8 +594,16 @@ void context::decode(int s, const int32_t * tokens, int n, bool logits_all, int 
         const bool last = done + step == n;
         run(tokens + done, step, logits_all ? step : (last ? 1 : 0), decoding);
         done += step;
+        if (!last) check_abort();
     }
     settle();   // no graph in flight when a call returns
+}
+
+void context::check_abort() {
+    if (abort_fn && abort_fn(abort_user) != 0) {
+        settle();
+        fail(PR_ERR_INVALID_ARG, "aborted");
+    }
 }
 
 // Embeddings are a prompt's: every token at full depth, whatever the exit rule (exits are a
@@ -625,6 +633,7 @@ void context::embed(int s, const int32_t * tokens, int n) {
         n_embd_rows += step;
         note_tokens(step, L - 1, -1, -1);
         done += step;
+        if (done < n) check_abort();
     }
     settle();
 }

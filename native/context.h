@@ -82,6 +82,8 @@ struct context {
     bool batch_invariant = false;          // multi-token steps use one-token products (graph.cpp)
     int wide_prompt_rows = 16;             // prompt steps of more rows read batch_layout's file layout
     int verify_tile_rows = 0;              // verify steps of more tokens attend tiled (graph_shape; 0: never)
+    pr_abort_fn abort_fn = nullptr;        // asked between the graphs of one call (pr_context_set_abort_callback)
+    void * abort_user = nullptr;
     exit_rule rule;
     std::unique_ptr<device_carry> carry;   // when every block is on one non-CPU device
     int prev_exit = -1;                    // exit block of the last single-token step
@@ -119,6 +121,7 @@ struct context {
 
     void decode(int seq, const int32_t * tokens, int n, bool logits_all, int prompt);   // prompt: PR_VERIFY, else != 0
     void embed(int seq, const int32_t * tokens, int n);
+    void check_abort();   // between the graphs of one call: abort_fn may stop it (a failure)
     void decode_batch(const std::vector<batch_token> & batch, const std::vector<uint8_t> & prompt);   // as pr_decode_batch's
     void truncate(int seq, int n_keep);
     // Removes positions [p0, p1) of sequence seq: the rows after them move down by p1 - p0, their

@@ -163,6 +163,12 @@ PR_API pr_status pr_context_set_wide_prompt_rows(pr_context * ctx, int32_t n);
  * Only with flash attention, an F16 or F32 cache and not batch-invariant; other bits than a step of
  * per-row attention. Where it pays depends on the model and CPU: pyriver.costcurve measures it. */
 PR_API pr_status pr_context_set_verify_tile_rows(pr_context * ctx, int32_t n);
+/* Asked between the graphs of a call that runs several (a prompt longer than n_batch, pr_embed's):
+ * nonzero stops the call there (PR_ERR_INVALID_ARG "aborted"), the tokens of the graphs that ran
+ * left in the cache. llama_set_abort_callback's role, asked between graphs only: a call of one graph
+ * never calls it. NULL (the default): none. */
+typedef int32_t (*pr_abort_fn)(void * user);
+PR_API pr_status pr_context_set_abort_callback(pr_context * ctx, pr_abort_fn fn, void * user);
 /* Bytes of the context's K and V cache tensors, all blocks and sequences (what llama.cpp's
  * "K (type): MiB, V (type): MiB" counts). */
 PR_API pr_status pr_context_kv_bytes(const pr_context * ctx, int64_t * k_bytes, int64_t * v_bytes);

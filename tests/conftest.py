@@ -4,6 +4,7 @@ files share are in helpers.py; markers are registered in pyproject.toml."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import pytest
@@ -40,6 +41,15 @@ def tmp_cache(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("PYRIVER_CACHE", str(cache))
     return cache
+
+
+@pytest.fixture
+def default_handler():
+    """Python's own SIGINT handler (KeyboardInterrupt) for the test: a job a shell starts in the
+    background (CI may) inherits SIGINT ignored, and Python then installs none."""
+    prev = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, prev)
 
 
 @pytest.fixture(scope="session")

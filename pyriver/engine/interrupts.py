@@ -34,17 +34,18 @@ def caught() -> bool:
 
 @contextmanager
 def held():
-    """SIGINT noted during the block, handed to the handler in place at its end (see the module)."""
+    """SIGINT noted during the block, handed to the handler in place at its end (see the module).
+    Yields whether a call in the block may stop short on it (caught() can turn true)."""
     prev = signal.getsignal(signal.SIGINT)
     # Handlers run in the main thread only; SIG_IGN, SIG_DFL or a C handler (None) run no Python;
     # an outer held() block hands the signal on itself.
     if threading.current_thread() is not threading.main_thread() or not callable(prev) or prev is _note:
-        yield
+        yield prev is _note and _cancels[0]
         return
     signal.signal(signal.SIGINT, _note)
     _cancels[0] = prev is signal.default_int_handler
     try:
-        yield
+        yield _cancels[0]
     finally:
         signal.signal(signal.SIGINT, prev)
         _cancels[0] = False

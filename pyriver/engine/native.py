@@ -23,6 +23,12 @@ from pyriver.engine.base import BATCH_RULES, EXIT_RULES, VERIFY, Context, Contex
 def _load_progress(done, total, user):
     return 1 if interrupts.caught() else 0
 
+
+# pr_context_set_abort_callback's, for a long prompt (NativeContext._stoppable).
+@ffi.callback("int32_t(void *)", error=1)
+def _abort(user):
+    return 1 if interrupts.caught() else 0
+
 class NativeContext(Context):
     def __init__(self, engine: "NativeEngine", args: ContextArgs):
         cp = ffi.new("pr_context_params *", lib.pr_context_default_params())
@@ -100,7 +106,8 @@ class NativeContext(Context):
     def decode(self, tokens: Sequence[int], logits_all: bool, prompt: bool) -> np.ndarray:
         arr = ffi.new("int32_t[]", list(tokens))
         kind = VERIFY if prompt == VERIFY else (1 if prompt else 0)
-        check(lib.pr_decode(self.handle, arr, len(tokens), 1 if logits_all else 0, kind))
+        check(self._stoppable(len(tokens), lambda: lib.pr_decode(self.handle, arr, len(tokens), 1 if logits_all else 0,
+                                                                   kind)))
         return self._rows(lib.pr_n_outputs(self.handle), self.n_vocab, lib.pr_logits)
 
     def decode_batch(self, tokens, seqs, pos, logits, prompt) -> np.ndarray:
@@ -145,8 +152,25 @@ class NativeContext(Context):
     def embed(self, tokens: Sequence[int]) -> np.ndarray:
         check(lib.pr_kv_clear(self.handle))
         arr = ffi.new("int32_t[]", list(tokens))
-        check(lib.pr_embed(self.handle, arr, len(tokens)))
+        check(self._stoppable(len(tokens), lambda: lib.pr_embed(self.handle, arr, len(tokens))))
         return self._rows(len(tokens), self.n_embd, lib.pr_embeddings)
+
+    def _stoppable(self, n: int, call) -> int:
+        """call()'s status. A call of n tokens runs n_batch at a time: where that is more than one graph,
+        Ctrl-C stops it after the graph in flight (_abort), as llama_cpp.Llama's eval stops between its
+        batches; the graphs that ran stay in the cache, and Llama's bookkeeping cuts them
+        (Context.reconcile). The callback is set for such a call only: from another thread than the
+        main one (the server's) it would wait for the GIL between graphs, for nothing."""
+        if n <= self.n_batch:
+            return call()
+        with interrupts.held() as stops:
+            if stops:
+                check(lib.pr_context_set_abort_callback(self.handle, _abort, ffi.NULL))
+            try:
+                return call()
+            finally:
+                if stops:
+                    lib.pr_context_set_abort_callback(self.handle, ffi.NULL, ffi.NULL)
 
     def close(self) -> None:
         h, self.handle = self.handle, ffi.NULL   # cleared first: an interrupt leaks, never double-frees

@@ -58,15 +58,6 @@ class Statuses:
         return self.load[-1]
 
 
-@pytest.fixture
-def default_handler():
-    """Python's own SIGINT handler for the test: a job a shell starts in the background (CI may)
-    inherits SIGINT ignored, and Python then installs none."""
-    prev = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, prev)
-
-
 def _text(path, engine):
     with Llama(path, n_ctx=128, verbose=False, engine=engine) as llm:
         return llm("The river", max_tokens=6, temperature=0)["choices"][0]["text"]
