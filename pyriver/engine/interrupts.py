@@ -9,8 +9,9 @@ itself: the signal is noted, and when the block ends the handler that was in pla
 it, in the caller's frame. Where that handler is Python's default one (it raises KeyboardInterrupt,
 so nothing looks at what the call returns), `caught()` turns true at once and the call's callback
 stops it: a load's progress callback, the abort callback of a prompt longer than n_batch (native.py,
-a prompt that would otherwise run to its end before Python sees the signal); another handler (an application's own) gets the signal once the call has
-run to its end, as it would with no callback in the call."""
+a prompt that would otherwise run to its end before Python sees the signal); another handler (an
+application's own) gets the signal once the call has run to its end, as it would with no callback in
+the call."""
 from __future__ import annotations
 
 import signal
