@@ -61,6 +61,6 @@ def _go_on(progress: float, user) -> bool:
     return not caught()
 
 
-# llama_model_params.progress_callback: false cancels llama.cpp's load (it returns no model). Kept
-# for the process: a load over RPC may call it from a thread that outlives its caller.
+# llama_model_params.progress_callback: false cancels llama.cpp's load (it returns no model). One for
+# the process: llama.cpp keeps only the pointer, and ctypes frees a callback with its object.
 llama_progress = llama_cpp.llama_progress_callback(_go_on)

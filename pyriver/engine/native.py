@@ -16,7 +16,6 @@ from pyriver.engine import interrupts, river
 from pyriver.engine.base import BATCH_RULES, EXIT_RULES, VERIFY, Context, ContextArgs, Engine, ExitRule, ModelArgs
 
 
-
 # pr_model_params.progress: nonzero cancels the load. Kept for the process: a load over RPC runs in a
 # thread that may outlive its caller.
 @ffi.callback("int32_t(int32_t, int32_t, void *)", error=1)
@@ -28,6 +27,7 @@ def _load_progress(done, total, user):
 @ffi.callback("int32_t(void *)", error=1)
 def _abort(user):
     return 1 if interrupts.caught() else 0
+
 
 class NativeContext(Context):
     def __init__(self, engine: "NativeEngine", args: ContextArgs):
