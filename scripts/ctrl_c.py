@@ -8,6 +8,8 @@
                                                          threads and RSS before and after
     python scripts/ctrl_c.py prompt pr|lcp N MODEL       a SIGINT 1.0 and 2.5 s into create_completion of
                                                          an N-token prompt (n_batch 512): when it lands
+    python scripts/ctrl_c.py quantize DELAY MODEL FTYPE  pyriver's quantize of MODEL to FTYPE, a SIGINT DELAY
+                                                         s in (0: none): when it ends, and the output's size
 """
 import gc
 import os
@@ -86,11 +88,31 @@ def prompt(which: str, n: int, path: str) -> None:
         llm.reset()
 
 
+def quantize(delay: float, path: str, ftype: str) -> None:
+    import tempfile
+
+    from pyriver.engine.quantize import quantize as q
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out.gguf")
+        t0 = time.perf_counter()
+        if delay > 0:
+            threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            q(path, out, ftype)
+            how = "ran to the end"
+        except KeyboardInterrupt:
+            how = f"SIGINT at {delay}s -> KeyboardInterrupt"
+        print(f"quantize {ftype}: {how} at {time.perf_counter() - t0:.2f}s, {os.path.getsize(out)} bytes written",
+              flush=True)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "load":
         load(args[0], float(args[1]), args[2])
     elif cmd == "cycles":
         cycles(int(args[0]), args[1], "--plain" in args[2:])
+    elif cmd == "quantize":
+        quantize(float(args[0]), args[1], args[2])
     else:
         prompt(args[0], int(args[1]), args[2])

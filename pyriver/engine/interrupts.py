@@ -14,11 +14,14 @@ application's own) gets the signal once the call has run to its end, as it would
 the call."""
 from __future__ import annotations
 
+import ctypes
 import signal
 import threading
 from contextlib import contextmanager
 
 import llama_cpp
+
+from pyriver.engine.logs import log_cont
 
 _noted = []   # the frames SIGINT was noted in, while a held() block runs
 _cancels = [False]   # the handler held() stands in for raises KeyboardInterrupt
@@ -58,9 +61,31 @@ def held():
 
 
 def _go_on(progress: float, user) -> bool:
+    # Standing in for llama.cpp's own progress callback (llama_model_load_from_file's, when none is
+    # given), this prints its dots as it does: one as the load passes a new whole percent, a newline
+    # at 100, as continued log lines (shown with verbose=True, as llama_cpp.Llama's loads show them).
+    last = ctypes.cast(user, ctypes.POINTER(ctypes.c_uint)).contents
+    pct = int(100 * progress)
+    if pct > last.value:
+        last.value = pct
+        log_cont(b".")
+        if pct >= 100:
+            log_cont(b"\n")
     return not caught()
 
 
 # llama_model_params.progress_callback: false cancels llama.cpp's load (it returns no model). One for
 # the process: llama.cpp keeps only the pointer, and ctypes frees a callback with its object.
 llama_progress = llama_cpp.llama_progress_callback(_go_on)
+
+
+@contextmanager
+def loading(params):
+    """A llama.cpp model load with params (llama_model_params) in the block: Ctrl-C cancels it at the
+    next tensor (held()), and its progress dots are llama.cpp's (the whole percent shown last, the
+    callback's user data, as llama.cpp's own)."""
+    last = ctypes.c_uint(0)
+    params.progress_callback = llama_progress
+    params.progress_callback_user_data = ctypes.cast(ctypes.pointer(last), ctypes.c_void_p)
+    with held():
+        yield

@@ -333,8 +333,7 @@ class LlamaCppEngine(Engine):
         self.n_gpu_layers = int(args.n_gpu_layers)
         self.params = p
         native.check_gguf(path)   # what llama.cpp's loader would abort on, as a ModelLoadError
-        p.progress_callback = interrupts.llama_progress   # Ctrl-C cancels the load
-        with interrupts.held():
+        with interrupts.loading(p):   # Ctrl-C cancels it
             self.model = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), p)
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {path} (verbose=True shows its log)")

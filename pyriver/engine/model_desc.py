@@ -17,8 +17,7 @@ def describe(path: str) -> Dict:
     set_verbose(False)   # the loader's lines are not the grid's output
     p = llama_cpp.llama_model_default_params()
     p.n_gpu_layers = 0
-    p.progress_callback = interrupts.llama_progress   # Ctrl-C cancels the load
-    with interrupts.held():
+    with interrupts.loading(p):   # Ctrl-C cancels it
         m = llama_cpp.llama_model_load_from_file(path.encode("utf-8"), p)
     if not m:
         raise ModelLoadError(f"llama.cpp could not load {path}")

@@ -3,14 +3,12 @@ one of llama.cpp's file types (LLAMA_FTYPE_*), and the file-type names it knows.
 requantized model (pyriver.tools.quantize) is made with it."""
 from __future__ import annotations
 
-import ctypes
 import os
 import pathlib
+import subprocess
+import sys
 
 import llama_cpp
-
-from pyriver.engine import interrupts
-from pyriver.engine.logs import set_verbose
 
 
 def ftype_constant(ftype: str) -> int:
@@ -36,18 +34,39 @@ def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], ftype: st
     not). ``pure=True`` disables llama.cpp's per-tensor type mixing (e.g. Q6_K
     for the output matrix). ``allow_requantize`` lets an already quantized file
     (SmolLM2's Q4_1) be requantized. ``nthread<=0`` uses all cores. Returns ``dst``.
+
+    llama.cpp's quantization has no way to stop it short, so it runs in a child process: Ctrl-C
+    (or any exception while it runs) ends the child at once, where the call itself would run to
+    its end, and raises here (llama-quantize stops so, killed by the signal). What the child
+    wrote of ``dst`` stays; pyriver's own callers write to a temporary name (pyriver.atomic).
     """
-    set_verbose(verbose)
-    src_b = os.fsencode(os.fspath(src))
     dst_p = pathlib.Path(dst)
     dst_p.parent.mkdir(parents=True, exist_ok=True)
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = ftype_constant(ftype)
-    params.nthread = int(nthread)
-    params.pure = bool(pure)
-    params.allow_requantize = bool(allow_requantize)
-    with interrupts.held():   # a log line a tensor, each Python: Ctrl-C comes when it ends (interrupts)
-        rc = llama_cpp.llama_model_quantize(src_b, os.fsencode(str(dst_p)), ctypes.byref(params))
+    args = [os.fspath(src), os.fspath(dst_p), str(ftype_constant(ftype)), str(int(nthread)),
+            str(int(bool(pure))), str(int(bool(allow_requantize))), str(int(bool(verbose)))]
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, *args], stdin=subprocess.DEVNULL)
+    try:
+        rc = child.wait()
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
     if rc != 0:
-        raise RuntimeError(f"llama_model_quantize({src!s} -> {dst!s}, {ftype}) failed: {rc}")
+        raise RuntimeError(f"llama_model_quantize({src!s} -> {dst!s}, {ftype}) failed: "
+                           + (f"{rc}" if rc > 0 else f"the process ended by signal {-rc}"))
     return dst_p
+
+
+# The child: llama_cpp alone (no pyriver import: a quick start); SIGINT is the parent's to act on.
+# llama_model_quantize's return code is the child's exit status; its log lines go to the stderr both
+# share, shown as llama-cpp-python's verbose shows them (errors always).
+_CHILD = """
+import ctypes, os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+import llama_cpp, llama_cpp._logger as lg
+src, dst, ftype, nthread, pure, allow_requantize, verbose = sys.argv[1:]
+lg.set_verbose(verbose == "1")
+p = llama_cpp.llama_model_quantize_default_params()
+p.ftype, p.nthread, p.pure, p.allow_requantize = int(ftype), int(nthread), pure == "1", allow_requantize == "1"
+sys.exit(llama_cpp.llama_model_quantize(os.fsencode(src), os.fsencode(dst), ctypes.byref(p)))
+"""

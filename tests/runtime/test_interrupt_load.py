@@ -110,3 +110,34 @@ def test_an_applications_handler_runs_once_after_the_load(smol_path):
     assert len(calls) == 1 and trap.sent_at < calls[0] <= n_lines
     with llm:
         assert llm("The river", max_tokens=4, temperature=0)["choices"][0]["text"]
+
+
+class Conts:
+    """llama.cpp's continued log lines (GGML_LOG_LEVEL_CONT) recorded, all of them, shown or not."""
+
+    def __init__(self):
+        self.texts = []
+        self._cb = llama_cpp.llama_log_callback(self._line)
+
+    def _line(self, level, text, user):
+        if level == 5:
+            self.texts.append(text.decode("utf-8", "replace"))
+
+    def __enter__(self):
+        llama_cpp.llama_log_set(self._cb, ctypes.c_void_p(0))
+        return self
+
+    def __exit__(self, *exc):
+        llama_cpp.llama_log_set(_lg.llama_log_callback, ctypes.c_void_p(0))
+
+
+def test_llamacpp_load_prints_llamacpps_progress_dots(smol_path):
+    """The load's progress callback, which lets Ctrl-C cancel it, stands in for llama.cpp's own, whose
+    dots llama_cpp.Llama's loads print (verbose=True shows them): the same dots, a newline at 100%."""
+    with Conts() as peer:
+        llama_cpp.Llama(smol_path, n_ctx=128, verbose=False).close()
+    with Conts() as ours:
+        Llama(smol_path, n_ctx=128, verbose=False, engine="llama.cpp").close()
+    dots = [t for t in peer.texts if t in (".", "\n")]
+    assert dots.count(".") > 1 and dots[-1] == "\n"
+    assert [t for t in ours.texts if t in (".", "\n")] == dots
