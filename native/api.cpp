@@ -320,7 +320,7 @@ const float * pr_embeddings(pr_context * ctx, int32_t i) {
         g_last_error = "embedding row " + std::to_string(i) + " is not in [0, " + std::to_string(ctx->c->n_embd_rows) + ")";
         return nullptr;
     }
-    return ctx->c->embd.data() + (size_t) i * ctx->c->m->hp.n_embd;
+    return ctx->c->embd + (size_t) i * ctx->c->m->hp.n_embd;
 }
 
 int32_t pr_n_outputs(const pr_context * ctx) { return live(ctx, "ctx") ? ctx->c->n_outputs : 0; }

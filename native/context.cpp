@@ -84,8 +84,8 @@ context::~context() {
     if (outbuf) ggml_backend_buffer_free(outbuf);
 }
 
-void context::reserve_outputs(int rows, size_t check_floats) {
-    const size_t need = ((size_t) rows * m->hp.n_vocab + check_floats) * sizeof(float);
+void context::reserve_outputs(int rows, size_t after_rows) {
+    const size_t need = ((size_t) rows * m->hp.n_vocab + after_rows) * sizeof(float);
     if (!outbuf || ggml_backend_buffer_get_size(outbuf) < need) {
         settle();   // no read may still be landing in the old buffer
         if (outbuf) ggml_backend_buffer_free(outbuf);
@@ -94,7 +94,7 @@ void context::reserve_outputs(int rows, size_t check_floats) {
     }
     out = (float *) ggml_backend_buffer_get_base(outbuf);
     checks_out = out + (size_t) rows * m->hp.n_vocab;
-    checks_room = check_floats;
+    checks_room = after_rows;
 }
 
 ggml_backend_sched_t context::new_sched(size_t capacity) {
@@ -554,7 +554,6 @@ void context::begin_step(int rows, int tokens) {
     forecast_of.clear();
     observed.clear();
     n_embd_rows = 0;
-    embd.clear();
 }
 
 void check_tokens(const model & m, const int32_t * tokens, int n) {
@@ -620,15 +619,15 @@ void context::embed(int s, const int32_t * tokens, int n) {
     verifying = false;
     begin_step(0, 0);
     forget_forecast(s);   // a prompt's
-    embd.reserve((size_t) n * E);
+    reserve_outputs(0, (size_t) n * E);   // every row's hidden state in the output buffer, as llama.cpp's embd
+    embd = checks_out;
     for (int done = 0; done < n;) {
         const int step = std::min(params.n_batch, n - done);
         segment seg = make_segment(step, step, 0, L - 1, false, 0, -1);
         seg.embd = true;
         seg.shape.invariant = false;
         built_graph & g = run_segment(seg, tokens + done, nullptr, step);
-        embd.resize(embd.size() + (size_t) step * E);
-        read(g.embd, embd.data() + (size_t) done * E, 0, (size_t) step * E * sizeof(float));
+        read(g.embd, embd + (size_t) done * E, 0, (size_t) step * E * sizeof(float));
         kv->used[seq] += step;
         n_embd_rows += step;
         note_tokens(step, L - 1, -1, -1);
@@ -645,7 +644,6 @@ void context::truncate(int s, int n_keep) {
     forget_forecast(s);
     n_outputs = 0;
     n_embd_rows = 0;
-    embd.clear();
 }
 
 } // namespace pr

@@ -98,14 +98,15 @@ struct context {
 
     int n_outputs = 0;
     float * out = nullptr;                 // the rows of the last decode: n_outputs x n_vocab in the output buffer
-    std::vector<float> embd;               // n_embd_rows x n_embd: the last embed's hidden states after the final norm
+    float * embd = nullptr;                // n_embd_rows x n_embd in the output buffer: the last embed's hidden states after the final norm
     int n_embd_rows = 0;
     // With a GPU: its pinned host memory holds the scheduler's host-side buffers (inputs are copied
     // from it) and the output buffer, as llama.cpp does; copies to and from pageable memory are slower.
     ggml_backend_buffer_type_t host_buft = nullptr;
     // The output buffer (llama.cpp's buf_output, output_reserve): a step's logits rows and then its
-    // exit similarities, read from the device in one queued copy each and one wait. Allocated from
-    // host_buft (pinned) or, without a GPU, the CPU buffer type; grown, never shrunk, to a step's rows.
+    // exit similarities, read from the device in one queued copy each and one wait, or an embed's
+    // rows. Allocated from host_buft (pinned) or, without a GPU, the CPU buffer type; grown, never
+    // shrunk, to a step's rows.
     ggml_backend_buffer_t outbuf = nullptr;
     float * checks_out = nullptr;          // past the logits rows: room for the step's similarities
     size_t checks_room = 0;                // ... in floats
@@ -154,9 +155,10 @@ struct context {
     void read(ggml_tensor * t, void * dst, size_t offset, size_t size) const;
     void settle() const;                   // waits for a graph still in flight (before touching its buffers)
     void note_graph(ggml_cgraph * gf);     // the graph just launched, against ggml-cuda's rule
-    // Room in the output buffer for rows of logits and the step's similarities (begin_step's; no
-    // graph in flight): grown from host_buft as llama.cpp's output_reserve grows its buffer.
-    void reserve_outputs(int rows, size_t check_floats);
+    // Room in the output buffer for rows of logits and after_rows floats past them (a step's
+    // similarities, an embed's rows; no graph in flight): grown from host_buft as llama.cpp's
+    // output_reserve grows its buffer.
+    void reserve_outputs(int rows, size_t after_rows);
     bool output_pinned() const { return host_buft != nullptr; }
 
 private:

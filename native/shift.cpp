@@ -136,7 +136,6 @@ void context::drop(int s, int p0, int p1) {
     forget_forecast(s);
     n_outputs = 0;
     n_embd_rows = 0;
-    embd.clear();
 }
 
 void context::apply_shift() {

@@ -107,9 +107,9 @@ def counters(llm_or_batch) -> dict:
 
 
 def output_buffer(llm_or_batch) -> dict:
-    """The context's output buffer (a step's logits rows and exit similarities; llama.cpp's output
-    buffer): its buffer type's name and whether that is pinned memory (a GPU's host buffer type; on
-    the CPU alone it is the CPU backend's, where a GPU's pinned buffer would be)."""
+    """The context's output buffer (a step's logits rows and exit similarities, an embed's rows;
+    llama.cpp's output buffer): its buffer type's name and whether that is pinned memory (a GPU's
+    host buffer type; on the CPU alone it is the CPU backend's, where a GPU's pinned buffer would be)."""
     pinned = ffi.new("int32_t *")
     name = lib.pr_context_output_buffer(_native(llm_or_batch, "ctx"), pinned)
     if name == ffi.NULL:

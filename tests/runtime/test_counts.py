@@ -139,3 +139,20 @@ def test_river_predicted_batch_step_is_one_sync(smol_path):
     assert max(lanes) > 1   # steps of several lanes were counted
     assert c["graphs"] == steps and c["syncs"] == steps
     assert _in_output_buffer(counts._per_token(c, steps, "river-predicted batch4", buf))
+
+
+def test_embeddings_land_in_the_output_buffer(smol_path):
+    """An embed's rows (every token's hidden state after the final norm) come back in one copy into
+    the output buffer, as llama.cpp's embeddings do: pinned memory on a GPU, not heap memory. The rows
+    are the same wherever they land: embedded again after a completion has used the buffer."""
+    text = " ".join(PROMPTS)
+    with Llama(smol_path, n_ctx=512, embedding=True, verbose=False, engine="native") as llm:
+        n, E = len(llm.tokenize(text.encode())), llm.n_embd()
+        debug.reset_counters(llm)
+        first = llm.embed(text, normalize=False)
+        c, buf = debug.counters(llm), debug.output_buffer(llm)
+        llm.create_completion("The river", max_tokens=4)   # logits rows through the same buffer
+        assert llm.embed(text, normalize=False) == first
+    assert n > 16 and len(first) == n and len(first[0]) == E
+    assert c["host_bytes"] == n * E * 4 and c["reads"] == 1 and c["syncs"] == 1
+    assert _in_output_buffer({"pinned": counts.pinned(c, buf), "output_buffer": buf})
