@@ -67,12 +67,13 @@ def test_native_engine_shift_keeps_n_keep_tokens(smol_path, peer):
 
 
 # The native engine against llama-server on the same cache: its shifted keys are llama.cpp's there
+KEEP = 40   # the servers' --keep: a request without n_keep keeps this many tokens
 NATIVE_CASES = {"f16": ("-fa", "off"), "q8_0": ("-fa", "on", "-ctk", "q8_0")}
 
 
 @pytest.fixture(scope="module", params=list(NATIVE_CASES))
 def native_pair(request, smol_path):
-    x = ("--context-shift", "--cache-reuse", "8", "--keep", "40", "--metrics", *CTX, *NATIVE_CASES[request.param])
+    x = ("--context-shift", "--cache-reuse", "8", "--keep", str(KEEP), "--metrics", *CTX, *NATIVE_CASES[request.param])
     peer = llama_server("-m", smol_path, "-c", "256", *x)
     try:
         ours = ServerProcess(smol_path, "--ctx", "256", "--no-lossless", "--engine", "native", *x)
@@ -134,7 +135,7 @@ def test_native_engine_shift_moves_rows_as_llama_server(native_pair, smol_path):
             got[s] = (_gen(s.url, **extra), _decodes(s.url) - d0)
         assert got[ours][1] == got[peer][1], extra
         assert got[ours][0][:n_before] == got[peer][0][:n_before], extra
-        assert got[ours][0] == _native_choices(smol_path, case, prompt, got[ours][0], extra.get("n_keep", 40),
+        assert got[ours][0] == _native_choices(smol_path, case, prompt, got[ours][0], extra.get("n_keep", KEEP),
                                                extra.get("n_discard", 0)), extra
 
 
