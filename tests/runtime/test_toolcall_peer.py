@@ -2,8 +2,11 @@
 llama.cpp's own templates of a tool-call family, greedy, with three earlier turns that call the
 tool so the model calls it again by itself (llama-server refuses a `grammar` beside `tools`, and
 its grammar for tool_choice required lets content come first, so the answer is held by the model,
-not by a grammar of ours). pyriver runs llama.cpp's engine: its own logits (on the native engine
-"call" and "response" after "<tool_" are 0.2 apart, and greedy may go either way). Compared: finish_reason, content (null and "" alike: llama-server
+not by a grammar of ours). pyriver runs llama.cpp's engine without drafts, so that its steps are
+llama-server's, one token each, and its logits llama-server's own (on the native engine "call" and
+"response" after "<tool_" are 0.2 apart, and greedy may go either way; and a verify step of several
+tokens moves SmolLM2's logits by up to 0.2 in llama.cpp itself: with n-gram drafts, Qwen3.5's auto
+answer went on past "</function>" on one CPU and ended there on another). Compared: finish_reason, content (null and "" alike: llama-server
 writes "", OpenAI null), reasoning_content, each call's type, name and arguments, and every
 streamed delta. Ids aside: llama-server draws 32 random letters and digits a call
 (common/chat.cpp's gen_tool_call_id), pyriver "call_" and 24 hex digits; each stream keeps its ids.
@@ -140,7 +143,7 @@ def answers(request, smol_path):
     tmpl = _templates() / f"{request.param}.jinja"
     args = ("-m", smol_path, "-c", "2048", "-np", "1", "-t", "2", "--jinja", "--chat-template-file", str(tmpl))
     out = {}
-    for name, start, extra in (("llama-server", llama_server, ()), ("pyriver", ServerProcess, ("--engine", "llama.cpp"))):
+    for name, start, extra in (("llama-server", llama_server, ()), ("pyriver", ServerProcess, ("--engine", "llama.cpp", "--no-lossless"))):
         s = start(*args, *extra)
         try:
             out[name] = {case: _ask(s.url, _body(s.url, request.param, choice, n))
