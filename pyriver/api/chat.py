@@ -7,6 +7,7 @@ from llama_cpp.llama_chat_format import _convert_text_completion_logprobs_to_cha
 
 from pyriver.text import chat_template as chat
 from pyriver.text import completion as C
+from pyriver.text import continuation
 from pyriver.text.structured import ChatPlan
 from pyriver.api.low_level import extra_samplers
 
@@ -21,20 +22,20 @@ class Chat:
         self.template = None
 
     # -- chat -------------------------------------------------------------------------------
-    def chat_tokens(self, messages: List[Dict], add_generation_prompt: bool = True, continue_final: bool = False,
+    def chat_tokens(self, messages: List[Dict], add_generation_prompt: bool = True, continue_final: Union[bool, str] = False,
                     server_bos: bool = False, **extra) -> List[int]:
         """The prompt of a chat, rendered by the GGUF's template (compiled once per Llama) with
         the generation prompt; special tokens are parsed and BOS comes from the template itself
         (llama-cpp-python's rule). server_bos: llama-server's rule instead: a BOS the template
         wrote is dropped and the tokenizer adds the model's specials (one BOS where the model adds
         BOS, also when its template writes none). continue_final: the last (assistant) message is
-        continued, as llama-server's prefill: the messages before it with the generation prompt,
-        then its text. extra: more template variables (tools)."""
+        continued, as llama-server's prefill (True, or its continue_final_message "content" or
+        "reasoning_content": pyriver.text.continuation). extra: more template variables (tools)."""
         L = self.llm
         text, add_bos = self.chat_prompt(messages, add_generation_prompt, continue_final, server_bos, **extra)
         return L.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
-    def chat_prompt(self, messages: List[Dict], add_generation_prompt: bool = True, continue_final: bool = False,
+    def chat_prompt(self, messages: List[Dict], add_generation_prompt: bool = True, continue_final: Union[bool, str] = False,
                     server_bos: bool = False, **extra) -> Tuple[str, bool]:
         """chat_tokens' text, and whether the tokenizer adds the model's BOS to it (a multimodal
         prompt's text goes to libmtmd's tokenizer instead)."""
@@ -42,8 +43,7 @@ class Chat:
         if self.template is None:
             self.template = chat.template_for(self.llm)
         if continue_final:
-            prompt = self.template.render(messages[:-1], add_generation_prompt=True, **extra) \
-                + (messages[-1].get("content") or "")
+            prompt = continuation.continued(self.template, messages, continue_final, **extra)
         else:
             prompt = self.template.render(messages, add_generation_prompt=add_generation_prompt, **extra)
         if server_bos and L.vocab.add_bos:   # common_chat_templates_apply, then add_special

@@ -1,5 +1,5 @@
 """llama-server's own endpoints, in its shapes (tools/server/README.md of llama.cpp): the native
-/completion (also /completions), /tokenize, /detokenize, /apply-template; and the fields
+/completion (also /completions), /tokenize, /detokenize (its chat-shaped routes are openai_api's); and the fields
 llama-server adds to the OpenAI ones (system_fingerprint, timings, chat logprobs, logit_bias).
 Requests run on the same scheduler as the OpenAI endpoints; bad input is a 400, never a 500."""
 from __future__ import annotations
@@ -16,7 +16,6 @@ from starlette.routing import Route
 
 from pyriver import __version__
 from pyriver.text import completion as C
-from pyriver.text.template_render import extra_context
 from pyriver.server import context_shift, multimodal, sampling_fields as SF, streams
 from pyriver.server.disconnect import or_cancel
 from pyriver.server.schema import APIError, end_error, generation, json_object
@@ -431,79 +430,8 @@ def routes(srv, guarded) -> List[Route]:
             return JSONResponse({"content": text.decode("utf-8", "replace")})
         return await guarded(req, h)
 
-    async def apply_template(req: HTTPRequest):
-        async def h(req):
-            body = json_object(await req.body())
-            msgs = body.get("messages")
-            if not isinstance(msgs, list) or not all(isinstance(m, dict) for m in msgs):
-                raise APIError(400, "'messages' must be a list of message objects", param="messages")
-            agp = body.get("add_generation_prompt", True)
-            if not isinstance(agp, bool):
-                raise APIError(400, "'add_generation_prompt' must be a boolean", param="add_generation_prompt")
-            extra = template_vars(srv, body)
-            msgs, _ = multimodal.chat_media(srv, msgs)   # content parts joined as in a chat (media: markers)
-            srv.llm.chat_stops(None)   # compiles the template once
-            try:
-                prompt = srv.llm.chats.template.render(msgs, add_generation_prompt=agp, **extra)
-            except Exception as e:   # a template's own error (raise_exception, bad fields)
-                raise APIError(400, f"the messages do not render with the chat template: {e}", param="messages")
-            if agp and extra.get("enable_thinking") is False and prompt.endswith("<think>\n"):
-                prompt += "</think>"   # a template that opens thinking itself: closed, as llama-server does
-            return JSONResponse({"prompt": prompt})
-        return await guarded(req, h)
-
-    async def input_tokens(req: HTTPRequest):
-        async def h(req):
-            msgs = json_object(await req.body()).get("messages")
-            if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
-                raise APIError(400, "'messages' must be a list of message objects", param="messages")
-
-            def count():
-                ms, files = multimodal.chat_media(srv, msgs)   # content parts joined as in a chat
-                if srv.projector is not None:   # media's positions counted
-                    with srv.sched.vocab_lock:
-                        text, _ = srv.llm.chat_prompt(ms, server_bos=True)
-                    return len(multimodal.tokenize(srv, text, files).tokens)
-                with srv.sched.vocab_lock:
-                    return len(srv.llm.chat_tokens(ms, server_bos=True))
-            try:
-                n = await run_in_threadpool(count)
-            except APIError:
-                raise
-            except Exception as e:   # the template's own error
-                raise APIError(400, f"the messages do not render with the chat template: {e}", param="messages")
-            return JSONResponse({"input_tokens": n})
-        return await guarded(req, h)
-
-    return [Route("/chat/completions/input_tokens", input_tokens, methods=["POST"]),
-            Route("/v1/chat/completions/input_tokens", input_tokens, methods=["POST"]),
-            Route("/completion", completion, methods=["POST"]), Route("/completions", completion, methods=["POST"]),
-            Route("/tokenize", tokenize, methods=["POST"]), Route("/detokenize", detokenize, methods=["POST"]),
-            Route("/apply-template", apply_template, methods=["POST"])]
-
-
-def template_vars(srv, body: Dict) -> Dict[str, Any]:
-    """What a chat template sees beside the messages, as llama-server gives it: tools,
-    chat_template_kwargs, datetime and date_string, enable_thinking (false with --reasoning off)."""
-    extra: Dict[str, Any] = {}
-    kw = body.get("chat_template_kwargs")
-    if kw is not None:
-        if not isinstance(kw, dict) or "messages" in kw or "add_generation_prompt" in kw:
-            raise APIError(400, "'chat_template_kwargs' must be an object of template variables",
-                           param="chat_template_kwargs")
-        extra.update(kw)
-    tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise APIError(400, "'tools' must be a list", param="tools")
-        extra["tools"] = tools
-    for k, v in extra_context().items():   # llama.cpp's extra context (common_chat_extra_context)
-        extra.setdefault(k, v)
-    if "enable_thinking" not in extra:   # as llama-server: thinking on unless --reasoning off
-        extra["enable_thinking"] = srv.settings.get("reasoning", "auto") != "off"
-    return extra
-
-
+    return [Route("/completion", completion, methods=["POST"]), Route("/completions", completion, methods=["POST"]),
+            Route("/tokenize", tokenize, methods=["POST"]), Route("/detokenize", detokenize, methods=["POST"])]
 
 
 def stream_response(n: Native) -> StreamingResponse:

@@ -221,30 +221,21 @@ def _usage(r) -> Dict:
     return {"input_tokens": len(r.prompt), "output_tokens": r.n_decoded, "cache_read_input_tokens": r.n_cached}
 
 
-async def _prepare(srv, req: HTTPRequest, app_chat, generate: bool = True):
-    """The request, its chat fields, plan, prompt tokens and media (None without a projector: the
-    chat route's path, image parts through server/multimodal.py)."""
+async def _prepare(srv, req: HTTPRequest, app_chat):
+    """The request, its chat fields, plan, prompt tokens and media (None without a projector): the
+    chat route's prompt (openai_api._chat_prompt)."""
     body = json_object(await req.body())
     f = parse(json.dumps(to_chat(body)).encode(), CHAT, "messages", srv.settings.get("defaults"))
     srv.check_model(f["model"])
-    f["messages"], files = await run_in_threadpool(multimodal.chat_media, srv, f["messages"])
-    plan = await run_in_threadpool(app_chat.plan, srv, f)
+    plan, toks, mp = await run_in_threadpool(app_chat.prompt, srv, f)
     media = None
-    try:
-        if srv.projector is not None:   # as the chat route: every chat through libmtmd's tokenizer
-            mp = await run_in_threadpool(app_chat.media_prompt, srv, plan, f, files)
-            toks, media = multimodal.check(srv, mp), mp.media
-        else:
-            toks = await run_in_threadpool(app_chat.tokens, srv, plan, f)
-            if generate:   # a budget of 0 closes a template-opened <think> (server/thinking.py)
-                toks = await run_in_threadpool(app_chat.after_prompt, srv, plan.thinking, plan.prompt, toks, f)
-    except ValueError as e:
-        raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
+    if mp is not None:
+        toks, media = multimodal.check(srv, mp), mp.media
     return body, f, plan, toks, media
 
 
 async def _count(srv, req: HTTPRequest, app_chat):
-    _, _, _, toks, _ = await _prepare(srv, req, app_chat, generate=False)
+    _, _, _, toks, _ = await _prepare(srv, req, app_chat)
     return JSONResponse({"input_tokens": len(toks)})
 
 

@@ -1,5 +1,6 @@
 """The OpenAI routes: /v1/completions, /v1/chat/completions (and llama-server's /chat/completions
-alias) and /v1/models over the scheduler, results shaped by the runtime's own completion and chat
+alias, its /apply-template and /chat/completions/input_tokens: the chat's prompt alone) and
+/v1/models over the scheduler, results shaped by the runtime's own completion and chat
 helpers; and the request pieces the other chat-shaped families (messages.py, responses.py) share:
 the chat plan, its tokens, a request's text events."""
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pyriver.text import completion as C
 from pyriver.text.logprobs import as_dict as logprobs_dict
 from pyriver.text.reasoning import opened
 from pyriver.text.structured import ChatPlan, request_grammar
+from pyriver.text.template_render import system_merged
 from pyriver.text.toolcall import DeltaStream
 from pyriver.server import llamacpp_api as L, multimodal, streams, thinking, verbose
 from pyriver.server.disconnect import or_cancel
@@ -135,20 +137,11 @@ def routes(srv, guarded) -> list:
     async def _chat(req: HTTPRequest):
         f = parse(await req.body(), CHAT, "messages", srv.settings.get("defaults"))
         srv.check_model(f["model"])
-        files = media = None
-        # content parts joined as llama-server joins them (media: the markers, and the files)
-        f["messages"], files = await run_in_threadpool(multimodal.chat_media, srv, f["messages"])
-        plan = await run_in_threadpool(_chat_plan, srv, f)
-        try:
-            if srv.projector is not None:   # llama-server's: every chat through libmtmd's tokenizer
-                mp = await run_in_threadpool(_chat_media_prompt, srv, plan, f, files)
-                toks, media = multimodal.check(srv, mp), mp.media
-            else:
-                toks = await run_in_threadpool(_chat_tokens, srv, plan, f)
-        except ValueError as e:
-            raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
-        if media is None:
-            toks = await run_in_threadpool(thinking.after_prompt, srv, plan.thinking, plan.prompt, toks, f)
+        plan, toks, mp = await run_in_threadpool(_chat_prompt, srv, f)
+        media = None
+        if mp is not None:
+            toks, media = multimodal.check(srv, mp), mp.media
+        else:
             srv.prompt_tokens(toks)
         rs = srv.submit_n(f, toks, (f["top_logprobs"] or 0) if f["logprobs"] else None,
                           await run_in_threadpool(srv.samplers, f, toks, plan.grammar), media)
@@ -172,6 +165,21 @@ def routes(srv, guarded) -> list:
             d["__verbose"] = verbose.final(srv, r, f, toks, texts[0][0], evs[0])
         return JSONResponse(d)
 
+    async def apply_template(req: HTTPRequest):
+        async def h(req):   # llama-server's: the chat route's prompt, nothing generated
+            f = parse(await req.body(), CHAT, "messages", srv.settings.get("defaults"))
+            plan, _, _ = await run_in_threadpool(_chat_prompt, srv, f)
+            return JSONResponse({"prompt": plan.prompt})
+        return await guarded(req, h)
+
+    async def input_tokens(req: HTTPRequest):
+        async def h(req):   # llama-server's: the chat route's prompt tokens, media's positions counted
+            f = parse(await req.body(), CHAT, "messages", srv.settings.get("defaults"))
+            _, toks, mp = await run_in_threadpool(_chat_prompt, srv, f)
+            return JSONResponse({"input_tokens": len(toks if mp is None else mp.tokens),
+                                 "object": "response.input_tokens"})
+        return await guarded(req, h)
+
     async def models(req: HTTPRequest):
         async def h(_):
             return JSONResponse({"models": [multimodal.models_entry(srv)],   # llama-server's (Ollama-shaped) list
@@ -183,6 +191,9 @@ def routes(srv, guarded) -> list:
     return [Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             Route("/chat/completions", chat_completions, methods=["POST"]),   # llama-server's aliases
+            Route("/apply-template", apply_template, methods=["POST"]),
+            Route("/chat/completions/input_tokens", input_tokens, methods=["POST"]),
+            Route("/v1/chat/completions/input_tokens", input_tokens, methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
             Route("/models", models, methods=["GET"])]
 
@@ -195,13 +206,31 @@ def _tokenize(srv, text: str) -> List[int]:
 def _chat_plan(srv, f: Dict) -> ChatPlan:
     """The request's messages, template variables, grammar and tools (pyriver.text.structured),
     and its reasoning (plan.thinking: server/thinking.py)."""
-    source = srv.llm.chats.template.source
+    template = srv.llm.chats.template
+    source = template.source
     think = thinking.plan(srv, f, source)
-    plan = ChatPlan(source, f["messages"], f["response_format"], f["grammar"], f["json_schema"],
+    plan = ChatPlan(source, system_merged(template, f["messages"]), f["response_format"], f["grammar"], f["json_schema"],
                     f["tools"], f["tool_choice"], f["parallel_tool_calls"])
     plan.extra = dict(thinking.template_extra(srv, f, think), **plan.extra)
     plan.thinking, plan.prompt = think, ""
     return plan
+
+
+def _chat_prompt(srv, f: Dict):
+    """(plan, prompt tokens, multimodal prompt) of a chat request's fields, as the chat route, the
+    template route and the token count take them (llama-server's oaicompat_chat_params_parse):
+    content parts joined as llama-server joins them (media: the markers, and the files), the plan,
+    the rendered text in plan.prompt; with a projector the prompt goes through libmtmd's tokenizer
+    (tokens None). A template's own error is a 400."""
+    f["messages"], files = multimodal.chat_media(srv, f["messages"])
+    plan = _chat_plan(srv, f)
+    try:
+        if srv.projector is not None:   # llama-server's: every chat through libmtmd's tokenizer
+            return plan, None, _chat_media_prompt(srv, plan, f, files)
+        toks = _chat_tokens(srv, plan, f)
+    except ValueError as e:
+        raise APIError(400, f"the messages do not render with the model's chat template: {e}", param="messages")
+    return plan, thinking.after_prompt(srv, plan.thinking, plan.prompt, toks, f), None
 
 
 def _render(srv, plan: ChatPlan, f: Dict):
@@ -365,6 +394,6 @@ class _LogprobCursor:
 
 
 # What the chat-shaped families (messages.py, responses.py) take from here
-CHAT_API = types.SimpleNamespace(plan=_chat_plan, tokens=_chat_tokens, media_prompt=_chat_media_prompt, collect=_collect,
+CHAT_API = types.SimpleNamespace(plan=_chat_plan, tokens=_chat_tokens, prompt=_chat_prompt, collect=_collect,
                                  events=events, new_events=Events, after_prompt=thinking.after_prompt,
                                  choice=_chat_choice, text_chunks=_text_chunks)

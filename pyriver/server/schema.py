@@ -146,10 +146,11 @@ def generation(body: Dict[str, Any], defaults: Optional[Dict] = None) -> Tuple[D
         raise APIError(400, str(e)) from None
 
 
-def continuation(f: Dict[str, Any]) -> bool:
+def continuation(f: Dict[str, Any]):
     """llama-server's prefill rules (oaicompat_chat_params_parse): a trailing assistant message is
     continued, not answered (the generation prompt is then off), unless two end the list; asking
-    for a continuation with the generation prompt on, or of a message with tool calls, is refused."""
+    for a continuation with the generation prompt on, or of a message with tool calls, is refused.
+    False, True (llama.cpp's auto) or what is continued ("content", "reasoning_content")."""
     msgs, agp = f["messages"], f["add_generation_prompt"]
     cont = f["continue_final_message"] is True or f["continue_final_message"] in ("content", "reasoning_content")
     if not msgs:
@@ -170,7 +171,8 @@ def continuation(f: Dict[str, Any]) -> bool:
     cont = cont and msgs[-1]["role"] == "assistant"
     if cont and _text_parts(msgs[-1].get("content")):   # common_chat_msg::render_content's delimiter
         msgs[-1] = dict(msgs[-1], content="\n\n".join(p["text"] for p in msgs[-1]["content"]))
-    return cont
+    return (f["continue_final_message"] if f["continue_final_message"] in ("content", "reasoning_content")
+            else True) if cont else False
 
 
 def _text_parts(content) -> bool:

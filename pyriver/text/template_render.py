@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Dict, List
 
 import jinja2
+import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 
@@ -54,16 +55,41 @@ def extra_context() -> Dict[str, str]:
     return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
 
 
+class _Generation(jinja2.ext.Extension):
+    """{% generation %} and {% endgeneration %}, transformers' assistant-mask markers (LFM2.5,
+    Laguna), as llama.cpp's engine takes them: no-ops, the text between rendered as any other."""
+    tags = {"generation", "endgeneration"}
+
+    def parse(self, parser):
+        return jinja2.nodes.Output([], lineno=next(parser.stream).lineno)
+
+
+_SYSTEM_PROBE = "System message"
+
+
 class ChatTemplate:
     def __init__(self, source: str, bos_token: str, eos_token: str):
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader(),
-                                            extensions=["jinja2.ext.loopcontrols"],   # {% break %} (Cohere ...)
+                                            extensions=["jinja2.ext.loopcontrols",   # {% break %} (Cohere ...)
+                                                        _Generation],
                                             undefined=MinjaUndefined)
         env.filters["tojson"] = _tojson
         env.filters["safe"] = _safe
         self.template = env.from_string(source)
         self.source = source   # what pyriver.text.toolcall reads the tool-call syntax from
         self.bos_token, self.eos_token = bos_token, eos_token
+
+    def supports_system_role(self) -> bool:
+        """Whether a system message reaches the prompt (llama.cpp's caps check: [system, user]
+        rendered, the system text used); Gemma 2's template raises on one."""
+        if not hasattr(self, "_system_role"):
+            try:
+                out = self.render([{"role": "system", "content": _SYSTEM_PROBE},
+                                   {"role": "user", "content": "User message"}], add_generation_prompt=False)
+                self._system_role = _SYSTEM_PROBE in out
+            except Exception:   # the template's own refusal (raise_exception) or any failure: not supported
+                self._system_role = False
+        return self._system_role
 
     def render(self, messages: List[Dict], add_generation_prompt: bool = True, **extra) -> str:
         for m in messages:
@@ -72,3 +98,17 @@ class ChatTemplate:
         return self.template.render(messages=messages, bos_token=self.bos_token, eos_token=self.eos_token,
                                     add_generation_prompt=add_generation_prompt, raise_exception=_raise,
                                     strftime_now=lambda f: datetime.now().strftime(f), **extra)
+
+
+def system_merged(template: ChatTemplate, messages: List[Dict]) -> List[Dict]:
+    """llama-server's messages for a template without a system role (common/chat.cpp's
+    system_message_not_supported): a leading system message joins the next one's text after a
+    newline, or is dropped where it is alone. llama-cpp-python renders them as they are, and so
+    does llama.cpp's built-in formatter (server/builtin_template.py)."""
+    if not isinstance(template, ChatTemplate) or not messages or messages[0].get("role") != "system" \
+            or template.supports_system_role():
+        return messages
+    if len(messages) == 1:
+        return []
+    first, second = messages[0], messages[1]
+    return [dict(second, content=f"{first.get('content') or ''}\n{second.get('content') or ''}")] + messages[2:]

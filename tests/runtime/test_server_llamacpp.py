@@ -266,16 +266,17 @@ def test_cors(server, smol_path, tmp_path):
     req = urllib.request.Request(server.url + "/health", headers={"Origin": "http://a.example"})
     with urllib.request.urlopen(req) as r:
         assert r.headers["Access-Control-Allow-Origin"] == "http://a.example"
-    tpl = tmp_path / "t.jinja"   # a template file: {% break %}, tools, date_string, a forced <think> (--reasoning off)
+    tpl = tmp_path / "t.jinja"   # a template file: {% break %}, date_string, a <think> it opens (--reasoning off:
+    # llama-server's prompt leaves it open, tests/runtime/test_server_apply_template.py)
     tpl.write_text("[{{ date_string }}]{% for m in messages %}{{ m.content }}{% break %}{% endfor %}"
-                   "{% if tools %}[T{{ tools|length }}]{% endif %}{% if add_generation_prompt %}<A><think>\n{% endif %}")
+                   "{% if add_generation_prompt %}<A><think>\n{% endif %}")
     s = ServerProcess(smol_path, "--cors-origins", "localhost", "--ctx", "64", "--parallel", "1",
                       "--chat-template-file", str(tpl), "--reasoning", "off")
     try:
         import datetime
         msgs = [{"role": "user", "content": "Hi"}, {"role": "user", "content": "never"}]
-        got = http("POST", s.url + "/apply-template", {"messages": msgs, "tools": [{"type": "function"}]})[1]
-        assert got["prompt"] == f"[{datetime.datetime.now():%d %b %Y}]Hi[T1]<A><think>\n</think>"
+        got = http("POST", s.url + "/apply-template", {"messages": msgs})[1]
+        assert got["prompt"] == f"[{datetime.datetime.now():%d %b %Y}]Hi<A><think>\n"
         got = http("POST", s.url + "/apply-template", {"messages": msgs, "add_generation_prompt": False})[1]
         assert got["prompt"].endswith("]Hi")
         for origin, allowed in (("http://localhost:3000", True), ("http://[::1]", True),

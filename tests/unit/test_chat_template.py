@@ -99,3 +99,55 @@ def test_extra_context_is_todays_date():
     from datetime import datetime
     ctx = chat.extra_context()
     assert ctx["date_string"] == datetime.now().strftime("%d %b %Y") and ctx["datetime"] == datetime.now().strftime("%b %d %Y")
+
+
+def test_generation_tags_render_their_text():
+    """transformers' {% generation %} markers (LFM2.5, Laguna) are no-ops, as in llama.cpp's engine:
+    a template with them loads and renders the text between them."""
+    src = ("{% for m in messages %}{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}"
+           "{% endgeneration %}{% else %}[{{ m['content'] }}]{% endif %}{% endfor %}")
+    t = chat.ChatTemplate(src, "", "")
+    assert t.render([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]) == "[Hi]Hello"
+
+
+def test_system_merged_where_the_template_has_no_system_role():
+    """llama-server's workaround (system_message_not_supported): a leading system message joins the
+    next one after a newline where the template refuses or drops it, and is left where it renders."""
+    from pyriver.text.template_render import system_merged
+    refuses = chat.ChatTemplate("{% for m in messages %}{% if m['role'] == 'system' %}"
+                                "{{ raise_exception('System role not supported') }}{% endif %}"
+                                "<{{ m['role'] }}>{{ m['content'] }}{% endfor %}", "", "")
+    assert system_merged(refuses, MSGS) == [{"role": "user", "content": "Be brief.\nHi"}]
+    assert system_merged(refuses, MSGS[:1]) == []
+    assert refuses.render(system_merged(refuses, MSGS)) == "<user>Be brief.\nHi"
+    chatml = chat.ChatTemplate(chat.CHATML, "", "")
+    assert system_merged(chatml, MSGS) is MSGS
+
+
+QWEN3_LIKE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' and "
+              "m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}{{ m['content'] }}"
+              "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+              "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+
+
+def test_a_prefill_continues_after_the_templates_reasoning_block():
+    """llama.cpp's continuation of a final assistant message on a thinking template: the
+    generation prompt, the reasoning start as the template writes it, the message's reasoning, and
+    to continue the content the reasoning end and the content (llama-server's prompts on Qwen3's
+    template are held in tests/runtime/test_server_apply_template.py)."""
+    from pyriver.text.continuation import continued, reasoning_marks
+    t = chat.ChatTemplate(QWEN3_LIKE, "", "")
+    assert reasoning_marks(t) == ("<think>\n", "\n</think>\n\n")
+    user = {"role": "user", "content": "Hi"}
+    head = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert continued(t, [user, {"role": "assistant", "content": "Sure"}], True) \
+        == head + "<think>\n\n</think>\n\nSure"
+    both = {"role": "assistant", "content": "Sure", "reasoning_content": "Let me"}
+    assert continued(t, [user, both], True) == head + "<think>\nLet me\n</think>\n\nSure"
+    assert continued(t, [user, both], "reasoning_content") == head + "<think>\nLet me"
+    assert continued(t, [user, dict(both, content="")], True) == head + "<think>\nLet me"
+    assert continued(t, [user, {"role": "assistant", "content": "Sure"}], True, enable_thinking=False) \
+        == head + "<think>\n\n</think>\n\nSure"
+    plain = chat.ChatTemplate(chat.CHATML, "", "")   # no reasoning: the generation prompt, then the text
+    assert reasoning_marks(plain) is None
+    assert continued(plain, [user, both], True) == head + "Sure"
