@@ -22,8 +22,8 @@ class Chat:
         self.template = None
 
     # -- chat -------------------------------------------------------------------------------
-    def chat_tokens(self, messages: List[Dict], add_generation_prompt: bool = True, continue_final: Union[bool, str] = False,
-                    server_bos: bool = False, **extra) -> List[int]:
+    def chat_tokens(self, messages: List[Dict], add_generation_prompt: bool = True,
+                    continue_final: Union[bool, str] = False, server_bos: bool = False, **extra) -> List[int]:
         """The prompt of a chat, rendered by the GGUF's template (compiled once per Llama) with
         the generation prompt; special tokens are parsed and BOS comes from the template itself
         (llama-cpp-python's rule). server_bos: llama-server's rule instead: a BOS the template
@@ -35,8 +35,8 @@ class Chat:
         text, add_bos = self.chat_prompt(messages, add_generation_prompt, continue_final, server_bos, **extra)
         return L.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
-    def chat_prompt(self, messages: List[Dict], add_generation_prompt: bool = True, continue_final: Union[bool, str] = False,
-                    server_bos: bool = False, **extra) -> Tuple[str, bool]:
+    def chat_prompt(self, messages: List[Dict], add_generation_prompt: bool = True,
+                    continue_final: Union[bool, str] = False, server_bos: bool = False, **extra) -> Tuple[str, bool]:
         """chat_tokens' text, and whether the tokenizer adds the model's BOS to it (a multimodal
         prompt's text goes to libmtmd's tokenizer instead)."""
         L = self.llm

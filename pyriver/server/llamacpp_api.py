@@ -1,5 +1,5 @@
 """llama-server's own endpoints, in its shapes (tools/server/README.md of llama.cpp): the native
-/completion (also /completions), /tokenize, /detokenize (its chat-shaped routes are openai_api's); and the fields
+/completion (also /completions), /tokenize, /detokenize (its chat-shaped ones are openai_api's); the fields
 llama-server adds to the OpenAI ones (system_fingerprint, timings, chat logprobs, logit_bias).
 Requests run on the same scheduler as the OpenAI endpoints; bad input is a 400, never a 500."""
 from __future__ import annotations

@@ -209,8 +209,8 @@ def _chat_plan(srv, f: Dict) -> ChatPlan:
     template = srv.llm.chats.template
     source = template.source
     think = thinking.plan(srv, f, source)
-    plan = ChatPlan(source, system_merged(template, f["messages"]), f["response_format"], f["grammar"], f["json_schema"],
-                    f["tools"], f["tool_choice"], f["parallel_tool_calls"])
+    plan = ChatPlan(source, system_merged(template, f["messages"]), f["response_format"], f["grammar"],
+                    f["json_schema"], f["tools"], f["tool_choice"], f["parallel_tool_calls"])
     plan.extra = dict(thinking.template_extra(srv, f, think), **plan.extra)
     plan.thinking, plan.prompt = think, ""
     return plan

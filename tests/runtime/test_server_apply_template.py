@@ -30,7 +30,8 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "description": "
                                                         "required": ["city"]}}}
 U = {"role": "user", "content": "Hi"}
 CALL = {"role": "assistant", "content": None, "tool_calls": [
-    {"id": "call0abcd", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": "Rome"})}}]}
+    {"id": "call0abcd", "type": "function",
+     "function": {"name": "get_weather", "arguments": json.dumps({"city": "Rome"})}}]}
 HISTORY = [U, CALL, {"role": "tool", "tool_call_id": "call0abcd", "content": "sunny"},
            {"role": "assistant", "content": "It is sunny."}, {"role": "user", "content": "And in Paris?"}]
 BOTH = {"role": "assistant", "content": "Sure", "reasoning_content": "Let me"}
