@@ -36,6 +36,24 @@ def answers(start, template: Path, extra=()) -> dict:
         s.close()
 
 
+def compact(r: dict) -> dict:
+    """Per request: "same", or both answers around where they first part (status, then 120
+    characters either side)."""
+    a, b = r["llama-server"], r["pyriver"]
+    if "start" in a or "start" in b:
+        return {"llama-server": a.get("start", "started"), "pyriver": b.get("start", "started")}
+    out = {}
+    for req in a:
+        if a[req] == b[req]:
+            out[req] = "same"
+            continue
+        x, y = a[req][1] or "", b[req][1] or ""
+        i = next((k for k in range(min(len(x), len(y))) if x[k] != y[k]), min(len(x), len(y)))
+        out[req] = {"at": i, "llama-server": [a[req][0], x[max(0, i - 120):i + 120]],
+                    "pyriver": [b[req][0], y[max(0, i - 120):i + 120]]}
+    return out
+
+
 def main():
     out_path = Path(sys.argv[1])
     root = ls.sdist_root() / "vendor" / "llama.cpp" / "models" / "templates"
@@ -45,7 +63,7 @@ def main():
         res[name] = {"llama-server": answers(llama_server, root / name),
                      "pyriver": answers(ServerProcess, root / name, ("--no-lossless",))}
         print(name, flush=True)
-    out_path.write_text(json.dumps(res, indent=1, ensure_ascii=False))
+    out_path.write_text(json.dumps({n: compact(r) for n, r in res.items()}, indent=1, ensure_ascii=False))
     for req in REQUESTS:
         differ = [n for n in names if res[n]["pyriver"].get(req) != res[n]["llama-server"].get(req)]
         print(f"{req:22s} same {len(names) - len(differ):3d}/{len(names)}  differ: {' '.join(differ)}")
