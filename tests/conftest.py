@@ -9,12 +9,23 @@ import sys
 
 import pytest
 
-from helpers import ARCH_SPECS, REPO, SYNTH_SPECS
+from helpers import ARCH_SPECS, REPO, SYNTH_SPECS, asked_for_by_name
 
 if str(REPO) not in sys.path:   # pyriver_dev (the writers of test files, not in the wheel) under a bare `pytest`
     sys.path.append(str(REPO))
 
 SYNTH_DIR = os.environ.get("PYRIVER_SYNTH_DIR", str(REPO / "models" / "synthetic"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `long` (peer runs of minutes each) run only where -m names the marker: CI's
+    default run stays inside its time (README, "Running the tests")."""
+    if asked_for_by_name(config, "long"):
+        return
+    skip = pytest.mark.skip(reason="a long peer run: python -m pytest -q -m long")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
 
 
 def pytest_addoption(parser):

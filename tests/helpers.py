@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -322,3 +323,10 @@ def takes(llm, gbnf: str, text: str) -> bool:
             return False
         g.accept(t)
     return g.allows(llm.token_eos())
+
+
+def asked_for_by_name(config, marker: str) -> bool:
+    """Whether the run's -m expression selects `marker` itself (`-m long`, `-m "long and slow"`),
+    not merely lets it through (the default run, `-m "not gpu"`)."""
+    words = re.findall(r"[\w-]+", config.getoption("markexpr") or "")
+    return any(w == marker and (i == 0 or words[i - 1] != "not") for i, w in enumerate(words))

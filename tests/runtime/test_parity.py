@@ -87,6 +87,7 @@ def test_parity_architectures(arch_paths, name, gpu_layers):
         _check_parity(arch_paths[name], gpu_layers, mode)
 
 
+@pytest.mark.long   # 160 s on a 2-core Zen 3: a prompt past the 512-token window, every mode (README)
 def test_parity_gemma3_270m(gemma_path, gpu_layers):
     """The real Gemma 3 270M, including a prompt longer than its 512-token sliding window."""
     from pyriver import Llama

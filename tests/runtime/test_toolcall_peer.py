@@ -36,7 +36,7 @@ import pytest
 from pyriver.tools import llama_server as ls
 from server_proc import ServerProcess, http, llama_server, sse
 
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.long,   # 2:13 on a 2-core Zen 3: two servers for each of 9 templates
               pytest.mark.skipif(not ls.binary().is_file(), reason="llama-server is not built into the cache")]
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import asked_for_by_name
 from pyriver.tools import llama_server, server_suite as S
 
 # What pyriver does not pass yet of what llama-server passes (issue 28's open work), each with why:
@@ -80,13 +81,6 @@ def test_verdicts():
     assert "llama-server only 1" in S.table(c)
 
 
-def _asked_for_by_name(config, marker: str) -> bool:
-    """Whether the run's -m expression selects `marker` itself (`-m peer`, `-m "peer and slow"`),
-    not merely lets it through (the default run, `-m "not gpu"`)."""
-    words = re.findall(r"[\w-]+", config.getoption("markexpr") or "")
-    return any(w == marker and (i == 0 or words[i - 1] != "not") for i, w in enumerate(words))
-
-
 def test_the_whole_suite_runs_only_when_asked_for():
     class Config:
         def __init__(self, expr):
@@ -95,7 +89,7 @@ def test_the_whole_suite_runs_only_when_asked_for():
         def getoption(self, name):
             assert name == "markexpr"
             return self.expr
-    asked = {e: _asked_for_by_name(Config(e), "peer") for e in
+    asked = {e: asked_for_by_name(Config(e), "peer") for e in
              ("peer", "peer and slow", "slow or peer", "", None, "not slow", "not peer", "slow and not peer", "peers")}
     assert asked == {"peer": True, "peer and slow": True, "slow or peer": True, "": False, None: False,
                      "not slow": False, "not peer": False, "slow and not peer": False, "peers": False}
@@ -106,7 +100,7 @@ def test_the_whole_suite_runs_only_when_asked_for():
 def test_pyriver_passes_what_llama_server_passes(tmp_path, request):
     # Both servers through the whole suite: about 40 minutes on 2 cores (Zen 4), over 40 on a Zen 3,
     # more than the rest of the suite; the default run (CI's 90 minutes) leaves it to `-m peer`.
-    if not _asked_for_by_name(request.config, "peer"):
+    if not asked_for_by_name(request.config, "peer"):
         pytest.skip("llama.cpp's server suite on both servers runs with -m peer (40+ minutes on 2 cores)")
     if not llama_server.binary().is_file():
         pytest.skip("llama-server is not built into the cache: python -c 'from pyriver.tools import llama_server; "
