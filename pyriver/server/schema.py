@@ -171,8 +171,9 @@ def continuation(f: Dict[str, Any]):
     cont = cont and msgs[-1]["role"] == "assistant"
     if cont and _text_parts(msgs[-1].get("content")):   # common_chat_msg::render_content's delimiter
         msgs[-1] = dict(msgs[-1], content="\n\n".join(p["text"] for p in msgs[-1]["content"]))
-    return (f["continue_final_message"] if f["continue_final_message"] in ("content", "reasoning_content")
-            else True) if cont else False
+    if not cont:
+        return False
+    return f["continue_final_message"] if f["continue_final_message"] in ("content", "reasoning_content") else True
 
 
 def _text_parts(content) -> bool:

@@ -7,8 +7,12 @@ the content. So Qwen3's prefill "Sure" continues after "<think>\\n\\n</think>\\n
 llama-server, where the plain generation prompt would leave the model inside an open <think>."""
 from __future__ import annotations
 
+import os
 import re
+from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
+
+from pyriver.text.template_render import ChatTemplate
 
 # llama.cpp's probe texts (common/chat-diff-analyzer.cpp)
 _USER = "U_USER_MSG Hello END_U"
@@ -17,7 +21,6 @@ _THINKING = "REASON_PART I am thinking END_R"
 # a marker: a tag in angle or square brackets (segmentize_markers), with the whitespace around it
 _PRE = re.compile(r"(<[^<>\s][^<>]*>|\[[^\[\]\s][^\[\]]*\])(\s*)$")
 _POST = re.compile(r"^(\s*)(<[^<>\s][^<>]*>|\[[^\[\]\s][^\[\]]*\])(\s*)")
-_MARKS: Dict[str, Optional[Tuple[str, str]]] = {}   # by template source: the probe renders once
 
 
 def mode(message: Dict, asked) -> str:
@@ -33,13 +36,17 @@ def reasoning_marks(template) -> Optional[Tuple[str, str]]:
     "\\n</think>\\n\\n"), or None where it does not think: the tag before and after a reasoning it
     renders (the analyzer's compare_reasoning_presence), else the old Qwen and DeepSeek templates'
     bare tags (its workaround for templates that split content on </think>)."""
-    if template.source in _MARKS:
-        return _MARKS[template.source]
+    return _marks(template.source)
+
+
+@lru_cache(maxsize=64)   # by source, as the tool-call caps checks (pyriver.text.toolcalls.requests)
+def _marks(source: str) -> Optional[Tuple[str, str]]:
     marks = None
     try:
-        out = template.render([{"role": "user", "content": _USER},
-                               {"role": "assistant", "content": _ANSWER, "reasoning_content": _THINKING}],
-                              add_generation_prompt=False, enable_thinking=True)
+        out = ChatTemplate(source, "", "").render(
+            [{"role": "user", "content": _USER},
+             {"role": "assistant", "content": _ANSWER, "reasoning_content": _THINKING}],
+            add_generation_prompt=False, enable_thinking=True)
     except Exception:   # a template that refuses the probe: no reasoning found, as llama.cpp's analysis
         out = ""
     i = out.find(_THINKING)
@@ -47,11 +54,10 @@ def reasoning_marks(template) -> Optional[Tuple[str, str]]:
         pre, post = _PRE.search(out[:i]), _POST.match(out[i + len(_THINKING):])
         if post is not None:
             marks = ("".join(pre.groups()) if pre is not None else "", "".join(post.groups()))
-    elif "content.split('</think>')" in template.source and "reasoning_content" not in template.source:
+    elif "content.split('</think>')" in source and "reasoning_content" not in source:
         marks = ("<think>", "</think>")
-    if marks is not None and "laguna_glm_thinking" in template.source:   # llama.cpp's Laguna patch: bare tags
+    if marks is not None and "laguna_glm_thinking" in source:   # llama.cpp's Laguna patch: bare tags
         marks = (marks[0].strip(), marks[1].strip())
-    _MARKS[template.source] = marks
     return marks
 
 
@@ -61,10 +67,7 @@ def continued(template, messages: List[Dict], asked, **extra) -> str:
     *before, last = messages
     head = template.render(before, add_generation_prompt=False, **extra)
     with_prompt = template.render(before, add_generation_prompt=True, **extra)
-    n = 0
-    while n < min(len(head), len(with_prompt)) and head[n] == with_prompt[n]:
-        n += 1
-    gen, what = with_prompt[n:], mode(last, asked)
+    gen, what = with_prompt[len(os.path.commonprefix([head, with_prompt])):], mode(last, asked)
     marks = reasoning_marks(template)
     if marks is not None:
         start, end = marks

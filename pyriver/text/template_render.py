@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from functools import cached_property
 from typing import Dict, List
 
 import jinja2
@@ -79,17 +80,16 @@ class ChatTemplate:
         self.source = source   # what pyriver.text.toolcall reads the tool-call syntax from
         self.bos_token, self.eos_token = bos_token, eos_token
 
+    @cached_property
     def supports_system_role(self) -> bool:
         """Whether a system message reaches the prompt (llama.cpp's caps check: [system, user]
         rendered, the system text used); Gemma 2's template raises on one."""
-        if not hasattr(self, "_system_role"):
-            try:
-                out = self.render([{"role": "system", "content": _SYSTEM_PROBE},
-                                   {"role": "user", "content": "User message"}], add_generation_prompt=False)
-                self._system_role = _SYSTEM_PROBE in out
-            except Exception:   # the template's own refusal (raise_exception) or any failure: not supported
-                self._system_role = False
-        return self._system_role
+        try:
+            out = self.render([{"role": "system", "content": _SYSTEM_PROBE},
+                               {"role": "user", "content": "User message"}], add_generation_prompt=False)
+        except Exception:   # the template's own refusal (raise_exception) or any failure: not supported
+            return False
+        return _SYSTEM_PROBE in out
 
     def render(self, messages: List[Dict], add_generation_prompt: bool = True, **extra) -> str:
         for m in messages:
@@ -106,7 +106,7 @@ def system_merged(template: ChatTemplate, messages: List[Dict]) -> List[Dict]:
     newline, or is dropped where it is alone. llama-cpp-python renders them as they are, and so
     does llama.cpp's built-in formatter (server/builtin_template.py)."""
     if not isinstance(template, ChatTemplate) or not messages or messages[0].get("role") != "system" \
-            or template.supports_system_role():
+            or template.supports_system_role:
         return messages
     if len(messages) == 1:
         return []
