@@ -120,6 +120,9 @@ def test_system_merged_where_the_template_has_no_system_role():
     assert system_merged(refuses, MSGS) == [{"role": "user", "content": "Be brief.\nHi"}]
     assert system_merged(refuses, MSGS[:1]) == []
     assert refuses.render(system_merged(refuses, MSGS)) == "<user>Be brief.\nHi"
+    drops = chat.ChatTemplate("{% for m in messages %}{% if m['role'] != 'system' %}<{{ m['role'] }}>"
+                              "{{ m['content'] }}{% endif %}{% endfor %}", "", "")   # renders, system text unused
+    assert system_merged(drops, MSGS) == [{"role": "user", "content": "Be brief.\nHi"}]
     chatml = chat.ChatTemplate(chat.CHATML, "", "")
     assert system_merged(chatml, MSGS) is MSGS
 
