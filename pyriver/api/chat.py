@@ -7,7 +7,7 @@ from llama_cpp.llama_chat_format import _convert_text_completion_logprobs_to_cha
 
 from pyriver.text import chat_template as chat
 from pyriver.text import completion as C
-from pyriver.text import continuation
+from pyriver.text import continuation, toolcalls
 from pyriver.text.structured import ChatPlan
 from pyriver.api.low_level import extra_samplers
 
@@ -46,6 +46,8 @@ class Chat:
             prompt = continuation.continued(self.template, messages, continue_final, **extra)
         else:
             prompt = self.template.render(messages, add_generation_prompt=add_generation_prompt, **extra)
+            if add_generation_prompt:   # as llama.cpp's handler of the template's family finishes it (Gemma 4)
+                prompt = toolcalls.family_of(self.template.source).complete_prompt(prompt)
         if server_bos and L.vocab.add_bos:   # common_chat_templates_apply, then add_special
             bos = self.template.bos_token
             return (prompt[len(bos):] if bos and prompt.startswith(bos) else prompt), True

@@ -12,6 +12,7 @@ import re
 from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
 
+from pyriver.text import reasoning
 from pyriver.text.template_render import ChatTemplate
 
 # llama.cpp's probe texts (common/chat-diff-analyzer.cpp)
@@ -35,12 +36,15 @@ def reasoning_marks(template) -> Optional[Tuple[str, str]]:
     """(start, end) of the template's reasoning as it writes them, whitespace included ("<think>\\n",
     "\\n</think>\\n\\n"), or None where it does not think: the tag before and after a reasoning it
     renders (the analyzer's compare_reasoning_presence), else the old Qwen and DeepSeek templates'
-    bare tags (its workaround for templates that split content on </think>)."""
+    bare tags (its workaround for templates that split content on </think>); Gemma 4's thought
+    channel as llama.cpp's handler writes it (its template renders reasoning beside tool calls only)."""
     return _marks(template.source)
 
 
 @lru_cache(maxsize=64)   # by source, as the tool-call caps checks (pyriver.text.toolcalls.requests)
 def _marks(source: str) -> Optional[Tuple[str, str]]:
+    if reasoning.template_tags(source) == reasoning.GEMMA4:   # common/parsers/gemma4.cpp
+        return reasoning.GEMMA4.start + "\n", reasoning.GEMMA4.end
     marks = None
     try:
         out = ChatTemplate(source, "", "").render(

@@ -13,11 +13,17 @@ llama.cpp's common/, so the rule is written out here, checked against llama-serv
 - reasoning_format none: no split, and the text after the generation prompt's tail, opening tag
   included, is all content (leading whitespace skipped); auto, deepseek and deepseek-legacy split
   alike (llama.cpp's PEG parsers no longer keep the tags in content for deepseek-legacy);
-- a stream's deltas are the differences between successive parses, reasoning before content.
+- a stream's deltas are the differences between successive parses, reasoning before content;
+- Gemma 4 (llama.cpp's peg-gemma4 parser) thinks in channels: `<|channel>thought` ... `<channel|>`
+  blocks may stand anywhere among the content; each block's reasoning (after whitespace) is joined,
+  the content around them joined as written (no whitespace skipped), empty `<|channel>`s before a
+  thought block dropped, and an unmatched `<channel|>` ends the answer (the rest is not read).
 """
 from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Optional, Tuple
+
+from pyriver.text.toolcalls.gemma4 import is_gemma4
 
 FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 _WS = " \t\n\r"
@@ -36,10 +42,18 @@ def check_format(name) -> str:
 class Tags(NamedTuple):
     start: str
     end: str
+    channels: bool = False   # Gemma 4's: thought blocks among the content (split_channels)
+
+
+GEMMA4 = Tags("<|channel>thought", "<channel|>", True)
+_CHANNEL = "<|channel>"
+_CALL = "<|tool_call>"
 
 
 def template_tags(source: Optional[str]) -> Optional[Tags]:
     """The thinking tags a chat template writes, None for a template that does not think."""
+    if source and is_gemma4(source):   # llama.cpp's Gemma 4 handler sets its thinking tags
+        return GEMMA4
     for start, end in _PAIRS:
         if source and end in source:
             return Tags(start, end)
@@ -84,6 +98,8 @@ def split(text: str, tags: Optional[Tags], fmt: str = "auto", prefix: str = "") 
     """(reasoning, content) of generated text; prefix: opened()'s tail of the prompt."""
     if tags is None:
         return "", text
+    if tags.channels:
+        return split_channels(prefix + text, tags, fmt)
     s = (prefix + text).lstrip(_WS)
     if fmt == "none":
         return "", s
@@ -98,6 +114,47 @@ def split(text: str, tags: Optional[Tags], fmt: str = "auto", prefix: str = "") 
     else:
         reasoning, content = body[:k], body[k + len(tags.end):].lstrip(_WS)
     return ("" if not reasoning.strip(_WS) else reasoning), content
+
+
+def split_channels(s: str, tags: Tags, fmt: str = "auto") -> Tuple[str, str]:
+    """Gemma 4's (reasoning, content) (see the module's docstring); with format none the thought
+    blocks stay in the content as written. As llama.cpp's parse (lenient, also at the answer's end)
+    a channel's or tag's first characters at the end are held back, except past a tool call's
+    opening, where the text is the tool-call parser's (pyriver.text.toolcalls.gemma4). A channel
+    other than thought (llama-server's 500, "does not match the expected peg-gemma4 format") keeps
+    the rest of the text as content."""
+    reasoning, content, i = [], [], 0
+    while i < len(s):
+        if s.startswith(_CHANNEL, i) or _CHANNEL.startswith(s[i:]):
+            j = i
+            while s.startswith(_CHANNEL, j) and not tags.start.startswith(s[j:j + len(tags.start)]):
+                j += len(_CHANNEL)   # empty channels before a thought block
+            if not s.startswith(tags.start, j):
+                if tags.start.startswith(s[j:]):
+                    break   # the block's opening still coming
+                content.append(s[i:])
+                break
+            b = j + len(tags.start)
+            while b < len(s) and s[b] in _WS:
+                b += 1
+            k = s.find(tags.end, b)
+            if fmt == "none":   # the block as written (llama.cpp holds back its opening, not its end)
+                content.append(s[j:] if k < 0 else s[j:k + len(tags.end)])
+            else:
+                reasoning.append(s[b:len(s) - _held(s, tags.end)] if k < 0 else s[b:k])
+            if k < 0:
+                break
+            i = k + len(tags.end)
+            continue
+        k = min((x for x in (s.find(_CHANNEL, i), s.find(tags.end, i)) if x >= 0), default=len(s))
+        piece = s[i:k]
+        if k == len(s) and _CALL not in "".join(content) + piece:   # a marker may be coming
+            piece = piece[:len(piece) - max(_held(piece, _CHANNEL), _held(piece, tags.end))]
+        content.append(piece)
+        if k < len(s) and s.startswith(tags.end, k):
+            break   # an unmatched end: llama.cpp's parse stops there
+        i = k
+    return "".join(reasoning), "".join(content)
 
 
 def message_fields(reasoning: str, content: str) -> Dict[str, str]:

@@ -6,13 +6,15 @@ text, which Qwen3.5's template iterates as a mapping; content null beside them),
 assistant turn, continued as content or as reasoning (a thinking template's reasoning start, the
 message's reasoning, its end, then the content: pyriver.text.continuation), the prefill rules'
 refusals, a system message under a template without a system role (Gemma 2: joined to the first
-user message), templates with transformers' {% generation %} tags (LFM2.5, Laguna), and a template
-file whose generation prompt opens <think> under --reasoning off (llama.cpp 0.3.36 closes nothing).
+user message), templates with transformers' {% generation %} tags (LFM2.5, Laguna), Gemma 4's
+(thinking on by default, its own tool syntax, tool results folded into the calling turn for the
+older template, the model's turn opened after a result its template leaves it closed on), and a
+template file whose generation prompt opens <think> under --reasoning off (llama.cpp 0.3.36 closes nothing).
 
 Per template only what pyriver renders as llama-server does: where it differs on purpose (a
 template that knows no tools gets them in a system message: docs/api.md, the generic family) or
 not yet (llama.cpp's autoparser finds some templates' reasoning tags that pyriver does not: their
-prefills; Gemma 4's thinking), the case is left out (docs/server.md)."""
+prefills), the case is left out (docs/server.md)."""
 from __future__ import annotations
 
 import json
@@ -43,6 +45,7 @@ REQUESTS = {
     "tool-history": {"messages": HISTORY, "tools": [TOOL]},
     "history": {"messages": HISTORY},
     "ends-at-tool": {"messages": HISTORY[:3]},
+    "said-then-called": {"messages": [U, dict(CALL, content="Let me look."), HISTORY[2]]},
     "prefill": {"messages": [U, {"role": "assistant", "content": "Sure, here"}]},
     "prefill-reasoning": {"messages": [U, {"role": "assistant", "content": "", "reasoning_content": "Let me"}]},
     "prefill-both": {"messages": [U, BOTH]},
@@ -66,6 +69,10 @@ CONFIGS = [
     ("qwen3", "Qwen-Qwen3-0.6B.jinja", (), ["user", "tool-history", *PREFILLS]),
     ("deepseek-r1", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", (), ["user", "no-thinking", *PREFILLS]),
     ("gemma2", "google-gemma-2-2b-it.jinja", (), ["user", "system-user", "prefill"]),
+    ("gemma4", "google-gemma-4-31B-it.jinja", (), ["user", "system-user", "no-thinking", "tools", "tool-history",
+                                                   "said-then-called", *PREFILLS]),
+    ("gemma4-interleaved", "google-gemma-4-31B-it-interleaved.jinja", (), ["history", "ends-at-tool",
+                                                                           "said-then-called"]),
     ("lfm2.5", "LFM2.5-8B-A1B.jinja", (), ["user", "system-user", "no-thinking"]),
     ("laguna", "poolside-Laguna-XS.2.jinja", (), ["user", "tool-history", *PREFILLS]),
     ("gguf", "", (), ["user", "system-user", "prefill", "no-generation-prompt", "two-assistants"]),
@@ -119,3 +126,5 @@ def test_the_cases_ask_something(both, request):
             assert want[name][0][0] == 400 and want[name][1][0] == 400
     if "prefill" in want:
         assert want["prefill"][0][1].endswith("Sure, here")
+    if request.node.callspec.id == "gemma4":   # the model's turn opened after the result (llama.cpp's handler)
+        assert want["said-then-called"][0][1].endswith("Let me look.<turn|>\n<|turn>model\n")

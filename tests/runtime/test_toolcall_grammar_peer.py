@@ -35,6 +35,7 @@ GPT_OSS = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|mes
 F31 = "<function=get_weather>" + ARGS + "</function>"
 F32 = "get_weather\n" + ARGS
 L3 = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
+G4 = '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>'
 SAY = "Let me look that up.\n"
 
 # template: texts (the model's, after the generation prompt)
@@ -64,6 +65,11 @@ TEXTS = {
         F31, SAY + F31, "<function=get_weather> " + ARGS + "</function>", F31 + "\n" + F31, "It is sunny."],
     "meetkai-functionary-medium-v3.2": [
         F32, "all\nhm" + F32, "all\nhm>>>" + F32, F32 + F32, F32 + ">>>" + F32, "all\nIt is sunny."],
+    "google-gemma-4-31B-it": [   # no content before the call: a thought block may come first
+        G4, "<|channel>thought\nhm<channel|>" + G4, SAY + G4, G4 + G4, "<|channel><|channel>thought\nhm<channel|>" + G4,
+        G4.replace("{city:", "{ city: ").replace("|>}", "|> }"),
+        '<|tool_call>call:get_weather{city:-1.5e3,n:[1, true,null],o:{a:<|"|>b<|"|>}}<tool_call|>',
+        G4.replace("city", "a{b"), "It is sunny."],
     "meta-llama-Llama-3.1-8B-Instruct": [
         L3, SAY + L3, L3.replace("{\"name", "{\"type\": \"function\", \"name"), L3.replace(", ", " ,\n"),
         L3.replace("parameters", "arguments"), "It is sunny."],

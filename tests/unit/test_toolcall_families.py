@@ -35,7 +35,8 @@ TEMPLATES = [
     ("deepseek-ai-DeepSeek-V3.1", "deepseek-v3.1"), ("meetkai-functionary-medium-v3.1", "functionary-v3.1"),
     ("meetkai-functionary-medium-v3.2", "functionary-v3.2"), ("moonshotai-Kimi-K2", "kimi-k2"),
     ("Kimi-K2-Thinking", "kimi-k2"), ("ibm-granite-granite-3.3-2B-Instruct", "granite-3"),
-    ("google-gemma-2-2b-it", "generic"),
+    ("google-gemma-2-2b-it", "generic"), ("google-gemma-4-31B-it", "gemma4"),
+    ("google-gemma-4-31B-it-interleaved", "gemma4"),
 ]
 
 
@@ -157,6 +158,27 @@ CASES = [
      'Sure. {"type": "function", "name": "special_function", "parameters": {"arg1": 1}}', "Sure.", "",
      [("special_function", {"arg1": 1})]),
 ]
+# Gemma 4's, from test-chat.cpp's google-gemma-4-31B-it cases
+G4 = "'<|tool_call>call:'"
+TODO = {"type": "function", "function": {"name": "todo_list", "parameters": {"type": "object", "properties": {
+    "todos": {"type": "array", "items": {"type": "string"}}}}}}
+CONFIG = {"type": "function", "function": {"name": "set_config", "parameters": {"type": "object", "properties": {
+    "config": {"type": "object"}}}}}
+CASES += [
+    ("gemma4", G4, [GET_TIME], '<|tool_call>call:get_time{city:<|"|>San Francisco<|"|>}<tool_call|>', None, "",
+     [("get_time", {"city": "San Francisco"})]),
+    ("gemma4-content", G4, [GET_TIME], "Hello, world!\nWhat's up?<|tool_call>call:get_time{city:<|\"|>Paris<|\"|>}<tool_call|>",
+     "Hello, world!\nWhat's up?", "", [("get_time", {"city": "Paris"})]),
+    ("gemma4-two", G4, [GET_TIME, SPECIAL],
+     '<|tool_call>call:get_time{city:<|"|>London<|"|>}<tool_call|><|tool_call>call:special_function{arg1:-7}<tool_call|>',
+     None, "", [("get_time", {"city": "London"}), ("special_function", {"arg1": -7})]),
+    ("gemma4-values", G4, [TODO, CONFIG, SPECIAL],
+     '<|tool_call>call:todo_list{todos:[<|"|>buy milk<|"|>,<|"|>walk dog<|"|>]}<tool_call|>'
+     '<|tool_call>call:set_config{config:{theme:<|"|>dark<|"|>,count:3,x:1.5e10,on:true,off:false,no:null,e:{},a:[]}}<tool_call|>',
+     None, "", [("todo_list", {"todos": ["buy milk", "walk dog"]}),
+                ("set_config", {"config": {"theme": "dark", "count": 3, "x": 1.5e10, "on": True, "off": False,
+                                           "no": None, "e": {}, "a": []}})]),
+]
 IDS = {"mistral-nemo": "123456789", "kimi-k2": "functions.special_function:0", "mistral-small-3.2": "123456789"}
 
 
@@ -266,3 +288,33 @@ def test_hermes_comma_separated_calls_in_one_tag():
     msg, finish = T.message(text, "stop", tp)
     assert finish == "tool_calls" and msg["content"] is None
     assert [json.loads(c["function"]["arguments"])["city"] for c in msg["tool_calls"]] == ["Paris", "Rome"]
+
+
+@pytest.mark.parametrize("text,args", [
+    ('<|tool_call>call:set_config{config:{theme:<|"|>da', '{"config":{"theme":"da'),
+    ('<|tool_call>call:set_config{config:{theme:<|', '{"config":{"theme":"'),
+    ('<|tool_call>call:set_config{config:{the', '{"config":{"the'),
+    ('<|tool_call>call:set_config{config:[1,', '{"config":[1,'),
+    ('<|tool_call>call:set_config{', '{'),
+    ('<|tool_call>call:set_config{config:{a:<|"|>x"y\n<|"|>}}', '{"config":{"a":"x\\"y\\n"}}'),
+])
+def test_gemma4_arguments_as_llama_cpp_writes_them(text, args):
+    """gemma4_to_json: compact JSON, strings escaped, a value the text cuts short left open."""
+    tp = T.plan([CONFIG], "auto", None, G4)
+    p = T.read(text, tp, partial=True)
+    assert [(c.name, c.arguments) for c in p.calls] == [("set_config", args)]
+
+
+def test_gemma4_prompt_mends():
+    """llama.cpp's Gemma 4 handler: results folded into the calling turn for a template without the
+    forward scan; the model's turn opened after a result the template leaves it closed on."""
+    fam = T.family_of(G4)
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c0", "type": "function",
+                                                               "function": {"name": "get_time", "arguments": {}}}]}
+    msgs = [{"role": "user", "content": "Hi"}, call, {"role": "tool", "tool_call_id": "c0", "content": '{"r": "ok"}'},
+            {"role": "assistant", "content": "Done."}]
+    assert fam.prepare(msgs, G4) == [msgs[0], {"role": "assistant", "tool_calls": call["tool_calls"], "content": "Done.",
+                                               "tool_responses": [{"name": "get_time", "response": {"r": "ok"}}]}]
+    assert fam.prepare(msgs, G4 + "{#- OpenAI Chat Completions: -#}") == msgs
+    assert fam.complete_prompt("x<turn|>\n") == "x<turn|>\n<|turn>model\n"
+    assert fam.complete_prompt("<|turn>model\n") == "<|turn>model\n"

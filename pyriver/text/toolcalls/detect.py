@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pyriver.text.toolcalls import deepseek, functionary, harmony, hermes, kimi, llama3, mistral, qwen3_coder
+from pyriver.text.toolcalls import deepseek, functionary, gemma4, harmony, hermes, kimi, llama3, mistral, qwen3_coder
 from pyriver.text.toolcalls.family import Family
 
 
@@ -26,6 +26,8 @@ def family_of(template_source: str) -> Family:
         return functionary.FunctionaryV32()
     if _has(src, "<|tool_calls_section_begin|>", "<|tool_call_begin|>"):
         return kimi.KimiK2()
+    if gemma4.is_gemma4(src):
+        return gemma4.Gemma4()
     if (_has(src, "<tool_call>", "<function=", "<parameter=")
             and "'<tool_call><function=' ~ tool_call.name ~ '>'" not in src):
         return qwen3_coder.Qwen3Coder(thinking="<think>" in src)

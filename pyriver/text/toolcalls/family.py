@@ -66,6 +66,14 @@ class Family:
         """Whether a stream holds text back whole until the end (a bare JSON call may be coming)."""
         return False
 
+    def prepare(self, messages: List[Dict], source: str) -> List[Dict]:
+        """The messages as llama.cpp hands them to this family's template (its workarounds)."""
+        return messages
+
+    def complete_prompt(self, prompt: str) -> str:
+        """A prompt rendered with the generation prompt, as llama.cpp's handler finishes it."""
+        return prompt
+
 
 def args_rules(conv: SchemaConverter, tools: List[Dict]) -> List[Tuple[str, str, Dict]]:
     """(name, rule of its JSON arguments, parameters schema) of each tool."""

@@ -170,10 +170,11 @@ def renders_parallel(template_source: str) -> bool:
 
 def render_messages(messages: List[Dict], tp: Optional[ToolPlan], template_source: str) -> Tuple[List[Dict], Dict]:
     """(messages, extra template variables) to render a request with."""
-    msgs = normalize_messages(messages, detect.family_of(template_source).knows_tools, _caps(template_source)[0])
+    fam = detect.family_of(template_source)
+    msgs = fam.prepare(normalize_messages(messages, fam.knows_tools, _caps(template_source)[0]), template_source)
     if tp is None:
         return msgs, {}
-    if not detect.family_of(template_source).knows_tools:
+    if not fam.knows_tools:
         sys_text = generic_system(tp.tools)
         if msgs and msgs[0]["role"] == "system":
             msgs[0] = dict(msgs[0], content=msgs[0]["content"] + "\n\n" + sys_text)
