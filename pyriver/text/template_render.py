@@ -4,6 +4,7 @@ llama.cpp gives every template beside the messages. Apart from chat_template.py 
 package can render a template (its caps checks) without importing the chat results."""
 from __future__ import annotations
 
+import copy
 import json
 from datetime import datetime
 from functools import cached_property
@@ -11,7 +12,7 @@ from typing import Dict, List
 
 import jinja2
 import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import SandboxedEnvironment
 
 
 class MinjaUndefined(jinja2.Undefined):
@@ -70,10 +71,12 @@ _SYSTEM_PROBE = "System message"
 
 class ChatTemplate:
     def __init__(self, source: str, bos_token: str, eos_token: str):
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader(),
-                                            extensions=["jinja2.ext.loopcontrols",   # {% break %} (Cohere ...)
-                                                        _Generation],
-                                            undefined=MinjaUndefined)
+        # sandboxed, lists and dicts mutable as in llama.cpp's engine (Kimi K2's template appends to
+        # and pops a list of its own); render() hands the template copies of what it is given
+        env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader(),
+                                   extensions=["jinja2.ext.loopcontrols",   # {% break %} (Cohere ...)
+                                               _Generation],
+                                   undefined=MinjaUndefined)
         env.filters["tojson"] = _tojson
         env.filters["safe"] = _safe
         self.template = env.from_string(source)
@@ -95,9 +98,10 @@ class ChatTemplate:
         for m in messages:
             if not isinstance(m, dict) or "role" not in m:
                 raise ValueError(f"each message needs a 'role': {m!r}")
-        return self.template.render(messages=messages, bos_token=self.bos_token, eos_token=self.eos_token,
-                                    add_generation_prompt=add_generation_prompt, raise_exception=_raise,
-                                    strftime_now=lambda f: datetime.now().strftime(f), **extra)
+        return self.template.render(messages=copy.deepcopy(messages), bos_token=self.bos_token,
+                                    eos_token=self.eos_token, add_generation_prompt=add_generation_prompt,
+                                    raise_exception=_raise, strftime_now=lambda f: datetime.now().strftime(f),
+                                    **copy.deepcopy(extra))
 
 
 def system_merged(template: ChatTemplate, messages: List[Dict]) -> List[Dict]:

@@ -8,8 +8,8 @@ message's reasoning, its end, then the content: pyriver.text.continuation), the 
 refusals, a system message under a template without a system role (Gemma 2: joined to the first
 user message), templates with transformers' {% generation %} tags (LFM2.5, Laguna), Gemma 4's
 (thinking on by default, its own tool syntax, tool results folded into the calling turn for the
-older template, the model's turn opened after a result its template leaves it closed on), and a
-template file whose generation prompt opens <think> under --reasoning off (llama.cpp 0.3.36 closes nothing).
+older template, the model's turn opened after a result its template leaves it closed on), Kimi K2's
+(its template appends to a list of its own), and a template file whose generation prompt opens <think> under --reasoning off (llama.cpp 0.3.36 closes nothing).
 
 Per template only what pyriver renders as llama-server does: where it differs on purpose (a
 template that knows no tools gets them in a system message: docs/api.md, the generic family) or
@@ -71,6 +71,8 @@ CONFIGS = [
     ("gemma2", "google-gemma-2-2b-it.jinja", (), ["user", "system-user", "prefill"]),
     ("gemma4", "google-gemma-4-31B-it.jinja", (), ["user", "system-user", "no-thinking", "tools", "tool-history",
                                                    "said-then-called", *PREFILLS]),
+    # Kimi K2's template keeps tool-call ids in a list it appends to and pops (llama.cpp's engine lets it)
+    ("kimi-k2", "Kimi-K2-Thinking.jinja", (), ["user", "tools", "tool-history", "history", "ends-at-tool"]),
     ("gemma4-interleaved", "google-gemma-4-31B-it-interleaved.jinja", (), ["history", "ends-at-tool",
                                                                            "said-then-called"]),
     ("lfm2.5", "LFM2.5-8B-A1B.jinja", (), ["user", "system-user", "no-thinking"]),

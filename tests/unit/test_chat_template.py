@@ -42,6 +42,17 @@ def test_template_is_sandboxed():
         t.render(MSGS)
 
 
+def test_template_lists_are_mutable_and_the_callers_messages_kept():
+    """As llama.cpp's engine: a template appends to and pops a list of its own (Kimi K2's tool-call
+    ids); what it is handed are copies, so a template that pops the messages leaves the caller's."""
+    t = chat.ChatTemplate("{% set q = namespace(ids=[]) %}{% for m in messages %}{% set _ = q.ids.append(m.role) %}"
+                          "{% endfor %}{{ q.ids.pop(0) }}{{ q.ids | length }}{% set _ = messages.pop() %}"
+                          "{% set _ = tools[0].update({'x': 1}) %}", "", "")
+    msgs, tools = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], [{"name": "f"}]
+    assert t.render(msgs, tools=tools) == "user1"
+    assert len(msgs) == 2 and tools == [{"name": "f"}]
+
+
 def test_message_without_role_is_a_value_error():
     with pytest.raises(ValueError, match="role"):
         chat.ChatTemplate(chat.CHATML, "", "").render([{"content": "x"}])
