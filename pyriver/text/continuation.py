@@ -12,7 +12,7 @@ import re
 from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
 
-from pyriver.text import reasoning
+from pyriver.text import toolcalls
 from pyriver.text.template_render import ChatTemplate
 
 # llama.cpp's probe texts (common/chat-diff-analyzer.cpp)
@@ -36,15 +36,16 @@ def reasoning_marks(template) -> Optional[Tuple[str, str]]:
     """(start, end) of the template's reasoning as it writes them, whitespace included ("<think>\\n",
     "\\n</think>\\n\\n"), or None where it does not think: the tag before and after a reasoning it
     renders (the analyzer's compare_reasoning_presence), else the old Qwen and DeepSeek templates'
-    bare tags (its workaround for templates that split content on </think>); Gemma 4's thought
-    channel as llama.cpp's handler writes it (its template renders reasoning beside tool calls only)."""
+    bare tags (its workaround for templates that split content on </think>); where llama.cpp has a
+    handler of its own for the template (Gemma 4, Kimi K2, gpt-oss, Ministral 3), that handler's."""
     return _marks(template.source)
 
 
 @lru_cache(maxsize=64)   # by source, as the tool-call caps checks (pyriver.text.toolcalls.requests)
 def _marks(source: str) -> Optional[Tuple[str, str]]:
-    if reasoning.template_tags(source) == reasoning.GEMMA4:   # common/parsers/gemma4.cpp
-        return reasoning.GEMMA4.start + "\n", reasoning.GEMMA4.end
+    fam = toolcalls.family_of(source)
+    if fam.continue_marks is not None:   # llama.cpp's specialized handler of the template
+        return fam.continue_marks
     marks = None
     try:
         out = ChatTemplate(source, "", "").render(
@@ -70,7 +71,8 @@ def continued(template, messages: List[Dict], asked, **extra) -> str:
     continue_final_message, True or None for llama.cpp's auto)."""
     *before, last = messages
     head = template.render(before, add_generation_prompt=False, **extra)
-    with_prompt = template.render(before, add_generation_prompt=True, **extra)
+    with_prompt = toolcalls.family_of(template.source).complete_prompt(
+        template.render(before, add_generation_prompt=True, **extra))
     gen, what = with_prompt[len(os.path.commonprefix([head, with_prompt])):], mode(last, asked)
     marks = reasoning_marks(template)
     if marks is not None:

@@ -9,7 +9,8 @@ refusals, a system message under a template without a system role (Gemma 2: join
 user message), templates with transformers' {% generation %} tags (LFM2.5, Laguna), Gemma 4's
 (thinking on by default, its own tool syntax, tool results folded into the calling turn for the
 older template, the model's turn opened after a result its template leaves it closed on), Kimi K2's
-(its template appends to a list of its own), and a template file whose generation prompt opens <think> under --reasoning off (llama.cpp 0.3.36 closes nothing).
+(its template appends to a list of its own), prefills on the templates llama.cpp has a handler of
+its own for (Gemma 4, Kimi K2, gpt-oss, Ministral 3: their reasoning block), and a template file whose generation prompt opens <think> under --reasoning off (llama.cpp 0.3.36 closes nothing).
 
 Per template only what pyriver renders as llama-server does: where it differs on purpose (a
 template that knows no tools gets them in a system message: docs/api.md, the generic family) or
@@ -72,7 +73,10 @@ CONFIGS = [
     ("gemma4", "google-gemma-4-31B-it.jinja", (), ["user", "system-user", "no-thinking", "tools", "tool-history",
                                                    "said-then-called", *PREFILLS]),
     # Kimi K2's template keeps tool-call ids in a list it appends to and pops (llama.cpp's engine lets it)
-    ("kimi-k2", "Kimi-K2-Thinking.jinja", (), ["user", "tools", "tool-history", "history", "ends-at-tool"]),
+    ("kimi-k2", "Kimi-K2-Thinking.jinja", (), ["user", "tools", "tool-history", "history", "ends-at-tool", *PREFILLS]),
+    # llama.cpp's own handlers continue a message in their reasoning block (gpt-oss's analysis channel)
+    ("gpt-oss", "openai-gpt-oss-120b.jinja", (), ["user", *PREFILLS]),
+    ("ministral3", "mistralai-Ministral-3-14B-Reasoning-2512.jinja", (), ["user", *PREFILLS]),
     ("gemma4-interleaved", "google-gemma-4-31B-it-interleaved.jinja", (), ["history", "ends-at-tool",
                                                                            "said-then-called"]),
     ("lfm2.5", "LFM2.5-8B-A1B.jinja", (), ["user", "system-user", "no-thinking"]),

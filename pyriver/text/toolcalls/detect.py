@@ -19,7 +19,7 @@ def family_of(template_source: str) -> Family:
     src = template_source or ""
     # llama.cpp's specialized templates, in its order
     if _has(src, "[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]") and "[CALL_ID]" not in src:
-        return mistral.MistralArgs()   # Ministral / Magistral 3
+        return mistral.MistralArgs(ministral3=True)   # Ministral / Magistral 3
     if "<|channel|>" in src:
         return harmony.Harmony()       # gpt-oss
     if _has(src, ">>>all", ">>>${recipient}"):

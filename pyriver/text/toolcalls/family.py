@@ -41,6 +41,10 @@ class Family:
     # tool_choice required: the text llama.cpp's grammar lets come before the calls, up to the
     # first of these (its until()); () where the calls begin the answer
     content_until: Tuple[str, ...] = ()
+    # llama.cpp's handler of the family continues a final assistant message (has_continuation) after
+    # the generation prompt as: START, the message's reasoning, then for its content END and the
+    # content; None: llama.cpp's autoparser, what the template writes (pyriver.text.continuation)
+    continue_marks: Optional[Tuple[str, str]] = None
     # llama.cpp's parser has space() between the generation prompt (and reasoning) and the content
     # (its `<<`): whitespace the answer begins with is not content; False where it reads them with `+`
     lead_space = True

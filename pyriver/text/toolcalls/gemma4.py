@@ -157,6 +157,7 @@ class Gemma4(Family):
     name = "gemma4"
     words = (OPEN,)   # llama.cpp's lazy trigger
     lead_space = False   # llama.cpp's parser reads the content as written
+    continue_marks = ("<|channel>thought\n", "<channel|>")
 
     def parse(self, text: str, tools: List[Dict], partial: bool) -> Parsed:
         names = sorted(names_of(tools), key=len, reverse=True)

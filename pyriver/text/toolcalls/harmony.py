@@ -24,6 +24,7 @@ _CHANNEL = re.compile(r"<\|channel\|>(\w+)")
 class Harmony(Family):
     name = "gpt-oss"
     channels = True
+    continue_marks = ("<|channel|>analysis<|message|>", "<|end|><|start|>assistant<|channel|>final<|message|>")
     lead_space = False   # llama.cpp's parser: generation prompt + content, no space() between
     # llama.cpp's triggers (common/parsers/gpt-oss.cpp): a group, else the match, starts the call (the
     # generation prompt ends with <|start|>assistant: a first message's header is the text's start)

@@ -18,6 +18,7 @@ class KimiK2(Marked):
     call_open, call_close = "<|tool_call_begin|>", "<|tool_call_end|>"
     before_name, after_name = "functions.", ":0<|tool_call_argument_begin|>"
     close_optional = True
+    continue_marks = ("<think>", "</think>")   # common/parsers/kimi-k2.cpp
     lead_space = False   # llama.cpp's parser: generation prompt + content, no space() between
     words = ("<|tool_call_begin|>",)   # llama.cpp's lazy trigger: the call, not the section
     # required: reasoning and content up to the section or a call (llama.cpp's until_one_of)

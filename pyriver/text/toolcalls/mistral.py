@@ -94,6 +94,11 @@ class MistralArgs(Marked):
     # common/parsers/ministral3.cpp: reasoning << content(until("[TOOL_CALLS]")) << calls)
     content_until = ("[TOOL_CALLS]",)
 
+    def __init__(self, ministral3: bool = False):
+        # llama.cpp's Ministral / Magistral 3 handler (common/parsers/ministral3.cpp) continues a message
+        # in a [THINK] block; Mistral Small 3.2 and Devstral go through its autoparser
+        self.continue_marks = ("[THINK]", "[/THINK]") if ministral3 else None
+
     def head(self, text: str, k: int, partial: bool, names: Sequence[str]):
         for n in sorted(names, key=len, reverse=True):
             m = _CALL_ID.match(text, k + len(n)) if text.startswith(n, k) else None
