@@ -36,6 +36,8 @@ F31 = "<function=get_weather>" + ARGS + "</function>"
 F32 = "get_weather\n" + ARGS
 L3 = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
 G4 = '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>'
+GLM46 = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>"
+GLM47 = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>"
 SAY = "Let me look that up.\n"
 
 # template: texts (the model's, after the generation prompt)
@@ -70,6 +72,12 @@ TEXTS = {
         G4.replace("{city:", "{ city: ").replace("|>}", "|> }"),
         '<|tool_call>call:get_weather{city:-1.5e3,n:[1, true,null],o:{a:<|"|>b<|"|>}}<tool_call|>',
         G4.replace("city", "a{b"), "It is sunny."],
+    "GLM-4.6": [GLM46, SAY + GLM46, "<think>hm</think>\n" + SAY + GLM46, GLM46.replace("Paris", "Pa\nris <b>"),
+                GLM46.replace("</arg_value>\n</tool_call>", "</arg_value> </tool_call>"), GLM46 + "\n" + GLM46,
+                "It is sunny.", GLM46.replace("get_weather\n", "get_weather")],
+    "GLM-4.7-Flash": [GLM47, "hm</think>" + GLM47, "hm</think>" + SAY + GLM47, GLM47.replace("get_weather", "get_weather\n"),
+                      GLM47.replace("<arg_value>", " <arg_value>"), GLM47 + GLM47, "hm</think>It is sunny."],
+    "poolside-Laguna-XS.2": [GLM46, "hm</think>\n" + GLM46, "hm</think>\n" + SAY + GLM46, GLM46 + "\n" + GLM46],
     "meta-llama-Llama-3.1-8B-Instruct": [
         L3, SAY + L3, L3.replace("{\"name", "{\"type\": \"function\", \"name"), L3.replace(", ", " ,\n"),
         L3.replace("parameters", "arguments"), "It is sunny."],

@@ -36,7 +36,8 @@ TEMPLATES = [
     ("meetkai-functionary-medium-v3.2", "functionary-v3.2"), ("moonshotai-Kimi-K2", "kimi-k2"),
     ("Kimi-K2-Thinking", "kimi-k2"), ("ibm-granite-granite-3.3-2B-Instruct", "granite-3"),
     ("google-gemma-2-2b-it", "generic"), ("google-gemma-4-31B-it", "gemma4"),
-    ("google-gemma-4-31B-it-interleaved", "gemma4"),
+    ("google-gemma-4-31B-it-interleaved", "gemma4"), ("GLM-4.6", "glm"), ("GLM-4.7-Flash", "glm"),
+    ("poolside-Laguna-XS.2", "glm"),
 ]
 
 
@@ -179,6 +180,22 @@ CASES += [
                 ("set_config", {"config": {"theme": "dark", "count": 3, "x": 1.5e10, "on": True, "off": False,
                                            "no": None, "e": {}, "a": []}})]),
 ]
+# GLM 4.x's key and value tags, from test-chat.cpp's GLM-4.6 and GLM-4.7-Flash cases; GLM-4.6's
+# separators (newlines) read off a template that renders a call as its template does
+GLM46 = ("{% for m in messages %}{% for tc in m.tool_calls or [] %}<tool_call>{{ tc.function.name }}\n"
+         "{% for k, v in tc.function.arguments.items() %}<arg_key>{{ k }}</arg_key>\n<arg_value>{{ v }}</arg_value>\n"
+         "{% endfor %}</tool_call>{% endfor %}{% endfor %}")
+GLM47 = "<tool_call><arg_key><arg_value>"
+CASES += [
+    ("glm-4.6", GLM46, [SPECIAL], "<tool_call>special_function\n<arg_key>arg1</arg_key>\n<arg_value>1</arg_value>\n</tool_call>",
+     None, "", [("special_function", {"arg1": 1})]),
+    ("glm-4.7", GLM47, [SPECIAL], "<tool_call>special_function<arg_key>arg1</arg_key><arg_value>1</arg_value></tool_call>",
+     None, "", [("special_function", {"arg1": 1})]),
+    ("glm-4.7-content", GLM47, [GET_TIME, SPECIAL],
+     'Let me look.<tool_call>get_time<arg_key>city</arg_key><arg_value>New "York"\n</arg_value></tool_call>'
+     "<tool_call>special_function<arg_key>arg1</arg_key><arg_value>-2.5</arg_value></tool_call>",
+     "Let me look.", "", [("get_time", {"city": 'New "York"\n'}), ("special_function", {"arg1": -2.5})]),
+]
 IDS = {"mistral-nemo": "123456789", "kimi-k2": "functions.special_function:0", "mistral-small-3.2": "123456789"}
 
 
@@ -318,3 +335,25 @@ def test_gemma4_prompt_mends():
     assert fam.prepare(msgs, G4 + "{#- OpenAI Chat Completions: -#}") == msgs
     assert fam.complete_prompt("x<turn|>\n") == "x<turn|>\n<|turn>model\n"
     assert fam.complete_prompt("<|turn>model\n") == "<|turn>model\n"
+
+
+def test_glm_separators_read_off_the_template():
+    from pyriver.text.toolcalls import keyvalue
+    assert keyvalue.separators(GLM46) == ("\n", "\n", "\n")
+    assert keyvalue.separators(GLM47) == ("", "", "")
+    d = _templates_dir()
+    if d is not None:
+        assert keyvalue.separators((d / "GLM-4.6.jinja").read_text()) == ("\n", "\n", "\n")
+        assert keyvalue.separators((d / "GLM-4.7-Flash.jinja").read_text()) == ("", "", "")
+
+
+@pytest.mark.parametrize("text,args", [
+    ("<tool_call>get_time<arg_key>city</arg_key>", '{"city":'),   # the key as its tag ends
+    ("<tool_call>get_time<arg_key>city</arg_key><arg_value>", '{"city":"'),   # the quote as the value opens
+    ("<tool_call>get_time<arg_key>city</arg_key><arg_value>Par</arg_v", '{"city":"Par'),
+    ("<tool_call>get_time<arg_key>ci", "{"),
+])
+def test_glm_arguments_as_they_stream(text, args):
+    """As llama-server's stream gave them for GLM-4.6 (tests/runtime/test_toolcall_peer.py)."""
+    p = T.read(text, T.plan([GET_TIME], "auto", None, GLM47), partial=True)
+    assert [(c.name, c.arguments) for c in p.calls] == [("get_time", args)]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pyriver.text.toolcalls import deepseek, functionary, gemma4, harmony, hermes, kimi, llama3, mistral, qwen3_coder
+from pyriver.text.toolcalls import (deepseek, functionary, gemma4, harmony, hermes, keyvalue, kimi, llama3, mistral,
+                                    qwen3_coder)
 from pyriver.text.toolcalls.family import Family
 
 
@@ -34,6 +35,8 @@ def family_of(template_source: str) -> Family:
     # the autoparser's families: the markers their templates render calls with
     if "<｜tool▁calls▁begin｜>" in src:
         return deepseek.DeepSeek(fenced="```json" in src)   # R1 (fenced JSON) or V3.1
+    if keyvalue.is_keyvalue(src):
+        return keyvalue.KeyValue(src)   # GLM 4.x
     if "<tool_call>" in src:
         return hermes.Hermes()         # Hermes 2 Pro, Qwen 2.5 / 3, Granite 4
     if "[TOOL_CALLS]" in src:
