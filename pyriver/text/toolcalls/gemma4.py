@@ -12,6 +12,7 @@ import json
 import re
 from typing import Dict, List, Optional, Tuple
 
+from pyriver.text.toolcalls import jsontext as J
 from pyriver.text.toolcalls.family import Call, Family, Parsed, lit, names_of, repeat
 from pyriver.text.toolcalls.until import excluding
 
@@ -62,7 +63,7 @@ class _Reader:
             e = s.find(QUOTE, k + len(QUOTE))
             body = s[k + len(QUOTE):] if e < 0 else s[k + len(QUOTE):e]
             if e < 0:
-                body = body[:len(body) - _held(body, QUOTE)]
+                body = body[:len(body) - J.held(body, QUOTE)]
             self.out.append(json.dumps(body, ensure_ascii=False)[1:-1])
             if e < 0:
                 raise _Cut if self.partial else _Bad
@@ -146,13 +147,6 @@ def to_json(s: str, k: int, partial: bool) -> Tuple[Optional[str], int]:
     return "".join(r.out), end
 
 
-def _held(text: str, tag: str) -> int:
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
-
-
 class Gemma4(Family):
     name = "gemma4"
     words = (OPEN,)   # llama.cpp's lazy trigger
@@ -163,7 +157,7 @@ class Gemma4(Family):
         names = sorted(names_of(tools), key=len, reverse=True)
         k = text.find(OPEN)
         if k < 0:
-            held = _held(text, OPEN) if partial else 0
+            held = J.held(text, OPEN) if partial else 0
             return Parsed(text[:len(text) - held])
         out, i = Parsed(text[:k]), k
         while text.startswith(OPEN, i) or (partial and i < len(text) and OPEN.startswith(text[i:])):
