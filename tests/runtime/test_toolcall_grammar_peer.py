@@ -38,6 +38,9 @@ L3 = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
 G4 = '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>'
 GLM46 = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n</tool_call>"
 GLM47 = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>"
+SEED = "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n</seed:tool_call>"
+MINIMAX = ('<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n</invoke>\n'
+           "</minimax:tool_call>")
 SAY = "Let me look that up.\n"
 
 # template: texts (the model's, after the generation prompt)
@@ -77,6 +80,13 @@ TEXTS = {
                 "It is sunny.", GLM46.replace("get_weather\n", "get_weather")],
     "GLM-4.7-Flash": [GLM47, "hm</think>" + GLM47, "hm</think>" + SAY + GLM47, GLM47.replace("get_weather", "get_weather\n"),
                       GLM47.replace("<arg_value>", " <arg_value>"), GLM47 + GLM47, "hm</think>It is sunny."],
+    "ByteDance-Seed-OSS": [SEED, SAY + SEED, "<seed:think>hm</seed:think>\n" + SEED, SEED.replace("Paris", "Pa\nris"),
+                           SEED.replace(">\n<parameter", "><parameter"), SEED + SEED, "It is sunny.",
+                           SEED.replace("</parameter>\n</function>", "</parameter></function>")],
+    "MiniMax-M2": [MINIMAX, SAY + MINIMAX, "<think>\nhm\n</think>\n\n" + SAY + MINIMAX, MINIMAX.replace("Paris", "Pa\nris"),
+                   MINIMAX.replace("</invoke>\n", '</invoke>\n, <invoke name="get_weather">\n<parameter name="city">X'
+                                   '</parameter>\n</invoke>\n'), MINIMAX + MINIMAX, "It is sunny.",
+                   MINIMAX.replace('">\n<parameter', '"><parameter')],
     "poolside-Laguna-XS.2": [GLM46, "hm</think>\n" + GLM46, "hm</think>\n" + SAY + GLM46, GLM46 + "\n" + GLM46],
     "meta-llama-Llama-3.1-8B-Instruct": [
         L3, SAY + L3, L3.replace("{\"name", "{\"type\": \"function\", \"name"), L3.replace(", ", " ,\n"),

@@ -36,7 +36,7 @@ import pytest
 from pyriver.tools import llama_server as ls
 from server_proc import ServerProcess, http, llama_server, sse
 
-pytestmark = [pytest.mark.slow, pytest.mark.long,   # 2:13 on a 2-core Zen 3: two servers for each of 11 templates
+pytestmark = [pytest.mark.slow, pytest.mark.long,   # 2:13 on a 2-core Zen 3: two servers for each of 12 templates
               pytest.mark.skipif(not ls.binary().is_file(), reason="llama-server is not built into the cache")]
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Current weather of a city",
@@ -80,9 +80,11 @@ HELD = {"meta-llama-Llama-3.1-8B-Instruct": ("{", 4, 26),
         # GLM-4.6 (key and value tags), thinking off; no cut-name case: llama-server's content for a
         # call cut before its name is the raw text, the newline the answer opens with included
         # (pyriver's reasoning split takes it), a near-edge left out
-        "GLM-4.6": ("<tool_call>", None, 22)}
+        "GLM-4.6": ("<tool_call>", None, 22),
+        # Seed-OSS (<function=NAME> and <parameter=K> tags in a <seed:tool_call> section)
+        "ByteDance-Seed-OSS": ("<seed:tool_call>", 10, 22)}
 EXTRA = {"GLM-4.6": {"chat_template_kwargs": {"enable_thinking": False}}}
-WHOLE = {"GLM-4.6": 60}   # max_tokens of the whole call where 40 do not hold it (SmolLM2's tokens of its tags)
+WHOLE = {"GLM-4.6": 60, "ByteDance-Seed-OSS": 60}   # max_tokens of the whole call where 40 do not hold it (SmolLM2's tokens of its tags)
 BIAS = 5
 # auto left out: llama-server answers 500 "The model produced output that does not match the
 # expected peg-native format" (Llama 3.x: no grammar for auto, SmolLM2's JSON is not taken as a call)

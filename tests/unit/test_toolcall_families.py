@@ -37,7 +37,7 @@ TEMPLATES = [
     ("Kimi-K2-Thinking", "kimi-k2"), ("ibm-granite-granite-3.3-2B-Instruct", "granite-3"),
     ("google-gemma-2-2b-it", "generic"), ("google-gemma-4-31B-it", "gemma4"),
     ("google-gemma-4-31B-it-interleaved", "gemma4"), ("GLM-4.6", "glm"), ("GLM-4.7-Flash", "glm"),
-    ("poolside-Laguna-XS.2", "glm"),
+    ("poolside-Laguna-XS.2", "glm"), ("ByteDance-Seed-OSS", "seed-oss"), ("MiniMax-M2", "minimax-m2"),
 ]
 
 
@@ -195,6 +195,14 @@ CASES += [
      'Let me look.<tool_call>get_time<arg_key>city</arg_key><arg_value>New "York"\n</arg_value></tool_call>'
      "<tool_call>special_function<arg_key>arg1</arg_key><arg_value>-2.5</arg_value></tool_call>",
      "Let me look.", "", [("get_time", {"city": 'New "York"\n'}), ("special_function", {"arg1": -2.5})]),
+    ("seed-oss", "<seed:tool_call><function=<parameter=", [GET_TIME, SPECIAL],
+     "<seed:tool_call>\n<function=get_time>\n<parameter=city>Paris</parameter>\n</function>\n</seed:tool_call>"
+     "<seed:tool_call>\n<function=special_function>\n<parameter=arg1>1</parameter>\n</function>\n</seed:tool_call>",
+     None, "", [("get_time", {"city": "Paris"}), ("special_function", {"arg1": 1})]),
+    ("minimax-m2", "<minimax:tool_call><invoke name=", [GET_TIME, SPECIAL],
+     'Sure.\n<minimax:tool_call>\n<invoke name="get_time">\n<parameter name="city">Paris</parameter>\n</invoke>\n'
+     '<invoke name="special_function">\n<parameter name="arg1">1</parameter>\n</invoke>\n</minimax:tool_call>',
+     "Sure.", "", [("get_time", {"city": "Paris"}), ("special_function", {"arg1": 1})]),
 ]
 IDS = {"mistral-nemo": "123456789", "kimi-k2": "functions.special_function:0", "mistral-small-3.2": "123456789"}
 
@@ -357,3 +365,21 @@ def test_glm_arguments_as_they_stream(text, args):
     """As llama-server's stream gave them for GLM-4.6 (tests/runtime/test_toolcall_peer.py)."""
     p = T.read(text, T.plan([GET_TIME], "auto", None, GLM47), partial=True)
     assert [(c.name, c.arguments) for c in p.calls] == [("get_time", args)]
+
+
+@pytest.mark.parametrize("src,text,args", [
+    ("<seed:tool_call><function=<parameter=", "<seed:tool_call>\n<function=get_time>\n<parameter=city>", '{"city":"'),
+    ("<seed:tool_call><function=<parameter=", "<seed:tool_call>\n<function=get_time>\n<parameter=city>Pa", '{"city":"Pa'),
+    ("<minimax:tool_call><invoke name=", '<minimax:tool_call>\n<invoke name="get_time">', "{"),
+])
+def test_tagged_arguments_as_they_stream(src, text, args):
+    """As llama-server's stream gave them for Seed-OSS: the key and the value's quote as the key's tag ends."""
+    p = T.read(text, T.plan([GET_TIME], "auto", None, src), partial=True)
+    assert [(c.name, c.arguments) for c in p.calls] == [("get_time", args)]
+
+
+def test_tagged_name_complete_only_with_its_tag():
+    """llama-server holds no call for `<function=get_time` until its `>` (Seed-OSS) comes."""
+    tp = T.plan([GET_TIME], "auto", None, "<seed:tool_call><function=<parameter=")
+    assert T.read("<seed:tool_call>\n<function=get_time", tp, partial=True).calls == []
+    assert T.message("<seed:tool_call>\n<function=get_time", "length", tp)[0]["content"] == "<seed:tool_call>\n<function=get_time"

@@ -35,8 +35,12 @@ def family_of(template_source: str) -> Family:
     # the autoparser's families: the markers their templates render calls with
     if "<｜tool▁calls▁begin｜>" in src:
         return deepseek.DeepSeek(fenced="```json" in src)   # R1 (fenced JSON) or V3.1
-    if keyvalue.is_keyvalue(src):
-        return keyvalue.KeyValue(src)   # GLM 4.x
+    if keyvalue.is_glm(src):
+        return keyvalue.KeyValue("glm", keyvalue.glm_tags(src))   # GLM 4.x, Laguna
+    if keyvalue.is_seed(src):
+        return keyvalue.KeyValue("seed-oss", keyvalue.SEED)
+    if keyvalue.is_minimax(src):
+        return keyvalue.KeyValue("minimax-m2", keyvalue.MINIMAX)
     if "<tool_call>" in src:
         return hermes.Hermes()         # Hermes 2 Pro, Qwen 2.5 / 3, Granite 4
     if "[TOOL_CALLS]" in src:
