@@ -5,7 +5,7 @@ implementation for pyriver.Llama and the server (this package's door).
   one file per family: hermes (Hermes 2 Pro, Qwen 2.5/3, Granite 4, and the generic fallback),
   qwen3_coder (Qwen3-Coder, Qwen3.5 XML), harmony (gpt-oss), llama3 (Llama 3.x and its builtin
   tools), mistral (Nemo, Ministral/Magistral 3, Small 3.2, Granite 3), deepseek (R1, V3.1),
-  functionary (v3.1, v3.2), kimi (K2), gemma4 (Gemma 4), keyvalue (GLM 4.x's key and value tags).
+  functionary (v3.1, v3.2), kimi (K2), gemma4 (Gemma 4), keyvalue (arguments tagged one by one: GLM 4.x, Seed-OSS, MiniMax-M2).
 - tool_choice "required" or a named function is enforced by a grammar of the family's syntax built
   from the tools' parameter schemas; "auto" gets the same grammar lazily (llama.cpp's lazy
   grammar): free text until a call opens, the call constrained from there; "none" neither
