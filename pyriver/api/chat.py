@@ -46,7 +46,9 @@ class Chat:
             prompt = continuation.continued(self.template, messages, continue_final, **extra)
         else:
             prompt = self.template.render(messages, add_generation_prompt=add_generation_prompt, **extra)
-            if add_generation_prompt:   # as llama.cpp's handler of the template's family finishes it (Gemma 4)
+            # llama-server's rule (server_bos): the prompt finished as llama.cpp's handler of the template's
+            # family finishes it (Gemma 4); llama-cpp-python's is the template's render alone
+            if add_generation_prompt and server_bos:
                 prompt = toolcalls.family_of(self.template.source).complete_prompt(prompt)
         if server_bos and L.vocab.add_bos:   # common_chat_templates_apply, then add_special
             bos = self.template.bos_token

@@ -166,3 +166,18 @@ def test_a_prefill_continues_after_the_templates_reasoning_block():
     plain = chat.ChatTemplate(chat.CHATML, "", "")   # no reasoning: the generation prompt, then the text
     assert reasoning_marks(plain) is None
     assert continued(plain, [user, both], True) == head + "Sure"
+
+
+def test_model_turn_opened_after_a_result_on_llama_server_s_rule_only():
+    """Gemma 4's template leaves the model's turn closed after a tool result: llama-server (server_bos,
+    its rules) opens it as llama.cpp's handler does; pyriver.Llama keeps llama-cpp-python's prompt,
+    the template's render alone."""
+    import types
+    from pyriver.api.chat import Chat
+    c = Chat(types.SimpleNamespace(vocab=types.SimpleNamespace(add_bos=False)))
+    c.template = chat.ChatTemplate("{{- '<|tool_call>call:' if false -}}{% for m in messages %}{{ m.content }}<turn|>\n"
+                                   "{% endfor %}", "", "")
+    msgs = [{"role": "user", "content": "Hi"}]
+    assert c.chat_prompt(msgs) == ("Hi<turn|>\n", False)
+    assert c.chat_prompt(msgs, server_bos=True) == ("Hi<turn|>\n<|turn>model\n", False)
+    assert c.chat_prompt(msgs, add_generation_prompt=False, server_bos=True) == ("Hi<turn|>\n", False)
