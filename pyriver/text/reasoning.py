@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from pyriver.text.toolcalls.gemma4 import is_gemma4
+from pyriver.text.toolcalls import gemma4
+from pyriver.text.toolcalls.jsontext import held as _held
 
 FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
 _WS = " \t\n\r"
@@ -45,14 +46,13 @@ class Tags(NamedTuple):
     channels: bool = False   # Gemma 4's: thought blocks among the content (split_channels)
 
 
-GEMMA4 = Tags("<|channel>thought", "<channel|>", True)
+GEMMA4 = Tags(gemma4.THOUGHT, gemma4.THOUGHT_END, True)
 _CHANNEL = "<|channel>"
-_CALL = "<|tool_call>"
 
 
 def template_tags(source: Optional[str]) -> Optional[Tags]:
     """The thinking tags a chat template writes, None for a template that does not think."""
-    if source and is_gemma4(source):   # llama.cpp's Gemma 4 handler sets its thinking tags
+    if source and gemma4.is_gemma4(source):   # llama.cpp's Gemma 4 handler sets its thinking tags
         return GEMMA4
     for start, end in _PAIRS:
         if source and end in source:
@@ -84,14 +84,6 @@ def opened(prompt: str, tags: Optional[Tags]) -> str:
     tail = prompt[i:]
     rest = tail[len(tags.start):].strip(_WS)
     return tail if rest in ("", tags.end) else ""
-
-
-def _held(text: str, tag: str) -> int:
-    """How many characters at text's end begin tag (a tag still coming)."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
 
 
 def split(text: str, tags: Optional[Tags], fmt: str = "auto", prefix: str = "") -> Tuple[str, str]:
@@ -148,7 +140,7 @@ def split_channels(s: str, tags: Tags, fmt: str = "auto") -> Tuple[str, str]:
             continue
         k = min((x for x in (s.find(_CHANNEL, i), s.find(tags.end, i)) if x >= 0), default=len(s))
         piece = s[i:k]
-        if k == len(s) and _CALL not in "".join(content) + piece:   # a marker may be coming
+        if k == len(s) and gemma4.OPEN not in "".join(content) + piece:   # a marker may be coming
             piece = piece[:len(piece) - max(_held(piece, _CHANNEL), _held(piece, tags.end))]
         content.append(piece)
         if k < len(s) and s.startswith(tags.end, k):

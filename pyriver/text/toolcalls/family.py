@@ -126,3 +126,55 @@ def llama_space(conv: SchemaConverter) -> SchemaConverter:
     """conv with llama.cpp's space rule: a tool call's grammar allows the whitespace llama-server's does."""
     conv.set_rule("space", SPACE)
     return conv
+
+
+# A parameter's value written as text (the XML-like families: Qwen3-Coder's, keyvalue's)
+def param_types(schema: Dict) -> set:
+    """The JSON types a parameter's schema allows (one without a type or values: a string)."""
+    t = schema.get("type")
+    if isinstance(t, list):
+        return set(t)
+    if isinstance(t, str):
+        return {t}
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            return set().union(*(param_types(s) for s in schema[key] if isinstance(s, dict)))
+    return {"string"} if "enum" not in schema and "const" not in schema else set()
+
+
+def is_string_value(schema: Optional[Dict], value: str) -> bool:
+    """Whether a parameter's value is taken as a string (quoted): its schema's types, and for a
+    mix, whether the text is JSON of one of the other types (llama.cpp tries those first)."""
+    types = param_types(schema or {})
+    if "string" not in types:
+        return False
+    if types == {"string"}:
+        return True
+    try:
+        v = json.loads(value)
+    except ValueError:
+        return True
+    kind = {dict: "object", list: "array", bool: "boolean", type(None): "null", int: "integer", float: "number"}[type(v)]
+    return not (kind in types or (kind == "integer" and "number" in types))
+
+
+MAX_PERMUTE = 6   # llama.cpp's COMMON_CHAT_MAX_PERMUTE
+
+
+def permute(conv, prefix: str, rules: List[str]) -> str:
+    """The rules in any order (llama.cpp's common_chat_peg_builder::permute): one rule per set of
+    rules still to come; one rule, or more than MAX_PERMUTE, in the order given."""
+    if not rules:
+        return ""
+    if len(rules) == 1 or len(rules) > MAX_PERMUTE:
+        return " ".join(rules)
+    names: Dict[int, str] = {}
+
+    def remaining(mask: int) -> str:
+        if mask == 0:
+            return ""
+        if mask not in names:
+            parts = [f"{r} {remaining(mask & ~(1 << i))}".strip() for i, r in enumerate(rules) if mask & (1 << i)]
+            names[mask] = conv.add_rule(f"{prefix}-{mask}", " | ".join(f"( {p} )" for p in parts))
+        return names[mask]
+    return remaining((1 << len(rules)) - 1)

@@ -18,8 +18,8 @@ from pyriver.text.toolcalls.until import excluding
 
 OPEN, CLOSE, CALL = "<|tool_call>", "<tool_call|>", "call:"
 QUOTE = '<|"|>'
+THOUGHT, THOUGHT_END = "<|channel>thought", "<channel|>"   # its thinking (pyriver.text.reasoning splits it)
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
-_WS = " \t\n\r"
 
 
 def is_gemma4(source: str) -> bool:
@@ -41,21 +41,14 @@ class _Reader:
     def __init__(self, s: str, partial: bool):
         self.s, self.partial, self.out = s, partial, []
 
-    def ws(self, k: int) -> int:
-        while k < len(self.s) and self.s[k] in _WS:
-            k += 1
-        return k
-
-    def end(self, k: int) -> bool:
+    def need(self, k: int) -> None:
+        """Text at k, or the value is cut short (partial) or not Gemma's notation."""
         if k >= len(self.s):
-            if self.partial:
-                raise _Cut
-            raise _Bad
-        return False
+            raise _Cut if self.partial else _Bad
 
     def value(self, k: int) -> int:
         s = self.s
-        self.end(k)
+        self.need(k)
         if s.startswith(QUOTE, k) or (self.partial and QUOTE.startswith(s[k:])):
             self.out.append('"')
             if not s.startswith(QUOTE, k):
@@ -91,8 +84,8 @@ class _Reader:
     def items(self, k: int, close: str, item) -> int:
         """`OPEN ws (close | item ("," ws item)* ws close)`, the JSON's commas between items."""
         self.out.append(self.s[k])
-        k = self.ws(k + 1)
-        self.end(k)
+        k = J.skip_ws(self.s, k + 1)
+        self.need(k)
         if self.s[k] == close:
             self.out.append(close)
             return k + 1
@@ -102,10 +95,10 @@ class _Reader:
                 self.out.append(",")
             first = False
             k = item(k)
-            j = self.ws(k)
-            self.end(j)
+            j = J.skip_ws(self.s, k)
+            self.need(j)
             if self.s[j] == ",":
-                k = self.ws(j + 1)
+                k = J.skip_ws(self.s, j + 1)
                 continue
             if self.s[j] == close:
                 self.out.append(close)
@@ -124,14 +117,14 @@ class _Reader:
         while j < len(s) and s[j] not in ":}":
             j += 1
         if j == k:
-            self.end(j)
+            self.need(j)
             raise _Bad
         self.out.append('"' + json.dumps(s[k:j], ensure_ascii=False)[1:-1])
-        self.end(j)
+        self.need(j)
         if s[j] != ":":
             raise _Bad
         self.out.append('":')
-        return self.value(self.ws(j + 1))
+        return self.value(J.skip_ws(s, j + 1))
 
 
 def to_json(s: str, k: int, partial: bool) -> Tuple[Optional[str], int]:
@@ -151,14 +144,13 @@ class Gemma4(Family):
     name = "gemma4"
     words = (OPEN,)   # llama.cpp's lazy trigger
     lead_space = False   # llama.cpp's parser reads the content as written
-    continue_marks = ("<|channel>thought\n", "<channel|>")
+    continue_marks = (THOUGHT + "\n", THOUGHT_END)
 
     def parse(self, text: str, tools: List[Dict], partial: bool) -> Parsed:
         names = sorted(names_of(tools), key=len, reverse=True)
-        k = text.find(OPEN)
-        if k < 0:
-            held = J.held(text, OPEN) if partial else 0
-            return Parsed(text[:len(text) - held])
+        k, marker = J.find_any(text, (OPEN,), 0, partial)
+        if not marker:   # no call: the text, less a call's opening that may be coming
+            return Parsed(text if k < 0 else text[:k])
         out, i = Parsed(text[:k]), k
         while text.startswith(OPEN, i) or (partial and i < len(text) and OPEN.startswith(text[i:])):
             head = i + len(OPEN)

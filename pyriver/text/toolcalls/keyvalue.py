@@ -20,8 +20,8 @@ from typing import Dict, List, Tuple
 
 from pyriver.text.template_render import ChatTemplate
 from pyriver.text.toolcalls import jsontext as J
-from pyriver.text.toolcalls.family import Call, Family, Parsed, alts, lit, names_of, args_rules
-from pyriver.text.toolcalls.qwen3_coder import _is_string, _permute, _types
+from pyriver.text.toolcalls.family import (Call, Family, Parsed, alts, args_rules, is_string_value, lit, names_of,
+                                           param_types, permute)
 from pyriver.text.toolcalls.until import excluding, including
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -95,7 +95,7 @@ class KeyValue(Family):
         self.open, self.close = tags.open.strip(), tags.close.strip()
         self.name_pre, self.name_post = tags.name_pre.strip(), tags.name_post.strip()
         self.key_pre, self.value_end, self.call_end = tags.key_pre.strip(), tags.value_post.strip(), tags.call_post.strip()
-        end = tags.key_post.find(">") + 1 if tags.key_post.find(">") >= 0 else len(tags.key_post)
+        end = tags.key_post.find(">") + 1 or len(tags.key_post)
         self.key_end, self.value_open = tags.key_post[:end].strip(), tags.key_post[end:].strip()
 
     @property
@@ -183,13 +183,13 @@ class KeyValue(Family):
                 if not partial:
                     return None
                 value = text[v0:len(text) - J.held(text[v0:], self.value_end)]
-                if _types(schema or {}) == {"string"}:   # the quote as the value opens
+                if param_types(schema or {}) == {"string"}:   # the quote as the value opens
                     call.arguments += '"' + json.dumps(value, ensure_ascii=False)[1:-1]
                 else:
                     call.arguments += value
                 return call, len(text), False
             value = text[v0:stop]
-            call.arguments += json.dumps(value, ensure_ascii=False) if _is_string(schema, value) else value
+            call.arguments += json.dumps(value, ensure_ascii=False) if is_string_value(schema, value) else value
             j = stop + len(self.value_end)
 
     def _after_name(self, text: str, i: int, partial: bool) -> bool:
@@ -216,9 +216,9 @@ class KeyValue(Family):
             req = [p for p in props if p in (schema.get("required") or [])]
             rules = {}
             for p, ps in props.items():
-                val = string if "string" in _types(ps) else f"{conv.visit(ps, f'{name}-{p}-value')} {lit(conv, t.value_post)}"
+                val = string if "string" in param_types(ps) else f"{conv.visit(ps, f'{name}-{p}-value')} {lit(conv, t.value_post)}"
                 rules[p] = conv.add_rule(f"tool-{name}-arg-{p}", f"space {lit(conv, t.key_pre + p + t.key_post)} {val}")
-            body = _permute(conv, f"tool-{name}-args", [rules[p] for p in req])
+            body = permute(conv, f"tool-{name}-args", [rules[p] for p in req])
             opt = [rules[p] for p in props if p not in req]
             if opt:
                 body += f" ( {alts(opt)} )*"

@@ -7,42 +7,15 @@ Qwen3-Coder (no <think>) may leave out the first call's <tool_call>."""
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 from pyriver.text.toolcalls import jsontext as J
-from pyriver.text.toolcalls.family import Call, Family, Parsed, alts, args_rules, lit, names_of
+from pyriver.text.toolcalls.family import (Call, Family, Parsed, alts, args_rules, is_string_value, lit, names_of,
+                                           param_types, permute)
 from pyriver.text.toolcalls.until import excluding, including
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 ARG_CLOSE = "\n</parameter>\n"
-
-
-def _types(schema: Dict) -> set:
-    t = schema.get("type")
-    if isinstance(t, list):
-        return set(t)
-    if isinstance(t, str):
-        return {t}
-    for key in ("anyOf", "oneOf"):
-        if isinstance(schema.get(key), list):
-            return set().union(*(_types(s) for s in schema[key] if isinstance(s, dict)))
-    return {"string"} if "enum" not in schema and "const" not in schema else set()
-
-
-def _is_string(schema: Optional[Dict], value: str) -> bool:
-    """Whether a parameter's value is taken as a string (quoted): its schema's types, and for a
-    mix, whether the text is JSON of one of the other types (llama.cpp tries those first)."""
-    types = _types(schema or {})
-    if "string" not in types:
-        return False
-    if types == {"string"}:
-        return True
-    try:
-        v = json.loads(value)
-    except ValueError:
-        return True
-    kind = {dict: "object", list: "array", bool: "boolean", type(None): "null", int: "integer", float: "number"}[type(v)]
-    return not (kind in types or (kind == "integer" and "number" in types))
 
 
 class Qwen3Coder(Family):
@@ -131,7 +104,7 @@ class Qwen3Coder(Family):
                 schema = props[name].get(pname)
                 if e + 1 >= len(text):
                     pass   # the opening tag's newline still to come: llama.cpp's arg open is incomplete
-                elif _is_string(schema, value) and _types(schema or {}) == {"string"}:
+                elif is_string_value(schema, value) and param_types(schema or {}) == {"string"}:
                     call.arguments += key + '"' + json.dumps(value, ensure_ascii=False)[1:-1]
                 elif value:
                     call.arguments += key + value
@@ -139,7 +112,7 @@ class Qwen3Coder(Family):
                     call.arguments += key
                 return call, len(text), False
             value = text[v0:stop]
-            if _is_string(props[name].get(pname), value):
+            if is_string_value(props[name].get(pname), value):
                 call.arguments += key + json.dumps(value, ensure_ascii=False)
             else:
                 call.arguments += key + value
@@ -164,13 +137,13 @@ class Qwen3Coder(Family):
             req = [p for p in props if p in (schema.get("required") or [])]
             rules = {}
             for p, ps in props.items():
-                types = _types(ps)
+                types = param_types(ps)
                 if "string" in types:
                     val = string   # any text: the grammar keeps the raw string rule (as llama.cpp's)
                 else:
                     val = f"{conv.visit(ps, f'{name}-{p}-value')} {lit(conv, ARG_CLOSE)}"
                 rules[p] = conv.add_rule(f"tool-{name}-arg-{p}", f"{lit(conv, f'<parameter={p}>' + chr(10))} {val}")
-            body = _permute(conv, f"tool-{name}-args", [rules[p] for p in req])
+            body = permute(conv, f"tool-{name}-args", [rules[p] for p in req])
             opt = [rules[p] for p in props if p not in req]
             if opt:
                 body += f" ( {alts(opt)} )*"
@@ -190,25 +163,3 @@ class Qwen3Coder(Family):
             think = excluding(conv, ("</think>", OPEN), "reasoning")
             lead = f'( "<think>" space {think} ( "</think>" | ) )? '
         return f"{lead}space {content} space {calls}"
-
-
-MAX_PERMUTE = 6   # llama.cpp's COMMON_CHAT_MAX_PERMUTE
-
-
-def _permute(conv, prefix: str, rules: List[str]) -> str:
-    """The rules in any order (llama.cpp's common_chat_peg_builder::permute): one rule per set of
-    rules still to come; one rule, or more than MAX_PERMUTE, in the order given."""
-    if not rules:
-        return ""
-    if len(rules) == 1 or len(rules) > MAX_PERMUTE:
-        return " ".join(rules)
-    names: Dict[int, str] = {}
-
-    def remaining(mask: int) -> str:
-        if mask == 0:
-            return ""
-        if mask not in names:
-            parts = [f"{r} {remaining(mask & ~(1 << i))}".strip() for i, r in enumerate(rules) if mask & (1 << i)]
-            names[mask] = conv.add_rule(f"{prefix}-{mask}", " | ".join(f"( {p} )" for p in parts))
-        return names[mask]
-    return remaining((1 << len(rules)) - 1)
